@@ -1,0 +1,40 @@
+# Everything a fresh machine needs: a project-local virtualenv (.venv) and a
+# project-local Azurite (.tools). Nothing is installed system-wide.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+AZURITE := .tools/node_modules/.bin/azurite
+
+.PHONY: demo test lint typecheck bench clean setup
+
+setup: $(STAMP) $(AZURITE)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+$(AZURITE):
+	mkdir -p .tools
+	cd .tools && npm install --silent --no-audit --no-fund azurite@3
+
+demo: $(STAMP)
+	$(BIN)/python -m samples.transfer.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check idemflow tests samples benchmarks
+	$(BIN)/ruff format --check idemflow tests samples benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict idemflow samples benchmarks
+
+test: setup lint typecheck
+	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 2 -q
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,142 @@
+"""The idemflow error tree.
+
+Every error a caller can see derives from :class:`IdemflowError`, so one
+``except IdemflowError`` catches them all. Errors carry the fields a user needs
+to find the failing place (workflow, request id, step, table, partition) and
+are picklable, because workers run in other processes and ship errors back.
+
+>>> try:
+...     raise InvalidNameError("table", "", "must not be empty")
+... except IdemflowError as exc:
+...     print(exc)
+invalid table '': must not be empty
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class IdemflowError(Exception):
+    """Root of every error raised by idemflow."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take keyword-free positional fields; rebuilding them from
+        # ``self.args`` keeps them picklable across worker processes.
+        return (type(self), self.args)
+
+
+class InvalidInputError(IdemflowError, ValueError):
+    """Bad input found before anything was written."""
+
+
+class InvalidNameError(InvalidInputError):
+    """An empty or illegal table, partition, key, workflow or request id."""
+
+    def __init__(self, what: str, value: object, problem: str) -> None:
+        super().__init__(what, value, problem)
+        self.what = what
+        self.value = value
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"invalid {self.what} {self.value!r}: {self.problem}"
+
+
+class InvalidValueError(InvalidInputError):
+    """A value that is not JSON-compatible or too large for the backend."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(where, problem)
+        self.where = where
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.problem}"
+
+
+class LimitExceededError(InvalidValueError):
+    """A step's write exceeds a backend limit (size, operations per commit)."""
+
+
+class IdempotencyKeyReuseError(IdemflowError):
+    """A request id was reused with a different input.
+
+    The first invocation wins: its input fingerprint is stored with the run
+    record, and a later call with another input is refused before it writes.
+    """
+
+    def __init__(self, workflow: str, request_id: str, stored: str, given: str) -> None:
+        super().__init__(workflow, request_id, stored, given)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.stored_fingerprint = stored
+        self.given_fingerprint = given
+
+    def __str__(self) -> str:
+        return (
+            f"request id {self.request_id!r} of workflow {self.workflow!r} was first used "
+            f"with another input (stored fingerprint {self.stored_fingerprint[:12]}…, "
+            f"this call {self.given_fingerprint[:12]}…); use a new request id"
+        )
+
+
+class NonDeterminismError(IdemflowError):
+    """A replayed step met a memo recorded by a different step.
+
+    Usually the workflow code changed under an in-flight request, or control
+    flow depends on something other than inputs and step results.
+    """
+
+    def __init__(
+        self, workflow: str, request_id: str, step: int, recorded: str, met: str
+    ) -> None:
+        super().__init__(workflow, request_id, step, recorded, met)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.step = step
+        self.recorded = recorded
+        self.met = met
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r} step {self.step}: "
+            f"recorded {self.recorded} but this run met {self.met}"
+        )
+
+
+class ConflictError(IdemflowError):
+    """A step body kept conflicting with concurrent writers past the retry bound."""
+
+    def __init__(
+        self, workflow: str, request_id: str, step: int, table: str, partition: str, attempts: int
+    ) -> None:
+        super().__init__(workflow, request_id, step, table, partition, attempts)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.step = step
+        self.table = table
+        self.partition = partition
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r} step {self.step} on "
+            f"{self.table}/{self.partition}: still conflicting after {self.attempts} attempts"
+        )
+
+
+class StoreError(IdemflowError):
+    """A backend failure (missing table, bad credentials, unavailable service)."""
+
+
+class TransientStoreError(StoreError):
+    """A backend failure worth retrying: throttling, 5xx, connection reset, timeout.
+
+    The engine retries the same commit; a commit that was applied but whose
+    answer was lost then meets its own memo and resolves to the stored value.
+    """
+
+
+class StoreConfigError(StoreError):
+    """A store URL or configuration that cannot work (unknown scheme, missing extra)."""

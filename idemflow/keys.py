@@ -1,0 +1,132 @@
+"""Key spaces: where data rows, memo rows and run records live.
+
+Every row key starts with one character naming its space, so no user key can
+reach a memo or bookkeeping row, whatever characters it holds:
+
+- ``d<key>`` a user's data row (the key as given);
+- ``m<workflow>|<request>|<tag>`` a step's memo, in the same table and
+  partition as the step's data; ``<tag>`` is ``s<n>`` for forward step ``n``
+  and ``c<n>`` for the compensation of step ``n``;
+- ``r<workflow>`` the run record, in the :data:`RUNS_TABLE` table under
+  partition ``<request id>``; steps with no table of their own (``now()``,
+  ``effect``) keep their memos beside it.
+
+Workflow names and request ids are escaped (``%`` → ``%25``, ``|`` → ``%7C``)
+so the ``|`` separators are unambiguous: the encoding is injective.
+
+>>> memo_key("transfer", "a|b", step_tag(3))
+'mtransfer|a%7Cb|s3'
+>>> data_key("m-not-a-memo")
+'dm-not-a-memo'
+"""
+
+from __future__ import annotations
+
+import re
+
+from idemflow.errors import InvalidNameError
+
+RUNS_TABLE = "idemflowruns"
+"""Logical table holding run records and table-less step memos."""
+
+_TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{2,39}")
+_WORKFLOW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,99}")
+MAX_ID_CHARS = 255
+MAX_KEY_CHARS = 512
+
+DATA, MEMO, RUN = "d", "m", "r"
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%25").replace("|", "%7C")
+
+
+def _unescape(text: str) -> str:
+    return text.replace("%7C", "|").replace("%25", "%")
+
+
+def data_key(key: str) -> str:
+    """Row key of the user's data row ``key``."""
+    return DATA + key
+
+
+def step_tag(step: int) -> str:
+    """Memo tag of forward step ``step``."""
+    return f"s{step}"
+
+
+def compensation_tag(step: int) -> str:
+    """Memo tag of the compensation of forward step ``step``."""
+    return f"c{step}"
+
+
+def memo_key(workflow: str, request_id: str, tag: str) -> str:
+    """Row key of a memo."""
+    return f"{MEMO}{_escape(workflow)}|{_escape(request_id)}|{tag}"
+
+
+def run_key(workflow: str) -> str:
+    """Row key of the run record (partition: the request id)."""
+    return RUN + workflow
+
+
+def user_key(row_key: str) -> str | None:
+    """The user key of a data row key, or None for memo and bookkeeping rows."""
+    return row_key[1:] if row_key.startswith(DATA) else None
+
+
+def parse_memo_key(row_key: str) -> tuple[str, str, str] | None:
+    """``(workflow, request id, tag)`` of a memo row key, or None."""
+    if not row_key.startswith(MEMO):
+        return None
+    parts = row_key[1:].split("|")
+    if len(parts) != 3:
+        return None
+    return _unescape(parts[0]), _unescape(parts[1]), parts[2]
+
+
+def _check_text(what: str, value: object, max_chars: int) -> str:
+    if not isinstance(value, str):
+        raise InvalidNameError(what, value, f"must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidNameError(what, value, "must not be empty")
+    if len(value) > max_chars:
+        raise InvalidNameError(what, value[:40] + "…", f"longer than {max_chars} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidNameError(what, value, "is not valid unicode (lone surrogate)") from exc
+    return value
+
+
+def check_table(name: object) -> str:
+    """A logical table name valid on every backend (Azure is the strictest)."""
+    if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
+        raise InvalidNameError(
+            "table", name, "must be 3-40 ASCII letters and digits, starting with a letter"
+        )
+    return name
+
+
+def check_workflow_name(name: object) -> str:
+    """A workflow name: letters, digits, ``_ . -``, starting with a letter or ``_``."""
+    if not isinstance(name, str) or not _WORKFLOW_NAME.fullmatch(name):
+        raise InvalidNameError(
+            "workflow name", name, "must be 1-100 of A-Z a-z 0-9 _ . -, not starting with . or -"
+        )
+    return name
+
+
+def check_request_id(request_id: object) -> str:
+    """A request id: any non-empty unicode text up to 255 characters."""
+    return _check_text("request id", request_id, MAX_ID_CHARS)
+
+
+def check_partition(partition: object) -> str:
+    """A partition: any non-empty unicode text up to 255 characters."""
+    return _check_text("partition", partition, MAX_ID_CHARS)
+
+
+def check_key(key: object) -> str:
+    """A data key: any non-empty unicode text up to 512 characters."""
+    return _check_text("key", key, MAX_KEY_CHARS)

@@ -1,0 +1,91 @@
+"""JSON values: strict encoding, canonical form and input fingerprints.
+
+Everything idemflow stores (data, step results, inputs, queue messages) is
+JSON, never pickle: it is portable across languages and processes, and a
+stored value cannot execute code when read back. Encoding is strict so that a
+value that would not survive the round trip (a tuple, a set, a non-string
+dict key, NaN) is refused *before* anything is written, with the place named.
+
+>>> encode({"b": 1, "a": [True, None]})
+'{"a":[true,null],"b":1}'
+>>> fingerprint({"amount": 5}) == fingerprint({"amount": 5})
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Union
+
+from idemflow.errors import InvalidValueError
+
+JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
+"""A JSON-compatible value as Python holds it after ``json.loads``."""
+
+MAX_DEPTH = 64
+"""Deepest nesting accepted; deeper values are refused (stack safety on decode)."""
+
+_encoder = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
+
+
+def encode(value: object, where: str = "value") -> str:
+    """Canonical JSON text of ``value``, or :class:`InvalidValueError` naming ``where``."""
+    problem = _find_problem(value, 0)
+    if problem is not None:
+        raise InvalidValueError(where, problem)
+    return _encoder.encode(value)
+
+
+def decode(text: str) -> JSON:
+    """Parse stored JSON text."""
+    value: JSON = json.loads(text)
+    return value
+
+
+def fingerprint(value: object, where: str = "workflow input") -> str:
+    """sha256 of the canonical JSON of ``value``: equal inputs, equal fingerprints."""
+    return hashlib.sha256(encode(value, where).encode("utf-8")).hexdigest()
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _find_problem(value: object, depth: int) -> str | None:
+    """Why ``value`` is not exact JSON, or None. Exact types only: a tuple or a
+    str subclass would come back as something else after a round trip."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is int or value is None:
+        return None
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            return f"{value!r} is not a JSON number"
+        return None
+    if depth >= MAX_DEPTH:
+        return f"nested deeper than {MAX_DEPTH} levels"
+    if kind is list:
+        assert isinstance(value, list)
+        for item in value:
+            if type(item) not in _SCALARS or type(item) is float:
+                problem = _find_problem(item, depth + 1)
+                if problem is not None:
+                    return problem
+        return None
+    if kind is dict:
+        assert isinstance(value, dict)
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"dict key {key!r} is not a string"
+            if type(item) not in _SCALARS or type(item) is float:
+                problem = _find_problem(item, depth + 1)
+                if problem is not None:
+                    return problem
+        return None
+    return f"{kind.__name__} {_short(value)} is not JSON (use dict, list, str, int, float, bool, None)"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,228 @@
+"""The store protocol: the few primitives every backend implements.
+
+A store knows its backend's API and nothing of workflows. It reads one row
+(strongly consistent) and commits a list of operations atomically, checking a
+condition on each. The engine above it owns the key layout, memo format,
+fingerprints and retries, so a new backend is a small class that passes the
+shared conformance suite (``tests/conformance``).
+
+Row keys reaching a store are already encoded by :mod:`idemflow.keys`: data
+rows, memo rows and run records live in disjoint key spaces of the same table.
+Stores must keep ``table``, ``partition`` and ``key`` exactly (escaping
+whatever their backend forbids, injectively).
+
+A commit either applies every operation or none. When a condition fails the
+store reports every failing operation it can identify (at least one) and, for
+an :class:`Insert` whose row already existed, the existing row, so that a memo
+hit costs no extra round trip where the backend returns the old item.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from idemflow.serialization import JSON
+
+Version = int | str
+"""An opaque row version: a counter (SQLite, memory, DynamoDB) or an ETag (Azure)."""
+
+
+class Cond(enum.Enum):
+    """Conditions that are not a specific version."""
+
+    ABSENT = "absent"
+    """The row must not exist."""
+    ANY = "any"
+    """No condition: a blind write."""
+
+
+Expect = Version | Cond
+
+
+@dataclass(frozen=True, slots=True)
+class RowRef:
+    """Where a row lives: logical table name, partition and encoded row key.
+
+    The store maps the logical table to its backend table (adding its prefix).
+    """
+
+    table: str
+    partition: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A row as read: its decoded JSON value and the version to condition on."""
+
+    value: JSON
+    version: Version
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Write ``value`` (``text`` is its canonical JSON) if the row matches ``expect``."""
+
+    ref: RowRef
+    value: JSON
+    text: str
+    expect: Expect = Cond.ANY
+    expires_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    """Create the row only if absent (memo rows, run records).
+
+    On failure the store reports the existing row with the failure.
+    """
+
+    ref: RowRef
+    value: JSON
+    text: str
+    expires_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Delete the row if it matches ``expect`` (deleting an absent row is a no-op)."""
+
+    ref: RowRef
+    expect: Expect = Cond.ANY
+
+
+@dataclass(frozen=True, slots=True)
+class Increment:
+    """Add ``delta`` to a numeric row server-side, creating it at 0 if absent.
+
+    Every store applies it; a backend that cannot add server-side (Azure)
+    reads the row inside ``commit`` and writes it back under a version
+    condition, retrying that read-write itself when only this row moved.
+    Incrementing a row whose value is not a number raises
+    :class:`InvalidValueError`.
+    """
+
+    ref: RowRef
+    delta: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """Require the row to match ``expect`` without writing it (a row only read)."""
+
+    ref: RowRef
+    expect: Expect
+
+
+Op = Put | Insert | Delete | Increment | Check
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Every operation was applied."""
+
+
+COMMITTED = Committed()
+
+
+@dataclass(frozen=True, slots=True)
+class OpFailure:
+    """One operation whose condition failed; ``existing`` is set for a failed Insert."""
+
+    index: int
+    existing: Row | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Nothing was applied; ``failures`` lists the failing operations by index."""
+
+    failures: tuple[OpFailure, ...]
+
+
+CommitOutcome = Committed | Conflict
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do in one commit, and its limits.
+
+    The engine checks limits before sending, so a bad step fails with a clear
+    :class:`LimitExceededError` instead of an SDK error after partial work.
+    """
+
+    cross_partition_commit: bool
+    """A commit may touch several tables and partitions (the run record rides
+    along). Where False, a commit touching two partitions raises StoreError."""
+    server_side_increment: bool
+    """:class:`Increment` costs no extra round trip (informational)."""
+    max_ops_per_commit: int
+    """Operations in one atomic commit."""
+    max_value_bytes: int
+    """Largest encoded JSON value of one row."""
+    max_commit_bytes: int
+    """Largest sum of encoded values in one commit."""
+    max_key_bytes: int
+    """Largest encoded row key or partition (UTF-8 bytes)."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A partitioned table store. See the module docstring for the contract."""
+
+    capabilities: Capabilities
+
+    def read(self, ref: RowRef) -> Row | None:
+        """One strongly consistent point read."""
+        ...
+
+    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        """Apply all ``ops`` atomically or none.
+
+        Raises :class:`TransientStoreError` when the outcome is unknown or the
+        backend asks to retry; the engine retries the same operations.
+        """
+        ...
+
+    def commit_cache(self, ops: Sequence[Op]) -> None:
+        """Best-effort write of a pure cache (completion records).
+
+        May be deferred off the caller's path and need not be durable; losing
+        it only costs a later duplicate a replay. Never raises.
+        """
+        ...
+
+    def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
+        """Every row of a logical table as ``(partition, key, row)``, sorted.
+
+        For tools, samples, tests and garbage collection; not used on a step's path.
+        """
+        ...
+
+    def create_tables(self, *names: str) -> None:
+        """Provision logical tables (a no-op where tables are implicit)."""
+        ...
+
+    def flush(self) -> None:
+        """Wait until deferred cache writes are done."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and finish deferred writes."""
+        ...
+
+    @property
+    def round_trips(self) -> int:
+        """Backend calls made so far (reads, commits, cache writes), for benchmarks."""
+        ...
+
+
+def first_failure_of(conflict: Conflict, index: int) -> OpFailure | None:
+    """The failure reported for operation ``index``, if any."""
+    for failure in conflict.failures:
+        if failure.index == index:
+            return failure
+    return None

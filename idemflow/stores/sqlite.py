@@ -1,0 +1,182 @@
+"""The embedded durable store: one SQLite file, shared safely by many processes.
+
+Why SQLite: it is in the standard library, durable (WAL with
+``synchronous=FULL`` by default, so a result returned to a caller survives a
+power loss), and its ``BEGIN IMMEDIATE`` write lock makes each commit a
+serializable check-then-write across every process using the file.
+
+All logical tables live in one physical table keyed by
+``(table, partition, key)``; a commit may touch any of them.
+
+>>> import tempfile, os
+>>> from idemflow.stores import SqliteStore
+>>> store = SqliteStore(os.path.join(tempfile.mkdtemp(), "demo.sqlite3"))
+>>> store.capabilities.server_side_increment
+True
+>>> store.close()
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Literal
+
+from idemflow.errors import StoreConfigError, TransientStoreError
+from idemflow.serialization import decode
+from idemflow.stores._local import Stored, commit_locally
+from idemflow.stores.base import Capabilities, CommitOutcome, Op, Row, RowRef
+
+SQLITE_CAPABILITIES = Capabilities(
+    cross_partition_commit=True,
+    server_side_increment=True,
+    max_ops_per_commit=10_000,
+    max_value_bytes=16 * 1024 * 1024,
+    max_commit_bytes=256 * 1024 * 1024,
+    max_key_bytes=64 * 1024,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idemflow_rows (
+    tbl TEXT NOT NULL,
+    part TEXT NOT NULL,
+    rk TEXT NOT NULL,
+    v TEXT NOT NULL,
+    ver INTEGER NOT NULL,
+    expires REAL,
+    PRIMARY KEY (tbl, part, rk)
+) WITHOUT ROWID
+"""
+_SELECT = "SELECT v, ver FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
+_UPSERT = "INSERT OR REPLACE INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, ?, ?)"
+_DELETE = "DELETE FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+
+class SqliteStore:
+    """A :class:`~idemflow.stores.base.Store` on one SQLite file.
+
+    Each thread gets its own connection (``sqlite3`` connections are not
+    shared across threads); processes coordinate through SQLite's file locks.
+    ``busy_timeout`` bounds how long a commit waits for another writer before
+    it becomes a :class:`TransientStoreError` for the engine to retry.
+    """
+
+    capabilities = SQLITE_CAPABILITIES
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, synchronous: Synchronous = "FULL", busy_timeout: float = 30.0
+    ) -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise StoreConfigError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+        self.path = os.fspath(path)
+        self._synchronous = synchronous
+        self._busy_ms = int(busy_timeout * 1000)
+        self._local = threading.local()
+        self._round_trips = 0
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._connection("main")  # create the schema now: fail early on a bad path
+
+    def _connection(self, role: Literal["main", "cache"]) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, role, None)
+        if conn is not None:
+            return conn
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # A cache write (completion record) needs no fsync: losing it costs a replay.
+            sync = "NORMAL" if role == "cache" and self._synchronous != "OFF" else self._synchronous
+            conn.execute(f"PRAGMA synchronous = {sync}")
+            conn.execute(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreConfigError(f"cannot open SQLite store at {self.path!r}: {exc}") from exc
+        setattr(self._local, role, conn)
+        with self._connections_lock:
+            self._connections.append(conn)
+        return conn
+
+    def read(self, ref: RowRef) -> Row | None:
+        self._round_trips += 1
+        try:
+            found = self._connection("main").execute(_SELECT, (ref.table, ref.partition, ref.key)).fetchone()
+        except sqlite3.OperationalError as exc:
+            raise TransientStoreError(f"SQLite read of {ref.table}/{ref.partition} failed: {exc}") from exc
+        return None if found is None else Row(decode(found[0]), found[1])
+
+    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        self._round_trips += 1
+        return self._commit(self._connection("main"), ops)
+
+    def commit_cache(self, ops: Sequence[Op]) -> None:
+        self._round_trips += 1
+        try:
+            self._commit(self._connection("cache"), ops)
+        except Exception:  # noqa: BLE001 - a lost cache write only costs a later replay
+            return
+
+    def _commit(self, conn: sqlite3.Connection, ops: Sequence[Op]) -> CommitOutcome:
+        def lookup(ref: RowRef) -> Stored | None:
+            found = conn.execute(_SELECT, (ref.table, ref.partition, ref.key)).fetchone()
+            return None if found is None else (found[0], found[1])
+
+        def write(ref: RowRef, text: str, version: int, expires_at: float | None) -> None:
+            conn.execute(_UPSERT, (ref.table, ref.partition, ref.key, text, version, expires_at))
+
+        def remove(ref: RowRef) -> None:
+            conn.execute(_DELETE, (ref.table, ref.partition, ref.key))
+
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise TransientStoreError(f"SQLite store {self.path!r} busy: {exc}") from exc
+        try:
+            outcome = commit_locally(ops, lookup, write, remove)
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            _rollback(conn)
+            raise TransientStoreError(f"SQLite commit on {self.path!r} failed: {exc}") from exc
+        except BaseException:
+            _rollback(conn)
+            raise
+        return outcome
+
+    def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
+        conn = self._connection("main")
+        if partition is None:
+            query = conn.execute(
+                "SELECT part, rk, v, ver FROM idemflow_rows WHERE tbl = ? ORDER BY part, rk", (table,)
+            )
+        else:
+            query = conn.execute(
+                "SELECT part, rk, v, ver FROM idemflow_rows WHERE tbl = ? AND part = ? ORDER BY rk",
+                (table, partition),
+            )
+        for part, key, text, version in query.fetchall():
+            yield part, key, Row(decode(text), version)
+
+    def create_tables(self, *names: str) -> None:
+        """Tables are implicit: every logical table shares one physical table."""
+
+    def flush(self) -> None:
+        """Cache writes are synchronous (but not fsynced)."""
+
+    def close(self) -> None:
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()
+
+    @property
+    def round_trips(self) -> int:
+        return self._round_trips
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")

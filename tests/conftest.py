@@ -1,0 +1,105 @@
+"""Shared fixtures: real servers for the session and one ``store`` fixture
+parametrized over every backend, so the conformance suite runs unchanged on all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from idemflow.keys import RUNS_TABLE
+from idemflow.stores import MemoryStore, SqliteStore, Store
+from tests.servers import Azurite, Moto, azurite_server, moto_server
+
+STORE_KINDS = ("memory", "sqlite", "dynamodb", "azure")
+CLOUD_KINDS = ("dynamodb", "azure")
+TEST_TABLES = ("accounts", "ledger", "tablea", "tableb", "items")
+"""Logical tables the suite uses; cloud stores need them created up front."""
+
+StoreFactory = Callable[[], Store]
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[Moto]:
+    with moto_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    with azurite_server() as server:
+        yield server
+
+
+_counter = itertools.count()
+
+
+def _prefix() -> str:
+    # Letters and digits only (Azure table names); unique per store namespace.
+    return f"t{uuid.uuid4().hex[:8]}{next(_counter)}"
+
+
+def make_factory(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """A function creating fresh, empty stores of ``kind`` (own tables each time)."""
+    created: list[Store] = []
+
+    def factory() -> Store:
+        store: Store
+        if kind == "memory":
+            store = MemoryStore()
+        elif kind == "sqlite":
+            store = SqliteStore(tmp_path / f"{_prefix()}.sqlite3")
+        elif kind == "dynamodb":
+            from idemflow.stores.dynamodb import DynamoDBStore
+
+            server: Moto = request.getfixturevalue("moto")
+            store = DynamoDBStore(endpoint_url=server.endpoint, region_name=server.region, prefix=_prefix())
+        elif kind == "azure":
+            from idemflow.stores.azure_tables import AzureTableStore
+
+            azure: Azurite = request.getfixturevalue("azurite")
+            store = AzureTableStore(connection_string=azure.connection_string, prefix=_prefix())
+        else:  # pragma: no cover
+            raise ValueError(kind)
+        store.create_tables(*TEST_TABLES)
+        created.append(store)
+        return store
+
+    request.addfinalizer(lambda: [store.close() for store in created])
+    return factory
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_factory(store_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    return make_factory(store_kind, request, tmp_path)
+
+
+@pytest.fixture
+def store(store_factory: StoreFactory) -> Store:
+    return store_factory()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Hypothesis: deterministic in CI, no per-example deadline (real servers vary).
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "idemflow",
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        derandomize=os.environ.get("CI") == "true",
+    )
+    settings.load_profile("idemflow")
+
+
+__all__ = ["CLOUD_KINDS", "RUNS_TABLE", "STORE_KINDS", "TEST_TABLES", "StoreFactory", "make_factory"]

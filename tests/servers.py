@@ -1,0 +1,130 @@
+"""Real backend servers on loopback for the test session: moto server and Azurite.
+
+Started once per pytest worker process on free ports, polled until they
+accept connections, and stopped at the end. Nothing here is mocked: the
+DynamoDB/SQS and Azure Tables/Queues stores talk HTTP to these servers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+AZURITE_ACCOUNT = "devstoreaccount1"
+# Azurite's published development key (https://learn.microsoft.com/azure/storage/common/storage-use-azurite).
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within {timeout}s")
+
+
+@contextmanager
+def _process(cmd: list[str], ports: list[int], name: str, cwd: str | None = None) -> Iterator[None]:
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+    try:
+        try:
+            for port in ports:
+                wait_for_port(port, proc, name)
+        except RuntimeError:
+            log.seek(0)
+            raise RuntimeError(f"{name} failed to start: {log.read()[-2000:].decode(errors='replace')}")
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@dataclass(frozen=True)
+class Moto:
+    endpoint: str
+    region: str = "us-east-1"
+
+
+@contextmanager
+def moto_server() -> Iterator[Moto]:
+    """``moto_server`` from this virtualenv on a free loopback port."""
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    port = free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
+    with _process([*cmd, "-H", "127.0.0.1", "-p", str(port)], [port], "moto server"):
+        yield Moto(endpoint=f"http://127.0.0.1:{port}")
+
+
+@dataclass(frozen=True)
+class Azurite:
+    table_port: int
+    queue_port: int
+
+    @property
+    def connection_string(self) -> str:
+        return (
+            "DefaultEndpointsProtocol=http;"
+            f"AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"TableEndpoint=http://127.0.0.1:{self.table_port}/{AZURITE_ACCOUNT};"
+            f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{AZURITE_ACCOUNT};"
+        )
+
+
+def azurite_executable() -> str:
+    """Azurite installed by ``make setup`` into .tools (or named by IDEMFLOW_AZURITE)."""
+    candidates = [os.environ.get("IDEMFLOW_AZURITE", ""), str(ROOT / ".tools/node_modules/.bin/azurite")]
+    for candidate in candidates:
+        if candidate and Path(candidate).exists():
+            return candidate
+    found = shutil.which("azurite")
+    if found:
+        return found
+    raise RuntimeError("Azurite is not installed: run `make setup` (npm install into .tools)")
+
+
+@contextmanager
+def azurite_server() -> Iterator[Azurite]:
+    """Azurite (tables, queues, blobs) in memory on free loopback ports."""
+    table, queue, blob = free_port(), free_port(), free_port()
+    workdir = tempfile.mkdtemp(prefix="azurite-")
+    cmd = [
+        azurite_executable(), "--silent", "--inMemoryPersistence", "--skipApiVersionCheck", "--loose",
+        "--tableHost", "127.0.0.1", "--tablePort", str(table),
+        "--queueHost", "127.0.0.1", "--queuePort", str(queue),
+        "--blobHost", "127.0.0.1", "--blobPort", str(blob),
+    ]  # fmt: skip
+    try:
+        with _process(cmd, [table, queue], "Azurite", cwd=workdir):
+            yield Azurite(table_port=table, queue_port=queue)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
