@@ -140,3 +140,48 @@ class TransientStoreError(StoreError):
 
 class StoreConfigError(StoreError):
     """A store URL or configuration that cannot work (unknown scheme, missing extra)."""
+
+
+class WorkflowAborted(IdemflowError):
+    """The workflow aborted; the compensations of its completed steps have run.
+
+    Every execution of the request (duplicates included) ends with this same
+    error and reason.
+    """
+
+    def __init__(self, reason: object, workflow: str, request_id: str) -> None:
+        super().__init__(reason, workflow, request_id)
+        self.reason = reason
+        self.workflow = workflow
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        return f"workflow {self.workflow!r} request {self.request_id!r} aborted: {self.reason!r}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WorkflowAborted) and self.args == other.args
+
+    def __hash__(self) -> int:
+        return hash((type(self), repr(self.args)))
+
+
+class CompensationFailed(IdemflowError):
+    """A compensation raised instead of undoing its step.
+
+    The request stays resumable: fix the cause and run it again; completed
+    compensations are not repeated.
+    """
+
+    def __init__(self, workflow: str, request_id: str, step: int, name: str, cause: str) -> None:
+        super().__init__(workflow, request_id, step, name, cause)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.step = step
+        self.name = name
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r}: compensation of step {self.step} "
+            f"({self.name}) failed: {self.cause}; the request can be run again to resume"
+        )

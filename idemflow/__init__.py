@@ -1,0 +1,95 @@
+"""idemflow: exactly-once multi-step workflows without a coordinator.
+
+The idempotence monad of Ramalingam & Vaswani (POPL 2013): a workflow is a
+chain of atomic steps, each a transaction on one partition of one table; each
+step's result is memoized in the same atomic write as its data, keyed by
+``(workflow, request id, step number)``. Duplicates, retries after crashes
+and racing executions then have the effect of one failure-free run.
+
+>>> from idemflow import MemoryStore, atomic, run, workflow
+>>> def move(amount):
+...     def body(tx):
+...         tx.increment("balance", amount)
+...         return amount
+...     return body
+>>> @workflow("transfer")
+... def transfer(req):
+...     yield atomic("accounts", req["src"], move(-req["amount"]))
+...     yield atomic("accounts", req["dst"], move(req["amount"]))
+...     return "done"
+>>> store = MemoryStore()
+>>> req = {"src": "alice", "dst": "bob", "amount": 5}
+>>> [run(transfer(req), request_id="t-1", store=store) for _ in range(3)]
+['done', 'done', 'done']
+"""
+
+from __future__ import annotations
+
+from idemflow.engine import RetryPolicy
+from idemflow.errors import (
+    CompensationFailed,
+    ConflictError,
+    IdempotencyKeyReuseError,
+    IdemflowError,
+    InvalidInputError,
+    InvalidNameError,
+    InvalidValueError,
+    LimitExceededError,
+    NonDeterminismError,
+    StoreConfigError,
+    StoreError,
+    TransientStoreError,
+    WorkflowAborted,
+)
+from idemflow.helpers import effect, now, random, uuid4
+from idemflow.monad import Idem, atomic, bind, pure
+from idemflow.records import RunRecord, RunStatus
+from idemflow.runner import Workflow, idempotent, run, run_result, workflow
+from idemflow.stores import MemoryStore, SqliteStore, Store, open_store
+from idemflow.tx import Tx
+
+__all__ = [
+    "CompensationFailed",
+    "ConflictError",
+    "Idem",
+    "IdemflowError",
+    "IdempotencyKeyReuseError",
+    "InvalidInputError",
+    "InvalidNameError",
+    "InvalidValueError",
+    "LimitExceededError",
+    "MemoryStore",
+    "NonDeterminismError",
+    "RetryPolicy",
+    "RunRecord",
+    "RunStatus",
+    "SqliteStore",
+    "Store",
+    "StoreConfigError",
+    "StoreError",
+    "TransientStoreError",
+    "Tx",
+    "Workflow",
+    "WorkflowAborted",
+    "atomic",
+    "bind",
+    "effect",
+    "idempotent",
+    "now",
+    "open_store",
+    "pure",
+    "random",
+    "run",
+    "run_result",
+    "uuid4",
+    "workflow",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The cloud stores need optional extras: resolve them lazily.
+    if name in ("DynamoDBStore", "AzureTableStore"):
+        from idemflow import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module 'idemflow' has no attribute {name!r}")

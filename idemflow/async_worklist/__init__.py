@@ -1,0 +1,1 @@
+"""Asynchronous worklist: checkpoints, queues and background workers (DESIGN.md section 5)."""

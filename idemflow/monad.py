@@ -1,0 +1,169 @@
+"""``Idem[T]``: an idempotent computation, as a description to be run.
+
+An ``Idem`` is a value, not a running thing: it records *what* to do (atomic
+steps, pure values, continuations), and :func:`idemflow.run` interprets it
+under a request id. So the same ``Idem`` can be run many times, under many
+request ids, from many threads, and a crashed run is simply run again.
+
+It is a monad (checked with hypothesis in ``tests/test_monad_laws.py``):
+
+>>> from idemflow import MemoryStore, pure, run
+>>> m = pure(20).bind(lambda x: pure(x + 1)).map(lambda x: x * 2)
+>>> run(m, request_id="r1", store=MemoryStore())
+42
+
+and a ``returns`` container, so ``returns.pipeline.flow`` and the pointfree
+``bind`` / ``map_`` work on it:
+
+>>> from returns.pipeline import flow
+>>> from returns.pointfree import bind as bind_
+>>> run(flow(pure(1), bind_(lambda x: pure(x + 1))), request_id="r2", store=MemoryStore())
+2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+
+from returns.interfaces.bindable import Bindable1
+from returns.interfaces.mappable import Mappable1
+from returns.primitives.container import BaseContainer
+from returns.primitives.hkt import Kind1, SupportsKind1, dekind
+
+if TYPE_CHECKING:
+    from idemflow.tx import Tx
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+Body = Callable[["Tx"], Any]
+Compensate = Callable[["Tx", Any], Any]
+
+
+class Pure(NamedTuple):
+    value: Any
+
+
+class Bind(NamedTuple):
+    source: Any  # a node
+    then: Callable[[Any], Idem[Any]]
+
+
+class Atomic(NamedTuple):
+    table: str
+    partition: str
+    body: Body
+    compensate: Compensate | None
+    name: str
+
+
+class Special(NamedTuple):
+    """A step with no table of its own: now, uuid4, random, effect, abort, checkpoint."""
+
+    kind: str
+    payload: Any = None
+
+
+class Call(NamedTuple):
+    """A ``@workflow`` function applied to its input."""
+
+    name: str
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+Node = Pure | Bind | Atomic | Special | Call
+
+
+class Idem(BaseContainer, SupportsKind1["Idem[Any]", T], Bindable1[T], Mappable1[T], Generic[T]):
+    """An idempotent computation producing a ``T`` (immutable; slotted)."""
+
+    __slots__ = ()
+
+    _inner_value: Node
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node)
+
+    @property
+    def node(self) -> Node:
+        """The description this computation interprets to."""
+        return self._inner_value
+
+    @classmethod
+    def from_value(cls, value: U) -> Idem[U]:
+        """Unit of the monad: a computation that just yields ``value``."""
+        return Idem(Pure(value))
+
+    def bind(self, function: Callable[[T], Kind1[Idem[Any], U]]) -> Idem[U]:
+        """Sequence: run ``self``, feed its result to ``function``, run what it returns."""
+        return Idem(Bind(self._inner_value, lambda value: dekind(function(value))))
+
+    def map(self, function: Callable[[T], U]) -> Idem[U]:
+        """Transform the result with a pure function (no step of its own)."""
+        return Idem(Bind(self._inner_value, lambda value: Idem(Pure(function(value)))))
+
+    def then(self, other: Idem[U]) -> Idem[U]:
+        """Run ``self`` for its effects, then ``other``."""
+        return Idem(Bind(self._inner_value, lambda _value: other))
+
+    def __repr__(self) -> str:
+        return f"<Idem {type(self._inner_value).__name__}>"
+
+
+def pure(value: T) -> Idem[T]:
+    """Lift a value into a computation with no effect.
+
+    >>> pure(3).node
+    Pure(value=3)
+    """
+    return Idem(Pure(value))
+
+
+def bind(m: Idem[T], function: Callable[[T], Idem[U]]) -> Idem[U]:
+    """Module form of :meth:`Idem.bind`, for code that reads better prefix.
+
+    >>> bind(pure(1), lambda x: pure(x + 1)).node.__class__.__name__
+    'Bind'
+    """
+    return m.bind(function)
+
+
+def atomic(
+    table: str,
+    partition: str,
+    body: Callable[[Tx], T],
+    *,
+    compensate: Callable[[Tx, T], object] | None = None,
+    name: str | None = None,
+) -> Idem[T]:
+    """One step: ``body(tx)`` as one serializable transaction on one partition.
+
+    The body may run more than once (conflict retries); only the committed
+    run's writes and result count. ``compensate(tx, result)`` undoes the step
+    if the workflow later aborts. ``name`` identifies the step in its memo
+    (default: the body's qualified name) for non-determinism detection.
+
+    >>> def deposit(tx):
+    ...     tx.increment("balance", 5)
+    ...     return "ok"
+    >>> atomic("accounts", "alice", deposit).node.name
+    'deposit'
+    """
+    from idemflow.keys import check_partition, check_table
+
+    check_table(table)
+    check_partition(partition)
+    if not callable(body):
+        from idemflow.errors import InvalidInputError
+
+        raise InvalidInputError(f"atomic step body must be callable, not {type(body).__name__}")
+    step_name = name if name is not None else getattr(body, "__qualname__", type(body).__qualname__)
+    return Idem(Atomic(table, partition, body, compensate, step_name))
+
+
+def special(kind: str, payload: Any = None) -> Idem[Any]:
+    """A table-less step (used by the helpers in :mod:`idemflow.helpers`)."""
+    return Idem(Special(kind, payload))

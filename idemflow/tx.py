@@ -1,0 +1,181 @@
+"""``Tx``: what a step body sees, one optimistic transaction on one partition.
+
+Reads go to the store (strongly consistent) and remember the version they
+saw; writes are buffered. At commit the engine turns this into one atomic
+write: the buffered writes conditioned on the versions read, a version check
+for rows only read, and the step's memo. So a body is serializable without
+locks, and a body whose reads went stale is simply run again.
+
+>>> from idemflow import MemoryStore, atomic, run
+>>> def open_account(tx):
+...     if tx.get("balance") is None:
+...         tx.put("balance", 100)
+...     tx.increment("deposits")
+...     return tx.get("balance")
+>>> run(atomic("accounts", "alice", open_account), request_id="r", store=MemoryStore())
+100
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from idemflow.errors import InvalidValueError
+from idemflow.keys import check_key, data_key
+from idemflow.serialization import JSON, encode
+from idemflow.stores.base import (
+    Check,
+    Cond,
+    Delete,
+    Expect,
+    Increment,
+    Op,
+    Put,
+    RowRef,
+    Store,
+)
+
+
+class StepAborted(BaseException):
+    """Raised by :meth:`Tx.abort`; a BaseException so a body's ``except Exception`` cannot eat it."""
+
+    def __init__(self, reason: JSON) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING: Any = _Missing()
+_DELETED = object()
+
+
+class _Add:
+    __slots__ = ("delta",)
+
+    def __init__(self, delta: int | float) -> None:
+        self.delta = delta
+
+
+class Tx:
+    """The transaction handed to a step body (see the module docstring)."""
+
+    __slots__ = ("_partition", "_read_versions", "_store", "_table", "_view", "_writes")
+
+    def __init__(self, store: Store, table: str, partition: str) -> None:
+        self._store = store
+        self._table = table
+        self._partition = partition
+        self._read_versions: dict[str, Expect] = {}
+        self._view: dict[str, Any] = {}
+        self._writes: dict[str, Any] = {}  # key -> Put | _DELETED | _Add
+
+    @property
+    def table(self) -> str:
+        """The step's table."""
+        return self._table
+
+    @property
+    def partition(self) -> str:
+        """The step's partition."""
+        return self._partition
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The row's value (seeing this body's own earlier writes), or ``default``."""
+        view = self._view
+        if key in view:
+            value = view[key]
+        else:
+            check_key(key)
+            row = self._store.read(RowRef(self._table, self._partition, data_key(key)))
+            if row is None:
+                self._read_versions[key] = Cond.ABSENT
+                value = MISSING
+            else:
+                self._read_versions[key] = row.version
+                value = row.value
+            pending = self._writes.get(key)
+            if isinstance(pending, _Add):
+                value = self._added(key, value, pending.delta)
+                self._writes[key] = self._put_op(key, value)
+            view[key] = value
+        return default if value is MISSING else value
+
+    def put(self, key: str, value: Any) -> None:
+        """Write ``value`` (JSON-compatible) at ``key`` when the step commits."""
+        check_key(key)
+        self._writes[key] = self._put_op(key, value)
+        self._view[key] = value
+
+    def delete(self, key: str) -> None:
+        """Delete ``key`` when the step commits (deleting an absent key is a no-op)."""
+        check_key(key)
+        self._writes[key] = _DELETED
+        self._view[key] = MISSING
+
+    def increment(self, key: str, delta: int | float = 1) -> None:
+        """Add ``delta`` to a numeric row (absent counts as 0).
+
+        Needs no prior read: the backend adds at commit (DynamoDB ``ADD``), so
+        concurrent increments do not conflict with each other.
+        """
+        if type(delta) not in (int, float):
+            raise InvalidValueError(f"increment of {key!r}", f"delta must be int or float, not {delta!r}")
+        check_key(key)
+        if key in self._view:
+            new = self._added(key, self._view[key], delta)
+            self._writes[key] = self._put_op(key, new)
+            self._view[key] = new
+            return
+        pending = self._writes.get(key)
+        self._writes[key] = _Add(delta if pending is None else pending.delta + delta)
+
+    def abort(self, reason: JSON = None) -> NoReturn:
+        """Abort the workflow: this step commits nothing of its own, and the
+        compensations of the completed steps run (see :mod:`idemflow.compensation`)."""
+        encode(reason, "abort reason")
+        raise StepAborted(reason)
+
+    def _put_op(self, key: str, value: Any) -> tuple[JSON, str]:
+        return (value, encode(value, f"value of {self._table}/{self._partition}/{key}"))
+
+    def _added(self, key: str, current: Any, delta: int | float) -> int | float:
+        base = 0 if current is MISSING else current
+        if type(base) not in (int, float):
+            raise InvalidValueError(
+                f"increment of {self._table}/{self._partition}/{key}",
+                f"row holds {type(base).__name__}, not a number",
+            )
+        result: int | float = base + delta
+        return result
+
+    def ops(self) -> list[Op]:
+        """The data operations of one commit: writes conditioned on reads, checks for reads."""
+        table, partition = self._table, self._partition
+        reads = self._read_versions
+        ops: list[Op] = []
+        for key, write in self._writes.items():
+            ref = RowRef(table, partition, data_key(key))
+            expect = reads.get(key, Cond.ANY)
+            if write is _DELETED:
+                ops.append(Delete(ref, expect))
+            elif isinstance(write, _Add):
+                ops.append(Increment(ref, write.delta))
+            else:
+                ops.append(Put(ref, write[0], write[1], expect))
+        for key, version in reads.items():
+            if key not in self._writes:
+                ops.append(Check(RowRef(table, partition, data_key(key)), version))
+        return ops
+
+    def read_checks(self) -> list[Op]:
+        """Checks on everything read, without the writes (an aborting step's commit)."""
+        return [
+            Check(RowRef(self._table, self._partition, data_key(key)), version)
+            for key, version in self._read_versions.items()
+        ]
