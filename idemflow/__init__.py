@@ -29,8 +29,8 @@ from idemflow.engine import RetryPolicy
 from idemflow.errors import (
     CompensationFailed,
     ConflictError,
-    IdempotencyKeyReuseError,
     IdemflowError,
+    IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidNameError,
     InvalidValueError,

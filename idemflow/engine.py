@@ -39,8 +39,8 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, memo_key, run_key, step_tag
 from idemflow.monad import Atomic, Bind, Call, Idem, Node, Pure, Special
-from idemflow.serialization import JSON, decode, encode
-from idemflow.stores.base import Committed, CommitOutcome, Insert, Op, Put, Row, RowRef, Store
+from idemflow.serialization import JSON, encode
+from idemflow.stores.base import CommitOutcome, Committed, Insert, Op, Put, Row, RowRef, Store
 from idemflow.tx import StepAborted, Tx
 
 
@@ -48,7 +48,7 @@ class _DataConflict(Exception):
     """A body's reads went stale before its commit: run it again."""
 
 
-def _default_conflict_retrying() -> Retrying:
+def _default_conflict_retrying() -> Retrying:  # copied before every use: never iterated itself
     return Retrying(
         stop=stop_after_attempt(12),
         wait=wait_random_exponential(multiplier=0.002, max=0.25),
@@ -76,6 +76,23 @@ class RetryPolicy:
     transient: Retrying = field(default_factory=_default_transient_retrying)
     retention: float = 7 * 24 * 3600.0
     """Seconds memo and run rows are kept where the backend expires rows (TTL)."""
+
+
+DEFAULT_POLICY = RetryPolicy()
+"""Shared safely: its ``Retrying`` objects are only ever used through ``.copy()``."""
+
+
+class _RunRecordSeen(BaseException):
+    """The run record, read beside a first step's first row, exists: stop the body."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__()
+        self.row = row
+
+
+def _stop_if_present(row: Row | None) -> None:
+    if row is not None:
+        raise _RunRecordSeen(row)
 
 
 class Finished(BaseException):
@@ -193,7 +210,9 @@ class Execution:
     def atomic(self, node: Atomic) -> Any:
         self.step += 1
         step = self.step
-        value = self.run_step(node.table, node.partition, step_tag(step), "atomic " + node.name, node.body, step)
+        value = self.run_step(
+            node.table, node.partition, step_tag(step), "atomic " + node.name, node.body, step
+        )
         if node.compensate is not None:
             self.completed.append(CompletedStep(step, node, value))
         return value
@@ -247,9 +266,18 @@ class Execution:
                 if row is not None:
                     return self.memo_result(row, identity, step)
                 self.replaying = False
-            tx = Tx(self.store, memo_ref.table, memo_ref.partition)
+            peek = None
+            if not self.run_known:
+                if not self.store.capabilities.cross_partition_commit:
+                    self.ensure_run_record()
+                    continue
+                peek = (self.run_ref, _stop_if_present)
+            tx = Tx(self.store, memo_ref.table, memo_ref.partition, peek)
             try:
                 result = body(tx)
+            except _RunRecordSeen as seen:
+                self.on_run_record(seen.row)  # returns only to replay
+                continue
             except StepAborted as abort:
                 if not abortable:
                     raise
@@ -274,7 +302,10 @@ class Execution:
             outcome = self.commit(ops, step, memo_ref)
             if isinstance(outcome, Committed):
                 self.run_known = True
-                return self.memo_result(Row(decode(memo_text), 0), identity, step)
+                if "abort" in memo_value:
+                    raise AbortWorkflow(memo_value["abort"], step)
+                # Strict encoding guarantees decode(encode(x)) == x: no need to parse it back.
+                return memo_value["v"]
             by_index = {failure.index: failure for failure in outcome.failures}
             if run_included and 1 in by_index:
                 existing = by_index[1].existing
@@ -325,7 +356,9 @@ class Execution:
             return
         record = records.RunRecord.from_json(existing.value)
         if record.fingerprint != self.fingerprint:
-            raise IdempotencyKeyReuseError(self.workflow, self.request_id, record.fingerprint, self.fingerprint)
+            raise IdempotencyKeyReuseError(
+                self.workflow, self.request_id, record.fingerprint, self.fingerprint
+            )
         if record.status in (records.RunStatus.COMPLETED, records.RunStatus.ABORTED):
             raise Finished(record)
         self.run_known = True
@@ -337,7 +370,7 @@ class Execution:
     def finish(self, status: records.RunStatus, result: JSON = None, reason: JSON = None) -> JSON:
         """Record the outcome: durably if no step claimed the request, else as a cache.
 
-        Returns the result as every later duplicate will see it (after the JSON round trip).
+        Returns the result, which strict encoding guarantees equal to what duplicates read back.
         """
         value: JSON = records.RunRecord(self.fingerprint, status, result=result, reason=reason).to_json()
         text = encode(value, f"result of workflow {self.workflow!r}")
@@ -348,9 +381,9 @@ class Execution:
                 self.on_run_record(outcome.failures[0].existing)
             else:
                 self.run_known = True
-                return decode(text).get("result")  # type: ignore[union-attr]
+                return result
         self.store.commit_cache([Put(self.run_ref, value, text, expires_at=self.expiry())])
-        return decode(text).get("result")  # type: ignore[union-attr]
+        return result
 
     # -- store calls ------------------------------------------------------
 
@@ -391,7 +424,9 @@ class Execution:
                     if len(part.encode("utf-8")) > caps.max_key_bytes:
                         self._limit(step, where, f"a key or partition over {caps.max_key_bytes} bytes")
         if total > caps.max_commit_bytes:
-            self._limit(step, where, f"{total} bytes in one commit; the backend allows {caps.max_commit_bytes}")
+            self._limit(
+                step, where, f"{total} bytes in one commit; the backend allows {caps.max_commit_bytes}"
+            )
 
     def _limit(self, step: int, where: RowRef, problem: str) -> NoReturn:
         raise LimitExceededError(

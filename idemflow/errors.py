@@ -88,9 +88,7 @@ class NonDeterminismError(IdemflowError):
     flow depends on something other than inputs and step results.
     """
 
-    def __init__(
-        self, workflow: str, request_id: str, step: int, recorded: str, met: str
-    ) -> None:
+    def __init__(self, workflow: str, request_id: str, step: int, recorded: str, met: str) -> None:
         super().__init__(workflow, request_id, step, recorded, met)
         self.workflow = workflow
         self.request_id = request_id
@@ -185,3 +183,13 @@ class CompensationFailed(IdemflowError):
             f"workflow {self.workflow!r} request {self.request_id!r}: compensation of step {self.step} "
             f"({self.name}) failed: {self.cause}; the request can be run again to resume"
         )
+
+
+class QueueError(StoreError):
+    """A queue operation that cannot succeed as asked (a message this holder no longer owns, ...).
+
+    Raised by the work queues of :mod:`idemflow.async_worklist`; transient queue
+    failures are :class:`TransientStoreError` and configuration problems
+    :class:`StoreConfigError`, so a worker can tell "retry", "fix the setup" and
+    "this message is gone" apart.
+    """

@@ -102,9 +102,7 @@ def _check_text(what: str, value: object, max_chars: int) -> str:
 def check_table(name: object) -> str:
     """A logical table name valid on every backend (Azure is the strictest)."""
     if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
-        raise InvalidNameError(
-            "table", name, "must be 3-40 ASCII letters and digits, starting with a letter"
-        )
+        raise InvalidNameError("table", name, "must be 3-40 ASCII letters and digits, starting with a letter")
     return name
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from idemflow.serialization import JSON
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(enum.StrEnum):
     """Where a request stands, as the run record tells."""
 
     PENDING = "pending"

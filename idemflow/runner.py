@@ -32,7 +32,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 from returns.result import Failure, Result, Success
 
 from idemflow import records
-from idemflow.engine import AbortWorkflow, Execution, Finished, RetryPolicy
+from idemflow.engine import DEFAULT_POLICY, AbortWorkflow, Execution, Finished, RetryPolicy
 from idemflow.errors import CompensationFailed, IdemflowError, InvalidInputError, WorkflowAborted
 from idemflow.keys import check_request_id, check_workflow_name, compensation_tag
 from idemflow.monad import Bind, Call, Idem
@@ -114,7 +114,7 @@ def execute(
     """Run ``m`` to its end (completed or aborted and compensated) and return the record."""
     check_request_id(request_id)
     name, fp = describe(m)
-    execution = Execution(store, name, request_id, fp, policy or RetryPolicy(), clock)
+    execution = Execution(store, name, request_id, fp, policy or DEFAULT_POLICY, clock)
     if prepare is not None:
         prepare(execution)
     try:
@@ -248,5 +248,3 @@ def run_status(store: Store, workflow: str, request_id: str) -> records.RunRecor
 
     row = store.read(RowRef(RUNS_TABLE, check_request_id(request_id), run_key(check_workflow_name(workflow))))
     return None if row is None else records.RunRecord.from_json(row.value)
-
-

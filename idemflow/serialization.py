@@ -20,15 +20,15 @@ from typing import Union
 
 from idemflow.errors import InvalidValueError
 
-JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
+JSON = Union[  # noqa: UP007 - a recursive alias needs the string forward references
+    None, bool, int, float, str, list["JSON"], dict[str, "JSON"]
+]
 """A JSON-compatible value as Python holds it after ``json.loads``."""
 
 MAX_DEPTH = 64
 """Deepest nesting accepted; deeper values are refused (stack safety on decode)."""
 
-_encoder = json.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-)
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
 
 
 def encode(value: object, where: str = "value") -> str:

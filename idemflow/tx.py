@@ -18,6 +18,7 @@ locks, and a body whose reads went stale is simply run again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from idemflow.errors import InvalidValueError
@@ -31,6 +32,7 @@ from idemflow.stores.base import (
     Increment,
     Op,
     Put,
+    Row,
     RowRef,
     Store,
 )
@@ -65,10 +67,17 @@ class _Add:
 class Tx:
     """The transaction handed to a step body (see the module docstring)."""
 
-    __slots__ = ("_partition", "_read_versions", "_store", "_table", "_view", "_writes")
+    __slots__ = ("_partition", "_peek", "_read_versions", "_store", "_table", "_view", "_writes")
 
-    def __init__(self, store: Store, table: str, partition: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        table: str,
+        partition: str,
+        peek: tuple[RowRef, Callable[[Row | None], None]] | None = None,
+    ) -> None:
         self._store = store
+        self._peek = peek
         self._table = table
         self._partition = partition
         self._read_versions: dict[str, Expect] = {}
@@ -92,7 +101,14 @@ class Tx:
             value = view[key]
         else:
             check_key(key)
-            row = self._store.read(RowRef(self._table, self._partition, data_key(key)))
+            ref = RowRef(self._table, self._partition, data_key(key))
+            if self._peek is None:
+                row = self._store.read(ref)
+            else:
+                # Read another row (the run record) in the same round trip.
+                (peek_ref, seen), self._peek = self._peek, None
+                row, peeked = self._store.read_many([ref, peek_ref])
+                seen(peeked)
             if row is None:
                 self._read_versions[key] = Cond.ABSENT
                 value = MISSING

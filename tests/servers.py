@@ -46,15 +46,16 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout: 
 
 @contextmanager
 def _process(cmd: list[str], ports: list[int], name: str, cwd: str | None = None) -> Iterator[None]:
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     try:
         try:
             for port in ports:
                 wait_for_port(port, proc, name)
-        except RuntimeError:
+        except RuntimeError as exc:
             log.seek(0)
-            raise RuntimeError(f"{name} failed to start: {log.read()[-2000:].decode(errors='replace')}")
+            output = log.read()[-2000:].decode(errors="replace")
+            raise RuntimeError(f"{name} failed to start: {output}") from exc
         yield
     finally:
         proc.terminate()

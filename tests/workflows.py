@@ -72,7 +72,11 @@ def setup_accounts(store: Store, space: str, balances: dict[str, int]) -> None:
     from idemflow import run
 
     for name, balance in balances.items():
-        run(atomic("accounts", space + name, open_account(balance)), request_id=f"{space}open-{name}", store=store)
+        run(
+            atomic("accounts", space + name, open_account(balance)),
+            request_id=f"{space}open-{name}",
+            store=store,
+        )
 
 
 def rows_of(store: Store, space: str) -> dict[tuple[str, str, str], JSON]:

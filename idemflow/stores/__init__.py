@@ -76,7 +76,9 @@ def open_store(url: str) -> Store:
     if scheme == "dynamodb":
         store_cls = __getattr__("DynamoDBStore")
         return store_cls(  # type: ignore[no-any-return]
-            endpoint_url=params.get("endpoint"), region_name=params.get("region"), prefix=params.get("prefix", "")
+            endpoint_url=params.get("endpoint"),
+            region_name=params.get("region"),
+            prefix=params.get("prefix", ""),
         )
     if scheme == "azure":
         conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")

@@ -64,21 +64,18 @@ def commit_locally(
     for index, op in enumerate(ops):
         row = lookup(op.ref)
         current.append(row)
-        if isinstance(op, Insert):
-            if row is not None:
-                failures.append(OpFailure(index, Row(decode(row[0]), row[1])))
-        elif isinstance(op, (Put, Delete, Check)):
-            if not matches(row, op.expect):
-                failures.append(OpFailure(index))
+        if isinstance(op, Insert) and row is not None:
+            failures.append(OpFailure(index, Row(decode(row[0]), row[1])))
+        elif isinstance(op, (Put, Delete, Check)) and not matches(row, op.expect):
+            failures.append(OpFailure(index))
     if failures:
         return Conflict(tuple(failures))
-    for op, row in zip(ops, current):
+    for op, row in zip(ops, current, strict=True):
         version = 1 if row is None else row[1] + 1
         if isinstance(op, (Put, Insert)):
             write(op.ref, op.text, version, op.expires_at)
         elif isinstance(op, Increment):
             write(op.ref, incremented(op.ref, row, op.delta), version, None)
-        elif isinstance(op, Delete):
-            if row is not None:
-                remove(op.ref)
+        elif isinstance(op, Delete) and row is not None:
+            remove(op.ref)
     return COMMITTED

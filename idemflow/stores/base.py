@@ -179,6 +179,15 @@ class Store(Protocol):
         """One strongly consistent point read."""
         ...
 
+    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        """Strongly consistent point reads of rows in any tables and partitions,
+        in one round trip where the backend can (DynamoDB ``TransactGetItems``).
+
+        The engine reads the run record together with a first step's first row,
+        so a duplicate of a finished request costs one call.
+        """
+        ...
+
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         """Apply all ``ops`` atomically or none.
 

@@ -47,6 +47,12 @@ class MemoryStore:
             row = self._rows.get((ref.table, ref.partition, ref.key))
         return None if row is None else Row(decode(row[0]), row[1])
 
+    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        with self._lock:
+            self._round_trips += 1
+            found = [self._rows.get((ref.table, ref.partition, ref.key)) for ref in refs]
+        return [None if row is None else Row(decode(row[0]), row[1]) for row in found]
+
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         rows = self._rows
 

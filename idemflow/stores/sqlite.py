@@ -26,8 +26,22 @@ from typing import Literal
 
 from idemflow.errors import StoreConfigError, TransientStoreError
 from idemflow.serialization import decode
-from idemflow.stores._local import Stored, commit_locally
-from idemflow.stores.base import Capabilities, CommitOutcome, Op, Row, RowRef
+from idemflow.stores._local import incremented, matches
+from idemflow.stores.base import (
+    COMMITTED,
+    Capabilities,
+    CommitOutcome,
+    Cond,
+    Conflict,
+    Delete,
+    Increment,
+    Insert,
+    Op,
+    OpFailure,
+    Put,
+    Row,
+    RowRef,
+)
 
 SQLITE_CAPABILITIES = Capabilities(
     cross_partition_commit=True,
@@ -52,6 +66,14 @@ CREATE TABLE IF NOT EXISTS idemflow_rows (
 _SELECT = "SELECT v, ver FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
 _UPSERT = "INSERT OR REPLACE INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, ?, ?)"
 _DELETE = "DELETE FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
+_INSERT_NEW = (
+    "INSERT INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, 1, ?) "
+    "ON CONFLICT (tbl, part, rk) DO NOTHING"
+)
+_UPSERT_BUMP = (
+    "INSERT INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, 1, ?) "
+    "ON CONFLICT (tbl, part, rk) DO UPDATE SET v = excluded.v, ver = ver + 1, expires = excluded.expires"
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -108,42 +130,52 @@ class SqliteStore:
             raise TransientStoreError(f"SQLite read of {ref.table}/{ref.partition} failed: {exc}") from exc
         return None if found is None else Row(decode(found[0]), found[1])
 
+    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        self._round_trips += 1
+        conn = self._connection("main")
+        try:
+            conn.execute("BEGIN")  # one snapshot for all the reads
+            try:
+                found = [conn.execute(_SELECT, (r.table, r.partition, r.key)).fetchone() for r in refs]
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            raise TransientStoreError(f"SQLite read on {self.path!r} failed: {exc}") from exc
+        return [None if row is None else Row(decode(row[0]), row[1]) for row in found]
+
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         self._round_trips += 1
         return self._commit(self._connection("main"), ops)
 
     def commit_cache(self, ops: Sequence[Op]) -> None:
         self._round_trips += 1
+        conn = self._connection("cache")
         try:
-            self._commit(self._connection("cache"), ops)
+            if len(ops) == 1 and isinstance(ops[0], Put) and ops[0].expect is Cond.ANY:
+                op = ops[0]  # the usual completion record: one autocommit statement
+                conn.execute(
+                    _UPSERT_BUMP, (op.ref.table, op.ref.partition, op.ref.key, op.text, op.expires_at)
+                )
+            else:
+                self._commit(conn, ops)
         except Exception:  # noqa: BLE001 - a lost cache write only costs a later replay
             return
 
     def _commit(self, conn: sqlite3.Connection, ops: Sequence[Op]) -> CommitOutcome:
-        def lookup(ref: RowRef) -> Stored | None:
-            found = conn.execute(_SELECT, (ref.table, ref.partition, ref.key)).fetchone()
-            return None if found is None else (found[0], found[1])
-
-        def write(ref: RowRef, text: str, version: int, expires_at: float | None) -> None:
-            conn.execute(_UPSERT, (ref.table, ref.partition, ref.key, text, version, expires_at))
-
-        def remove(ref: RowRef) -> None:
-            conn.execute(_DELETE, (ref.table, ref.partition, ref.key))
-
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise TransientStoreError(f"SQLite store {self.path!r} busy: {exc}") from exc
         try:
-            outcome = commit_locally(ops, lookup, write, remove)
-            conn.execute("COMMIT")
+            failures = _apply(conn, ops)
+            conn.execute("ROLLBACK" if failures else "COMMIT")
         except sqlite3.OperationalError as exc:
             _rollback(conn)
             raise TransientStoreError(f"SQLite commit on {self.path!r} failed: {exc}") from exc
         except BaseException:
             _rollback(conn)
             raise
-        return outcome
+        return Conflict(tuple(failures)) if failures else COMMITTED
 
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
         conn = self._connection("main")
@@ -175,6 +207,37 @@ class SqliteStore:
     @property
     def round_trips(self) -> int:
         return self._round_trips
+
+
+def _apply(conn: sqlite3.Connection, ops: Sequence[Op]) -> list[OpFailure]:
+    """Apply ``ops`` inside the open write transaction; return the failed conditions.
+
+    Inserts and blind puts are single statements (no read first): this is
+    the hot path of every step. On any failure the caller rolls back.
+    """
+    failures: list[OpFailure] = []
+    for index, op in enumerate(ops):
+        key = (op.ref.table, op.ref.partition, op.ref.key)
+        if isinstance(op, Insert):
+            if conn.execute(_INSERT_NEW, (*key, op.text, op.expires_at)).rowcount == 0:
+                found = conn.execute(_SELECT, key).fetchone()
+                failures.append(OpFailure(index, Row(decode(found[0]), found[1])))
+            continue
+        if isinstance(op, Put) and op.expect is Cond.ANY:
+            conn.execute(_UPSERT_BUMP, (*key, op.text, op.expires_at))
+            continue
+        found = conn.execute(_SELECT, key).fetchone()
+        current = None if found is None else (found[0], found[1])
+        if isinstance(op, Increment):
+            text = incremented(op.ref, current, op.delta)
+            conn.execute(_UPSERT, (*key, text, 1 if current is None else current[1] + 1, None))
+        elif not matches(current, op.expect):
+            failures.append(OpFailure(index))
+        elif isinstance(op, Put):
+            conn.execute(_UPSERT, (*key, op.text, 1 if current is None else current[1] + 1, op.expires_at))
+        elif isinstance(op, Delete) and current is not None:
+            conn.execute(_DELETE, key)
+    return failures
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

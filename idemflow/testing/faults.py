@@ -90,6 +90,12 @@ class FaultyStore:
         point = FaultPoint("read", self._next("read"), ref=ref)
         return self._inject(point, lambda: self.inner.read(ref))  # type: ignore[return-value]
 
+    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        if not self.reads:
+            return self.inner.read_many(refs)
+        point = FaultPoint("read", self._next("read"), ref=refs[0])
+        return self._inject(point, lambda: self.inner.read_many(refs))  # type: ignore[return-value]
+
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         point = FaultPoint("commit", self._next("commit"), ops=tuple(ops))
         return self._inject(point, lambda: self.inner.commit(ops))  # type: ignore[return-value]

@@ -305,3 +305,16 @@ def test_racing_inserts_have_one_winner(store: Store) -> None:
     assert len(winners) == 1
     row = store.read(r)
     assert row is not None and row.value == winners[0]
+
+
+def test_read_many_across_tables_and_partitions(store: Store) -> None:
+    a = ref(store, "da", "p1", "accounts")
+    b = ref(store, "rrun", "req", "idemflowruns")
+    store.commit([put(a, 1)])
+    store.commit([put(b, {"fp": "x"})])
+    before = store.round_trips
+    rows = store.read_many([a, b, ref(store, "dmissing")])
+    assert [row.value if row else None for row in rows] == [1, {"fp": "x"}, None]
+    assert store.round_trips - before >= 1
+    if store.capabilities.cross_partition_commit:
+        assert store.round_trips - before == 1

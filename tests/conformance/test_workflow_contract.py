@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import uuid
@@ -22,6 +23,7 @@ from idemflow import (
     RetryPolicy,
     Store,
     Tx,
+    WorkflowAborted,
     atomic,
     effect,
     idempotent,
@@ -110,10 +112,8 @@ def test_reused_request_id_refused_even_while_first_is_unfinished(store: Store) 
 def clean_rows(store: Store, amount: int = 30, dst: str = "bob") -> dict[Any, Any]:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
-    try:
+    with contextlib.suppress(WorkflowAborted):
         run(transfer(transfer_req(space, amount, dst)), request_id="clean", store=store)
-    except Exception:  # noqa: BLE001 - an aborting reference run
-        pass
     return rows_of(store, space)
 
 
@@ -165,9 +165,11 @@ def test_concurrent_distinct_requests_on_one_partition_all_apply(store: Store) -
     space = new_space()
     setup_accounts(store, space, {"alice": 1000, "bob": 0})
     threads = [
-        threading.Thread(target=run, args=(transfer(transfer_req(space, 1)),), kwargs={"request_id": f"c{n}", "store": store})
+        threading.Thread(
+            target=lambda n=n: run(transfer(transfer_req(space, 1)), request_id=f"c{n}", store=store)
+        )
         for n in range(6)
-    ]  # fmt: skip
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -220,7 +222,9 @@ def test_deterministic_helpers_are_stable_across_replays(store: Store) -> None:
         yield atomic("items", "helpers", lambda tx: tx.increment("n"))
         return {"t": t, "u": u, "r": r, "sent": sent}
 
-    crash_last = FaultyStore(store, lambda p: Fault.CRASH_BEFORE if p.kind == "commit" and p.index == 2 else None)
+    crash_last = FaultyStore(
+        store, lambda p: Fault.CRASH_BEFORE if p.kind == "commit" and p.index == 2 else None
+    )
     with pytest.raises(SimulatedCrash):
         run(helpers(1), request_id="h", store=crash_last)
     again = run(helpers(1), request_id="h", store=store)
@@ -278,7 +282,9 @@ def test_idempotent_handler(store: Store) -> None:
 
 def test_duplicate_of_finished_request_costs_one_round_trip(store: Store) -> None:
     space = new_space()
-    m = atomic("items", space + "a", lambda tx: tx.put("k", 1)).then(atomic("items", space + "b", lambda tx: tx.put("k", 2)))
+    m = atomic("items", space + "a", lambda tx: tx.put("k", 1)).then(
+        atomic("items", space + "b", lambda tx: tx.put("k", 2))
+    )
     run(m, request_id="dup", store=store)
     store.flush()
     before = store.round_trips

@@ -1,0 +1,1 @@
+"""Benchmarks: paper-style evaluation, measured side by side, reported as ratios."""

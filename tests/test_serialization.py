@@ -1,0 +1,82 @@
+"""Strict JSON: values that would not survive the round trip are refused, naming where."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from idemflow import errors
+from idemflow.serialization import MAX_DEPTH, decode, encode, fingerprint
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(value=json_values)
+def test_round_trip_is_exact(value: Any) -> None:
+    assert decode(encode(value)) == value
+
+
+@given(a=json_values, b=json_values)
+def test_fingerprint_equal_iff_canonical_equal(a: Any, b: Any) -> None:
+    assert (fingerprint(a) == fingerprint(b)) == (encode(a) == encode(b))
+
+
+def test_key_order_does_not_change_fingerprint() -> None:
+    assert fingerprint({"a": 1, "b": 2}) == fingerprint({"b": 2, "a": 1})
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        ((1, 2), "tuple"),
+        ({1, 2}, "set"),
+        ({1: "x"}, "dict key"),
+        (float("nan"), "not a JSON number"),
+        (float("inf"), "not a JSON number"),
+        (b"bytes", "bytes"),
+        (object(), "object"),
+        ({"deep": [{"x": (1,)}]}, "tuple"),
+    ],
+)
+def test_non_json_is_refused_with_the_place_named(value: object, fragment: str) -> None:
+    with pytest.raises(errors.InvalidValueError) as caught:
+        encode(value, "value of accounts/alice/balance")
+    assert fragment in str(caught.value) and "accounts/alice/balance" in str(caught.value)
+
+
+def test_too_deep_is_refused() -> None:
+    value: Any = 1
+    for _ in range(MAX_DEPTH + 1):
+        value = [value]
+    with pytest.raises(errors.InvalidValueError):
+        encode(value)
+
+
+ERRORS = [
+    errors.InvalidNameError("table", "", "must not be empty"),
+    errors.InvalidValueError("here", "bad"),
+    errors.LimitExceededError("here", "too big"),
+    errors.IdempotencyKeyReuseError("wf", "r", "a" * 64, "b" * 64),
+    errors.NonDeterminismError("wf", "r", 3, "atomic a", "atomic b"),
+    errors.ConflictError("wf", "r", 2, "t", "p", 12),
+    errors.StoreError("missing table"),
+    errors.TransientStoreError("throttled"),
+    errors.StoreConfigError("bad url"),
+    errors.WorkflowAborted({"why": "x"}, "wf", "r"),
+    errors.CompensationFailed("wf", "r", 2, "undo", "boom"),
+]
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=lambda e: type(e).__name__)
+def test_every_error_is_an_idemflow_error_and_picklable(error: errors.IdemflowError) -> None:
+    assert isinstance(error, errors.IdemflowError)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error) and str(error)
