@@ -372,7 +372,8 @@ class Execution:
 
         Returns the result, which strict encoding guarantees equal to what duplicates read back.
         """
-        value: JSON = records.RunRecord(self.fingerprint, status, result=result, reason=reason).to_json()
+        record = records.RunRecord(self.fingerprint, status, result=result, reason=reason, finished_at=self.clock())
+        value: JSON = record.to_json()
         text = encode(value, f"result of workflow {self.workflow!r}")
         if not self.run_known:
             insert = Insert(self.run_ref, value, text, self.expiry())

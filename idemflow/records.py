@@ -39,9 +39,13 @@ class RunRecord:
     status: RunStatus
     result: JSON = None
     reason: JSON = None
+    finished_at: float | None = None
+    """Epoch seconds the outcome was recorded (garbage collection ages by it)."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
+        if self.finished_at is not None:
+            record["at"] = self.finished_at
         if self.status is RunStatus.COMPLETED:
             record["result"] = self.result
         elif self.status is RunStatus.ABORTED:
@@ -55,6 +59,7 @@ class RunRecord:
             status=RunStatus(value["status"]),
             result=value.get("result"),
             reason=value.get("reason"),
+            finished_at=value.get("at"),
         )
 
 

@@ -211,6 +211,10 @@ class Store(Protocol):
         """
         ...
 
+    def tables(self) -> list[str]:
+        """Logical names of the tables this store holds (for tools and garbage collection)."""
+        ...
+
     def create_tables(self, *names: str) -> None:
         """Provision logical tables (a no-op where tables are implicit)."""
         ...

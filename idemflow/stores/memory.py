@@ -82,6 +82,10 @@ class MemoryStore:
         for part, key, (text, version) in sorted(selected):
             yield part, key, Row(decode(text), version)
 
+    def tables(self) -> list[str]:
+        with self._lock:
+            return sorted({table for table, _, _ in self._rows})
+
     def create_tables(self, *names: str) -> None:
         """Tables are implicit in memory."""
 

@@ -191,6 +191,10 @@ class SqliteStore:
         for part, key, text, version in query.fetchall():
             yield part, key, Row(decode(text), version)
 
+    def tables(self) -> list[str]:
+        rows = self._connection("main").execute("SELECT DISTINCT tbl FROM idemflow_rows ORDER BY tbl")
+        return [str(name) for (name,) in rows.fetchall()]
+
     def create_tables(self, *names: str) -> None:
         """Tables are implicit: every logical table shares one physical table."""
 

@@ -106,6 +106,9 @@ class FaultyStore:
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
         return self.inner.scan(table, partition)
 
+    def tables(self) -> list[str]:
+        return self.inner.tables()
+
     def create_tables(self, *names: str) -> None:
         self.inner.create_tables(*names)
 

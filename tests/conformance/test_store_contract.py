@@ -272,6 +272,12 @@ def test_scan_filters_by_partition(store: Store) -> None:
     assert sorted((p, k) for p, k, _ in store.scan(table)) == [("p1", "da"), ("p2", "db")]
 
 
+def test_tables_lists_what_was_written(store: Store) -> None:
+    store.commit([put(ref(store, "da", table="ledger"), 1)])
+    store.commit([put(ref(store, "da", table="accounts"), 1)])
+    assert {"accounts", "ledger"} <= set(store.tables())
+
+
 def test_commit_cache_is_readable_after_flush(store: Store) -> None:
     r = ref(store, "rcache", table="idemflowruns")
     store.commit_cache([put(r, {"status": "completed"})])
