@@ -3,6 +3,7 @@
     idemflow tables create --store URL NAME...
     idemflow gc --store URL --older-than 7d
     idemflow status --store URL WORKFLOW REQUEST_ID
+    idemflow worker MODULE:ATTR --store URL --queue URL --concurrency N
 
 Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
@@ -11,11 +12,15 @@ line naming what to fix (never a connection string) and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import logging
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
 
-from idemflow.errors import IdemflowError
+from idemflow.errors import IdemflowError, InvalidInputError
 from idemflow.gc import collect, parse_duration
 from idemflow.keys import check_table
 from idemflow.runner import run_status
@@ -40,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--store", required=True)
     status.add_argument("workflow")
     status.add_argument("request_id")
+    worker = commands.add_parser("worker", help="finish checkpointed workflows from a queue")
+    worker.add_argument("workflows", help="MODULE:ATTR naming an iterable of @workflow functions")
+    worker.add_argument("--store", required=True)
+    worker.add_argument("--queue", required=True, help="queue URL, e.g. sqs:jobs?region=eu-west-1")
+    worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--idle-timeout", type=float, default=None, help="exit after this many idle seconds")
+    worker.add_argument("--max-deliveries", type=int, default=5)
     return parser
 
 
@@ -62,6 +74,8 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
         store.create_tables(*names)
         print(f"created (or found) tables: {', '.join(names)} and the run-record table")
         return 0
+    if args.command == "worker":
+        return _worker(args, store)
     if args.command == "gc":
         report = collect(store, older_than=parse_duration(args.older_than))
         print(f"collected {report.requests} finished requests: {report.memo_rows} memo rows, "
@@ -73,6 +87,42 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
     else:
         shown = {"status": record.status.value, "result": record.result, "reason": record.reason}
         print(json.dumps({key: value for key, value in shown.items() if value is not None}))
+    return 0
+
+
+def _load_workflows(spec: str) -> list[Any]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise InvalidInputError(f"worker needs MODULE:ATTR naming an iterable of workflows, not {spec!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInputError(f"cannot import {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise InvalidInputError(f"{module_name!r} has no attribute {attr!r}")
+    return list(target)
+
+
+def _worker(args: argparse.Namespace, store: Store) -> int:
+    from idemflow.async_worklist import Worker, WorkerStats, open_queue
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    queue = open_queue(args.queue)
+    worker = Worker(_load_workflows(args.workflows), store=store, queue=queue, concurrency=args.concurrency,
+                    max_deliveries=args.max_deliveries)  # fmt: skip
+
+    def progress(stats: WorkerStats) -> None:
+        elapsed = max(time.monotonic() - stats.started, 1e-9)
+        print(f"{stats.finished} finished ({stats.finished / elapsed:.1f}/s), {stats.aborted} aborted, "
+              f"{stats.retried} retried, {stats.dead_lettered} dead-lettered", flush=True)  # fmt: skip
+
+    try:
+        stats = worker.run(idle_timeout=args.idle_timeout, on_progress=progress)
+    finally:
+        queue.close()
+    progress(stats)
     return 0
 
 

@@ -148,6 +148,10 @@ class Execution:
         self.completed: list[CompletedStep] = []
         self.run_ref = RowRef(RUNS_TABLE, request_id, run_key(workflow))
         self.on_checkpoint: Callable[[Execution], None] | None = None
+        self.recorded: dict[str, tuple[str, JSON]] | None = None
+        """Step values carried by an async continuation: ``tag -> (identity, value)``."""
+        self.journal: list[tuple[str, str, JSON]] | None = None
+        """Where forward steps are noted ``(tag, identity, value)`` for a continuation."""
 
     # -- interpretation -------------------------------------------------
 
@@ -241,6 +245,28 @@ class Execution:
         abortable: bool = True,
     ) -> Any:
         """Replay the step from its memo, or execute and commit it exactly once."""
+        if self.recorded is not None and tag in self.recorded:
+            recorded_identity, value = self.recorded.pop(tag)
+            if recorded_identity != identity:
+                raise NonDeterminismError(
+                    self.workflow, self.request_id, step, repr(recorded_identity), repr(identity)
+                )
+        else:
+            value = self._execute_step(table, partition, tag, identity, body, step, abortable)
+        if self.journal is not None and tag[0] == "s":
+            self.journal.append((tag, identity, value))
+        return value
+
+    def _execute_step(
+        self,
+        table: str,
+        partition: str,
+        tag: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        step: int,
+        abortable: bool,
+    ) -> Any:
         memo_ref = RowRef(table, partition, memo_key(self.workflow, self.request_id, tag))
         outcome = self._attempt(memo_ref, identity, body, step, abortable)
         if outcome is not _RETRY:

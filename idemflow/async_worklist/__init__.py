@@ -1,1 +1,50 @@
-"""Asynchronous worklist: checkpoints, queues and background workers (DESIGN.md section 5)."""
+"""Asynchronous worklist: checkpoints, queues and background workers (DESIGN.md section 5).
+
+The paper's asynchronous variant: a workflow answers its client at a
+``checkpoint()`` and background agents finish it from a reliable queue. The
+same workflow code runs synchronously under :func:`idemflow.run`, where the
+checkpoint is a no-op; both variants share the one step engine, so they
+leave identical tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from idemflow.async_worklist.messages import MessageRejected
+from idemflow.async_worklist.queues import Message, MessageLostError, Queue, open_queue
+from idemflow.async_worklist.queues.memory import MemoryQueue
+from idemflow.async_worklist.queues.sqlite import SqliteQueue
+from idemflow.async_worklist.submit import Pending, RequestStatus, checkpoint, status, submit
+from idemflow.async_worklist.worker import Worker, WorkerStats
+
+if TYPE_CHECKING:
+    from idemflow.async_worklist.queues.azure_queue import AzureQueue
+    from idemflow.async_worklist.queues.sqs import SqsQueue
+
+__all__ = [
+    "AzureQueue",
+    "MemoryQueue",
+    "Message",
+    "MessageLostError",
+    "MessageRejected",
+    "Pending",
+    "Queue",
+    "RequestStatus",
+    "SqliteQueue",
+    "SqsQueue",
+    "Worker",
+    "WorkerStats",
+    "checkpoint",
+    "open_queue",
+    "status",
+    "submit",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("SqsQueue", "AzureQueue"):
+        from idemflow.async_worklist import queues
+
+        return getattr(queues, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

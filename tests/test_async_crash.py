@@ -1,0 +1,116 @@
+"""Worker processes killed with SIGKILL while draining a queue: nothing lost, nothing doubled.
+
+Real ``idemflow worker`` processes (the CLI) drain a queue of checkpointed
+survey workflows; the test kills random workers at random moments and starts
+replacements until every request completed, then checks that each response
+was counted exactly once. Runs on SQLite (store + queue in files) and on the
+real servers (DynamoDB + SQS on moto, Azure Tables + Queue on Azurite).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idemflow import Store, open_store
+from idemflow.async_worklist import Queue, open_queue, status, submit
+from idemflow.records import RunStatus
+from tests.async_workflows import survey
+from tests.servers import Azurite, Moto
+from tests.workflows import rows_of
+
+KEY = "crash-test-key"
+ANSWERS = ("red", "green", "blue")
+
+
+def start_worker(store_url: str, queue_url: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "IDEMFLOW_SIGNING_KEY": KEY}
+    command = [sys.executable, "-m", "idemflow.cli", "worker", "tests.async_workflows:WORKFLOWS",
+               "--store", store_url, "--queue", queue_url, "--concurrency", "2", "--idle-timeout", "3"]  # fmt: skip
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def drain_with_kills(
+    store: Store, store_url: str, queue_url: str, space: str, requests: int, kills: int, seed: int
+) -> int:
+    chooser = random.Random(seed)
+    queue: Queue = open_queue(queue_url)
+    expected: Counter[str] = Counter()
+    for n in range(requests):
+        answer = ANSWERS[n % 3]
+        expected[answer] += 1
+        response = {"space": space, "user": f"u{n}", "answer": answer, "at": [1]}
+        for _ in range(1 + (n % 4 == 0)):  # every fourth request submitted twice
+            submit(survey(response), request_id=f"{space}{n}", store=store, queue=queue, signing_key=KEY)
+    queue.close()
+    workers = [start_worker(store_url, queue_url) for _ in range(2)]
+    killed = 0
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            done = sum(status(store, "survey", f"{space}{n}").status is RunStatus.COMPLETED for n in range(requests))
+            if done == requests:
+                break
+            if killed < kills:
+                time.sleep(chooser.uniform(0.05, 0.4))
+                victim = chooser.randrange(len(workers))
+                workers[victim].send_signal(signal.SIGKILL)
+                workers[victim].wait()
+                killed += 1
+                workers[victim] = start_worker(store_url, queue_url)
+            else:
+                time.sleep(0.2)
+                workers = [w if w.poll() is None else start_worker(store_url, queue_url) for w in workers]
+        else:
+            raise AssertionError(f"only {done} of {requests} finished")
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(timeout=30)
+    store.flush()
+    rows = rows_of(store, space)
+    counts = {key: value for (table, _, key), value in rows.items() if table == "tableb"}
+    assert counts == dict(expected)  # each response counted exactly once
+    responses = {key for (table, _, key) in rows if table == "tablea"}
+    assert responses == {f"u{n}" for n in range(requests)}
+    return killed
+
+
+@pytest.mark.slow
+def test_sigkilled_sqlite_workers_lose_and_double_nothing(tmp_path: Path) -> None:
+    store_url = f"sqlite:{tmp_path / 'store.sqlite3'}"
+    queue_url = f"sqlite:{tmp_path / 'queue.sqlite3'}?visibility_timeout=2"
+    store = open_store(store_url)
+    killed = drain_with_kills(store, store_url, queue_url, "s-", requests=600, kills=8, seed=7)
+    assert killed == 8
+
+
+@pytest.mark.slow
+def test_sigkilled_workers_on_moto(moto: Moto) -> None:
+    prefix = f"k{uuid.uuid4().hex[:8]}"
+    store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
+    queue_url = f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2"
+    store = open_store(store_url)
+    store.create_tables("tablea", "tableb")
+    drain_with_kills(store, store_url, queue_url, "m-", requests=60, kills=3, seed=11)
+
+
+@pytest.mark.slow
+def test_sigkilled_workers_on_azurite(azurite: Azurite, monkeypatch: Any) -> None:
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    prefix = f"k{uuid.uuid4().hex[:8]}"
+    store_url = f"azure:?prefix={prefix}"
+    queue_url = f"azure-queue:{prefix}?visibility_timeout=2"
+    store = open_store(store_url)
+    store.create_tables("tablea", "tableb")
+    drain_with_kills(store, store_url, queue_url, "a-", requests=60, kills=3, seed=13)
