@@ -8,7 +8,7 @@ reach a workflow. When a signing key is configured the message carries an
 HMAC-SHA256 over its canonical form; a worker with a key refuses unsigned or
 tampered messages, and trusts carried step values only from signed ones.
 
->>> body = encode_continuation(Continuation("survey", "r-1", {"args": [1], "kwargs": {}}, ()), b"k")
+>>> body = encode_continuation(Continuation("survey", "r-1", [1], {}, ()), b"k")
 >>> decode_continuation(body, b"k").workflow
 'survey'
 """
@@ -53,7 +53,8 @@ class Continuation:
 
     workflow: str
     request_id: str
-    input: dict[str, JSON]
+    args: list[JSON]
+    kwargs: dict[str, JSON]
     recorded: tuple[RecordedStep, ...]
     signed: bool = False
 
@@ -63,7 +64,7 @@ def _payload(continuation: Continuation) -> dict[str, JSON]:
         "v": FORMAT_VERSION,
         "workflow": continuation.workflow,
         "request_id": continuation.request_id,
-        "input": continuation.input,
+        "input": {"args": continuation.args, "kwargs": continuation.kwargs},
         "recorded": [[step.tag, step.identity, step.value] for step in continuation.recorded],
     }
 
@@ -112,7 +113,8 @@ def decode_continuation(body: str, key: bytes | None) -> Continuation:
         if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(raw, key)):
             raise MessageRejected("signature does not match: message tampered with or signed by another key")
     steps = tuple(RecordedStep(step[0], step[1], step[2]) for step in recorded)
-    return Continuation(workflow, request_id, given_input, steps, signed=signed and key is not None)
+    args, kwargs = given_input["args"], given_input["kwargs"]
+    return Continuation(workflow, request_id, args, kwargs, steps, signed=signed and key is not None)
 
 
 def _is_step(step: object) -> bool:

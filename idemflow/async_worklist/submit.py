@@ -157,7 +157,8 @@ def submit(
         continuation = Continuation(
             call.name,
             request_id,
-            {"args": list(call.args), "kwargs": dict(call.kwargs)},
+            list(call.args),
+            dict(call.kwargs),
             tuple(RecordedStep(tag, identity, value) for tag, identity, value in journal),
         )
         queue.send(encode_continuation(continuation, key))

@@ -210,7 +210,7 @@ class Worker:
         flow = self.registry.get(continuation.workflow)
         if flow is None:
             raise MessageRejected(f"unknown workflow {continuation.workflow!r}")
-        m = flow(*continuation.input["args"], **continuation.input["kwargs"])
+        m = flow(*continuation.args, **continuation.kwargs)
         name, fingerprint = describe(m)
         record = run_status(self.store, name, continuation.request_id)
         if record is None:

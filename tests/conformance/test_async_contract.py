@@ -12,6 +12,7 @@ from idemflow.async_worklist import MemoryQueue, Worker, status, submit
 from idemflow.async_worklist.messages import Continuation, RecordedStep, encode_continuation
 from idemflow.compensation import WorkflowAborted
 from idemflow.records import RunStatus
+from idemflow.serialization import JSON
 from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
@@ -97,8 +98,8 @@ def test_worker_crash_loses_nothing(store: Store) -> None:
 
 
 def forged_bodies(space: str) -> dict[str, str]:
-    good = Continuation("survey", space + "x", {"args": [{"space": space, "user": "z", "answer": "yes",
-                        "at": [1]}], "kwargs": {}}, ())  # fmt: skip
+    response: dict[str, JSON] = {"space": space, "user": "z", "answer": "yes", "at": [1]}
+    good = Continuation("survey", space + "x", [response], {}, ())
     signed = json.loads(encode_continuation(good, KEY))
     tampered = {**signed, "input": {"args": [{**signed["input"]["args"][0], "answer": "no"}], "kwargs": {}}}
     return {
@@ -106,9 +107,7 @@ def forged_bodies(space: str) -> dict[str, str]:
         "not an object": "[1, 2]",
         "wrong version": json.dumps({**signed, "v": 99}),
         "unknown field": json.dumps({**signed, "pickle": "gASV"}),
-        "unknown workflow": encode_continuation(
-            Continuation("nosuch", "r", {"args": [], "kwargs": {}}, ()), KEY
-        ),
+        "unknown workflow": encode_continuation(Continuation("nosuch", "r", [], {}, ()), KEY),
         "unsigned": encode_continuation(good, None),
         "tampered": json.dumps(tampered),
         "other key": encode_continuation(good, b"another key"),
@@ -141,7 +140,10 @@ def test_changed_code_under_a_continuation_is_dead_lettered(store: Store) -> Non
     changed["recorded"][0][1] = "atomic renamed"
     changed.pop("sig")
     steps = tuple(RecordedStep(*step) for step in changed["recorded"])
-    continuation = Continuation(changed["workflow"], changed["request_id"], changed["input"], steps)
+    given = changed["input"]
+    continuation = Continuation(
+        changed["workflow"], changed["request_id"], given["args"], given["kwargs"], steps
+    )
     queue.send(encode_continuation(continuation, KEY))
     queue.ack(message)
     stats = drain(store, queue)
