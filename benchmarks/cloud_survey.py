@@ -65,36 +65,76 @@ def dynamodb_variants(endpoint: str, region: str) -> tuple[dict[str, Callable[[i
         for table in ("responses", "summaries", "runs"):
             client.create_table(
                 TableName=f"{prefix}{variant}{table}",
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                      {"AttributeName": "sk", "AttributeType": "S"}],  # fmt: skip
+                KeySchema=[
+                    {"AttributeName": "pk", "KeyType": "HASH"},
+                    {"AttributeName": "sk", "KeyType": "RANGE"},
+                ],
+                AttributeDefinitions=[
+                    {"AttributeName": "pk", "AttributeType": "S"},
+                    {"AttributeName": "sk", "AttributeType": "S"},
+                ],
                 BillingMode="PAY_PER_REQUEST",
             )
     counters = {"plain": Counted(), "minimal": Counted()}
 
     def plain(i: int) -> None:
-        client.put_item(TableName=f"{prefix}presponses", Item={"pk": {"S": "s1"}, "sk": {"S": f"u{i}"},
-                        "v": {"S": '"yes"'}})  # fmt: skip
-        client.update_item(TableName=f"{prefix}psummaries", Key={"pk": {"S": "s1"}, "sk": {"S": "yes"}},
-                           UpdateExpression="ADD n :one", ExpressionAttributeValues={":one": {"N": "1"}})  # fmt: skip
+        client.put_item(
+            TableName=f"{prefix}presponses",
+            Item={"pk": {"S": "s1"}, "sk": {"S": f"u{i}"}, "v": {"S": '"yes"'}},
+        )
+        client.update_item(
+            TableName=f"{prefix}psummaries",
+            Key={"pk": {"S": "s1"}, "sk": {"S": "yes"}},
+            UpdateExpression="ADD n :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
         counters["plain"].calls += 2
 
     def minimal(i: int) -> None:
         absent = "attribute_not_exists(pk)"
-        client.transact_write_items(TransactItems=[
-            {"Put": {"TableName": f"{prefix}mresponses", "Item": {"pk": {"S": "s1"}, "sk": {"S": f"du{i}"},
-                                                                  "v": {"S": '"yes"'}}}},
-            {"Put": {"TableName": f"{prefix}mresponses", "Item": {"pk": {"S": "s1"}, "sk": {"S": f"mq{i}|1"},
-                                                                  "v": {"S": "null"}}, "ConditionExpression": absent}},
-            {"Put": {"TableName": f"{prefix}mruns", "Item": {"pk": {"S": f"q{i}"}, "sk": {"S": "r"},
-                                                             "v": {"S": "fp"}}, "ConditionExpression": absent}},
-        ])  # fmt: skip
-        client.transact_write_items(TransactItems=[
-            {"Update": {"TableName": f"{prefix}msummaries", "Key": {"pk": {"S": "s1"}, "sk": {"S": "dyes"}},
-                        "UpdateExpression": "ADD n :one", "ExpressionAttributeValues": {":one": {"N": "1"}}}},
-            {"Put": {"TableName": f"{prefix}msummaries", "Item": {"pk": {"S": "s1"}, "sk": {"S": f"mq{i}|2"},
-                                                                  "v": {"S": "null"}}, "ConditionExpression": absent}},
-        ])  # fmt: skip
+        client.transact_write_items(
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": f"{prefix}mresponses",
+                        "Item": {"pk": {"S": "s1"}, "sk": {"S": f"du{i}"}, "v": {"S": '"yes"'}},
+                    }
+                },
+                {
+                    "Put": {
+                        "TableName": f"{prefix}mresponses",
+                        "Item": {"pk": {"S": "s1"}, "sk": {"S": f"mq{i}|1"}, "v": {"S": "null"}},
+                        "ConditionExpression": absent,
+                    }
+                },
+                {
+                    "Put": {
+                        "TableName": f"{prefix}mruns",
+                        "Item": {"pk": {"S": f"q{i}"}, "sk": {"S": "r"}, "v": {"S": "fp"}},
+                        "ConditionExpression": absent,
+                    }
+                },
+            ]
+        )
+        client.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": f"{prefix}msummaries",
+                        "Key": {"pk": {"S": "s1"}, "sk": {"S": "dyes"}},
+                        "UpdateExpression": "ADD n :one",
+                        "ExpressionAttributeValues": {":one": {"N": "1"}},
+                    }
+                },
+                {
+                    "Put": {
+                        "TableName": f"{prefix}msummaries",
+                        "Item": {"pk": {"S": "s1"}, "sk": {"S": f"mq{i}|2"}, "v": {"S": "null"}},
+                        "ConditionExpression": absent,
+                    }
+                },
+            ]
+        )
         counters["minimal"].calls += 2
 
     def idem(i: int) -> None:
@@ -114,16 +154,24 @@ def azure_variants(connection_string: str) -> tuple[dict[str, Callable[[int], No
     store = AzureTableStore(connection_string=connection_string, prefix=prefix + "i")
     store.create_tables("responses", "summaries")
     service = TableServiceClient.from_connection_string(connection_string)
-    tables = {name: service.create_table(f"{prefix}{name}") for name in ("presp", "psum", "mresp", "msum", "mruns")}
+    tables = {
+        name: service.create_table(f"{prefix}{name}") for name in ("presp", "psum", "mresp", "msum", "mruns")
+    }
     counters = {"plain": Counted(), "minimal": Counted()}
 
     def bump(table: Any, extra: list[tuple[str, Any]] | None) -> int:
         """Read the counter, write it back under its ETag (Azure has no server-side add)."""
         try:
             entity = table.get_entity("s1", "yes")
-            op: tuple[Any, ...] = ("update", {"PartitionKey": "s1", "RowKey": "yes", "n": entity["n"] + 1},
-                                   {"mode": UpdateMode.REPLACE, "etag": entity.metadata["etag"],
-                                    "match_condition": MatchConditions.IfNotModified})  # fmt: skip
+            op: tuple[Any, ...] = (
+                "update",
+                {"PartitionKey": "s1", "RowKey": "yes", "n": entity["n"] + 1},
+                {
+                    "mode": UpdateMode.REPLACE,
+                    "etag": entity.metadata["etag"],
+                    "match_condition": MatchConditions.IfNotModified,
+                },
+            )
         except ResourceNotFoundError:
             op = ("create", {"PartitionKey": "s1", "RowKey": "yes", "n": 1})
         if extra is None:
@@ -141,10 +189,12 @@ def azure_variants(connection_string: str) -> tuple[dict[str, Callable[[int], No
 
     def minimal(i: int) -> None:
         tables["mruns"].create_entity({"PartitionKey": f"q{i}", "RowKey": "r", "v": "fp"})
-        tables["mresp"].submit_transaction([
-            ("upsert", {"PartitionKey": "s1", "RowKey": f"du{i}", "v": "yes"}),
-            ("create", {"PartitionKey": "s1", "RowKey": f"mq{i}-1", "v": "null"}),
-        ])  # fmt: skip
+        tables["mresp"].submit_transaction(
+            [
+                ("upsert", {"PartitionKey": "s1", "RowKey": f"du{i}", "v": "yes"}),
+                ("create", {"PartitionKey": "s1", "RowKey": f"mq{i}-1", "v": "null"}),
+            ]
+        )
         counters["minimal"].calls += 2 + bump(
             tables["msum"], [("create", {"PartitionKey": "s1", "RowKey": f"mq{i}-2", "v": "null"})]
         )
@@ -155,8 +205,13 @@ def azure_variants(connection_string: str) -> tuple[dict[str, Callable[[int], No
     return {"plain": plain, "minimal exactly-once": minimal, "idemflow": idem}, {"store": store, **counters}
 
 
-def report(backend: str, variants: dict[str, Callable[[int], None]], extra: dict[str, Any], rounds: int,
-           per_round: int) -> list[str]:  # fmt: skip
+def report(
+    backend: str,
+    variants: dict[str, Callable[[int], None]],
+    extra: dict[str, Any],
+    rounds: int,
+    per_round: int,
+) -> list[str]:
     store: Store = extra["store"]
     before = store.round_trips
     results = interleave(variants, rounds, per_round)
@@ -168,8 +223,12 @@ def report(backend: str, variants: dict[str, Callable[[int], None]], extra: dict
         "idemflow": (store.round_trips - before) / runs,
     }
     minimal, plain = results["minimal exactly-once"].median, results["plain"].median
-    lines = [f"## {backend}", "", "| variant | calls/workflow | median ms | IQR ms | / minimal | / plain |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"## {backend}",
+        "",
+        "| variant | calls/workflow | median ms | IQR ms | / minimal | / plain |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, summary in results.items():
         note = " (incl. 1 off-path completion write)" if name == "idemflow" else ""
         lines.append(

@@ -63,10 +63,12 @@ def per_step_memory(steps: int, rounds: int) -> tuple[dict[str, Summary], int]:
         # What the steps cost the store itself: one commit per step of the same operations.
         for step in range(steps):
             memo: JSON = {"id": "atomic count_body", "v": None}
-            direct.commit([
-                Insert(RowRef("items", f"p{step % 4}", f"mwf|r{i}|s{step}"), memo, encode(memo)),
-                Increment(RowRef("items", f"p{step % 4}", "dn"), 1),
-            ])  # fmt: skip
+            direct.commit(
+                [
+                    Insert(RowRef("items", f"p{step % 4}", f"mwf|r{i}|s{step}"), memo, encode(memo)),
+                    Increment(RowRef("items", f"p{step % 4}", "dn"), 1),
+                ]
+            )
 
     return interleave({"idemflow": library, "store alone": store_only}, rounds, 20), steps
 

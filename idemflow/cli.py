@@ -78,8 +78,10 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
         return _worker(args, store)
     if args.command == "gc":
         report = collect(store, older_than=parse_duration(args.older_than))
-        print(f"collected {report.requests} finished requests: {report.memo_rows} memo rows, "
-              f"{report.run_records} run records")  # fmt: skip
+        print(
+            f"collected {report.requests} finished requests: {report.memo_rows} memo rows, "
+            f"{report.run_records} run records"
+        )
         return 0
     record = run_status(store, args.workflow, args.request_id)
     if record is None:
@@ -110,13 +112,21 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     queue = open_queue(args.queue)
-    worker = Worker(_load_workflows(args.workflows), store=store, queue=queue, concurrency=args.concurrency,
-                    max_deliveries=args.max_deliveries)  # fmt: skip
+    worker = Worker(
+        _load_workflows(args.workflows),
+        store=store,
+        queue=queue,
+        concurrency=args.concurrency,
+        max_deliveries=args.max_deliveries,
+    )
 
     def progress(stats: WorkerStats) -> None:
         elapsed = max(time.monotonic() - stats.started, 1e-9)
-        print(f"{stats.finished} finished ({stats.finished / elapsed:.1f}/s), {stats.aborted} aborted, "
-              f"{stats.retried} retried, {stats.dead_lettered} dead-lettered", flush=True)  # fmt: skip
+        print(
+            f"{stats.finished} finished ({stats.finished / elapsed:.1f}/s), {stats.aborted} aborted, "
+            f"{stats.retried} retried, {stats.dead_lettered} dead-lettered",
+            flush=True,
+        )
 
     try:
         stats = worker.run(idle_timeout=args.idle_timeout, on_progress=progress)

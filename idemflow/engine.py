@@ -398,7 +398,9 @@ class Execution:
 
         Returns the result, which strict encoding guarantees equal to what duplicates read back.
         """
-        record = records.RunRecord(self.fingerprint, status, result=result, reason=reason, finished_at=self.clock())
+        record = records.RunRecord(
+            self.fingerprint, status, result=result, reason=reason, finished_at=self.clock()
+        )
         value: JSON = record.to_json()
         text = encode(value, f"result of workflow {self.workflow!r}")
         if not self.run_known:
@@ -434,16 +436,22 @@ class Execution:
     def check_limits(self, ops: list[Op], step: int, where: RowRef) -> None:
         caps = self.store.capabilities
         if len(ops) > caps.max_ops_per_commit:
-            self._limit(step, where, f"{len(ops)} operations in one commit; the backend allows "
-                        f"{caps.max_ops_per_commit}")  # fmt: skip
+            self._limit(
+                step,
+                where,
+                f"{len(ops)} operations in one commit; the backend allows {caps.max_ops_per_commit}",
+            )
         total = 0
         for op in ops:
             text: str | None = getattr(op, "text", None)
             if text is not None:
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 if size > caps.max_value_bytes:
-                    self._limit(step, where, f"a value of {size} bytes; the backend allows "
-                                f"{caps.max_value_bytes} per row")  # fmt: skip
+                    self._limit(
+                        step,
+                        where,
+                        f"a value of {size} bytes; the backend allows {caps.max_value_bytes} per row",
+                    )
                 total += size
             ref = op.ref
             if len(ref.key) * 4 > caps.max_key_bytes or len(ref.partition) * 4 > caps.max_key_bytes:

@@ -124,8 +124,11 @@ def execute(
             compensate(execution)
             execution.finish(records.RunStatus.ABORTED, reason=abort.reason)
             return records.RunRecord(fp, records.RunStatus.ABORTED, reason=abort.reason)
-        return records.RunRecord(fp, records.RunStatus.COMPLETED, result=execution.finish(
-            records.RunStatus.COMPLETED, result=value))  # fmt: skip
+        return records.RunRecord(
+            fp,
+            records.RunStatus.COMPLETED,
+            result=execution.finish(records.RunStatus.COMPLETED, result=value),
+        )
     except Finished as finished:
         return finished.record
 
@@ -142,9 +145,14 @@ def compensate(execution: Execution) -> None:
 
         try:
             execution.run_step(
-                node.table, node.partition, compensation_tag(done.step), "compensate " + node.name,
-                body, done.step, abortable=False,
-            )  # fmt: skip
+                node.table,
+                node.partition,
+                compensation_tag(done.step),
+                "compensate " + node.name,
+                body,
+                done.step,
+                abortable=False,
+            )
         except IdemflowError:
             raise
         except (Exception, StepAborted) as exc:

@@ -115,17 +115,78 @@ def azurite_executable() -> str:
 
 @contextmanager
 def azurite_server() -> Iterator[Azurite]:
-    """Azurite (tables, queues, blobs) in memory on free loopback ports."""
-    table, queue, blob = free_port(), free_port(), free_port()
+    """Azurite (tables, queues, blobs) in memory on free loopback ports.
+
+    Ready means *this* Azurite printed that it listens on both ports: a bare
+    connect could reach another session's server that grabbed the same free
+    port first (ours then exits with EADDRINUSE), so such a start is retried
+    on new ports. Telemetry is off: it would try to reach the internet.
+    """
     workdir = tempfile.mkdtemp(prefix="azurite-")
-    cmd = [
-        azurite_executable(), "--silent", "--inMemoryPersistence", "--skipApiVersionCheck", "--loose",
-        "--tableHost", "127.0.0.1", "--tablePort", str(table),
-        "--queueHost", "127.0.0.1", "--queuePort", str(queue),
-        "--blobHost", "127.0.0.1", "--blobPort", str(blob),
-    ]  # fmt: skip
     try:
-        with _process(cmd, [table, queue], "Azurite", cwd=workdir):
-            yield Azurite(table_port=table, queue_port=queue)
+        for _ in range(3):
+            table, queue, blob = free_port(), free_port(), free_port()
+            if len({table, queue, blob}) < 3:
+                continue
+            cmd = [
+                azurite_executable(),
+                "--silent",
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",
+                "--loose",
+                "--disableTelemetry",
+                "--tableHost",
+                "127.0.0.1",
+                "--tablePort",
+                str(table),
+                "--queueHost",
+                "127.0.0.1",
+                "--queuePort",
+                str(queue),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(blob),
+            ]
+            with _azurite_process(cmd, table, queue, workdir) as started:
+                if started:
+                    yield Azurite(table_port=table, queue_port=queue)
+                    return
+        raise RuntimeError("Azurite failed to start on free ports three times (ports taken meanwhile?)")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def _azurite_process(
+    cmd: list[str], table: int, queue: int, cwd: str, timeout: float = 60.0
+) -> Iterator[bool]:
+    """Run Azurite; yield True once it says it listens on both ports, False if it exited
+    first with a port in use (the caller retries), else raise with its output."""
+    wanted = [
+        f"{kind} service is successfully listening at http://127.0.0.1:{port}".encode()
+        for kind, port in (("Table", table), ("Queue", queue))
+    ]
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                log.seek(0)
+                output = log.read()
+                if all(line in output for line in wanted):
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    if b"EADDRINUSE" in output:
+                        yield False
+                        return
+                    raise RuntimeError(f"Azurite failed to start: {output[-2000:].decode(errors='replace')}")
+                time.sleep(0.05)
+            yield True
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -35,8 +35,21 @@ ANSWERS = ("red", "green", "blue")
 
 def start_worker(store_url: str, queue_url: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "IDEMFLOW_SIGNING_KEY": KEY}
-    command = [sys.executable, "-m", "idemflow.cli", "worker", "tests.async_workflows:WORKFLOWS",
-               "--store", store_url, "--queue", queue_url, "--concurrency", "2", "--idle-timeout", "3"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "idemflow.cli",
+        "worker",
+        "tests.async_workflows:WORKFLOWS",
+        "--store",
+        store_url,
+        "--queue",
+        queue_url,
+        "--concurrency",
+        "2",
+        "--idle-timeout",
+        "3",
+    ]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -58,7 +71,9 @@ def drain_with_kills(
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline:
-            done = sum(status(store, "survey", f"{space}{n}").status is RunStatus.COMPLETED for n in range(requests))
+            done = sum(
+                status(store, "survey", f"{space}{n}").status is RunStatus.COMPLETED for n in range(requests)
+            )
             if done == requests:
                 break
             if killed < kills:

@@ -16,7 +16,8 @@ workers treat as a duplicate.
 ...     yield checkpoint()
 ...     yield atomic("tableb", ballot["poll"], lambda tx: tx.increment(ballot["choice"]))
 >>> store, queue = MemoryStore(), MemoryQueue()
->>> pending = submit(vote({"poll": "p", "voter": "v", "choice": "yes"}), request_id="b-1", store=store, queue=queue)
+>>> ballot = {"poll": "p", "voter": "v", "choice": "yes"}
+>>> pending = submit(vote(ballot), request_id="b-1", store=store, queue=queue)
 >>> pending.status().value, queue.approximate_size()
 ('running', 1)
 """

@@ -114,12 +114,19 @@ class Worker:
         """Stop taking messages; what is held is finished (or released by its timeout)."""
         self._stop.set()
 
-    def run(self, idle_timeout: float | None = None, *, on_progress: Callable[[WorkerStats], None] | None = None,
-            progress_every: float = 5.0) -> WorkerStats:  # fmt: skip
+    def run(
+        self,
+        idle_timeout: float | None = None,
+        *,
+        on_progress: Callable[[WorkerStats], None] | None = None,
+        progress_every: float = 5.0,
+    ) -> WorkerStats:
         """Work until stopped (SIGTERM/SIGINT in the main thread) or idle ``idle_timeout`` seconds."""
         restore = self._install_signal_handlers()
-        threads = [threading.Thread(target=self._consume, name=f"idemflow-worker-{n}", daemon=True)
-                   for n in range(self.concurrency)]  # fmt: skip
+        threads = [
+            threading.Thread(target=self._consume, name=f"idemflow-worker-{n}", daemon=True)
+            for n in range(self.concurrency)
+        ]
         for thread in threads:
             thread.start()
         next_progress = time.monotonic() + progress_every
@@ -202,8 +209,17 @@ class Worker:
                 self.stats.aborted += 1
             else:
                 self.stats.completed += 1
-        log.info(json.dumps({"event": "finished", "outcome": outcome, "seconds": round(time.monotonic() - started, 4),
-                             "message": message.id, "deliveries": message.deliveries}))  # fmt: skip
+        log.info(
+            json.dumps(
+                {
+                    "event": "finished",
+                    "outcome": outcome,
+                    "seconds": round(time.monotonic() - started, 4),
+                    "message": message.id,
+                    "deliveries": message.deliveries,
+                }
+            )
+        )
 
     def _finish(self, message: Message) -> str:
         continuation = decode_continuation(message.body, self.key)
@@ -219,8 +235,13 @@ class Worker:
             raise MessageRejected(f"input does not match the submitted request {continuation.request_id!r}")
         if record.status in (RunStatus.COMPLETED, RunStatus.ABORTED):
             return "duplicate"
-        done = execute(m, request_id=continuation.request_id, store=self.store, policy=self.policy,
-                       prepare=lambda execution: _resume(execution, continuation))  # fmt: skip
+        done = execute(
+            m,
+            request_id=continuation.request_id,
+            store=self.store,
+            policy=self.policy,
+            prepare=lambda execution: _resume(execution, continuation),
+        )
         return done.status.value
 
     def _heartbeat(self, holder: _Holder, done: threading.Event) -> None:

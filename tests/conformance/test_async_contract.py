@@ -35,8 +35,13 @@ def test_sync_and_async_leave_identical_tables(store: Store, at: tuple[int, ...]
             survey({**response, "space": sync_space}), request_id=sync_space + str(n), store=store
         ) == {"counted": response["answer"]}
         queue = MemoryQueue()
-        pending = submit(survey({**response, "space": async_space}), request_id=async_space + str(n), store=store,
-                         queue=queue, signing_key=KEY)  # fmt: skip
+        pending = submit(
+            survey({**response, "space": async_space}),
+            request_id=async_space + str(n),
+            store=store,
+            queue=queue,
+            signing_key=KEY,
+        )
         drain(store, queue)
         assert pending.result(timeout=10) == {"counted": response["answer"]}
     assert rows_of(store, async_space) == rows_of(store, sync_space)
@@ -45,8 +50,13 @@ def test_sync_and_async_leave_identical_tables(store: Store, at: tuple[int, ...]
 def test_checkpoint_answers_before_the_rest_runs(store: Store) -> None:
     space = new_space()
     queue = MemoryQueue()
-    pending = submit(survey({"space": space, "user": "u", "answer": "yes", "at": [1]}), request_id=space,
-                     store=store, queue=queue, signing_key=KEY)  # fmt: skip
+    pending = submit(
+        survey({"space": space, "user": "u", "answer": "yes", "at": [1]}),
+        request_id=space,
+        store=store,
+        queue=queue,
+        signing_key=KEY,
+    )
     assert pending.status() is RunStatus.RUNNING
     assert rows_of(store, space) == {("tablea", "responses", "u"): "yes"}
     assert queue.approximate_size() == 1
@@ -59,8 +69,13 @@ def test_duplicate_and_reordered_messages_are_harmless(store: Store) -> None:
     space = new_space()
     queue = MemoryQueue()
     for n in (2, 1, 0, 1, 2, 0):  # each request submitted twice, in mixed order
-        submit(survey({"space": space, "user": f"u{n}", "answer": "yes", "at": [1]}), request_id=f"{space}{n}",
-               store=store, queue=queue, signing_key=KEY)  # fmt: skip
+        submit(
+            survey({"space": space, "user": f"u{n}", "answer": "yes", "at": [1]}),
+            request_id=f"{space}{n}",
+            store=store,
+            queue=queue,
+            signing_key=KEY,
+        )
     stats = drain(store, queue)
     assert stats.completed + stats.duplicates == 6 and stats.dead_lettered == 0
     assert rows_of(store, space)[("tableb", "summary", "yes")] == 3
@@ -69,8 +84,13 @@ def test_duplicate_and_reordered_messages_are_harmless(store: Store) -> None:
 def test_abort_after_checkpoint_compensates_and_reports(store: Store) -> None:
     space = new_space()
     queue = MemoryQueue()
-    pending = submit(survey({"space": space, "user": "u", "answer": "no", "at": [1], "abort": True}),
-                     request_id=space, store=store, queue=queue, signing_key=KEY)  # fmt: skip
+    pending = submit(
+        survey({"space": space, "user": "u", "answer": "no", "at": [1], "abort": True}),
+        request_id=space,
+        store=store,
+        queue=queue,
+        signing_key=KEY,
+    )
     drain(store, queue)
     with pytest.raises(WorkflowAborted):
         pending.result(timeout=10)
@@ -84,8 +104,13 @@ def test_worker_crash_loses_nothing(store: Store) -> None:
     space = new_space()
     clock = [0.0]
     queue = MemoryQueue(visibility_timeout=30, clock=lambda: clock[0])
-    submit(survey({"space": space, "user": "u", "answer": "yes", "at": [1]}), request_id=space, store=store,
-           queue=queue, signing_key=KEY)  # fmt: skip
+    submit(
+        survey({"space": space, "user": "u", "answer": "yes", "at": [1]}),
+        request_id=space,
+        store=store,
+        queue=queue,
+        signing_key=KEY,
+    )
     crashing = FaultyStore(store, lambda p: Fault.LOST_ANSWER if p.index == 0 else None)
     [message] = queue.receive()
     worker = Worker([survey], store=crashing, queue=queue, signing_key=KEY, max_deliveries=5)
@@ -133,8 +158,13 @@ def test_forged_corrupt_and_unknown_messages_are_refused(store: Store) -> None:
 def test_changed_code_under_a_continuation_is_dead_lettered(store: Store) -> None:
     space = new_space()
     queue = MemoryQueue()
-    submit(survey({"space": space, "user": "u", "answer": "yes", "at": [1]}), request_id=space, store=store,
-           queue=queue, signing_key=KEY)  # fmt: skip
+    submit(
+        survey({"space": space, "user": "u", "answer": "yes", "at": [1]}),
+        request_id=space,
+        store=store,
+        queue=queue,
+        signing_key=KEY,
+    )
     [message] = queue.receive()
     changed = json.loads(message.body)
     changed["recorded"][0][1] = "atomic renamed"

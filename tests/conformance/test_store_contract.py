@@ -255,8 +255,23 @@ def test_large_value_up_to_limit(store: Store) -> None:
 
 
 def test_values_of_every_json_shape(store: Store) -> None:
-    values: list[JSON] = [None, True, False, 0, -17, 2**53, 1.5, -0.25, "", "text", [], {}, [1, [2, [3]]],
-                          {"a": {"b": {"c": None}}}, "ünïcødé 🙂"]  # fmt: skip
+    values: list[JSON] = [
+        None,
+        True,
+        False,
+        0,
+        -17,
+        2**53,
+        1.5,
+        -0.25,
+        "",
+        "text",
+        [],
+        {},
+        [1, [2, [3]]],
+        {"a": {"b": {"c": None}}},
+        "ünïcødé 🙂",
+    ]
     for index, value in enumerate(values):
         store.commit([put(ref(store, f"d{index}"), value)])
     for index, value in enumerate(values):

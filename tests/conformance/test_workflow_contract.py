@@ -413,9 +413,13 @@ def test_bounded_conflicts_raise_conflict_error(store: Store) -> None:
         tx.put("w", 1)
 
     policy = RetryPolicy(
-        conflicts=Retrying(stop=stop_after_attempt(3), wait=wait_none(),
-                           retry=retry_if_exception_type(_DataConflict), reraise=True)
-    )  # fmt: skip
+        conflicts=Retrying(
+            stop=stop_after_attempt(3),
+            wait=wait_none(),
+            retry=retry_if_exception_type(_DataConflict),
+            reraise=True,
+        )
+    )
     with pytest.raises(ConflictError) as caught:
         run(atomic("items", space + "p", body), request_id="conflict", store=store, policy=policy)
     assert caught.value.attempts == 4 and caught.value.partition == space + "p"
