@@ -43,6 +43,7 @@ from idemflow.errors import (
 )
 from idemflow.helpers import effect, now, random, uuid4
 from idemflow.monad import Idem, atomic, bind, pure
+from idemflow.reads import get, rows
 from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import Workflow, idempotent, run, run_result, workflow
 from idemflow.stores import MemoryStore, SqliteStore, Store, open_store
@@ -74,12 +75,14 @@ __all__ = [
     "atomic",
     "bind",
     "effect",
+    "get",
     "idempotent",
     "now",
     "open_store",
     "pure",
     "random",
     "run",
+    "rows",
     "run_result",
     "uuid4",
     "workflow",

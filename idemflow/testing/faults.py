@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from idemflow.errors import TransientStoreError
-from idemflow.keys import user_key
 from idemflow.serialization import JSON
 from idemflow.stores.base import Capabilities, CommitOutcome, Op, Row, RowRef, Store
 
@@ -126,10 +125,10 @@ class FaultyStore:
 def data_rows(store: Store, *tables: str) -> dict[tuple[str, str, str], JSON]:
     """Every user data row of ``tables`` as ``{(table, partition, key): value}``
     (memo and bookkeeping rows left out): what "the tables" mean in a comparison."""
-    rows: dict[tuple[str, str, str], JSON] = {}
-    for table in tables:
-        for partition, row_key, row in store.scan(table):
-            key = user_key(row_key)
-            if key is not None:
-                rows[(table, partition, key)] = row.value
-    return rows
+    from idemflow.reads import rows
+
+    return {
+        (table, partition, key): value
+        for table in tables
+        for (partition, key), value in rows(store, table).items()
+    }

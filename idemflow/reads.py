@@ -1,0 +1,40 @@
+"""Reading data outside a workflow: for front ends, reports, checks and tools.
+
+A read is not a step: nothing is memoized and it may see a request half way
+through (after its first step, before its second). Reads are strongly
+consistent on every store.
+
+>>> from idemflow import MemoryStore, atomic, run
+>>> store = MemoryStore()
+>>> run(atomic("accounts", "alice", lambda tx: tx.put("balance", 5)), request_id="r", store=store)
+>>> get(store, "accounts", "alice", "balance"), rows(store, "accounts")
+(5, {('alice', 'balance'): 5})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from idemflow.keys import check_key, check_partition, check_table, data_key, user_key
+from idemflow.serialization import JSON
+from idemflow.stores.base import RowRef, Store
+
+
+def get(store: Store, table: str, partition: str, key: str, default: Any = None) -> Any:
+    """The value of one data row, or ``default``."""
+    ref = RowRef(check_table(table), check_partition(partition), data_key(check_key(key)))
+    row = store.read(ref)
+    return default if row is None else row.value
+
+
+def rows(store: Store, table: str, partition: str | None = None) -> dict[tuple[str, str], JSON]:
+    """Every data row of a table (or of one partition) as ``{(partition, key): value}``."""
+    check_table(table)
+    if partition is not None:
+        check_partition(partition)
+    found: dict[tuple[str, str], JSON] = {}
+    for part, row_key, row in store.scan(table, partition):
+        key = user_key(row_key)
+        if key is not None:
+            found[(part, key)] = row.value
+    return found
