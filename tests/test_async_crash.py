@@ -26,6 +26,7 @@ from idemflow import Store, open_store
 from idemflow.async_worklist import Queue, open_queue, status, submit
 from idemflow.records import RunStatus
 from tests.async_workflows import survey
+from tests.conftest import TEST_TABLES
 from tests.servers import Azurite, Moto
 from tests.workflows import rows_of
 
@@ -116,7 +117,7 @@ def test_sigkilled_workers_on_moto(moto: Moto) -> None:
     store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
     queue_url = f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2"
     store = open_store(store_url)
-    store.create_tables("tablea", "tableb")
+    store.create_tables(*TEST_TABLES)
     drain_with_kills(store, store_url, queue_url, "m-", requests=60, kills=3, seed=11)
 
 
@@ -127,5 +128,5 @@ def test_sigkilled_workers_on_azurite(azurite: Azurite, monkeypatch: Any) -> Non
     store_url = f"azure:?prefix={prefix}"
     queue_url = f"azure-queue:{prefix}?visibility_timeout=2"
     store = open_store(store_url)
-    store.create_tables("tablea", "tableb")
+    store.create_tables(*TEST_TABLES)
     drain_with_kills(store, store_url, queue_url, "a-", requests=60, kills=3, seed=13)

@@ -1,0 +1,281 @@
+"""Azure Queue Storage as the work queue (azure-storage-queue), ``<name>-dlq`` for dead letters.
+
+Why Azure Queue: it is the plain at-least-once queue of an Azure storage
+account, the same account the Azure Tables store uses. A receive hides a
+message for its visibility timeout; ``deliveries`` is its ``dequeue_count``;
+every update changes the pop receipt, so :meth:`AzureQueue.extend` returns
+the message with its new receipt. There is no long poll: ``receive(wait=...)``
+polls with a short backoff through an injectable ``sleep``.
+
+Bodies go as plain text (the SDK's default ``NoEncodePolicy``; base64 would
+cost a quarter of the 64 KiB), with the characters XML cannot carry escaped
+reversibly (:func:`~idemflow.async_worklist.queues.base.encode_wire`).
+Messages never expire (``time_to_live=-1``): a checkpointed workflow must not
+silently vanish after Azure's default seven days. The connection string holds
+the account key, so it never appears in an error message, log line or repr.
+
+>>> AzureQueue.check_name("jobs")
+'jobs'
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.storage.queue import QueueClient, QueueMessage
+
+from idemflow.async_worklist.queues.base import (
+    Message,
+    MessageLostError,
+    Queue,
+    check_max_messages,
+    check_reason,
+    check_seconds,
+    check_wire_body,
+    decode_wire,
+)
+from idemflow.errors import (
+    InvalidNameError,
+    StoreConfigError,
+    StoreError,
+    TransientStoreError,
+)
+
+log = logging.getLogger(__name__)
+
+AZURE_MAX_BODY_BYTES = 64 * 1024 - 1024
+"""Azure's 64 KiB message limit less 1 KiB kept for the reason of a dead letter."""
+MAX_SECONDS = 7 * 24 * 3600  # longest visibility timeout or delay Azure accepts
+_NAME = re.compile(r"[a-z0-9](?:-?[a-z0-9])+")
+_STALE = {"MessageNotFound", "PopReceiptMismatch"}
+
+
+class AzureQueue(Queue):
+    """A :class:`~idemflow.async_worklist.queues.Queue` on an Azure storage queue.
+
+    With ``create`` the queue and its ``<name>-dlq`` are created when
+    missing; without it a missing queue is a
+    :class:`~idemflow.errors.StoreConfigError` naming the fix. ``retry_total``
+    bounds the SDK's own retries before a :class:`TransientStoreError`.
+
+    >>> AzureQueue("Jobs", connection_string="UseDevelopmentStorage=true")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    idemflow.errors.InvalidNameError: invalid Azure queue name 'Jobs': use 3-59 lowercase letters, ...
+    """
+
+    max_body_bytes = AZURE_MAX_BODY_BYTES
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connection_string: str,
+        visibility_timeout: float = 30.0,
+        create: bool = True,
+        retry_total: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.name = self.check_name(name)
+        self.visibility_timeout = float(_seconds(visibility_timeout, "visibility_timeout", 1))
+        self._clock = clock
+        self._sleep = sleep
+        try:
+            self._client = QueueClient.from_connection_string(
+                connection_string, name, retry_total=retry_total
+            )
+            self._dlq = QueueClient.from_connection_string(
+                connection_string, f"{name}-dlq", retry_total=retry_total
+            )
+        except (ValueError, TypeError):
+            # Never echo the connection string: it holds the account key.
+            raise StoreConfigError(f"Azure queue {name!r}: the connection string is malformed") from None
+        self._where = f"Azure queue {name!r} (account {self._client.account_name})"
+        if create:
+            for client in (self._client, self._dlq):
+                try:
+                    client.create_queue()
+                except ResourceExistsError:
+                    pass
+                except AzureError as exc:
+                    raise self._error("create", exc) from exc
+
+    @staticmethod
+    def check_name(name: object) -> str:
+        """``name`` if Azure accepts it (and its ``-dlq``), else an :class:`InvalidNameError`."""
+        if not isinstance(name, str) or not 3 <= len(name) <= 59 or not _NAME.fullmatch(name):
+            raise InvalidNameError(
+                "Azure queue name",
+                name,
+                "use 3-59 lowercase letters, digits and single hyphens, starting and ending with a letter "
+                "or digit ('-dlq' is appended for dead letters)",
+            )
+        return name
+
+    def __repr__(self) -> str:
+        return f"AzureQueue({self.name!r})"
+
+    def send(self, body: str, *, delay: float = 0.0) -> None:
+        text = check_wire_body(body, self.max_body_bytes, self._where)
+        hidden = _seconds(delay, "delay", 0) or None
+        self._call("send", self._client.send_message, text, visibility_timeout=hidden, time_to_live=-1)
+
+    def receive(
+        self, *, max_messages: int = 1, wait: float = 0.0, visibility_timeout: float | None = None
+    ) -> list[Message]:
+        """Up to ``min(max_messages, 32)`` messages (Azure's per-call limit), polling up to ``wait``."""
+        check_max_messages(max_messages)
+        vt = self.visibility_timeout if visibility_timeout is None else visibility_timeout
+        hide = _seconds(vt, "visibility_timeout", 1)
+        count = min(max_messages, 32)
+        deadline = self._clock() + check_seconds(wait, "wait")
+        pause = 0.05
+        while True:
+            pages = self._call(
+                "receive",
+                self._client.receive_messages,
+                messages_per_page=count,
+                max_messages=count,
+                visibility_timeout=hide,
+            )
+            found = [_message(m) for m in self._call("receive", list, pages)]
+            remaining = deadline - self._clock()
+            if found or remaining <= 0:
+                return found
+            self._sleep(min(pause, remaining))
+            pause = min(pause * 2, 1.0)
+
+    def ack(self, message: Message) -> None:
+        if not self._on_message("ack", self._client.delete_message, message.id, message.receipt):
+            log.debug("ack of Azure message %s ignored: already deleted or received elsewhere", message.id)
+
+    def nack(self, message: Message, *, delay: float = 0.0) -> None:
+        seconds = _seconds(delay, "delay", 0)
+        update = self._client.update_message
+        if not self._on_message("nack", update, message.id, message.receipt, visibility_timeout=seconds):
+            log.debug("nack of Azure message %s ignored: already deleted or received elsewhere", message.id)
+
+    def extend(self, message: Message, visibility_timeout: float) -> Message:
+        seconds = _seconds(visibility_timeout, "visibility_timeout", 1)
+        updated: list[QueueMessage] = []
+
+        def update() -> None:
+            updated.append(
+                self._client.update_message(message.id, message.receipt, visibility_timeout=seconds)
+            )
+
+        if not self._on_message("extend", update):
+            raise MessageLostError(
+                f"cannot extend message {message.id} of {self._where}: it was deleted or received again"
+            )
+        return Message(message.id, message.body, message.deliveries, str(updated[0].pop_receipt))
+
+    def dead_letter(self, message: Message, reason: str) -> None:
+        """Send ``reason`` and the body to ``<name>-dlq`` (one text: reason line, then body), then delete.
+
+        Ownership is checked first (an update needs the current pop receipt),
+        so a holder that lost the message does not dead-letter a copy of it.
+        """
+        envelope = (
+            f"{check_reason(reason)}\n{check_wire_body(message.body, self.max_body_bytes, self._where)}"
+        )
+        try:
+            held = self.extend(message, self.visibility_timeout)
+        except MessageLostError:
+            log.debug("dead_letter of Azure message %s ignored: deleted or received elsewhere", message.id)
+            return
+        self._call("dead_letter", self._dlq.send_message, envelope, time_to_live=-1)
+        self.ack(held)
+
+    def dead_letters(self) -> list[tuple[str, str]]:
+        """Every dead letter, read by receiving them briefly and making them visible again at once."""
+        seen: dict[str, tuple[str, str, str]] = {}
+        try:
+            while True:
+                receive = self._dlq.receive_messages
+                pages = self._call("dead_letters", receive, messages_per_page=32, visibility_timeout=30)
+                batch = self._call("dead_letters", list, pages)
+                if not batch:
+                    break
+                for raw in batch:
+                    reason, _, text = str(raw.content or "").partition("\n")
+                    seen[raw.id] = (decode_wire(text), reason, raw.pop_receipt)
+        finally:
+            for message_id, (_, _, receipt) in seen.items():
+                update = self._dlq.update_message
+                self._on_message("dead_letters", update, message_id, receipt, visibility_timeout=0)
+        return [(body, reason) for body, reason, _ in seen.values()]
+
+    def approximate_size(self) -> int:
+        properties = self._call("approximate_size", self._client.get_queue_properties)
+        return int(properties.approximate_message_count or 0)
+
+    def close(self) -> None:
+        self._client.close()
+        self._dlq.close()
+
+    def _call(self, operation: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except AzureError as exc:
+            raise self._error(operation, exc) from exc
+
+    def _on_message(self, operation: str, call: Callable[..., object], *args: Any, **kwargs: Any) -> bool:
+        """Run a call on one received message; ``False`` if Azure says it is gone or received again."""
+        try:
+            call(*args, **kwargs)
+        except HttpResponseError as exc:
+            if _code(exc) in _STALE:
+                return False
+            raise self._error(operation, exc) from exc
+        except AzureError as exc:
+            raise self._error(operation, exc) from exc
+        return True
+
+    def _error(self, operation: str, exc: AzureError) -> StoreError:
+        # Only our own words, the status and the error code: SDK messages may quote request URLs.
+        where = f"{operation} on {self._where}"
+        if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+            return TransientStoreError(f"{where}: cannot reach the queue service ({type(exc).__name__})")
+        if not isinstance(exc, HttpResponseError):
+            return StoreError(f"{where} failed: {type(exc).__name__}")
+        code, status = _code(exc), int(exc.status_code or 0)
+        if code == "QueueNotFound":
+            return StoreConfigError(f"{where}: the queue does not exist; create it or use create=True")
+        if isinstance(exc, ClientAuthenticationError) or status == 403:
+            return StoreConfigError(
+                f"{where}: authentication failed ({code}); check the key or SAS in the connection string"
+            )
+        if status in (408, 429) or status >= 500 or code in ("ServerBusy", "OperationTimedOut"):
+            return TransientStoreError(f"{where}: the service is busy or failing ({code}, HTTP {status})")
+        return StoreError(f"{where} failed: {code} (HTTP {status})")
+
+
+def _message(raw: QueueMessage) -> Message:
+    return Message(
+        raw.id, decode_wire(str(raw.content or "")), int(raw.dequeue_count or 1), str(raw.pop_receipt)
+    )
+
+
+def _code(exc: HttpResponseError) -> str:
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code) or "")
+
+
+def _seconds(value: float, what: str, low: int) -> int:
+    """Whole seconds for Azure (rounded up so a message is never hidden for less than asked)."""
+    return math.ceil(check_seconds(value, what, positive=low > 0, high=MAX_SECONDS))
