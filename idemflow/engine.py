@@ -50,8 +50,8 @@ class _DataConflict(Exception):
 
 def _default_conflict_retrying() -> Retrying:  # copied before every use: never iterated itself
     return Retrying(
-        stop=stop_after_attempt(12),
-        wait=wait_random_exponential(multiplier=0.002, max=0.25),
+        stop=stop_after_attempt(16),
+        wait=wait_random_exponential(multiplier=0.002, max=0.5),
         retry=retry_if_exception_type(_DataConflict),
         reraise=True,
     )

@@ -8,8 +8,8 @@ from idemflow import Store, run
 from idemflow.errors import InvalidInputError
 from idemflow.gc import collect, parse_duration
 from idemflow.keys import RUNS_TABLE, parse_memo_key
-from idemflow.testing import Fault, FaultyStore, SimulatedCrash
-from tests.conformance.test_workflow_contract import new_space
+from idemflow.testing import FaultyStore, SimulatedCrash
+from tests.conformance.test_workflow_contract import before_step, new_space
 from tests.workflows import rows_of, setup_accounts, transfer
 
 
@@ -29,7 +29,7 @@ def test_gc_removes_finished_requests_only(store: Store) -> None:
     req = {"space": space, "src": "alice", "dst": "bob", "amount": 5}
     done_id, half_id = space + "done", space + "half"
     run(transfer(req), request_id=done_id, store=store)
-    crash = FaultyStore(store, lambda p: Fault.CRASH_BEFORE if p.index == 1 else None)
+    crash = FaultyStore(store, before_step(2))
     with pytest.raises(SimulatedCrash):
         run(transfer(req), request_id=half_id, store=crash)
     store.flush()

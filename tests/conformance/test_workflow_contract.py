@@ -6,7 +6,7 @@ import contextlib
 import itertools
 import threading
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
@@ -46,6 +46,18 @@ def new_space() -> str:
 
 def transfer_req(space: str, amount: int = 30, dst: str = "bob") -> dict[str, Any]:
     return {"space": space, "src": "alice", "dst": dst, "amount": amount}
+
+
+def before_step(step: int, fault: Fault = Fault.CRASH_BEFORE) -> Callable[[FaultPoint], Fault | None]:
+    """A plan injecting ``fault`` at the commit of forward step ``step`` (found by its memo,
+    so it works whether or not the run record has a commit of its own)."""
+    suffix = f"|s{step}"
+
+    def plan(point: FaultPoint) -> Fault | None:
+        hit = any(op.ref.key.startswith("m") and op.ref.key.endswith(suffix) for op in point.ops)
+        return fault if point.kind == "commit" and hit else None
+
+    return plan
 
 
 def run_until_done(m: Idem[Any], request_id: str, store: Store, limit: int = 50) -> Any:
@@ -99,7 +111,7 @@ def test_reused_request_id_with_other_input_is_refused_before_writing(store: Sto
 def test_reused_request_id_refused_even_while_first_is_unfinished(store: Store) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
-    crash_second = FaultyStore(store, lambda p: Fault.CRASH_BEFORE if p.index == 1 else None)
+    crash_second = FaultyStore(store, before_step(2))
     with pytest.raises(SimulatedCrash):
         run(transfer(transfer_req(space, 10)), request_id="half", store=crash_second)
     before = rows_of(store, space)
@@ -164,16 +176,20 @@ def test_racing_executions_all_return_one_result(store: Store) -> None:
 def test_concurrent_distinct_requests_on_one_partition_all_apply(store: Store) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 1000, "bob": 0})
-    threads = [
-        threading.Thread(
-            target=lambda n=n: run(transfer(transfer_req(space, 1)), request_id=f"c{n}", store=store)
-        )
-        for n in range(6)
-    ]
+    errors: list[BaseException] = []
+
+    def transfer_one(n: int) -> None:
+        try:
+            run(transfer(transfer_req(space, 1)), request_id=f"c{n}", store=store)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=transfer_one, args=(n,)) for n in range(6)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    assert errors == []
     rows = rows_of(store, space)
     assert rows[("accounts", "alice", "balance")] == 994
     assert rows[("accounts", "bob", "balance")] == 6
@@ -197,7 +213,7 @@ def test_changed_code_under_an_unfinished_request_is_detected(store: Store) -> N
     def make(body: Any) -> Idem[Any]:
         return atomic("items", space + "p", body).then(atomic("items", space + "p", later))
 
-    crash_second = FaultyStore(store, lambda p: Fault.CRASH_BEFORE if p.index == 1 else None)
+    crash_second = FaultyStore(store, before_step(2))
     with pytest.raises(SimulatedCrash):
         run(make(first), request_id="nd", store=crash_second)
     with pytest.raises(NonDeterminismError) as caught:
@@ -222,9 +238,7 @@ def test_deterministic_helpers_are_stable_across_replays(store: Store) -> None:
         yield atomic("items", "helpers", lambda tx: tx.increment("n"))
         return {"t": t, "u": u, "r": r, "sent": sent}
 
-    crash_last = FaultyStore(
-        store, lambda p: Fault.CRASH_BEFORE if p.kind == "commit" and p.index == 2 else None
-    )
+    crash_last = FaultyStore(store, before_step(5))
     with pytest.raises(SimulatedCrash):
         run(helpers(1), request_id="h", store=crash_last)
     again = run(helpers(1), request_id="h", store=store)

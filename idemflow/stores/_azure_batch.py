@@ -1,0 +1,146 @@
+"""How a commit becomes an Azure entity group transaction.
+
+Pure functions, apart from :mod:`idemflow.stores.azure_tables` (which sends
+the batch and reads rows): :func:`plan` validates a commit before anything is
+sent; :func:`operation` maps each op to a batch operation, given what the
+store learned between attempts (:class:`Learned`):
+
+========================  ==============================================
+op                        batch operation
+========================  ==============================================
+Put, ``Cond.ANY``         upsert (REPLACE)
+Put / Delete, version     update (REPLACE) / delete, If-Match the ETag
+Check, version            update (MERGE of no property), If-Match the ETag
+Insert, Put ``ABSENT``    create; over a tombstone: update If-Match its ETag
+Check / Delete ``ABSENT`` create a tombstone; over one: update If-Match it
+Delete, ``Cond.ANY``      delete; when there was nothing: upsert a tombstone
+Increment                 the row as read plus delta: create, or update
+                          If-Match the ETag read
+Check, ``Cond.ANY``       nothing
+========================  ==============================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.data.tables import UpdateMode
+
+from idemflow.errors import LimitExceededError, StoreError
+from idemflow.stores import _azure_entity as ent
+from idemflow.stores._local import incremented
+from idemflow.stores.base import Check, Cond, Delete, Increment, Insert, Op, Put, RowRef
+
+Raw = tuple[str, str | None]
+"""An entity as read: its ETag and JSON text (None for a tombstone)."""
+Operation = tuple[str, dict[str, Any], dict[str, Any]]
+"""One operation as ``TableClient.submit_transaction`` takes it."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated commit: its escaped partition, each op's escaped key and the
+    value entity of each Put/Insert."""
+
+    partition: str
+    keys: list[str]
+    entities: list[dict[str, Any] | None]
+
+
+@dataclass
+class Learned:
+    """What a commit found out between attempts, by op index."""
+
+    tomb_etags: dict[int, str] = field(default_factory=dict)
+    """ABSENT-conditioned ops meeting a tombstone: the ETag to overwrite it under."""
+    blind_absent: set[int] = field(default_factory=set)
+    """Blind deletes that found nothing to delete."""
+    counters: dict[int, Raw | None] = field(default_factory=dict)
+    """Increments: their row as last read."""
+
+
+def escaped(ref: RowRef) -> tuple[str, str]:
+    """Escaped partition and key of ``ref``, refused before sending when over 1 KiB."""
+    partition, key = ent.escape_key(ref.partition), ent.escape_key(ref.key)
+    where = f"{ref.table}/{ref.partition}"
+    ent.check_key(where, "partition", partition)
+    ent.check_key(where, f"row key {ref.key[:40]!r}", key)
+    return partition, key
+
+
+def expects_absent(op: Op) -> bool:
+    """Whether ``op`` needs its row absent when the batch lands."""
+    return isinstance(op, Insert) or (isinstance(op, (Put, Delete, Check)) and op.expect is Cond.ABSENT)
+
+
+def plan(ops: Sequence[Op]) -> Plan:
+    """Validate a commit before anything is sent (one table and partition, one op
+    per row, at most 100 ops, keys, entities and body within Azure's limits)."""
+    first = ops[0].ref
+    where = f"{first.table}/{first.partition}"
+    if len(ops) > ent.MAX_BATCH_OPS:
+        raise LimitExceededError(where, f"{len(ops)} operations; Azure commits at most {ent.MAX_BATCH_OPS}")
+    keys: list[str] = []
+    entities: list[dict[str, Any] | None] = []
+    body = 0
+    for op in ops:
+        if (op.ref.table, op.ref.partition) != (first.table, first.partition):
+            raise StoreError(
+                f"Azure Tables commits one table and partition at a time: {where} and "
+                f"{op.ref.table}/{op.ref.partition} in one commit"
+            )
+        partition, key = escaped(op.ref)
+        if key in keys:
+            raise StoreError(f"two operations on row {op.ref.key[:40]!r} of {where} in one commit")
+        keys.append(key)
+        entity = None
+        if isinstance(op, (Put, Insert)):
+            entity = ent.value_entity(partition, key, op.text, op.expires_at)
+            ent.check_entity(where, entity)
+            body += ent.request_bytes(entity)
+        else:
+            body += ent.request_bytes(ent.tombstone_entity(partition, key, 0.0))
+        entities.append(entity)
+    if body > ent.MAX_BATCH_BYTES:
+        raise LimitExceededError(where, f"commit is about {body} bytes; Azure allows {ent.MAX_BATCH_BYTES}")
+    return Plan(ent.escape_key(first.partition), keys, entities)
+
+
+def operation(op: Op, index: int, planned: Plan, learned: Learned, now: float) -> Operation | None:
+    """The batch operation for ``op`` given what the commit learned so far (None: nothing to send)."""
+    partition, key, entity = planned.partition, planned.keys[index], planned.entities[index]
+    if isinstance(op, Increment):
+        raw = learned.counters[index]
+        text = incremented(op.ref, None if raw is None or raw[1] is None else (raw[1], 0), op.delta)
+        new = ent.value_entity(partition, key, text, None)
+        return ("create", new, {}) if raw is None else _if_match("update", new, raw[0], UpdateMode.REPLACE)
+    if isinstance(op, Delete) and op.expect is Cond.ANY:
+        if index in learned.blind_absent:
+            return ("upsert", ent.tombstone_entity(partition, key, now), {"mode": UpdateMode.REPLACE})
+        return ("delete", ent.key_entity(partition, key), {})
+    if isinstance(op, Check) and op.expect is Cond.ANY:
+        return None
+    if expects_absent(op):
+        new = entity if entity is not None else ent.tombstone_entity(partition, key, now)
+        etag = learned.tomb_etags.get(index)
+        return ("create", new, {}) if etag is None else _if_match("update", new, etag, UpdateMode.REPLACE)
+    if isinstance(op, Put):
+        assert entity is not None
+        if op.expect is Cond.ANY:
+            return ("upsert", entity, {"mode": UpdateMode.REPLACE})
+        return _if_match("update", entity, str(op.expect), UpdateMode.REPLACE)
+    if isinstance(op, Delete):
+        return _if_match("delete", ent.key_entity(partition, key), str(op.expect), None)
+    assert isinstance(op, Check)
+    # A MERGE adding no property: changes no data, but fails unless the ETag matches.
+    return _if_match("update", ent.key_entity(partition, key), str(op.expect), UpdateMode.MERGE)
+
+
+def _if_match(kind: str, entity: dict[str, Any], etag: str, mode: UpdateMode | None) -> Operation:
+    options: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+    if mode is not None:
+        options["mode"] = mode
+    return kind, entity, options
