@@ -75,14 +75,23 @@ class Moto:
 
 @contextmanager
 def moto_server() -> Iterator[Moto]:
-    """``moto_server`` from this virtualenv on a free loopback port."""
+    """moto's server app from this virtualenv on a free loopback port, single-threaded.
+
+    moto applies a ``TransactWriteItems`` as check-then-apply with no lock (and
+    restores a deep copy of the table on cancellation), so its default threaded
+    server lets two racing transactions both pass a condition — something real
+    DynamoDB never does. Serving one request at a time gives DynamoDB's isolation.
+    """
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     port = free_port()
-    exe = Path(sys.executable).with_name("moto_server")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
-    with _process([*cmd, "-H", "127.0.0.1", "-p", str(port)], [port], "moto server"):
+    code = (
+        "from werkzeug.serving import run_simple;"
+        "from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app;"
+        f"run_simple('127.0.0.1', {port}, DomainDispatcherApplication(create_backend_app), threaded=False)"
+    )
+    with _process([sys.executable, "-c", code], [port], "moto server"):
         yield Moto(endpoint=f"http://127.0.0.1:{port}")
 
 

@@ -52,5 +52,5 @@ def test_tables_create_on_dynamodb(moto: Moto) -> None:
     created = idemflow("tables", "create", "--store", url, "orders", "stock")
     assert created.returncode == 0, created.stderr
     client = boto3.client("dynamodb", endpoint_url=moto.endpoint, region_name=moto.region)
-    names = set(client.list_tables()["TableNames"])
+    names = {name for page in client.get_paginator("list_tables").paginate() for name in page["TableNames"]}
     assert {"cliorders", "clistock", "cliidemflowruns"} <= names

@@ -1,0 +1,391 @@
+"""DynamoDBStore against a real moto server: item layout, limits, errors, lost answers.
+
+The shared contract lives in ``tests/conformance``; these tests cover what only
+DynamoDB has (the ``n``/``v`` split, TTL, transaction limits, SDK failures).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
+
+from idemflow.errors import InvalidValueError, LimitExceededError, StoreError, TransientStoreError
+from idemflow.keys import RUNS_TABLE
+from idemflow.serialization import JSON, encode
+from idemflow.stores import open_store
+from idemflow.stores.base import Check, Committed, Cond, Conflict, Delete, Increment, Insert, Op, Put, RowRef
+from idemflow.stores.dynamodb import DynamoDBStore
+from tests.conftest import TEST_TABLES, make_factory
+from tests.servers import Moto
+
+pytestmark = pytest.mark.cloud
+
+
+@pytest.fixture
+def store(moto: Moto, request: pytest.FixtureRequest, tmp_path: Path) -> DynamoDBStore:
+    made = make_factory("dynamodb", request, tmp_path)()
+    assert isinstance(made, DynamoDBStore)
+    return made
+
+
+def ref(key: str, partition: str = "p1", table: str = "accounts") -> RowRef:
+    return RowRef(table, partition, key)
+
+
+def put(r: RowRef, value: JSON, expect: Any = Cond.ANY, expires_at: float | None = None) -> Put:
+    return Put(r, value, encode(value), expect, expires_at)
+
+
+def insert(r: RowRef, value: JSON) -> Insert:
+    return Insert(r, value, encode(value))
+
+
+def raw(store: DynamoDBStore, r: RowRef) -> dict[str, Any]:
+    """The item exactly as DynamoDB holds it."""
+    found = store.client.get_item(
+        TableName=store.table_name(r.table),
+        Key={"pk": {"S": r.partition}, "sk": {"S": r.key}},
+        ConsistentRead=True,
+    )
+    return dict(found["Item"])
+
+
+def unchanged_by(
+    store: DynamoDBStore, ops: list[Op], error: type[Exception], match: str | None = None
+) -> None:
+    """``ops`` fail with ``error`` before anything is sent: no call, no row."""
+    before = list(store.scan("accounts"))
+    trips = store.round_trips
+    with pytest.raises(error, match=match):
+        store.commit(ops)
+    assert store.round_trips == trips
+    assert list(store.scan("accounts")) == before
+
+
+# -- item layout ---------------------------------------------------------------------------------
+
+
+def test_numbers_live_in_n_so_increment_adds_after_a_put(store: DynamoDBStore) -> None:
+    counter = ref("dcount")
+    store.commit([put(counter, 10)])
+    item = raw(store, counter)
+    assert item["n"] == {"N": "10"} and "v" not in item and item["ver"] == {"N": "1"}
+    assert store.commit([Increment(counter, 5)]) == Committed()
+    row = store.read(counter)
+    assert row is not None and row.value == 15 and type(row.value) is int and row.version == 2
+    store.commit([Increment(counter, 0.25)])
+    row = store.read(counter)
+    assert row is not None and row.value == 15.25 and type(row.value) is float
+
+
+def test_put_replaces_number_by_text_and_back(store: DynamoDBStore) -> None:
+    r = ref("dswitch")
+    store.commit([put(r, 3)])
+    store.commit([put(r, "three")])
+    item = raw(store, r)
+    assert item["v"] == {"S": '"three"'} and "n" not in item and item["ver"] == {"N": "2"}
+    store.commit([put(r, 4)])
+    item = raw(store, r)
+    assert item["n"] == {"N": "4"} and "v" not in item and item["ver"] == {"N": "3"}
+
+
+def test_increment_of_text_names_the_row(store: DynamoDBStore) -> None:
+    r = ref("dtext", partition="pz")
+    store.commit([put(r, {"not": "a number"})])
+    with pytest.raises(InvalidValueError, match=r"accounts/pz.*dict"):
+        store.commit([Increment(r, 1)])
+
+
+def test_numbers_dynamodb_cannot_hold_stay_exact_json(store: DynamoDBStore) -> None:
+    values: list[JSON] = [10**40, -(10**39), 1e300, 5e-324, 0.1, 2**63]
+    for index, value in enumerate(values):
+        store.commit([put(ref(f"d{index}"), value)])
+    for index, value in enumerate(values):
+        row = store.read(ref(f"d{index}"))
+        assert row is not None and row.value == value and type(row.value) is type(value), value
+    assert "v" in raw(store, ref("d0")) and "n" in raw(store, ref("d5"))
+
+
+def test_integral_float_reads_back_equal(store: DynamoDBStore) -> None:
+    """DynamoDB's N type has no int/float distinction: 2.0 comes back as the equal int 2."""
+    store.commit([put(ref("dfloat"), 2.0)])
+    row = store.read(ref("dfloat"))
+    assert row is not None and row.value == 2.0
+
+
+def test_expires_at_is_stored_for_ttl(store: DynamoDBStore) -> None:
+    store.commit([put(ref("dttl"), "x", expires_at=1_900_000_000.7), insert(ref("mttl"), 1)])
+    assert raw(store, ref("dttl"))["expires_at"] == {"N": "1900000000"}
+    store.commit([put(ref("dttl"), "y")])
+    assert "expires_at" not in raw(store, ref("dttl"))
+
+
+def test_created_tables_have_ttl_enabled(store: DynamoDBStore) -> None:
+    store.create_tables(*TEST_TABLES)  # a second time: existing tables are fine
+    for table in (*TEST_TABLES, RUNS_TABLE):
+        ttl = store.client.describe_time_to_live(TableName=store.table_name(table))
+        assert ttl["TimeToLiveDescription"]["TimeToLiveStatus"] == "ENABLED"
+        assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
+
+
+# -- conditions and conflicts --------------------------------------------------------------------
+
+
+def test_conflict_lists_every_failing_operation(store: DynamoDBStore) -> None:
+    memo, data, guard, free = ref("mmemo"), ref("ddata"), ref("dguard"), ref("dfree")
+    store.commit([insert(memo, "first"), put(data, 1), put(guard, 1)])
+    outcome = store.commit([insert(memo, "again"), put(data, 2, 7), Check(guard, Cond.ABSENT), put(free, 1)])
+    assert isinstance(outcome, Conflict)
+    assert [f.index for f in outcome.failures] == [0, 1, 2]
+    existing = outcome.failures[0].existing
+    assert existing is not None and existing.value == "first" and existing.version == 1
+    assert store.read(free) is None
+
+
+def test_delete_expecting_absent_is_a_condition(store: DynamoDBStore) -> None:
+    r = ref("dgone")
+    assert store.commit([Delete(r, Cond.ABSENT)]) == Committed()
+    store.commit([put(r, 1)])
+    assert isinstance(store.commit([Delete(r, Cond.ABSENT)]), Conflict)
+    assert store.commit([Check(r, Cond.ANY), put(ref("dother"), 2)]) == Committed()
+
+
+def test_blind_put_bumps_version(store: DynamoDBStore) -> None:
+    r = ref("dver")
+    versions = []
+    for value in ("a", "b", "c"):
+        store.commit([put(r, value)])
+        row = store.read(r)
+        assert row is not None
+        versions.append(row.version)
+    assert versions == [1, 2, 3]
+
+
+def test_racing_commits_apply_once(store: DynamoDBStore) -> None:
+    filler = "x" * 1000  # a bigger table widens moto's race window (it deep-copies tables per transaction)
+    for start in range(0, 200, 50):
+        store.commit([put(ref(f"dfill{n}", "pfill"), filler) for n in range(start, start + 50)])
+    for round_ in range(10):
+        winners = race(store, [insert(ref(f"mrace{round_}"), 1), Increment(ref(f"dcount{round_}"), 1)], 6)
+        row = store.read(ref(f"dcount{round_}"))
+        assert winners == 1 and row is not None and row.value == 1, (round_, winners, row)
+
+
+def race(store: DynamoDBStore, ops: list[Op], contenders: int) -> int:
+    """How many of ``contenders`` threads committing ``ops`` at once were told Committed."""
+    winners: list[int] = []
+    barrier = threading.Barrier(contenders)
+
+    def contender() -> None:
+        barrier.wait()
+        if store.commit(ops) == Committed():
+            winners.append(1)
+
+    threads = [threading.Thread(target=contender) for _ in range(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(winners)
+
+
+# -- limits: refused before anything is sent -------------------------------------------------------
+
+
+def test_item_over_400_kb_is_refused_before_sending(store: DynamoDBStore) -> None:
+    unchanged_by(store, [put(ref("dbig"), "x" * 410_000)], LimitExceededError, match=r"accounts/p1.*400 KB")
+    unchanged_by(store, [put(ref("dok"), 1), insert(ref("mbig"), "é" * 205_000)], LimitExceededError)
+
+
+def test_transaction_over_4_mb_is_refused(store: DynamoDBStore) -> None:
+    ops: list[Op] = [put(ref(f"d{n}"), "x" * 380_000) for n in range(11)]
+    unchanged_by(store, ops, LimitExceededError, match="4 MB")
+
+
+def test_more_than_100_operations_are_refused(store: DynamoDBStore) -> None:
+    ops: list[Op] = [put(ref(f"d{n}"), n) for n in range(101)]
+    unchanged_by(store, ops, LimitExceededError, match=r"101 operations.*at most 100")
+    assert store.commit(ops[:100]) == Committed()
+
+
+def test_oversize_keys_are_refused(store: DynamoDBStore) -> None:
+    unchanged_by(store, [put(ref("d" + "k" * 1024), 1)], LimitExceededError)
+    unchanged_by(store, [put(ref("dk", partition="p" * 2049), 1)], LimitExceededError)
+    store.commit([put(ref("d" + "k" * 1023, partition="p" * 2048), 1)])
+
+
+def test_same_item_twice_is_refused(store: DynamoDBStore) -> None:
+    r = ref("dtwice")
+    unchanged_by(store, [put(r, 1), Increment(r, 1)], StoreError)
+    unchanged_by(store, [Check(r, Cond.ABSENT), put(r, 1)], StoreError)
+
+
+# -- backend failures --------------------------------------------------------------------------------
+
+
+def test_missing_table_names_the_table_and_the_fix(store: DynamoDBStore) -> None:
+    r = ref("dx", table="nosuchtable")
+    physical = store.table_name("nosuchtable")
+    for action in (
+        lambda: store.read(r),
+        lambda: store.commit([put(r, 1)]),
+        lambda: list(store.scan(r.table)),
+    ):
+        with pytest.raises(StoreError, match="idemflow tables create") as caught:
+            action()
+        assert physical in str(caught.value) and not isinstance(caught.value, TransientStoreError)
+    with pytest.raises(StoreError, match=physical):
+        store.commit([put(ref("dy"), 1), Check(r, Cond.ABSENT)])
+
+
+def test_connection_refused_is_transient() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again before use: nothing listens there
+    config = Config(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=0.5, read_timeout=0.5)
+    client = boto3.session.Session().client(
+        "dynamodb", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1", config=config
+    )
+    store = DynamoDBStore(client=client, prefix="tclosed")
+    with pytest.raises(TransientStoreError):
+        store.read(ref("dx"))
+    with pytest.raises(TransientStoreError):
+        store.commit([put(ref("dx"), 1)])
+    assert store.round_trips == 2
+    store.commit_cache([put(ref("dx"), 1)])  # never raises; the failure is logged
+    store.close()
+
+
+@pytest.mark.parametrize("lost", [ConnectionClosedError, ReadTimeoutError])
+def test_lost_answer_resolves_on_retry(
+    store: DynamoDBStore, lost: type[ConnectionClosedError | ReadTimeoutError]
+) -> None:
+    memo, counter, data = ref("mwf|req|s1"), ref("dcount"), ref("ddata")
+    store.commit([put(data, "old")])
+    seen = store.read(data)
+    assert seen is not None
+    ops: list[Op] = [insert(memo, {"result": 42}), Increment(counter, 5), put(data, "new", seen.version)]
+    fired = threading.Event()
+
+    def drop_answer(**kwargs: Any) -> None:
+        if not fired.is_set():  # the server has applied the transaction: only the answer is lost
+            fired.set()
+            raise lost(endpoint_url=store.client.meta.endpoint_url)
+
+    store.client.meta.events.register("after-call.dynamodb.TransactWriteItems", drop_answer)
+    with pytest.raises(TransientStoreError):
+        store.commit(ops)
+    outcome = store.commit(ops)
+    assert isinstance(outcome, Conflict)
+    first = outcome.failures[0]
+    assert first.index == 0 and first.existing is not None and first.existing.value == {"result": 42}
+    row = store.read(counter)
+    assert row is not None and row.value == 5  # applied exactly once
+    row = store.read(data)
+    assert row is not None and row.value == "new"
+
+
+def test_read_many_is_one_call_per_25_rows(store: DynamoDBStore) -> None:
+    refs = [ref(f"d{n}", partition=f"p{n % 7}") for n in range(30)]
+    store.commit([put(r, n) for n, r in enumerate(refs[:20])])
+    before = store.round_trips
+    rows = store.read_many([*refs, refs[0]])  # a duplicate is read once, answered twice
+    assert store.round_trips - before == 2
+    assert [row.value if row else None for row in rows] == [*range(20), *[None] * 10, 0]
+    before = store.round_trips
+    assert store.read_many([refs[0], refs[0]])[1] == store.read(refs[0])
+    assert store.round_trips - before == 2
+    assert store.read_many([]) == []
+    with pytest.raises(StoreError, match="idemflow tables create"):
+        store.read_many([refs[0], ref("dx", table="nosuchtable")])
+
+
+# -- cache writes, round trips, URLs ------------------------------------------------------------------
+
+
+def test_commit_cache_is_off_the_callers_path(store: DynamoDBStore) -> None:
+    r = ref("rrun", partition="req1", table=RUNS_TABLE)
+    gate = threading.Event()
+
+    def hold(**kwargs: Any) -> None:  # returning a value would replace the call
+        gate.wait(5)
+
+    store.client.meta.events.register("before-call.dynamodb.TransactWriteItems", hold)
+    store.commit_cache([put(r, {"status": "completed"})])  # returns while the write is held back
+    assert not gate.is_set()
+    gate.set()
+    store.flush()
+    row = store.read(r)
+    assert row is not None and row.value == {"status": "completed"}
+
+
+def test_failed_cache_write_is_logged_not_raised(
+    store: DynamoDBStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="idemflow.stores.dynamodb"):
+        store.commit_cache([put(ref("dx", table="nosuchtable"), 1)])
+        store.flush()
+    assert "dropped" in caplog.text
+
+
+def test_round_trips_count_every_call(store: DynamoDBStore) -> None:
+    before = store.round_trips
+    store.read(ref("da"))
+    store.commit([put(ref("da"), 1), put(ref("db"), 2)])
+    list(store.scan("accounts"))
+    list(store.scan("accounts", "p1"))
+    store.commit_cache([put(ref("dc"), 3)])
+    store.flush()
+    assert store.round_trips - before == 5
+
+
+def test_round_trips_are_thread_safe(store: DynamoDBStore) -> None:
+    before = store.round_trips
+    threads = [threading.Thread(target=lambda: [store.read(ref("dx")) for _ in range(10)]) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert store.round_trips - before == 80
+
+
+def test_scan_is_sorted_across_partitions(store: DynamoDBStore) -> None:
+    for partition, key in [("pb", "da"), ("pa", "dz"), ("pa", "dm"), ("pc", "d")]:
+        store.commit([put(ref(key, partition), key)])
+    assert [(p, k) for p, k, _ in store.scan("accounts")] == [
+        ("pa", "dm"),
+        ("pa", "dz"),
+        ("pb", "da"),
+        ("pc", "d"),
+    ]
+
+
+def test_tables_lists_this_prefix_only(store: DynamoDBStore, moto: Moto) -> None:
+    assert store.tables() == sorted((*TEST_TABLES, RUNS_TABLE))
+    other = DynamoDBStore(endpoint_url=moto.endpoint, region_name=moto.region, prefix="zzother")
+    try:
+        other.create_tables("extra")
+        assert other.tables() == sorted(["extra", RUNS_TABLE])
+    finally:
+        other.close()
+
+
+def test_open_store_url(moto: Moto) -> None:
+    opened = open_store(f"dynamodb:?endpoint={moto.endpoint}&region=us-east-1&prefix=abc")
+    try:
+        assert isinstance(opened, DynamoDBStore) and opened.table_name("accounts") == "abcaccounts"
+        opened.create_tables("accounts")
+        assert opened.commit([put(ref("durl"), "ok")]) == Committed()
+        row = opened.read(ref("durl"))
+        assert row is not None and row.value == "ok"
+        assert "prefix=abc" in opened.url
+    finally:
+        opened.close()
