@@ -107,8 +107,8 @@ def test_sigkilled_sqlite_workers_lose_and_double_nothing(tmp_path: Path) -> Non
     store_url = f"sqlite:{tmp_path / 'store.sqlite3'}"
     queue_url = f"sqlite:{tmp_path / 'queue.sqlite3'}?visibility_timeout=2"
     store = open_store(store_url)
-    killed = drain_with_kills(store, store_url, queue_url, "s-", requests=600, kills=8, seed=7)
-    assert killed == 8
+    killed = drain_with_kills(store, store_url, queue_url, "s-", requests=1200, kills=10, seed=7)
+    assert killed == 10
 
 
 @pytest.mark.slow
@@ -130,3 +130,35 @@ def test_sigkilled_workers_on_azurite(azurite: Azurite, monkeypatch: Any) -> Non
     store = open_store(store_url)
     store.create_tables(*TEST_TABLES)
     drain_with_kills(store, store_url, queue_url, "a-", requests=60, kills=3, seed=13)
+
+
+def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
+    """SIGTERM: the worker stops taking messages, finishes what it holds and exits 0."""
+    store_url = f"sqlite:{tmp_path / 'store.sqlite3'}"
+    queue_url = f"sqlite:{tmp_path / 'queue.sqlite3'}?visibility_timeout=60"
+    store = open_store(store_url)
+    queue = open_queue(queue_url)
+    requests = 300
+    for n in range(requests):
+        response = {"space": "g-", "user": f"u{n}", "answer": ANSWERS[n % 3], "at": [1]}
+        submit(survey(response), request_id=f"g-{n}", store=store, queue=queue, signing_key=KEY)
+    command = [sys.executable, "-m", "idemflow.cli", "worker", "tests.async_workflows:WORKFLOWS"]
+    options = ["--store", store_url, "--queue", queue_url, "--concurrency", "2"]
+    env = {**os.environ, "IDEMFLOW_SIGNING_KEY": KEY}
+    worker = subprocess.Popen(
+        [*command, *options], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    while status(store, "survey", "g-0").status is not RunStatus.COMPLETED and worker.poll() is None:
+        time.sleep(0.02)
+    worker.send_signal(signal.SIGTERM)
+    output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0
+    assert b"finished" in output
+    # Nothing is left hidden by the stopped worker: a fresh one (visibility 60 s) drains the rest at once.
+    follower = start_worker(store_url, queue_url)
+    assert follower.wait(timeout=120) == 0
+    done = [status(store, "survey", f"g-{n}").status for n in range(requests)]
+    assert done.count(RunStatus.COMPLETED) == requests
+    counts = {key: value for (table, _, key), value in rows_of(store, "g-").items() if table == "tableb"}
+    assert counts == {"red": 100, "green": 100, "blue": 100}
+    queue.close()
