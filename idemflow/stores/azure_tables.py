@@ -34,7 +34,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -211,7 +211,13 @@ class AzureTableStore:
     def _submit(self, table: str, batch: list[Operation]) -> None:
         client = self.table_client(table)
         self._count()
-        answers = client.submit_transaction(batch)
+        kind = batch[0][0]
+        if len(batch) == 1 and kind in _SINGLE:
+            # One write needs no entity group transaction: the plain call is
+            # atomic by itself and about 3x cheaper (the run-record insert).
+            answers: list[Mapping[str, Any]] = [_single(client, batch[0])]
+        else:
+            answers = client.submit_transaction(batch)
         for (_, entity, _), answer in zip(batch, answers, strict=False):
             etag = answer.get("etag") if entity.get(ent.TOMB) else None
             raw = None if etag is None else (str(etag), None)
@@ -304,6 +310,8 @@ class AzureTableStore:
                 if code not in _CONDITION_CODES or not 0 <= exc.index < len(positions):
                     raise self._error(exc, first.table, "commit") from exc
                 index = positions[exc.index]
+            except _SingleFailed:
+                index = positions[0]
             except Exception as exc:  # every SDK failure becomes a StoreError
                 raise self._error(exc, first.table, "commit") from exc
             op = ops[index]
@@ -421,6 +429,35 @@ class AzureTableStore:
     def round_trips(self) -> int:
         with self._lock:
             return self._round_trips
+
+
+_SINGLE = frozenset({"create", "upsert", "update"})
+
+
+class _SingleFailed(Exception):
+    """A single-entity write's condition failed (as a batch's would have, at index 0)."""
+
+
+def _single(client: TableClient, operation: Operation) -> dict[str, Any]:
+    kind, entity, options = operation
+    try:
+        if kind == "create":
+            answer: dict[str, Any] = client.create_entity(entity)
+        elif kind == "upsert":
+            answer = client.upsert_entity(entity, **options)
+        else:
+            answer = client.update_entity(entity, **options)
+    except ResourceExistsError as exc:
+        raise _SingleFailed("EntityAlreadyExists") from exc
+    except ResourceNotFoundError as exc:
+        if _code(exc) == "TableNotFound":
+            raise
+        raise _SingleFailed("ResourceNotFound") from exc
+    except HttpResponseError as exc:
+        if exc.status_code == 412:
+            raise _SingleFailed("UpdateConditionNotSatisfied") from exc
+        raise
+    return answer
 
 
 def _code(exc: HttpResponseError) -> str:
