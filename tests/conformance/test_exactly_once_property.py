@@ -171,7 +171,7 @@ def test_exactly_once_on_local_stores(local_store: Store, data: dict[str, Any]) 
 
 
 @given(data=scenario)
-@settings(max_examples=8)
+@settings(max_examples=25)
 def test_exactly_once_on_cloud_stores(cloud_store: Store, data: dict[str, Any]) -> None:
     check_scenario(cloud_store, data)
 
