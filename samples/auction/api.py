@@ -1,0 +1,161 @@
+"""The auction's HTTP API (Starlette on uvicorn): clients send their own request ids and retry freely.
+
+Every ``POST`` takes the client's request id in an ``Idempotency-Key``
+header (required) and runs its workflow under it: a bidder whose connection
+dropped sends the same bid again with the same key and gets the first
+answer; the bid is recorded, led and counted once. Reusing a key for a
+different body is refused (409).
+
+=======================================  ==========================================================
+``POST /wallets``                        deposit ``{"owner", "amount"}`` (opens the wallet): 200
+``GET  /wallets/{owner}``                balance, deposits, what was paid and sold
+``POST /items``                          register ``{"title", "seller", "min_price", "closes_in"}``
+                                         (or ``closes_at``, epoch seconds; optional ``id``): 201
+``GET  /items/{item}``                   terms, status, leader, result
+``POST /items/{item}/bids``              bid ``{"bidder", "amount"}``: 201 with the recorded bid
+``GET  /items/{item}/winner``            what the front end polls: the leader, then the result
+``POST /items/{item}/close``             close: 200 ``{"status": "sold" | "unsold", ...}``
+``GET  /popular?limit=10``               the most-bid items
+``GET  /healthz``                        200 when the server is up
+=======================================  ==========================================================
+
+Refusals are JSON ``{"error": code, "detail": message}``: 404 ``not_found``;
+409 ``closed``, ``too_low``, ``exists``, ``still_open``, ``already_closed``,
+``idempotency_key_reused``; 422 ``invalid``, ``below_minimum``, ``own_item``,
+``no_wallet``; 400 for a missing key or a body that is not JSON; 503 when
+the store is busy (retry with the same key). A close whose winner cannot
+pay is not an error: it answers 200 with ``"status": "unsold"`` and the
+reason, after the compensations ran.
+
+The time comes from an injectable ``clock`` (tests move it past closing
+time); workflows read it once per request through ``now()``. The plumbing
+(``Answer``, error mapping, endpoints) is the survey sample's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from idemflow import Store, WorkflowAborted, run
+from samples.auction import workflows
+from samples.survey.api import Answer, error, get_, guarded, healthz, post
+
+STATUSES = {
+    "not_found": 404,
+    "closed": 409,
+    "too_low": 409,
+    "exists": 409,
+    "still_open": 409,
+    "already_closed": 409,
+    "invalid": 422,
+    "below_minimum": 422,
+    "own_item": 422,
+    "no_wallet": 422,
+}
+"""HTTP status of each refusal code of :mod:`samples.auction.workflows`."""
+
+
+class AuctionService:
+    """What the API does, as plain calls returning :class:`Answer` (usable without HTTP).
+
+    >>> from idemflow import MemoryStore
+    >>> service = AuctionService(MemoryStore(), clock=lambda: 1000.0)
+    >>> service.deposit("k1", {"owner": "sam", "amount": 0}).status
+    200
+    >>> vase = {"id": "vase", "title": "Vase", "seller": "sam", "min_price": 5, "closes_in": 60}
+    >>> service.register("k2", vase).body["closes_at"]
+    1060.0
+    >>> service.bid("k3", "vase", {"bidder": "ada", "amount": 4}).body["error"]
+    'below_minimum'
+    >>> service.bid(None, "vase", {"bidder": "ada", "amount": 6}).status
+    400
+    """
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+
+    def _run(self, m: Any, key: str) -> Any:
+        return run(m, request_id=key, store=self.store, clock=self.clock)
+
+    def deposit(self, key: str | None, body: object) -> Answer:
+        def action(key: str) -> Answer:
+            parsed = workflows.parse_deposit(body)
+            self._run(workflows.deposit(parsed), key)
+            return Answer(200, {"owner": parsed["owner"], "deposited": parsed["amount"]})
+
+        return guarded(key, action, STATUSES, workflows.Invalid)
+
+    def register(self, key: str | None, body: object) -> Answer:
+        def action(key: str) -> Answer:
+            return Answer(201, self._run(workflows.register(workflows.parse_item(body)), key))
+
+        return guarded(key, action, STATUSES, workflows.Invalid)
+
+    def bid(self, key: str | None, item: str, body: object) -> Answer:
+        def action(key: str) -> Answer:
+            return Answer(201, self._run(workflows.bid(workflows.parse_bid(item, body)), key))
+
+        return guarded(key, action, STATUSES, workflows.Invalid)
+
+    def close(self, key: str | None, item: str) -> Answer:
+        def action(key: str) -> Answer:
+            try:
+                return Answer(200, self._run(workflows.close({"item": item}), key))
+            except WorkflowAborted as aborted:
+                reason = aborted.reason
+                if isinstance(reason, dict) and reason.get("code") == "payment_failed":
+                    return Answer(200, {"item": item, "status": "unsold", "reason": reason["message"]})
+                raise
+
+        return guarded(key, action, STATUSES, workflows.Invalid)
+
+    def item(self, item: str) -> Answer:
+        found = workflows.item_view(self.store, item)
+        return Answer(200, found) if found else error(404, "not_found", f"no item {item!r}")
+
+    def winner(self, item: str) -> Answer:
+        return Answer(200, workflows.winner_view(self.store, item))
+
+    def wallet(self, owner: str) -> Answer:
+        found = workflows.wallets(self.store).get(owner)
+        return (
+            Answer(200, {"owner": owner, **found})
+            if found
+            else error(404, "not_found", f"no wallet {owner!r}")
+        )
+
+    def popular(self, limit: str) -> Answer:
+        if not limit.isdigit() or not 1 <= int(limit) <= 100:
+            return error(422, "invalid", "limit must be a whole number from 1 to 100")
+        return Answer(200, {"items": workflows.popular(self.store, int(limit))})
+
+
+def create_app(service: AuctionService) -> Starlette:
+    """The ASGI application over ``service`` (see the module docstring for the routes)."""
+    routes = [
+        Route("/healthz", healthz),
+        Route("/wallets", post(lambda key, _p, body: service.deposit(key, body)), methods=["POST"]),
+        Route("/wallets/{owner}", get_(lambda p, _q: service.wallet(p["owner"]))),
+        Route("/items", post(lambda key, _p, body: service.register(key, body)), methods=["POST"]),
+        Route("/items/{item}", get_(lambda p, _q: service.item(p["item"]))),
+        Route(
+            "/items/{item}/bids",
+            post(lambda key, p, body: service.bid(key, p["item"], body)),
+            methods=["POST"],
+        ),
+        Route("/items/{item}/winner", get_(lambda p, _q: service.winner(p["item"]))),
+        Route(
+            "/items/{item}/close", post(lambda key, p, _body: service.close(key, p["item"])), methods=["POST"]
+        ),
+        Route("/popular", get_(lambda _p, q: service.popular(q.get("limit", "10")))),
+    ]
+    return Starlette(routes=routes)
+
+
+__all__ = ["STATUSES", "AuctionService", "create_app"]

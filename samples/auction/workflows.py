@@ -1,0 +1,685 @@
+"""The paper's auction application, written the way a user of idemflow writes it.
+
+Five tables, each partitioned so that no step touches two partitions:
+
+- ``wallets/<owner>``: ``balance``, ``deposited``, and one ``paid:<item>`` or
+  ``sold:<item>`` row per auction the owner won or sold;
+- ``items/<item>``: the item's ``terms`` (title, seller, minimum price,
+  closing time), its ``status`` (open, charging, sold, unsold) and ``sale``;
+- ``bids/<item>``: a copy of the terms, every accepted bid (``b:<bid id>``),
+  the current ``max``, the ``bidders`` and, once closed, ``closed``;
+- ``winners/<item>``: the ``leader`` and, once closed, the ``result``: what
+  the front end polls;
+- ``popular/all``: one counter per item, the number of accepted bids.
+
+**Bidding** (:func:`bid`) is the paper's workflow: read the time once
+(``now()``, memoized), then (1) validate the bid and record it if it beats
+the current maximum, in ``bids/<item>`` — bids after the closing time and
+below the minimum price are refused with a clear reason, before anything is
+written; (2) mark the leader in ``winners/<item>`` (only ever upwards, so
+steps of different bids may finish in any order); (3) count it in
+``popular``. Bids reserve no money: as on most auction sites a bid is a
+promise, paid when the auction closes.
+
+**Closing** (:func:`close`) seals the bids, then charges the winner exactly
+once and pays the seller; the losers are released (they are never charged
+and the result lists them). If the winner's payment fails (the balance is
+short — they may have won something else meanwhile), the charge step aborts
+and idemflow runs the compensations of the completed steps in reverse
+order: the published result, the item's status and the sealed bids all say
+"unsold" and every bidder is released. The item is **not** offered to the
+next bidder: a seller relists it (documented choice; see the README).
+
+>>> from idemflow import MemoryStore, run
+>>> store, now_is = MemoryStore(), [100.0]
+>>> def go(m, request_id):  # run with a clock the example sets
+...     return run(m, request_id=request_id, store=store, clock=lambda: now_is[0])
+>>> for owner, amount in [("sam", 0), ("ada", 500)]:
+...     _ = go(deposit({"owner": owner, "amount": amount}), "d-" + owner)
+>>> go(register({"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60}), "i-1")
+{'id': 'lamp', 'title': 'Lamp', 'seller': 'sam', 'min_price': 10, 'closes_at': 160.0}
+>>> from idemflow import WorkflowAborted
+>>> try:
+...     go(bid({"item": "lamp", "bidder": "ada", "amount": 5}), "b-1")
+... except WorkflowAborted as refused:
+...     print(refused.reason)
+{'code': 'below_minimum', 'message': 'bid 5 is below the minimum price 10'}
+>>> go(bid({"item": "lamp", "bidder": "ada", "amount": 25}), "b-2")["seq"]
+1
+>>> now_is[0] = 200.0
+>>> go(close({"item": "lamp"}), "c-1")
+{'item': 'lamp', 'status': 'sold', 'winner': 'ada', 'amount': 25, 'released': []}
+>>> wallets(store)["ada"]["balance"], wallets(store)["sam"]["balance"], check(store).ok
+(475, 25, True)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Generator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NotRequired, TypedDict
+
+from idemflow import Idem, Store, Tx, Workflow, atomic, now, rows, uuid4, workflow
+from idemflow.compensation import abort
+
+WALLETS = "wallets"
+ITEMS = "items"
+BIDS = "bids"
+WINNERS = "winners"
+POPULAR = "popular"
+TABLES = (WALLETS, ITEMS, BIDS, WINNERS, POPULAR)
+EVERYONE = "all"
+"""The one partition of ``popular``: increments never conflict, so one counter row per item is fine."""
+
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_MONEY = 10**12
+MAX_DURATION = 30 * 24 * 3600.0
+
+
+class Deposit(TypedDict):
+    """Input of :func:`deposit`: opens the wallet on first use; ``amount`` may be 0."""
+
+    owner: str
+    amount: int
+
+
+class NewItem(TypedDict):
+    """Input of :func:`register`: exactly one of ``closes_at`` (epoch seconds) and ``closes_in`` (seconds)."""
+
+    title: str
+    seller: str
+    min_price: int
+    closes_at: NotRequired[float]
+    closes_in: NotRequired[float]
+    id: NotRequired[str]
+
+
+class BidRequest(TypedDict):
+    """Input of :func:`bid`."""
+
+    item: str
+    bidder: str
+    amount: int
+
+
+class CloseRequest(TypedDict):
+    """Input of :func:`close`."""
+
+    item: str
+
+
+Refusal = dict[str, Any]
+"""Every abort reason of this sample: ``{"code": ..., "message": ...}`` (a plain dict: reasons are JSON)."""
+
+
+def refusal(code: str, message: str) -> Refusal:
+    return {"code": code, "message": message}
+
+
+class Invalid(ValueError):
+    """A request whose shape is wrong; raised before anything runs (the API answers 422)."""
+
+
+def when(t: float) -> str:
+    """Epoch seconds as UTC ISO time, for messages people read."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+# -- validation: pure functions, shared by the workflows, the API and the load ------------
+
+
+def _name(body: dict[str, Any], field: str) -> str:
+    value = body.get(field)
+    if type(value) is not str or not value.strip() or len(value) > 100:
+        raise Invalid(f"{field!r} must be a non-empty string of at most 100 characters")
+    return value
+
+
+def _money(body: dict[str, Any], field: str, least: int) -> int:
+    value = body.get(field)
+    if type(value) is not int or not least <= value <= MAX_MONEY:
+        raise Invalid(f"{field!r} must be a whole number from {least} to {MAX_MONEY}, not {value!r}")
+    return value
+
+
+def _fields(body: object, required: set[str], optional: Collection[str] = ()) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise Invalid(f"expected a JSON object with {sorted(required)}")
+    missing, unknown = required - set(body), set(body) - required - set(optional)
+    if missing or unknown:
+        raise Invalid(f"missing {sorted(missing)}, unknown {sorted(unknown)}; expected {sorted(required)}")
+    return body
+
+
+def parse_deposit(body: object) -> Deposit:
+    """Validate a deposit; :class:`Invalid` says what is wrong."""
+    fields = _fields(body, {"owner", "amount"})
+    return {"owner": _name(fields, "owner"), "amount": _money(fields, "amount", 0)}
+
+
+def parse_item(body: object) -> NewItem:
+    """Validate an item to register.
+
+    >>> parse_item({"title": "Lamp", "seller": "sam", "min_price": 0, "closes_in": 60})
+    Traceback (most recent call last):
+    ...
+    samples.auction.workflows.Invalid: 'min_price' must be a whole number from 1 to 1000000000000, not 0
+    """
+    fields = _fields(body, {"title", "seller", "min_price"}, {"closes_at", "closes_in", "id"})
+    item: NewItem = {
+        "title": _name(fields, "title"),
+        "seller": _name(fields, "seller"),
+        "min_price": _money(fields, "min_price", 1),
+    }
+    if ("closes_at" in fields) == ("closes_in" in fields):
+        raise Invalid("give exactly one of 'closes_at' (epoch seconds) and 'closes_in' (seconds from now)")
+    field = "closes_at" if "closes_at" in fields else "closes_in"
+    value = fields[field]
+    if type(value) not in (int, float) or not 0 < value < (MAX_DURATION if field == "closes_in" else 1e11):
+        raise Invalid(f"{field!r} must be a positive number of seconds, not {value!r}")
+    if field == "closes_at":
+        item["closes_at"] = float(value)
+    else:
+        item["closes_in"] = float(value)
+    if "id" in fields:
+        if type(fields["id"]) is not str or not _ID.fullmatch(fields["id"]):
+            raise Invalid(f"'id' must be 1-64 letters, digits, '_' or '-', not {fields['id']!r}")
+        item["id"] = fields["id"]
+    return item
+
+
+def parse_bid(item: str, body: object) -> BidRequest:
+    """Validate a bid's shape (whether it is high enough and in time is the workflow's business)."""
+    fields = _fields(body, {"bidder", "amount"})
+    return {"item": item, "bidder": _name(fields, "bidder"), "amount": _money(fields, "amount", 1)}
+
+
+# -- step bodies ----------------------------------------------------------------------------
+
+
+def _deposit(amount: int) -> Callable[[Tx], int]:
+    # Server-side increments and a blind write: concurrent deposits never conflict.
+    def body(tx: Tx) -> int:
+        tx.put("opened", True)
+        tx.increment("balance", amount)
+        tx.increment("deposited", amount)
+        return amount
+
+    return body
+
+
+def _has_wallet(owner: str) -> Callable[[Tx], None]:
+    def body(tx: Tx) -> None:
+        if tx.get("opened") is None:
+            tx.abort(refusal("no_wallet", f"seller {owner!r} has no wallet: deposit (0 will do) first"))
+
+    return body
+
+
+def _list(terms: dict[str, Any]) -> Callable[[Tx], None]:
+    def body(tx: Tx) -> None:
+        if tx.get("terms") is not None:
+            tx.abort(refusal("exists", f"item {terms['id']!r} already exists"))
+        tx.put("terms", terms)
+        tx.put("status", "open")
+
+    return body
+
+
+def _put(pairs: dict[str, Any]) -> Callable[[Tx], dict[str, Any]]:
+    def body(tx: Tx) -> dict[str, Any]:
+        for key, value in pairs.items():
+            tx.put(key, value)
+        return pairs
+
+    return body
+
+
+def _place(req: BidRequest, bid_id: str, t: float) -> Callable[[Tx], dict[str, Any]]:
+    def body(tx: Tx) -> dict[str, Any]:
+        item, bidder, amount = req["item"], req["bidder"], req["amount"]
+        terms = tx.get("terms")
+        if terms is None:
+            tx.abort(refusal("not_found", f"no item {item!r}"))
+        if tx.get("closed") is not None or t >= terms["closes_at"]:
+            tx.abort(refusal("closed", f"bidding on {item!r} closed at {when(terms['closes_at'])}"))
+        if bidder == terms["seller"]:
+            tx.abort(refusal("own_item", f"{bidder!r} sells {item!r} and cannot bid on it"))
+        if amount < terms["min_price"]:
+            tx.abort(
+                refusal("below_minimum", f"bid {amount} is below the minimum price {terms['min_price']}")
+            )
+        best = tx.get("max")
+        if best is not None and amount <= best["amount"]:
+            tx.abort(refusal("too_low", f"bid {amount} does not beat the current maximum {best['amount']}"))
+        seq = tx.get("count", 0) + 1
+        placed = {"bid": bid_id, "item": item, "bidder": bidder, "amount": amount, "at": t, "seq": seq}
+        tx.put("count", seq)
+        tx.put("b:" + bid_id, placed)
+        tx.put("max", placed)
+        bidders = tx.get("bidders", [])
+        if bidder not in bidders:
+            tx.put("bidders", [*bidders, bidder])
+        return placed
+
+    return body
+
+
+def _lead(placed: dict[str, Any]) -> Callable[[Tx], None]:
+    # Only ever upwards: the lead steps of two bids may commit in either order.
+    def body(tx: Tx) -> None:
+        leader = tx.get("leader")
+        if leader is None or placed["amount"] > leader["amount"]:
+            tx.put("leader", placed)
+
+    return body
+
+
+def _count(item: str) -> Callable[[Tx], None]:
+    def body(tx: Tx) -> None:
+        tx.increment(item)
+
+    return body
+
+
+def _seal(item: str, t: float) -> Callable[[Tx], dict[str, Any]]:
+    def body(tx: Tx) -> dict[str, Any]:
+        terms = tx.get("terms")
+        if terms is None:
+            tx.abort(refusal("not_found", f"no item {item!r}"))
+        if tx.get("closed") is not None:
+            tx.abort(refusal("already_closed", f"{item!r} was closed by another request"))
+        if t < terms["closes_at"]:
+            tx.abort(refusal("still_open", f"bidding on {item!r} is open until {when(terms['closes_at'])}"))
+        tx.put("closed", {"at": t, "outcome": "closing"})
+        bidders = tx.get("bidders", [])
+        return {"item": item, "seller": terms["seller"], "winner": tx.get("max"), "bidders": bidders}
+
+    return body
+
+
+def _unseal(tx: Tx, sealed: dict[str, Any]) -> None:
+    """Compensation of the seal: the auction stays closed, but ends unsold."""
+    tx.put("closed", {**tx.get("closed", {}), "outcome": "unsold"})
+
+
+def _unsold_status(tx: Tx, _result: object) -> None:
+    """Compensation of the "charging" status."""
+    tx.put("status", "unsold")
+
+
+def _declined(tx: Tx, published: dict[str, Any]) -> None:
+    """Compensation of the announcement: the front end now shows an unsold item, every bidder released."""
+    announced = published["result"]
+    winner = announced["winner"]
+    tx.put(
+        "result",
+        {
+            "item": announced["item"],
+            "status": "unsold",
+            "reason": f"payment of {winner['amount']} by {winner['bidder']!r} failed",
+            "winner": None,
+            "amount": None,
+            "released": announced["bidders"],
+        },
+    )
+
+
+def _charge(item: str, bidder: str, amount: int) -> Callable[[Tx], int]:
+    def body(tx: Tx) -> int:
+        balance = tx.get("balance", 0)
+        if balance < amount:
+            message = f"payment failed: {bidder!r} has {balance}, the winning bid was {amount}"
+            tx.abort(refusal("payment_failed", message))
+        left: int = balance - amount
+        tx.put("balance", left)
+        tx.put("paid:" + item, amount)
+        return left
+
+    return body
+
+
+def _pay(item: str, amount: int) -> Callable[[Tx], None]:
+    def body(tx: Tx) -> None:
+        tx.increment("balance", amount)
+        tx.put("sold:" + item, amount)
+
+    return body
+
+
+# -- workflows -------------------------------------------------------------------------------
+
+
+@workflow("deposit")
+def deposit(req: Deposit) -> Idem[int]:
+    """Add ``amount`` to a wallet, opening it on first use; one step."""
+    return atomic(WALLETS, req["owner"], _deposit(req["amount"]), name="deposit")
+
+
+@workflow("register")
+def register(req: NewItem) -> Generator[Idem[Any], Any, dict[str, Any]]:
+    """Put an item up for auction; aborts ``invalid``, ``no_wallet`` (seller) or ``exists``.
+
+    The seller needs a wallet, so the sale can always be paid out. Without
+    an ``id`` one is derived from the request id (:func:`idemflow.uuid4`).
+    """
+    try:
+        parse_item(dict(req))
+    except Invalid as exc:
+        yield abort(refusal("invalid", str(exc)))
+    t: float = yield now()
+    closes_at = req["closes_at"] if "closes_at" in req else t + req["closes_in"]
+    if closes_at <= t:
+        yield abort(refusal("invalid", f"the closing time {when(closes_at)} has passed"))
+    if "id" in req:
+        item_id = req["id"]
+    else:
+        item_id = yield uuid4()
+    terms = {
+        "id": item_id,
+        "title": req["title"],
+        "seller": req["seller"],
+        "min_price": req["min_price"],
+        "closes_at": closes_at,
+    }
+    yield atomic(WALLETS, req["seller"], _has_wallet(req["seller"]), name="seller")
+    yield atomic(ITEMS, item_id, _list(terms), name="list")
+    yield atomic(BIDS, item_id, _put({"terms": terms}), name="open")
+    return terms
+
+
+@workflow("bid")
+def bid(req: BidRequest) -> Generator[Idem[Any], Any, dict[str, Any]]:
+    """Place a bid; exactly once per request id. Returns the recorded bid (with its ``seq``).
+
+    Refusals (aborts, nothing written): ``not_found``, ``closed`` (at or after
+    the closing time, or already closed), ``own_item``, ``below_minimum``,
+    ``too_low`` (does not beat the current maximum).
+    """
+    try:
+        parse_bid(req["item"], {"bidder": req["bidder"], "amount": req["amount"]})
+    except Invalid as exc:
+        yield abort(refusal("invalid", str(exc)))
+    t: float = yield now()
+    bid_id: str = yield uuid4()
+    placed = yield atomic(BIDS, req["item"], _place(req, bid_id, t), name="place")
+    yield atomic(WINNERS, req["item"], _lead(placed), name="lead")
+    yield atomic(POPULAR, EVERYONE, _count(req["item"]), name="count")
+    return dict(placed)
+
+
+@workflow("close")
+def close(req: CloseRequest) -> Generator[Idem[Any], Any, dict[str, Any]]:
+    """Close an auction: charge the winner once, pay the seller, release the losers.
+
+    Refusals: ``not_found``, ``still_open`` (before the closing time: a
+    retry under the same request id stays refused, use a new id later),
+    ``already_closed`` (by another request), ``payment_failed`` (after the
+    compensations made the item unsold).
+    """
+    item = req["item"]
+    t: float = yield now()
+    sealed = yield atomic(BIDS, item, _seal(item, t), compensate=_unseal, name="seal")
+    winner = sealed["winner"]
+    result: dict[str, Any] = {"item": item, "status": "unsold", "reason": "no bids", "winner": None}
+    result |= {"amount": None, "released": []}
+    if winner is not None:
+        bidder, amount = winner["bidder"], winner["amount"]
+        announced = {**sealed, "status": "charging"}
+        yield atomic(ITEMS, item, _put({"status": "charging"}), compensate=_unsold_status, name="charging")
+        yield atomic(WINNERS, item, _put({"result": announced}), compensate=_declined, name="announce")
+        yield atomic(WALLETS, bidder, _charge(item, bidder, amount), name="charge")  # may abort
+        yield atomic(WALLETS, sealed["seller"], _pay(item, amount), name="pay")
+        released = [other for other in sealed["bidders"] if other != bidder]
+        result = {"item": item, "status": "sold", "winner": bidder, "amount": amount, "released": released}
+    yield atomic(ITEMS, item, _put({"status": result["status"], "sale": result}), name="settle")
+    yield atomic(WINNERS, item, _put({"result": result}), name="publish")
+    yield atomic(BIDS, item, _put({"closed": {"at": t, "outcome": result["status"]}}), name="done")
+    return result
+
+
+WORKFLOWS: list[Workflow[Any, Any]] = [deposit, register, bid, close]
+"""Every workflow of the sample (a worker could run them: ``samples.auction.workflows:WORKFLOWS``)."""
+
+
+# -- reads: for the API, tools and the checker ----------------------------------------------
+
+
+def _partitions(store: Store, table: str, partition: str | None = None) -> dict[str, dict[str, Any]]:
+    """``{partition: {key: value}}`` of a table, or of one partition of it (a scan: not for steps)."""
+    found: dict[str, dict[str, Any]] = {}
+    for (part, key), value in rows(store, table, partition).items():
+        found.setdefault(part, {})[key] = value
+    return found
+
+
+def item_view(store: Store, item: str) -> dict[str, Any] | None:
+    """What a front end shows for an item: terms, status, leader and result (None: no such item)."""
+    found = _partitions(store, ITEMS, item).get(item, {})
+    if "terms" not in found:
+        return None
+    polled = _partitions(store, WINNERS, item).get(item, {})
+    return {
+        **found["terms"],
+        "status": found.get("status", "open"),
+        "leader": polled.get("leader"),
+        "result": polled.get("result"),
+    }
+
+
+def winner_view(store: Store, item: str) -> dict[str, Any]:
+    """The row the front end polls: the current leader and, once closed, the result."""
+    polled = _partitions(store, WINNERS, item).get(item, {})
+    return {"item": item, "leader": polled.get("leader"), "result": polled.get("result")}
+
+
+def popular(store: Store, limit: int = 10) -> list[dict[str, Any]]:
+    """The most-bid items, most first."""
+    counts = [
+        (count, item) for item, count in _partitions(store, POPULAR, EVERYONE).get(EVERYONE, {}).items()
+    ]
+    ranked = sorted(counts, key=lambda pair: (-pair[0], pair[1]))[:limit]
+    return [{"item": item, "bids": count} for count, item in ranked]
+
+
+def wallets(store: Store) -> dict[str, dict[str, Any]]:
+    """Every wallet's rows, by owner."""
+    return _partitions(store, WALLETS)
+
+
+CHECKS = ("bids", "sales", "money")
+"""What :func:`check` verifies, each reported separately in :attr:`Verdict.failed`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What :func:`check` found; ``problems`` is empty when every invariant holds."""
+
+    items: int
+    bids: int
+    sold: int
+    unsold: int
+    money: int
+    """Sum of the balances (equal to the sum of the deposits when money is conserved)."""
+    problems: tuple[str, ...]
+    failed: frozenset[str]
+    """The :data:`CHECKS` that found a problem."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        """The verdict for people: one line per check, then the problems."""
+
+        def mark(check: str) -> str:
+            return "FAIL" if check in self.failed else " ok "
+
+        return [
+            f"  [{mark('bids')}] bids: {self.bids} accepted on {self.items} items, each in time, above the "
+            "minimum and the bid before it, counted once",
+            f"  [{mark('sales')}] sales: {self.sold} sold, each to its highest bidder charged once, losers "
+            f"released; {self.unsold} unsold, moving no money",
+            f"  [{mark('money')}] money conserved: {self.money} in the wallets, each its deposits plus sales "
+            "minus payments",
+            *(f"  - {problem}" for problem in self.problems[:20]),
+            *([f"  ... and {len(self.problems) - 20} more"] if len(self.problems) > 20 else []),
+        ]
+
+
+def _payments(purse: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, str, int]]]:
+    """``(paid|sold, owner, amount)`` rows of every wallet, by item."""
+    found: dict[str, list[tuple[str, str, int]]] = {}
+    for owner, held in purse.items():
+        for key, value in held.items():
+            kind, _, item = key.partition(":")
+            if kind in ("paid", "sold") and item:
+                found.setdefault(item, []).append((kind, owner, value))
+    return found
+
+
+def _check_bids(item: str, terms: dict[str, Any], placed: list[dict[str, Any]]) -> list[str]:
+    problems = []
+    for n, row in enumerate(placed):
+        late, low = row["at"] >= terms["closes_at"], row["amount"] < terms["min_price"]
+        if late or low or row["bidder"] == terms["seller"]:
+            problems.append(f"{item!r}: bid {row['seq']} should have been refused: {row}")
+        if row["seq"] != n + 1 or (n > 0 and row["amount"] <= placed[n - 1]["amount"]):
+            problems.append(f"{item!r}: bid {row['seq']} does not beat the one before it")
+    return problems
+
+
+def _check_sale(
+    item: str,
+    found: dict[str, Any],
+    ledger: dict[str, Any],
+    polled: dict[str, Any],
+    moved: list[tuple[str, str, int]],
+) -> list[str]:
+    terms, status, sale, result = found["terms"], found.get("status"), found.get("sale"), polled.get("result")
+    best = ledger.get("max")
+    if status == "sold":
+        if best is None or sale != result or sale is None or sale.get("winner") != best["bidder"]:
+            return [f"{item!r}: sold as {sale}, published as {result}, but the highest bid is {best}"]
+        expected = [("paid", best["bidder"], best["amount"]), ("sold", terms["seller"], best["amount"])]
+        if moved != sorted(expected):
+            return [
+                f"{item!r}: sold to {best['bidder']!r} for {best['amount']}, but the wallets show {moved}"
+            ]
+        losers = sorted(set(ledger.get("bidders", [])) - {best["bidder"]})
+        if sorted(sale["released"]) != losers:
+            return [f"{item!r}: released {sale['released']}, but the losing bidders are {losers}"]
+        return []
+    if status not in ("unsold", "open"):
+        return [f"{item!r}: status {status!r}, a close did not finish (run it again)"]
+    problems = [f"{item!r} is {status} but moved money: {moved}"] if moved else []
+    if status == "unsold" and (result is None or result.get("status") != "unsold"):
+        problems.append(f"{item!r} is unsold but the published result is {result}")
+    if status == "open" and (result is not None or ledger.get("closed") is not None):
+        problems.append(f"{item!r} is open but its bids are closed or a result is published: {result}")
+    return problems
+
+
+def check(store: Store) -> Verdict:
+    """Verify the tables: bids valid, one winner per closed auction charged once, money conserved.
+
+    - ``bids``: every recorded bid was in time, at least the minimum, not
+      the seller's, and beat the one before it (by ``seq``); ``max``, the
+      polled ``leader`` and the ``popular`` counter agree with the bids;
+    - ``sales``: a sold item's winner is its highest bidder, whose wallet
+      holds the one ``paid:<item>`` row of the amount, the seller's the one
+      ``sold:<item>`` row, and every other bidder is released; an unsold or
+      open item moved no money; no close is left half done;
+    - ``money``: balances sum to the deposits, and each wallet's balance is
+      its deposits minus what it paid plus what it sold.
+    """
+    problems: list[tuple[str, str]] = []
+    items, bids, winners = _partitions(store, ITEMS), _partitions(store, BIDS), _partitions(store, WINNERS)
+    counted = {item: count for (_p, item), count in rows(store, POPULAR).items()}
+    purse = wallets(store)
+    payments = _payments(purse)
+    recorded = sold = unsold = 0
+    for item in sorted(set(items) | set(bids) | set(winners) | set(payments) | set(counted)):
+        found, ledger, polled = items.get(item, {}), bids.get(item, {}), winners.get(item, {})
+        if "terms" not in found:
+            problems.append(
+                ("bids", f"{item!r}: rows in bids, winners, popular or wallets, but no such item")
+            )
+            continue
+        placed = sorted((row for key, row in ledger.items() if key.startswith("b:")), key=lambda b: b["seq"])
+        recorded += len(placed)
+        problems += [("bids", problem) for problem in _check_bids(item, found["terms"], placed)]
+        best = placed[-1] if placed else None
+        if ledger.get("max") != best or polled.get("leader") != best:
+            problems.append(
+                (
+                    "bids",
+                    f"{item!r}: highest bid {best}, but max {ledger.get('max')} and "
+                    f"leader {polled.get('leader')}",
+                )
+            )
+        if counted.get(item, 0) != len(placed):
+            problems.append(
+                ("bids", f"{item!r}: {len(placed)} bids, {counted.get(item, 0)} counted in popular")
+            )
+        moved = sorted(payments.get(item, []))
+        problems += [("sales", problem) for problem in _check_sale(item, found, ledger, polled, moved)]
+        sold += found.get("status") == "sold"
+        unsold += found.get("status") == "unsold"
+    total = deposited = 0
+    for owner, held in sorted(purse.items()):
+        balance, paid_in = held.get("balance", 0), held.get("deposited", 0)
+        total, deposited = total + balance, deposited + paid_in
+        flows = sum(
+            value if key.startswith("sold:") else -value
+            for key, value in held.items()
+            if key[:5] in ("paid:", "sold:")
+        )
+        if balance != paid_in + flows or balance < 0:
+            problems.append(
+                ("money", f"wallet {owner!r}: balance {balance}, deposits and sales give {paid_in + flows}")
+            )
+    if total != deposited:
+        problems.append(("money", f"money not conserved: {deposited} deposited, {total} in the wallets"))
+    return Verdict(
+        items=len(items),
+        bids=recorded,
+        sold=sold,
+        unsold=unsold,
+        money=total,
+        problems=tuple(message for _check, message in problems),
+        failed=frozenset(check for check, _message in problems),
+    )
+
+
+__all__ = [
+    "BIDS",
+    "CHECKS",
+    "ITEMS",
+    "POPULAR",
+    "TABLES",
+    "WALLETS",
+    "WINNERS",
+    "WORKFLOWS",
+    "BidRequest",
+    "CloseRequest",
+    "Deposit",
+    "Invalid",
+    "NewItem",
+    "Verdict",
+    "bid",
+    "check",
+    "close",
+    "deposit",
+    "item_view",
+    "parse_bid",
+    "parse_deposit",
+    "parse_item",
+    "popular",
+    "refusal",
+    "register",
+    "wallets",
+    "winner_view",
+]

@@ -1,0 +1,421 @@
+"""The auction sample (samples/auction): workflows under a test clock, the HTTP API over a real
+socket, the CLI, and the load + SIGKILL + check cycle on SQLite and on Azure Tables (Azurite)."""
+
+from __future__ import annotations
+
+import doctest
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from idemflow import Store, Tx, WorkflowAborted, atomic, run
+from idemflow.compensation import run_result
+from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from samples.auction import api as auction_api
+from samples.auction import cli, workflows
+from samples.auction.api import AuctionService, create_app
+from samples.auction.workflows import (
+    BIDS,
+    TABLES,
+    WALLETS,
+    bid,
+    check,
+    close,
+    deposit,
+    item_view,
+    popular,
+    register,
+    wallets,
+    winner_view,
+)
+from tests.conftest import make_factory
+from tests.samples_http import running
+from tests.servers import Azurite
+
+OPENS = 1000.0
+CLOSES = OPENS + 60
+
+
+class Clock:
+    """A clock the test moves: ``clock.now = CLOSES``."""
+
+    def __init__(self, now: float = OPENS) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    store = make_factory(str(request.param), request, tmp_path)()
+    store.create_tables(*TABLES)
+    for owner, amount in [("sam", 0), ("ada", 500), ("bob", 500), ("cy", 30)]:
+        run(deposit({"owner": owner, "amount": amount}), request_id=f"open-{owner}", store=store)
+    return store
+
+
+def go(store: Store, m: Any, request_id: str, at: float = OPENS) -> Any:
+    return run(m, request_id=request_id, store=store, clock=Clock(at))
+
+
+def lamp(store: Store, item: str = "lamp") -> None:
+    new = {"id": item, "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60.0}
+    go(store, register(new), f"list-{item}")  # type: ignore[arg-type]
+
+
+def place(
+    store: Store, bidder: str, amount: int, request_id: str, at: float = OPENS + 1, item: str = "lamp"
+) -> Any:
+    return go(store, bid({"item": item, "bidder": bidder, "amount": amount}), request_id, at)
+
+
+def refusal(store: Store, m: Any, request_id: str, at: float = OPENS + 1) -> dict[str, str]:
+    with pytest.raises(WorkflowAborted) as refused:
+        go(store, m, request_id, at)
+    assert isinstance(refused.value.reason, dict)
+    return refused.value.reason
+
+
+def balances(store: Store) -> dict[str, int]:
+    return {owner: rows["balance"] for owner, rows in wallets(store).items()}
+
+
+def test_a_sale_charges_the_winner_once_pays_the_seller_and_releases_the_losers(store: Store) -> None:
+    lamp(store)
+    assert place(store, "ada", 20, "b1")["seq"] == 1
+    assert place(store, "bob", 30, "b2")["seq"] == 2
+    assert place(store, "ada", 45, "b3")["seq"] == 3
+    assert winner_view(store, "lamp")["leader"]["amount"] == 45
+    sold = {"item": "lamp", "status": "sold", "winner": "ada", "amount": 45, "released": ["bob"]}
+    for _ in range(3):  # the closer retries: the same answer, one charge
+        assert go(store, close({"item": "lamp"}), "c1", CLOSES) == sold
+    assert balances(store) == {"sam": 45, "ada": 455, "bob": 500, "cy": 30}
+    assert item_view(store, "lamp")["status"] == "sold"  # type: ignore[index]
+    assert winner_view(store, "lamp")["result"] == sold
+    assert popular(store) == [{"item": "lamp", "bids": 3}]
+    assert check(store).ok
+
+
+def test_duplicate_and_racing_bids_are_recorded_once(store: Store) -> None:
+    lamp(store)
+    barrier = threading.Barrier(4)
+    answers: list[Any] = []
+
+    def client() -> None:
+        barrier.wait()
+        answers.append(place(store, "ada", 20, "b-race"))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answers) == 4 and all(answer == answers[0] for answer in answers)
+    assert popular(store) == [{"item": "lamp", "bids": 1}]
+    assert check(store).ok
+
+
+@pytest.mark.parametrize(
+    ("bidder", "amount", "at", "code", "message"),
+    [
+        ("ada", 9, OPENS + 1, "below_minimum", "bid 9 is below the minimum price 10"),
+        ("ada", 20, CLOSES, "closed", "bidding on 'lamp' closed at 1970-01-01T00:17:40+00:00"),
+        ("sam", 20, OPENS + 1, "own_item", "'sam' sells 'lamp' and cannot bid on it"),
+        ("ada", 15, OPENS + 1, "too_low", "bid 15 does not beat the current maximum 15"),
+    ],
+)
+def test_bids_are_refused_with_a_clear_reason_and_write_nothing(
+    store: Store, bidder: str, amount: int, at: float, code: str, message: str
+) -> None:
+    lamp(store)
+    place(store, "bob", 15, "first")
+    before = data_rows(store, *TABLES)
+    assert refusal(store, bid({"item": "lamp", "bidder": bidder, "amount": amount}), "bad", at) == {
+        "code": code,
+        "message": message,
+    }
+    assert data_rows(store, *TABLES) == before
+
+
+def test_no_bid_after_the_auction_closed(store: Store) -> None:
+    lamp(store)
+    go(store, close({"item": "lamp"}), "c1", CLOSES)
+    # a bid whose clock still read "open" (a slow client, a skewed server) is refused all the same
+    assert refusal(store, bid({"item": "lamp", "bidder": "ada", "amount": 50}), "late")["code"] == "closed"
+    assert refusal(store, bid({"item": "nope", "bidder": "ada", "amount": 50}), "nope")["code"] == "not_found"
+
+
+def test_closing_refusals(store: Store) -> None:
+    lamp(store)
+    place(store, "ada", 20, "b1")
+    assert refusal(store, close({"item": "lamp"}), "early", CLOSES - 1)["code"] == "still_open"
+    assert refusal(store, close({"item": "lamp"}), "early", CLOSES + 5)["code"] == "still_open"  # memoized
+    go(store, close({"item": "lamp"}), "c1", CLOSES)
+    assert refusal(store, close({"item": "lamp"}), "c2", CLOSES)["code"] == "already_closed"
+    assert refusal(store, close({"item": "ghost"}), "c3", CLOSES)["code"] == "not_found"
+    assert balances(store)["ada"] == 480 and check(store).ok
+
+
+def test_an_item_without_bids_ends_unsold(store: Store) -> None:
+    lamp(store)
+    result = go(store, close({"item": "lamp"}), "c1", CLOSES)
+    assert (result["status"], result["reason"]) == ("unsold", "no bids")
+    assert check(store).ok and check(store).unsold == 1
+
+
+def test_a_failed_payment_is_compensated_and_the_item_ends_unsold(store: Store) -> None:
+    lamp(store)
+    place(store, "ada", 20, "b1")
+    place(store, "cy", 40, "b2")  # cy has 30
+    outcome = run_result(close({"item": "lamp"}), request_id="c1", store=store, clock=Clock(CLOSES))
+    reason = {"code": "payment_failed", "message": "payment failed: 'cy' has 30, the winning bid was 40"}
+    assert outcome.failure() == WorkflowAborted(reason, "close", "c1")
+    assert run_result(close({"item": "lamp"}), request_id="c1", store=store, clock=Clock(CLOSES)) == outcome
+    assert balances(store) == {"sam": 0, "ada": 500, "bob": 500, "cy": 30}
+    view = item_view(store, "lamp")
+    assert view is not None and view["status"] == "unsold"
+    assert view["result"]["status"] == "unsold" and sorted(view["result"]["released"]) == ["ada", "cy"]
+    sealed: Any = data_rows(store, BIDS)[(BIDS, "lamp", "closed")]
+    assert sealed["outcome"] == "unsold"
+    assert check(store).ok
+
+
+@pytest.mark.parametrize("fault", [Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER])
+@pytest.mark.parametrize("payer", ["ada", "cy"])
+def test_a_crash_at_any_commit_of_a_close_charges_at_most_once(
+    store: Store, fault: Fault, payer: str
+) -> None:
+    """Sold (ada pays) or compensated (cy cannot): killed at each commit, retried, the same end."""
+    # now, seal, charging, announce, then charge, pay, settle, publish, done (sold) or the charge's abort
+    # memo and three compensations (unsold); the completion record after them is a cache write.
+    commits, amount = (9, 25) if payer == "ada" else (8, 40)
+    for point in range(commits):
+        item = f"lamp{point}"
+        lamp(store, item)
+        place(store, payer, amount, f"b-{item}", item=item)
+
+        def plan(p: FaultPoint, point: int = point) -> Fault | None:
+            return fault if p.kind == "commit" and p.index == point else None
+
+        faulty = FaultyStore(store, plan)
+        for _attempt in range(5):
+            try:
+                run_result(close({"item": item}), request_id=f"c-{item}", store=faulty, clock=Clock(CLOSES))
+                break
+            except SimulatedCrash:
+                continue
+        assert len(faulty.injected) == 1, point
+        assert check(store).ok, (point, check(store).problems)
+    paid = 25 * commits if payer == "ada" else 0
+    assert balances(store)[payer] == (500 - paid if payer == "ada" else 30) and balances(store)["sam"] == paid
+
+
+def test_racing_auctioneers_sell_once(store: Store) -> None:
+    lamp(store)
+    place(store, "bob", 70, "b1")
+    barrier = threading.Barrier(4)
+    outcomes: list[Any] = []
+
+    def auctioneer(n: int) -> None:
+        barrier.wait()
+        outcomes.append(
+            run_result(close({"item": "lamp"}), request_id=f"c{n % 2}", store=store, clock=Clock(CLOSES))
+        )
+
+    threads = [threading.Thread(target=auctioneer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(1 for outcome in outcomes if outcome.value_or(None) is not None) == 2  # one id's two copies
+    assert balances(store)["bob"] == 430 and balances(store)["sam"] == 70 and check(store).ok
+
+
+def test_registering_items(store: Store) -> None:
+    new: Any = {"id": "vase", "title": "Vase", "seller": "nobody", "min_price": 5, "closes_in": 60.0}
+    assert refusal(store, register(new), "r1")["code"] == "no_wallet"
+    lamp(store)
+    again: Any = {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60.0}
+    assert refusal(store, register(again), "r2")["code"] == "exists"
+    past: Any = {"title": "Old", "seller": "sam", "min_price": 5, "closes_at": OPENS - 1}
+    assert "has passed" in refusal(store, register(past), "r3")["message"]
+    anonymous: Any = {"title": "Anon", "seller": "sam", "min_price": 5, "closes_at": CLOSES}
+    made = go(store, register(anonymous), "r4")
+    assert made == go(store, register(anonymous), "r4", OPENS + 30)  # same derived id, same closing time
+    assert made["closes_at"] == CLOSES and item_view(store, made["id"]) is not None
+
+
+# -- the checker catches each kind of violation ----------------------------------------------
+
+
+def _poke(store: Store, table: str, partition: str, body: Any) -> None:
+    run(atomic(table, partition, body), request_id=f"poke-{uuid.uuid4()}", store=store)
+
+
+def sold_lamp(store: Store) -> None:
+    lamp(store)
+    place(store, "ada", 20, "b1")
+    place(store, "bob", 30, "b2")
+    go(store, close({"item": "lamp"}), "c1", CLOSES)
+    assert check(store).ok
+
+
+def test_check_catches_a_winner_charged_twice(store: Store) -> None:
+    sold_lamp(store)
+
+    def charge_again(tx: Tx) -> None:
+        tx.increment("balance", -30)
+        tx.put("paid:lamp", 60)
+
+    _poke(store, WALLETS, "bob", charge_again)
+    verdict = check(store)
+    assert verdict.failed == {"sales", "money"}
+
+
+def test_check_catches_money_created_and_a_late_bid(store: Store) -> None:
+    sold_lamp(store)
+    _poke(store, WALLETS, "cy", lambda tx: tx.increment("balance", 5))
+
+    def late(tx: Tx) -> None:
+        tx.put("b:late", {"bid": "late", "bidder": "cy", "amount": 99, "at": CLOSES + 1, "seq": 3})
+
+    _poke(store, BIDS, "lamp", late)
+    verdict = check(store)
+    assert verdict.failed == {"bids", "money"}
+    assert any("should have been refused" in problem for problem in verdict.problems)
+
+
+def test_the_sample_docstrings_run() -> None:
+    for module in (workflows, auction_api):
+        failed, attempted = doctest.testmod(module)
+        assert attempted > 0 and failed == 0
+
+
+# -- the HTTP API, through a real socket -----------------------------------------------------------
+
+
+def test_the_http_api(tmp_path: Path) -> None:
+    store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
+    clock = Clock()
+    with running(create_app(AuctionService(store, clock=clock))) as url, httpx.Client(base_url=url) as http:
+
+        def post(path: str, body: Any, key: str | None) -> httpx.Response:
+            return http.post(path, json=body, headers={"Idempotency-Key": key} if key else {})
+
+        assert post("/wallets", {"owner": "sam", "amount": 0}, None).status_code == 400
+        for owner, amount in [("sam", 0), ("ada", 100), ("bob", 20)]:
+            assert post("/wallets", {"owner": owner, "amount": amount}, f"w-{owner}").status_code == 200
+        assert post("/wallets", {"owner": "ada", "amount": -5}, "w-x").status_code == 422
+        item = {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60}
+        listed = post("/items", item, "i1")
+        assert (listed.status_code, listed.json()["closes_at"]) == (201, CLOSES)
+        assert post("/items", {**item, "min_price": 11}, "i1").json()["error"] == "idempotency_key_reused"
+        assert post("/items", {"title": "x"}, "i2").status_code == 422
+        assert http.post("/items", content=b"[", headers={"Idempotency-Key": "i3"}).status_code == 400
+
+        clock.now = OPENS + 1
+        low = post("/items/lamp/bids", {"bidder": "ada", "amount": 5}, "b1")
+        assert (low.status_code, low.json()["error"]) == (422, "below_minimum")
+        assert "minimum price 10" in low.json()["detail"]
+        placed = post("/items/lamp/bids", {"bidder": "ada", "amount": 15}, "b2")
+        assert placed.status_code == 201 and placed.json()["seq"] == 1
+        assert post("/items/lamp/bids", {"bidder": "ada", "amount": 15}, "b2").json() == placed.json()
+        beaten = post("/items/lamp/bids", {"bidder": "bob", "amount": 15}, "b3")
+        assert (beaten.status_code, beaten.json()["error"]) == (409, "too_low")
+        assert post("/items/lamp/bids", {"bidder": "bob", "amount": 18}, "b4").status_code == 201
+        assert post("/items/ghost/bids", {"bidder": "bob", "amount": 18}, "b5").status_code == 404
+        assert http.get("/items/lamp/winner").json()["leader"]["bidder"] == "bob"
+        early = post("/items/lamp/close", {}, "c0")
+        assert (early.status_code, early.json()["error"]) == (409, "still_open")
+
+        clock.now = CLOSES
+        late = post("/items/lamp/bids", {"bidder": "ada", "amount": 50}, "b6")
+        assert (late.status_code, late.json()["error"]) == (409, "closed")
+        closed = post("/items/lamp/close", {}, "c1")
+        assert closed.status_code == 200
+        assert closed.json() == {
+            "item": "lamp",
+            "status": "sold",
+            "winner": "bob",
+            "amount": 18,
+            "released": ["ada"],
+        }
+        assert post("/items/lamp/close", {}, "c1").json() == closed.json()
+        assert post("/items/lamp/close", {}, "c2").json()["error"] == "already_closed"
+        assert http.get("/items/lamp").json()["status"] == "sold"
+        assert http.get("/wallets/bob").json()["balance"] == 2
+        assert http.get("/wallets/nobody").status_code == 404
+        assert http.get("/popular").json() == {"items": [{"item": "lamp", "bids": 2}]}
+        assert http.get("/popular", params={"limit": "x"}).status_code == 422
+        assert http.get("/items/ghost").status_code == 404
+    assert check(store).ok
+
+
+def test_a_failed_payment_over_http_answers_unsold(tmp_path: Path) -> None:
+    store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
+    clock = Clock()
+    service = AuctionService(store, clock=clock)
+    service.deposit("w1", {"owner": "sam", "amount": 0})
+    service.register("i1", {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60})
+    service.bid("b1", "lamp", {"bidder": "pauper", "amount": 99})
+    clock.now = CLOSES
+    with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
+        for _ in range(2):
+            answer = http.post("/items/lamp/close", json={}, headers={"Idempotency-Key": "c1"})
+            assert answer.status_code == 200
+            assert answer.json() == {
+                "item": "lamp",
+                "status": "unsold",
+                "reason": "payment failed: 'pauper' has 0, the winning bid was 99",
+            }
+        assert http.get("/items/lamp/winner").json()["result"]["released"] == ["pauper"]
+    assert check(store).ok
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def test_load_and_check_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:{tmp_path / 'cli.sqlite3'}"
+    args = ["--store", url, "--bids", "60", "--users", "4", "--items", "3", "--window", "1.5"]
+    assert cli.main(["load", *args]) == 0
+    out = capsys.readouterr().out
+    assert "[ ok ] answers" in out and "below_minimum" in out and "closed" in out
+    assert cli.main(["check", "--store", url]) == 0
+    store = cli._open(url)
+    run(
+        atomic(WALLETS, "load0-seller0", lambda tx: tx.increment("balance", 1)),
+        request_id="gift",
+        store=store,
+    )
+    store.close()
+    assert cli.main(["check", "--store", url]) == 1
+    assert "money not conserved" in capsys.readouterr().out
+
+
+# -- load + SIGKILL + check: API servers killed mid-request, clients retrying -------------------------
+
+
+@pytest.mark.slow
+def test_demo_with_sigkilled_servers_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["demo", "--data", str(tmp_path), "--bids", "120", "--kills", "4", "--seed", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "FAIL" not in out and "4 SIGKILLs" in out and "seed 5" in out
+
+
+@pytest.mark.slow
+def test_demo_with_sigkilled_servers_on_azurite(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    settings = cli.DemoSettings(
+        store=f"azure:?prefix=au{uuid.uuid4().hex[:8]}",
+        kills=3,
+        load=cli.LoadSettings(bids=60, items=3, bidders=6, users=4, window=2.5, seed=13),
+    )
+    report = cli.run_demo(settings)
+    assert report.ok, report.render()
+    assert report.kills == 3 and report.verdict.bids == report.load.bids["accepted"] > 0
