@@ -16,6 +16,8 @@ from idemflow.keys import RUNS_TABLE
 from idemflow.stores import MemoryStore, SqliteStore, Store
 from tests.servers import Azurite, Moto, azurite_server, moto_server
 
+pytest_plugins = ["idemflow.testing.plugin"]
+
 STORE_KINDS = ("memory", "sqlite", "dynamodb", "azure")
 CLOUD_KINDS = ("dynamodb", "azure")
 TEST_TABLES = ("accounts", "ledger", "tablea", "tableb", "items")

@@ -1,11 +1,17 @@
-"""Fault injection for proving that workflows survive crashes and duplicates.
+"""Fault injection and crash/duplicate checkers, for proving that workflows survive failures.
 
-:class:`FaultyStore` wraps any real store and injects, at chosen commits or
-reads, the failures a distributed system produces: a process crash before
-the commit is sent, a crash after it was applied but before the caller saw
-the answer, a lost answer (the commit applied, the caller gets a transient
-error) and transient errors. The wrapped store is real, so what a test then
-asserts on is real state.
+- :func:`check_workflow` runs your workflow under every crash point, lost
+  answer, conflict, duplicate and (for checkpointed workflows) worker crash,
+  and compares each outcome with one failure-free run; the first divergence
+  comes back as a readable trace. ``pytest_plugins = ["idemflow.testing.plugin"]``
+  gives the same as the fixture ``idemflow_check``.
+- :class:`FaultyStore` wraps any real store and injects, at chosen commits or
+  reads, the failures a distributed system produces: a process crash before
+  the commit is sent, a crash after it was applied but before the caller saw
+  the answer, a lost answer (the commit applied, the caller gets a transient
+  error), transient errors and conflicts with a concurrent writer. The wrapped
+  store is real, so what a test then asserts on is real state.
+- ``python -m idemflow.testing.chaos`` is the long-running chaos suite.
 
 >>> from idemflow import MemoryStore, atomic, run
 >>> from idemflow.testing import FaultyStore, Fault, SimulatedCrash
@@ -19,6 +25,23 @@ crashed after commit
 >>> run(step, request_id="r", store=store)  # the retry finds the memo
 """
 
+from idemflow.testing.check import DEFAULT_FAULTS, FIXED_TIME, check_workflow, fast_policy, snapshot
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.testing.report import CheckReport, Divergence, Outcome, Snapshot
 
-__all__ = ["Fault", "FaultPoint", "FaultyStore", "SimulatedCrash", "data_rows"]
+__all__ = [
+    "DEFAULT_FAULTS",
+    "FIXED_TIME",
+    "CheckReport",
+    "Divergence",
+    "Fault",
+    "FaultPoint",
+    "FaultyStore",
+    "Outcome",
+    "SimulatedCrash",
+    "Snapshot",
+    "check_workflow",
+    "data_rows",
+    "fast_policy",
+    "snapshot",
+]

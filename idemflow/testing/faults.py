@@ -1,4 +1,18 @@
-"""The fault-injecting store wrapper and what it injects."""
+"""The fault-injecting store wrapper and what it injects.
+
+A :class:`FaultyStore` wraps any real store; its ``plan`` chooses, per store
+call, a :class:`Fault` or nothing. Why a wrapper and not a mock: the wrapped
+store is real, so what a test asserts afterwards is real state.
+
+>>> from idemflow import MemoryStore, atomic, rows, run
+>>> store = FaultyStore(MemoryStore(), lambda point: Fault.CONFLICT if point.index == 0 else None)
+>>> def add(tx):
+...     tx.put("n", tx.get("n", 0) + 1)
+>>> run(atomic("accounts", "a", add), request_id="seed", store=store.inner)
+>>> run(atomic("accounts", "a", add), request_id="r", store=store)  # conflicts once, retried
+>>> [fault.value for _point, fault in store.injected], rows(store.inner, "accounts")
+(['conflict'], {('a', 'n'): 2})
+"""
 
 from __future__ import annotations
 
@@ -8,8 +22,22 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from idemflow.errors import TransientStoreError
-from idemflow.serialization import JSON
-from idemflow.stores.base import Capabilities, CommitOutcome, Op, Row, RowRef, Store
+from idemflow.keys import DATA
+from idemflow.serialization import JSON, encode
+from idemflow.stores.base import (
+    Capabilities,
+    Check,
+    CommitOutcome,
+    Cond,
+    Conflict,
+    Delete,
+    Op,
+    OpFailure,
+    Put,
+    Row,
+    RowRef,
+    Store,
+)
 
 
 class SimulatedCrash(BaseException):
@@ -28,6 +56,12 @@ class Fault(enum.Enum):
     """The backend applied the call; the caller gets a transient error (timeout)."""
     TRANSIENT = "transient"
     """The call fails transiently without reaching the backend."""
+    CONFLICT = "conflict"
+    """A concurrent writer got in first: a data row the commit checks is rewritten (same
+    value, new version) just before the commit, which then fails as a data conflict and
+    the step body reruns. A commit that checks no existing data row and expects one to be
+    absent fails without being sent; one that checks nothing (only increments and memo
+    inserts) cannot conflict and goes through untouched (nothing is recorded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +75,7 @@ class FaultPoint:
 
 
 Plan = Callable[[FaultPoint], Fault | None]
+_SEND = object()
 
 
 class FaultyStore:
@@ -72,6 +107,15 @@ class FaultyStore:
         fault = self.plan(point)
         if fault is None:
             return call()
+        if fault is Fault.CONFLICT:
+            if point.kind != "commit":
+                return call()  # a read cannot conflict
+            forced = self._interfere(point.ops)
+            if forced is None:
+                return call()  # nothing this commit checks can be written underneath it
+            with self._lock:
+                self.injected.append((point, fault))
+            return call() if forced is _SEND else forced
         with self._lock:
             self.injected.append((point, fault))
         if fault is Fault.CRASH_BEFORE:
@@ -82,6 +126,29 @@ class FaultyStore:
         if fault is Fault.CRASH_AFTER:
             raise SimulatedCrash(f"crash after {point.kind} #{point.index}")
         raise TransientStoreError(f"injected lost answer at {point.kind} #{point.index}")
+
+    def _interfere(self, ops: tuple[Op, ...]) -> Conflict | object | None:
+        """Play the concurrent writer: bump a data row the commit conditions on.
+
+        Returns ``_SEND`` (a row was bumped: send the commit, it fails for real), a
+        :class:`Conflict` to return unsent (only absent rows were expected), or None.
+        """
+        absent: int | None = None
+        for index, op in enumerate(ops):
+            if not isinstance(op, (Put, Delete, Check)) or not op.ref.key.startswith(DATA):
+                continue
+            if op.expect is Cond.ABSENT:
+                absent = index if absent is None else absent
+            elif op.expect is not Cond.ANY:
+                row = self.inner.read(op.ref)
+                if row is None:
+                    return Conflict((OpFailure(index),))  # gone already: the commit must fail
+                # Same value, new version; if the row moved meanwhile the commit fails anyway.
+                self.inner.commit([Put(op.ref, row.value, encode(row.value), row.version)])
+                return _SEND
+        if absent is not None:
+            return Conflict((OpFailure(absent),))
+        return None
 
     def read(self, ref: RowRef) -> Row | None:
         if not self.reads:

@@ -1,0 +1,498 @@
+"""``check_workflow``: run your workflow under every crash point and compare with one clean run.
+
+Why: idemflow makes each *step* exactly-once, but a workflow can still break
+the guarantee around its steps — by passing data between steps through Python
+state instead of step results, by reading the wall clock, ``random`` or a
+``uuid`` outside ``now()``/``random()``/``uuid4()``, by branching on anything
+that is not an input or a step result. Such bugs hide in the happy path and
+show up only when a process dies at the wrong moment. This checker makes the
+wrong moments happen, all of them, deterministically.
+
+For each input it runs the workflow once on a fresh store (the *reference*:
+result and every data row), counts that run's commits, and then, each on a
+fresh store from ``store_factory()``:
+
+- reruns it failure-free (a workflow that is not deterministic differs here);
+- for every commit and each fault (crash before the commit, crash after it,
+  its answer lost, a concurrent writer's conflict) injects that fault and
+  retries until the request finishes, as a supervisor would — this covers
+  the crash points inside compensation too;
+- crashes after *every* commit in turn (one commit of progress per execution);
+- loses the completion record and sends a duplicate;
+- races ``duplicates`` concurrent executions, once cleanly and once with each
+  crashing at a different commit;
+- for a ``@workflow`` that reaches ``checkpoint()``: ``submit`` + a
+  :class:`~idemflow.async_worklist.Worker` on a :class:`MemoryQueue`, with a
+  crash at every commit of the whole asynchronous path and a redelivered message.
+
+Each scenario must end with the reference's outcome, data rows and memo keys.
+The first that does not is reported as a readable trace.
+
+>>> from idemflow import atomic, workflow
+>>> @workflow("deposit")
+... def deposit(req):
+...     yield atomic("accounts", req["to"], lambda tx: tx.increment("balance", req["amount"]))
+...     return "ok"
+>>> report = check_workflow(deposit, [{"to": "bob", "amount": 5}])
+>>> report.ok, report.scenarios > 5
+(True, True)
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import stop_after_attempt, wait_none, wait_random
+
+from idemflow.async_worklist import MemoryQueue, Worker, status, submit
+from idemflow.engine import Execution, RetryPolicy
+from idemflow.errors import ConflictError, TransientStoreError
+from idemflow.keys import DATA
+from idemflow.monad import Idem
+from idemflow.records import RunStatus
+from idemflow.runner import Workflow, describe, execute
+from idemflow.stores.base import CommitOutcome, Committed, Insert, Op, Store
+from idemflow.stores.memory import MemoryStore
+from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, Plan, SimulatedCrash
+from idemflow.testing.report import CheckReport, Divergence, Outcome, Snapshot, describe_commit
+
+DEFAULT_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER, Fault.CONFLICT)
+"""Faults injected at every commit by default."""
+
+FIXED_TIME = 1_767_225_600.0
+"""What ``now()`` returns in checked runs (2026-01-01), so runs on different stores compare equal."""
+
+RERUN = "a failure-free rerun on a fresh store"
+RACING = "racing:"
+_RETRIED = (SimulatedCrash, TransientStoreError, ConflictError)
+
+
+def fast_policy() -> RetryPolicy:
+    """Retries without real waits (a checker runs thousands of them), bounds kept generous.
+
+    >>> fast_policy().conflicts.stop.max_attempt_number
+    50
+    """
+    base = RetryPolicy()
+    return RetryPolicy(
+        conflicts=base.conflicts.copy(wait=wait_random(0, 0.002), stop=stop_after_attempt(50)),
+        transient=base.transient.copy(wait=wait_none()),
+    )
+
+
+def snapshot(store: Store, outcome: Outcome) -> Snapshot:
+    """The outcome with every data row and every memo / run-record key of ``store``.
+
+    >>> snapshot(MemoryStore(), Outcome("completed", None)).rows
+    {}
+    """
+    store.flush()
+    rows: dict[tuple[str, str, str], Any] = {}
+    bookkeeping = set()
+    for table in store.tables():
+        for partition, key, row in store.scan(table):
+            if key.startswith(DATA):
+                rows[(table, partition, key[1:])] = row.value
+            else:
+                bookkeeping.add((table, partition, key))
+    return Snapshot(outcome, rows, frozenset(bookkeeping))
+
+
+class _CrashAfterProgress(FaultyStore):
+    """Dies right after every commit that applied: one commit of progress per execution."""
+
+    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        outcome = self.inner.commit(ops)
+        if isinstance(outcome, Committed):
+            point = FaultPoint("commit", self._next("commit"), tuple(ops))
+            self.injected.append((point, Fault.CRASH_AFTER))
+            raise SimulatedCrash(f"crash after commit #{point.index}")
+        return outcome
+
+
+class _CacheLosingStore(FaultyStore):
+    """Drops completion records (``commit_cache``): as if the process died right before."""
+
+    def commit_cache(self, ops: Sequence[Op]) -> None:
+        return None
+
+
+class _Checker:
+    """One input of one workflow: the reference and every scenario against it."""
+
+    def __init__(self, options: _Options, index: int, given: object) -> None:
+        self.o = options
+        self.given = given
+        self.request_id = f"{options.request_id}-{index}"
+        self.scenarios = 0
+        self.divergence: Divergence | None = None
+        self.name = "?"
+        self.checkpoint_steps: list[int] = []
+        self.skipped: str | None = None
+
+    # -- running ---------------------------------------------------------------
+
+    def make(self) -> Idem[Any]:
+        return self.o.wf(copy.deepcopy(self.given))
+
+    def fresh(self) -> Store:
+        store = self.o.store_factory()
+        if self.o.setup is not None:
+            self.o.setup(store)
+        return store
+
+    def execute_once(self, store: Store, prepare: Callable[[Execution], None] | None = None) -> Outcome:
+        record = execute(
+            self.make(),
+            request_id=self.request_id,
+            store=store,
+            policy=self.o.policy,
+            clock=self.o.clock,
+            prepare=prepare,
+        )
+        if record.status is RunStatus.ABORTED:
+            return Outcome("aborted", record.reason)
+        return Outcome("completed", record.result)
+
+    def until_done(self, store: Store, events: list[str], who: str = "execution") -> Outcome:
+        """Run, retrying after crashes and transient failures, as a supervisor would."""
+        for attempt in range(1, self.o.max_attempts + 1):
+            try:
+                outcome = self.execute_once(store)
+            except _RETRIED as exc:
+                events.append(f"{who} {attempt}: {type(exc).__name__}: {exc}; retried")
+                continue
+            except Exception as exc:  # noqa: BLE001 - an error is an outcome to compare
+                outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+            events.append(f"{who} {attempt}: {outcome}")
+            return outcome
+        return Outcome("error", f"not finished after {self.o.max_attempts} executions")
+
+    # -- the reference -----------------------------------------------------------
+
+    def reference(self) -> tuple[Snapshot, list[FaultPoint]]:
+        commits: list[FaultPoint] = []
+        store = self.fresh()
+        counting = FaultyStore(store, _recorder(commits))
+        self.name = describe(self.make())[0]
+
+        def prepare(execution: Execution) -> None:
+            execution.on_checkpoint = lambda running: self.checkpoint_steps.append(running.step)
+
+        try:
+            try:
+                outcome = self.execute_once(counting, prepare)
+            except Exception as exc:  # noqa: BLE001 - compared like any outcome
+                outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
+            return snapshot(store, outcome), commits
+        finally:
+            store.close()
+
+    # -- comparing -----------------------------------------------------------------
+
+    def compare(
+        self, expected: Snapshot, scenario: str, store: Store, outcomes: Sequence[Outcome], events: list[str]
+    ) -> bool:
+        """Record the divergence if any outcome or the store differs; True if all is well."""
+        self.scenarios += 1
+        try:
+            actual = snapshot(store, outcomes[0])
+        finally:
+            store.close()
+        odd = next((outcome for outcome in outcomes if outcome != expected.outcome), None)
+        if odd is not None:
+            actual = Snapshot(odd, actual.rows, actual.bookkeeping)
+        if odd is None and actual.rows == expected.rows and actual.bookkeeping == expected.bookkeeping:
+            return True
+        self.divergence = Divergence(
+            self.name, self.given, self.request_id, scenario, tuple(events), expected, actual, _hint(scenario)
+        )
+        return False
+
+    def faulty_run(self, expected: Snapshot, scenario: str, plan: Plan, kind: type = FaultyStore) -> bool:
+        store = self.fresh()
+        faulty = kind(store, plan)
+        events: list[str] = []
+        outcome = self.until_done(faulty, events)
+        events[:0] = [_injected(point, fault) for point, fault in faulty.injected]
+        return self.compare(expected, scenario, store, [outcome], events)
+
+    # -- the scenarios ---------------------------------------------------------------
+
+    def check(self) -> None:
+        expected, commits = self.reference()
+        n = len(commits)
+        events: list[str] = []
+        store = self.fresh()
+        outcome = self.until_done(store, events)
+        if not self.compare(expected, RERUN, store, [outcome], events):
+            return
+        for i in range(n):
+            for fault in self.o.faults:
+                scenario = _FAULT_TEXT[fault].format(i=i) + f" (of {n} commits); retried until done"
+                if not self.faulty_run(expected, scenario, _at(i, fault)):
+                    return
+        scenario = "a crash after every commit that applied (one commit of progress per execution)"
+        if n > 1 and not self.faulty_run(expected, scenario, _never, _CrashAfterProgress):
+            return
+        if not self.lost_completion(expected) or not self.racing(expected, crash=False):
+            return
+        if n > 0 and not self.racing(expected, crash=True):
+            return
+        if self.checkpoint_steps and isinstance(self.o.wf, Workflow):
+            self.asynchronous(expected, commits)
+
+    def lost_completion(self, expected: Snapshot) -> bool:
+        store = self.fresh()
+        events: list[str] = []
+        first = self.until_done(_CacheLosingStore(store, lambda point: None), events)
+        events[-1] += " (its completion record lost)"
+        second = self.until_done(store, events, who="duplicate")
+        return self.compare(
+            expected, "completion record lost, then a duplicate", store, [first, second], events
+        )
+
+    def racing(self, expected: Snapshot, *, crash: bool) -> bool:
+        count = self.o.duplicates
+        store = self.fresh()
+        barrier = threading.Barrier(count)
+        outcomes: list[Outcome] = [Outcome("error", "never ran")] * count
+        logs: list[list[str]] = [[] for _ in range(count)]
+
+        def contender(k: int) -> None:
+            target: Store = store
+            if crash:
+                fault = Fault.CRASH_AFTER if k % 2 == 0 else Fault.CRASH_BEFORE
+                target = FaultyStore(store, _at(k, fault))
+            barrier.wait()
+            outcomes[k] = self.until_done(target, logs[k], who=f"racer {k}, execution")
+
+        threads = [threading.Thread(target=contender, args=(k,)) for k in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        scenario = f"{RACING} {count} concurrent executions of the request"
+        if crash:
+            scenario += ", racer k crashing after (k even) or before (k odd) its commit #k"
+        return self.compare(expected, scenario, store, outcomes, [line for log in logs for line in log])
+
+    def asynchronous(self, expected: Snapshot, commits: list[FaultPoint]) -> None:
+        for point in commits:
+            for op in point.ops:
+                if isinstance(op, Insert) and isinstance(op.value, dict) and op.value.get("id") == "now":
+                    self.skipped = (
+                        "asynchronous scenarios: submit() and Worker read now() from the wall clock"
+                    )
+                    return
+        store = self.fresh()
+        seen: list[FaultPoint] = []
+        events: list[str] = []
+        outcome = self.drain(FaultyStore(store, _recorder(seen)), events)
+        if not self.compare(
+            expected, "submit() then a Worker (asynchronous variant)", store, [outcome], events
+        ):
+            return
+        total = len(seen)
+        for i in range(total):
+            for fault in (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER):
+                store = self.fresh()
+                faulty = FaultyStore(store, _at(i, fault))
+                events = []
+                outcome = self.drain(faulty, events)
+                events[:0] = [_injected(point, fault) for point, fault in faulty.injected]
+                scenario = (
+                    "asynchronous: " + _FAULT_TEXT[fault].format(i=i) + f" (of {total}, submit and worker)"
+                )
+                if not self.compare(expected, scenario, store, [outcome], events):
+                    return
+        store = self.fresh()
+        events = []
+        outcome = self.drain(store, events, submits=2, redeliver=True)
+        scenario = "asynchronous: submitted twice, then the message delivered once more after it finished"
+        self.compare(expected, scenario, store, [outcome], events)
+
+    def drain(self, store: Store, events: list[str], *, submits: int = 1, redeliver: bool = False) -> Outcome:
+        """Submit (retrying crashes), then deliver messages to a Worker until the queue is empty."""
+        now = [0.0]
+        queue = MemoryQueue(visibility_timeout=60, clock=lambda: now[0])
+        key = self.o.signing_key
+        for _ in range(submits):
+            for attempt in range(1, self.o.max_attempts + 1):
+                try:
+                    submit(self.make(), request_id=self.request_id, store=store, queue=queue, signing_key=key)
+                except _RETRIED as exc:
+                    events.append(f"submit {attempt}: {type(exc).__name__}: {exc}; retried")
+                    continue
+                except Exception as exc:  # noqa: BLE001 - an error is an outcome to compare
+                    return Outcome("error", f"{type(exc).__name__}: {exc}")
+                events.append(f"submit {attempt}: returned, {queue.approximate_size()} message(s) queued")
+                break
+        assert isinstance(self.o.wf, Workflow)
+        worker = Worker(
+            [self.o.wf], store=store, queue=queue, signing_key=key, policy=self.o.policy, max_deliveries=100
+        )
+        handled: str | None = None
+        for _ in range(self.o.max_attempts):
+            received = queue.receive()
+            if not received:
+                if queue.approximate_size() > 0:
+                    now[0] += 61  # the held message's visibility expires
+                    continue
+                if not _redeliver(redeliver, handled, queue):
+                    break
+                redeliver = False
+                events.append("the same message delivered once more")
+                continue
+            message = received[0]
+            try:
+                worker.handle(message)
+                handled = message.body
+                events.append(f"worker: handled delivery {message.deliveries} of message {message.id[:8]}")
+            except SimulatedCrash as crash:
+                events.append(f"worker died: {crash}; the message comes back after its visibility timeout")
+                now[0] += 61
+        events += [f"dead-lettered: {reason}" for _body, reason in queue.dead_letters()]
+        state = status(store, self.name, self.request_id)
+        if state.status is RunStatus.COMPLETED:
+            return Outcome("completed", state.result)
+        if state.status is RunStatus.ABORTED:
+            return Outcome("aborted", state.reason)
+        return Outcome("error", f"unfinished: status {state.status.value}")
+
+
+def _redeliver(redeliver: bool, body: str | None, queue: MemoryQueue) -> bool:
+    """Send ``body`` again if asked and there is one (a late duplicate delivery)."""
+    if not redeliver or body is None:
+        return False
+    queue.send(body)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    wf: Callable[[Any], Idem[Any]]
+    store_factory: Callable[[], Store]
+    setup: Callable[[Store], object] | None
+    faults: tuple[Fault, ...]
+    duplicates: int
+    request_id: str
+    signing_key: bytes
+    policy: RetryPolicy
+    clock: Callable[[], float]
+    max_attempts: int
+
+
+_FAULT_TEXT = {
+    Fault.CRASH_BEFORE: "the process dies just before commit #{i}",
+    Fault.CRASH_AFTER: "the process dies just after commit #{i} applied, before it sees the answer",
+    Fault.LOST_ANSWER: "commit #{i} applies but its answer is lost (a timeout)",
+    Fault.TRANSIENT: "commit #{i} fails with a transient error",
+    Fault.CONFLICT: "a concurrent writer changes a row that commit #{i} checks, just before it",
+}
+
+
+def _never(point: FaultPoint) -> Fault | None:
+    return None
+
+
+def _recorder(into: list[FaultPoint]) -> Plan:
+    def record(point: FaultPoint) -> Fault | None:
+        into.append(point)
+        return None
+
+    return record
+
+
+def _at(index: int, fault: Fault) -> Plan:
+    return lambda point: fault if point.index == index else None
+
+
+def _injected(point: FaultPoint, fault: Fault) -> str:
+    return f"injected {fault.value} at {point.kind} #{point.index}:\n{describe_commit(point.ops)}"
+
+
+def _hint(scenario: str) -> str:
+    if scenario == RERUN:
+        return (
+            "two failure-free runs differ: the workflow is not deterministic. Use now(), uuid4(), "
+            "random() instead of time/uuid/random, and depend only on the input and step results."
+        )
+    if scenario.startswith(RACING):
+        return "racing executions disagree: results must come from step results, not from process state."
+    return (
+        "a retry took another path or wrote something else: pass data between steps through step "
+        "results (x = yield atomic(...)), never through variables a step body sets, and keep side "
+        "effects inside steps or effect()."
+    )
+
+
+def check_workflow(
+    wf: Callable[[Any], Idem[Any]],
+    inputs: Iterable[object],
+    store_factory: Callable[[], Store] = MemoryStore,
+    *,
+    setup: Callable[[Store], object] | None = None,
+    faults: Sequence[Fault] = DEFAULT_FAULTS,
+    duplicates: int = 4,
+    request_id: str = "idemflow-check",
+    signing_key: bytes = b"idemflow-check",
+    policy: RetryPolicy | None = None,
+    clock: Callable[[], float] = lambda: FIXED_TIME,
+    max_attempts: int = 60,
+) -> CheckReport:
+    """Check that ``wf(input)`` has the effect of one failure-free run under every
+    crash point, duplicate and conflict (see the module docstring); stop at the first divergence.
+
+    ``store_factory`` makes a fresh, empty store per scenario (``MemoryStore`` by
+    default; pass ``lambda: SqliteStore(...)`` or a cloud store to test that
+    backend); ``setup(store)`` prepares each one (open accounts, ...) and is not
+    under test. Every execution runs under the request id ``f"{request_id}-{n}"``
+    for the ``n``-th input and with ``now()`` returning :data:`FIXED_TIME`.
+
+    >>> from idemflow import atomic, workflow
+    >>> seen = []
+    >>> @workflow("leaky")
+    ... def leaky(who):
+    ...     yield atomic("accounts", who, lambda tx: seen.append(1))  # state outside the store ...
+    ...     yield atomic("audit", who, lambda tx: tx.put("steps", len(seen)))  # ... leaks into a row
+    >>> report = check_workflow(leaky, ["ann"])
+    >>> report.ok
+    False
+    >>> print(report.first_divergence.trace.splitlines()[0])
+    workflow 'leaky' diverged from its failure-free run
+    """
+    if duplicates < 2:
+        raise ValueError("duplicates must be at least 2")
+    options = _Options(
+        wf=wf,
+        store_factory=store_factory,
+        setup=setup,
+        faults=tuple(faults),
+        duplicates=duplicates,
+        request_id=request_id,
+        signing_key=signing_key,
+        policy=policy or fast_policy(),
+        clock=clock,
+        max_attempts=max_attempts,
+    )
+    scenarios, count, name = 0, 0, getattr(wf, "name", getattr(wf, "__name__", "idem"))
+    skipped: list[str] = []
+    for index, given in enumerate(inputs):
+        checker = _Checker(options, index, given)
+        checker.check()
+        scenarios += checker.scenarios
+        count += 1
+        name = checker.name
+        if checker.skipped and checker.skipped not in skipped:
+            skipped.append(checker.skipped)
+        if checker.divergence is not None:
+            return CheckReport(name, False, scenarios, count, checker.divergence, tuple(skipped))
+    return CheckReport(name, True, scenarios, count, None, tuple(skipped))
+
+
+__all__ = ["DEFAULT_FAULTS", "FIXED_TIME", "check_workflow", "fast_policy", "snapshot"]
