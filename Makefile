@@ -6,22 +6,26 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 AZURITE := .tools/node_modules/.bin/azurite
 
-.PHONY: demo test lint typecheck bench clean setup
+.PHONY: demo test lint typecheck bench chaos clean setup
 
 setup: $(STAMP) $(AZURITE)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	touch $(STAMP)
 
 $(AZURITE):
 	mkdir -p .tools
 	cd .tools && npm install --silent --no-audit --no-fund azurite@3
 
+# The three samples on the embedded SQLite store, processes killed mid-load,
+# invariants checked at the end; any violation fails the target.
 demo: $(STAMP)
 	$(BIN)/python -m samples.transfer.demo
+	$(BIN)/python -m samples.survey demo
+	$(BIN)/python -m samples.auction demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check idemflow tests samples benchmarks
@@ -33,8 +37,12 @@ typecheck: $(STAMP)
 test: setup lint typecheck
 	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 2 -q
 
-bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+bench: setup
+	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m benchmarks
+
+CHAOS_MINUTES ?= 10
+chaos: $(STAMP)
+	$(BIN)/python -m idemflow.testing.chaos --minutes $(CHAOS_MINUTES)
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .hypothesis

@@ -15,11 +15,14 @@ Run: ``python -m benchmarks.cloud_survey`` (starts moto server and Azurite on lo
 from __future__ import annotations
 
 import argparse
+import time
 import uuid
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
-from benchmarks._stats import environment, interleave, write
+from benchmarks._report import ratio_headline, write_record
+from benchmarks._stats import RESULTS, environment, interleave_samples, paired_ratio, summarize, write
 from idemflow import Idem, Store, Tx, atomic, run, workflow
 from tests.servers import azurite_server, moto_server
 
@@ -211,10 +214,12 @@ def report(
     extra: dict[str, Any],
     rounds: int,
     per_round: int,
+    headlines: dict[str, Any] | None = None,
 ) -> list[str]:
     store: Store = extra["store"]
     before = store.round_trips
-    results = interleave(variants, rounds, per_round)
+    samples = interleave_samples(variants, rounds, per_round)
+    results = {name: summarize(name, values) for name, values in samples.items()}
     store.flush()
     runs = rounds * per_round
     calls = {
@@ -235,6 +240,22 @@ def report(
             f"| {name} | {calls[name]:.2f}{note} | {summary.median * 1e3:.2f} | {summary.spread * 1e3:.2f} | "
             f"{summary.median / minimal:.2f} | {summary.median / plain:.2f} |"
         )
+    over_minimal = paired_ratio("x", samples["idemflow"], samples["minimal exactly-once"])
+    over_plain = paired_ratio("x", samples["idemflow"], samples["plain"])
+    lines += [
+        "",
+        f"Paired per-round ratios (median, IQR): idemflow / minimal {over_minimal.median:.2f} "
+        f"({over_minimal.q1:.2f}–{over_minimal.q3:.2f}), idemflow / plain {over_plain.median:.2f} "
+        f"({over_plain.q1:.2f}–{over_plain.q3:.2f}).",
+    ]
+    if headlines is not None:
+        key = "cloud.moto" if "moto" in backend else "cloud.azurite"
+        headlines[f"{key}.idemflow_over_minimal"] = ratio_headline(over_minimal, backend)
+        headlines[f"{key}.idemflow_over_plain"] = ratio_headline(over_plain, backend)
+        headlines[f"{key}.calls"] = {
+            "value": {k: round(v, 2) for k, v in calls.items()},
+            "note": "per workflow",
+        }
     return [*lines, ""]
 
 
@@ -242,19 +263,31 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--per-round", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=None, help="folder for the results")
     args = parser.parse_args(argv)
+    started = time.time()
+    headlines: dict[str, Any] = {}
     lines = ["# 2-step survey workflow on the emulators", "", environment(), ""]
     with moto_server() as moto:
         variants, extra = dynamodb_variants(moto.endpoint, moto.region)
-        lines += report("DynamoDB (moto server)", variants, extra, args.rounds, args.per_round)
+        lines += report("DynamoDB (moto server)", variants, extra, args.rounds, args.per_round, headlines)
         extra["store"].close()
     with azurite_server() as azurite:
         variants, extra = azure_variants(azurite.connection_string)
-        lines += report("Azure Tables (Azurite)", variants, extra, args.rounds, args.per_round)
+        lines += report("Azure Tables (Azurite)", variants, extra, args.rounds, args.per_round, headlines)
         extra["store"].close()
     text = "\n".join(lines)
     print(text)
-    write("cloud_survey.md", text)
+    write("cloud_survey.md", text, args.out)
+    params = {"rounds": args.rounds, "per round": args.per_round}
+    write_record(
+        "cloud_survey",
+        "2-step survey workflow on the emulators",
+        params,
+        headlines,
+        args.out or RESULTS,
+        started,
+    )
 
 
 if __name__ == "__main__":

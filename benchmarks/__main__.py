@@ -1,0 +1,93 @@
+"""``python -m benchmarks [NAME ...] [--quick] [--out DIR] [--stores sqlite,moto,azurite]``
+
+Runs the named benchmarks (all by default, in the order below), writes
+Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
+``--out``), then rebuilds ``summary.md`` there. ``--quick`` runs tiny sizes
+(a smoke test, under a minute) and writes to ``benchmarks/results-quick/``
+unless ``--out`` is given, so it never overwrites the committed results.
+
+Names: overhead, messages, core, calls, peers, cloud, users, summary.
+``--stores`` limits the store-parametrized benchmarks (calls, users); ``cloud``
+and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and
+the server stores, leaving only the pure-Python and SQLite parts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._stats import RESULTS
+
+ORDER = ("overhead", "messages", "core", "calls", "peers", "cloud", "users")
+QUICK_OUT = RESULTS.parent / "results-quick"
+SERVER_STORES = ("moto", "azurite")
+
+
+def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
+    """Each benchmark's entry point, imported only when it runs."""
+    if name in ("overhead", "messages", "calls", "peers", "users", "summary"):
+        import importlib
+
+        module = importlib.import_module(f"benchmarks.{name}")
+
+        def run_new(argv: list[str], out: Path, quick: bool) -> Any:
+            return module.main(argv, out=out, quick=quick)
+
+        return run_new
+    if name == "core":
+        from benchmarks import core_overhead
+
+        def run_core(argv: list[str], out: Path, quick: bool) -> Any:
+            core_overhead.main([*(["--rounds", "3"] if quick else []), "--out", str(out), *argv])
+
+        return run_core
+    if name == "cloud":
+        from benchmarks import cloud_survey
+
+        def run_cloud(argv: list[str], out: Path, quick: bool) -> Any:
+            sizes = ["--rounds", "2", "--per-round", "3"] if quick else []
+            cloud_survey.main([*sizes, "--out", str(out), *argv])
+
+        return run_cloud
+    raise SystemExit(f"unknown benchmark {name!r}; choose from {', '.join((*ORDER, 'summary'))}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: {' '.join(ORDER)})")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
+    parser.add_argument("--out", type=Path, default=None, help="results folder")
+    parser.add_argument("--stores", default=None, help="comma-separated stores for calls and users")
+    parser.add_argument("--no-servers", action="store_true", help="skip moto and Azurite (and the peers)")
+    args = parser.parse_args(argv)
+    out: Path = args.out or (QUICK_OUT if args.quick else RESULTS)
+    names = list(args.names) or list(ORDER)
+    stores = args.stores or ("sqlite" if args.no_servers else "sqlite,moto,azurite")
+    if args.no_servers:
+        skipped = [n for n in names if n in ("cloud", "peers")]
+        names = [n for n in names if n not in skipped]
+        if skipped:
+            print(f"--no-servers: skipping {', '.join(skipped)}")
+    started = time.time()
+    for name in names:
+        if name == "summary":
+            continue
+        extra = ["--stores", stores] if name in ("calls", "users") else []
+        print(f"== {name}{' (quick)' if args.quick else ''} -> {out}", flush=True)
+        t0 = time.time()
+        _runner(name)(extra, out, args.quick)
+        print(f"== {name} done in {time.time() - t0:.0f} s", flush=True)
+    from benchmarks import summary
+
+    path = summary.build(out)
+    print(f"== all done in {time.time() - started:.0f} s; headline numbers in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""``results/summary.md``: the headline numbers of every benchmark on one page,
+each beside its DESIGN.md section 6 target where it has one.
+
+Built from the ``*.json`` records the benchmarks leave in the results folder
+(so a partial re-run updates its own lines and keeps the others, each line
+saying when it was measured).
+
+Run: ``python -m benchmarks summary``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._report import load_headlines
+from benchmarks._stats import RESULTS
+
+# (pattern on the headline key, comparison, threshold, what DESIGN.md says)
+TARGETS: list[tuple[str, str, float, str]] = [
+    (r"core\.sqlite\.idemflow_over_plain", "<=", 1.3, "idempotent / plain ≤ 1.3 on SQLite"),
+    (
+        r"(core\.sqlite|cloud\.\w+)\.idemflow_over_minimal",
+        "<=",
+        1.15,
+        "idempotent / minimal exactly-once ≤ 1.15",
+    ),
+    (r"calls\.\w+\.\w+\.async_over_sync_latency", "<", 1.0, "async answers the client faster than sync"),
+    (r"calls\.\w+\.\w+\.duplicate_calls", "<=", 1.0, "a duplicate of a finished request costs one read"),
+    (r"peers\.idemflow_over_dbos", "<", 1.0, "beat DBOS on SQLite outright"),
+    (r"overhead\.fresh\.\d+", "<=", 15.0, "library overhead ≤ 15 µs/step on MemoryStore"),
+]
+
+SECTIONS = [
+    ("Latency: idempotent against hand-written code (2-step survey workflow)", r"^(core|cloud)\."),
+    ("Per request at one user: samples' workflows on every store", r"^calls\."),
+    ("Under load: throughput at the most users", r"^users\..*throughput"),
+    ("Peers on the same machine", r"^peers\."),
+    ("Pure library overhead (MemoryStore)", r"^overhead\."),
+    ("Checkpoint messages", r"^messages\."),
+]
+
+
+def _value(entry: dict[str, Any]) -> tuple[float | None, str]:
+    if "median" in entry:
+        return float(entry["median"]), f"{entry['median']:.2f} (IQR {entry['q1']:.2f}–{entry['q3']:.2f})"
+    value = entry.get("value")
+    if isinstance(value, (int, float)):
+        return float(value), f"{value:.2f}"
+    if isinstance(value, dict):
+        return None, ", ".join(f"{k} {v}" for k, v in value.items())
+    return None, str(value)
+
+
+def _verdict(key: str, number: float | None, entry: dict[str, Any]) -> tuple[str, str]:
+    for pattern, op, threshold, text in TARGETS:
+        if re.fullmatch(pattern, key):
+            if number is None:
+                return text, "–"
+            ok = number <= threshold if op == "<=" else number < threshold
+            if ok:
+                return text, "met"
+            low = entry.get("q1")
+            if isinstance(low, (int, float)) and (low <= threshold if op == "<=" else low < threshold):
+                return text, "**missed** (median; target inside the IQR)"
+            return text, "**missed**"
+    return "", ""
+
+
+def build(out: Path) -> Path:
+    records = load_headlines(out)
+    lines = [
+        "# idemflow benchmarks: headline numbers",
+        "",
+        "Every ratio is a median of per-round ratios between variants run interleaved in the same",
+        "process (IQR across rounds in parentheses); see README.md for what each measures and",
+        "the per-benchmark pages for the tables, plots, machine, versions and parameters.",
+        "",
+        "| benchmark | measured | seconds | load average at start |",
+        "|---|---|---|---|",
+    ]
+    for name, record in records.items():
+        load = record.get("machine", {}).get("load average at start (1, 5, 15 min)", "")
+        lines.append(f"| [{name}]({name}.md) | {record['started']} | {record['seconds']} | {load} |")
+    lines.append("")
+    entries = [(key, entry) for record in records.values() for key, entry in record["headlines"].items()]
+    for title, section in SECTIONS:
+        chosen = [(k, e) for k, e in entries if re.search(section, k)]
+        if not chosen:
+            continue
+        lines += [f"## {title}", "", "| measure | value | note | target | verdict |", "|---|---|---|---|---|"]
+        for key, entry in chosen:
+            number, shown = _value(entry)
+            target, verdict = _verdict(key, number, entry)
+            lines.append(f"| `{key}` | {shown} | {entry.get('note', '')} | {target} | {verdict} |")
+        lines.append("")
+    path = out / "summary.md"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool = False) -> Path:
+    path = build(out)
+    print(path.read_text())
+    return path
