@@ -42,7 +42,7 @@ bench: setup
 
 CHAOS_MINUTES ?= 10
 chaos: $(STAMP)
-	$(BIN)/python -m idemflow.testing.chaos --minutes $(CHAOS_MINUTES)
+	$(BIN)/python -m samples.chaos --minutes $(CHAOS_MINUTES)
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .hypothesis

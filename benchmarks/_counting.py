@@ -1,8 +1,8 @@
 """A store wrapper that counts what idemflow asks of a store: calls and bytes.
 
-It implements the :class:`~idemflow.stores.base.Store` protocol by delegating
-every call (as :class:`idemflow.testing.FaultyStore` does), so the workflow
-runs on the real backend and the counts are what that backend received.
+It is a :class:`idemflow.testing.faults.StoreWrapper`: every call goes on to
+the real backend, so the workflow runs there and the counts are what that
+backend received.
 
 Bytes written are logical: for each written row the UTF-8 bytes of its
 partition, row key and encoded value (an increment counts its partition, key
@@ -13,11 +13,10 @@ the two are comparable; neither is wire bytes (SDK envelopes differ by backend).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from idemflow.stores.base import (
-    Capabilities,
     CommitOutcome,
     Delete,
     Increment,
@@ -28,6 +27,7 @@ from idemflow.stores.base import (
     RowRef,
     Store,
 )
+from idemflow.testing.faults import StoreWrapper
 
 NUMBER_BYTES = 8
 
@@ -94,12 +94,11 @@ def counter_bytes(partition: str, key: str) -> int:
     return _utf8(partition) + _utf8(key) + NUMBER_BYTES
 
 
-class CountingStore:
+class CountingStore(StoreWrapper):
     """Delegates to ``inner`` and tallies reads, commits, cache writes and bytes."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.capabilities: Capabilities = inner.capabilities
+        super().__init__(inner)
         self.tally = Tally()
 
     def read(self, ref: RowRef) -> Row | None:
@@ -118,22 +117,3 @@ class CountingStore:
     def commit_cache(self, ops: Sequence[Op]) -> None:
         self.tally.cached(sum(op_bytes(op) for op in ops))
         self.inner.commit_cache(ops)
-
-    def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
-        return self.inner.scan(table, partition)
-
-    def tables(self) -> list[str]:
-        return self.inner.tables()
-
-    def create_tables(self, *names: str) -> None:
-        self.inner.create_tables(*names)
-
-    def flush(self) -> None:
-        self.inner.flush()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    @property
-    def round_trips(self) -> int:
-        return self.inner.round_trips

@@ -25,6 +25,7 @@ and racing executions then have the effect of one failure-free run.
 
 from __future__ import annotations
 
+from idemflow._lazy import load_optional
 from idemflow.engine import RetryPolicy
 from idemflow.errors import (
     CompensationFailed,
@@ -46,7 +47,7 @@ from idemflow.monad import Idem, atomic, bind, pure
 from idemflow.reads import get, rows
 from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import Workflow, idempotent, run, run_result, workflow
-from idemflow.stores import MemoryStore, SqliteStore, Store, open_store
+from idemflow.stores import _LAZY, MemoryStore, SqliteStore, Store, open_store
 from idemflow.tx import Tx
 
 __all__ = [
@@ -91,8 +92,4 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     # The cloud stores need optional extras: resolve them lazily.
-    if name in ("DynamoDBStore", "AzureTableStore"):
-        from idemflow import stores
-
-        return getattr(stores, name)
-    raise AttributeError(f"module 'idemflow' has no attribute {name!r}")
+    return load_optional(__name__, name, _LAZY)

@@ -7,6 +7,8 @@
 
 Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
+``worker`` imports MODULE with the current directory first on ``sys.path``,
+as ``python -m`` does, so a project's workflows need not be installed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -46,7 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("workflow")
     status.add_argument("request_id")
     worker = commands.add_parser("worker", help="finish checkpointed workflows from a queue")
-    worker.add_argument("workflows", help="MODULE:ATTR naming an iterable of @workflow functions")
+    worker.add_argument(
+        "workflows",
+        help="MODULE:ATTR naming an iterable of @workflow functions (MODULE may be in the current directory)",
+    )
     worker.add_argument("--store", required=True)
     worker.add_argument("--queue", required=True, help="queue URL, e.g. sqs:jobs?region=eu-west-1")
     worker.add_argument("--concurrency", type=int, default=1)
@@ -96,6 +102,10 @@ def _load_workflows(spec: str) -> list[Any]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InvalidInputError(f"worker needs MODULE:ATTR naming an iterable of workflows, not {spec!r}")
+    # As `python -m` does: the project in the current directory is importable without installing it.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:

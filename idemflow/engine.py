@@ -152,6 +152,9 @@ class Execution:
         """Step values carried by an async continuation: ``tag -> (identity, value)``."""
         self.journal: list[tuple[str, str, JSON]] | None = None
         """Where forward steps are noted ``(tag, identity, value)`` for a continuation."""
+        self.durable_outcome = False
+        """Write the completion record with a durable commit, not ``commit_cache``: for callers
+        that report the outcome elsewhere (a worker's ack, ``submit``'s handle) right after."""
 
     # -- interpretation -------------------------------------------------
 
@@ -320,7 +323,7 @@ class Execution:
                 memo_value = records.memo(identity, result)
                 data_ops = tx.ops()
             where = f"result of step {step} ({identity}) of workflow {self.workflow!r}"
-            memo_text = encode(memo_value, where)
+            memo_text = encode(memo_value, where, envelope=1)
             expires = self.clock() + self.policy.retention
             ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires)]
             run_included = self._add_run_record(ops, memo_ref, expires)
@@ -366,7 +369,7 @@ class Execution:
 
     def _run_insert(self, status: records.RunStatus, expires: float, result: JSON = None) -> Insert:
         value: JSON = records.RunRecord(self.fingerprint, status, result=result).to_json()
-        return Insert(self.run_ref, value, encode(value, "workflow result"), expires)
+        return Insert(self.run_ref, value, encode(value, "workflow result", envelope=1), expires)
 
     def ensure_run_record(self) -> None:
         """Claim the request id (fingerprint) with its own commit."""
@@ -394,7 +397,8 @@ class Execution:
         return self.clock() + self.policy.retention
 
     def finish(self, status: records.RunStatus, result: JSON = None, reason: JSON = None) -> JSON:
-        """Record the outcome: durably if no step claimed the request, else as a cache.
+        """Record the outcome: durably if no step claimed the request or if ``durable_outcome``,
+        else as a cache.
 
         Returns the result, which strict encoding guarantees equal to what duplicates read back.
         """
@@ -402,7 +406,7 @@ class Execution:
             self.fingerprint, status, result=result, reason=reason, finished_at=self.clock()
         )
         value: JSON = record.to_json()
-        text = encode(value, f"result of workflow {self.workflow!r}")
+        text = encode(value, f"result of workflow {self.workflow!r}", envelope=1)
         if not self.run_known:
             insert = Insert(self.run_ref, value, text, self.expiry())
             outcome = self.commit([insert], self.step, self.run_ref)
@@ -411,7 +415,11 @@ class Execution:
             else:
                 self.run_known = True
                 return result
-        self.store.commit_cache([Put(self.run_ref, value, text, expires_at=self.expiry())])
+        completion = Put(self.run_ref, value, text, expires_at=self.expiry())
+        if self.durable_outcome:
+            self.commit([completion], self.step, self.run_ref)  # a Put that expects nothing: applied
+        else:
+            self.store.commit_cache([completion])
         return result
 
     # -- store calls ------------------------------------------------------

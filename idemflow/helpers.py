@@ -33,6 +33,7 @@ from idemflow.monad import Idem, Special, special
 
 if TYPE_CHECKING:
     from idemflow.engine import Execution
+    from idemflow.tx import Tx
 
 T = TypeVar("T")
 
@@ -87,7 +88,12 @@ def evaluate_special(execution: Execution, node: Special) -> Any:
     if kind == "effect":
         label, fn = node.payload
         key = idempotency_key(execution, execution.step + 1)
-        return execution.table_less_step("effect " + label, lambda tx: fn(key))
+
+        def call(tx: Tx) -> Any:
+            tx.settle()  # a duplicate of a finished request stops here, not after fn
+            return fn(key)
+
+        return execution.table_less_step("effect " + label, call)
     if kind == "abort":
         reason = node.payload
         return execution.table_less_step("abort", lambda tx: tx.abort(reason))

@@ -31,9 +31,15 @@ MAX_DEPTH = 64
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
 
 
-def encode(value: object, where: str = "value") -> str:
-    """Canonical JSON text of ``value``, or :class:`InvalidValueError` naming ``where``."""
-    problem = _find_problem(value, 0)
+def encode(value: object, where: str = "value", *, envelope: int = 0) -> str:
+    """Canonical JSON text of ``value``, or :class:`InvalidValueError` naming ``where``.
+
+    ``envelope`` is how many levels of its own the library wrapped around a
+    user's value (a memo holds a step result one level down): they do not
+    count against :data:`MAX_DEPTH`, so every value accepted as a row is also
+    accepted as a step or workflow result.
+    """
+    problem = _find_problem(value, -envelope)
     if problem is not None:
         raise InvalidValueError(where, problem)
     return _encoder.encode(value)

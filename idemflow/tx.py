@@ -122,6 +122,16 @@ class Tx:
             view[key] = value
         return default if value is MISSING else value
 
+    def settle(self) -> None:
+        """Do now the read a first ``get`` would have piggybacked (the run record).
+
+        A body about to act outside the store (an effect) calls this first, so a
+        duplicate of a request that already finished never repeats the action.
+        """
+        if self._peek is not None:
+            (peek_ref, seen), self._peek = self._peek, None
+            seen(self._store.read(peek_ref))
+
     def put(self, key: str, value: Any) -> None:
         """Write ``value`` (JSON-compatible) at ``key`` when the step commits."""
         check_key(key)

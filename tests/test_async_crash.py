@@ -4,7 +4,9 @@ Real ``idemflow worker`` processes (the CLI) drain a queue of checkpointed
 survey workflows; the test kills random workers at random moments and starts
 replacements until every request completed, then checks that each response
 was counted exactly once. Runs on SQLite (store + queue in files) and on the
-real servers (DynamoDB + SQS on moto, Azure Tables + Queue on Azurite).
+real servers (DynamoDB + SQS on moto, Azure Tables + Queue on Azurite). A
+process that dies right after it reported an outcome (a worker's ack,
+``submit`` returning a final handle) must have written it durably first.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 
 from idemflow import Store, open_store
-from idemflow.async_worklist import Queue, open_queue, status, submit
+from idemflow.async_worklist import Queue, RequestStatus, open_queue, status, submit
 from idemflow.records import RunStatus
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES
@@ -162,3 +164,54 @@ def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
     counts = {key: value for (table, _, key), value in rows_of(store, "g-").items() if table == "tableb"}
     assert counts == {"red": 100, "green": 100, "blue": 100}
     queue.close()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+DIE_RIGHT_AFTER = """
+import os, sys
+from idemflow import open_store
+from idemflow.async_worklist import MemoryQueue, Worker, submit
+from tests.async_workflows import WORKFLOWS, survey
+
+what, store_url, space = sys.argv[1:]
+store, queue = open_store(store_url), MemoryQueue()
+response = {"space": space, "user": "u", "answer": "red", "at": [1] if what == "worker" else []}
+submit(survey(response), request_id=space, store=store, queue=queue)
+if what == "submit":  # no checkpoint: the request finished in submit, which returned a final handle
+    os._exit(0)  # at once: no close(), no flush(); background threads die with the process
+ack = queue.ack
+
+def ack_and_die(message):
+    ack(message)
+    os._exit(0)
+
+queue.ack = ack_and_die
+[message] = queue.receive()
+Worker(WORKFLOWS, store=store, queue=queue).handle(message)
+os._exit(3)  # not acked
+"""
+
+
+@pytest.mark.parametrize("what", ["submit", "worker"])
+@pytest.mark.parametrize("backend", ["sqlite", "dynamodb", "azure"])
+def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
+    backend: str, what: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: Any
+) -> None:
+    prefix = f"d{uuid.uuid4().hex[:8]}"
+    if backend == "sqlite":
+        store_url = f"sqlite:{tmp_path / 'store.sqlite3'}"
+    elif backend == "dynamodb":
+        moto: Moto = request.getfixturevalue("moto")
+        store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
+    else:
+        azurite: Azurite = request.getfixturevalue("azurite")
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+        store_url = f"azure:?prefix={prefix}"
+    store = open_store(store_url)
+    store.create_tables(*TEST_TABLES)
+    space = f"{prefix}-"
+    command = [sys.executable, "-c", DIE_RIGHT_AFTER, what, store_url, space]
+    died = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert died.returncode == 0, died.stderr
+    assert status(store, "survey", space) == RequestStatus(RunStatus.COMPLETED, {"counted": "red"})
+    store.close()

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from idemflow import Store, Tx, WorkflowAborted, atomic, run
+from idemflow import RunStatus, Store, Tx, WorkflowAborted, atomic, run
+from idemflow.async_worklist import MemoryQueue, Worker, submit
 from idemflow.compensation import run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from samples.auction import api as auction_api
@@ -20,8 +21,10 @@ from samples.auction import cli, workflows
 from samples.auction.api import AuctionService, create_app
 from samples.auction.workflows import (
     BIDS,
+    POPULAR,
     TABLES,
     WALLETS,
+    WORKFLOWS,
     bid,
     check,
     close,
@@ -38,6 +41,7 @@ from tests.servers import Azurite
 
 OPENS = 1000.0
 CLOSES = OPENS + 60
+KEY = b"auction-test-key"
 
 
 class Clock:
@@ -236,6 +240,25 @@ def test_racing_auctioneers_sell_once(store: Store) -> None:
     assert balances(store)["bob"] == 430 and balances(store)["sam"] == 70 and check(store).ok
 
 
+def test_the_async_variant_answers_once_placed_and_workers_lead_and_count(store: Store) -> None:
+    """The same ``bid`` workflow, submitted: placed (and refused) at once, led and counted by a worker."""
+    new: Any = {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60.0}
+    run(register(new), request_id="list-lamp", store=store)  # submit() has no clock: the real one
+    queue = MemoryQueue()
+    for n, (bidder, amount) in enumerate([("ada", 20), ("bob", 30)]):
+        req = {"item": "lamp", "bidder": bidder, "amount": amount}
+        pending = submit(bid(req), request_id=f"async-{n}", store=store, queue=queue, signing_key=KEY)  # type: ignore[arg-type]
+        assert pending.status() is RunStatus.RUNNING
+    low = {"item": "lamp", "bidder": "cy", "amount": 25}
+    assert submit(bid(low), request_id="low", store=store, queue=queue).status() is RunStatus.ABORTED  # type: ignore[arg-type]
+    assert winner_view(store, "lamp")["leader"] is None and popular(store) == []  # placed, not led yet
+    assert not check(store).ok and check(store, settled=False).ok
+    stats = Worker(WORKFLOWS, store=store, queue=queue, signing_key=KEY, wait=0.01).run(idle_timeout=0.1)
+    assert stats.completed == 2
+    assert winner_view(store, "lamp")["leader"]["bidder"] == "bob"
+    assert popular(store) == [{"item": "lamp", "bids": 2}] and check(store).ok
+
+
 def test_registering_items(store: Store) -> None:
     new: Any = {"id": "vase", "title": "Vase", "seller": "nobody", "min_price": 5, "closes_in": 60.0}
     assert refusal(store, register(new), "r1")["code"] == "no_wallet"
@@ -288,6 +311,23 @@ def test_check_catches_money_created_and_a_late_bid(store: Store) -> None:
     verdict = check(store)
     assert verdict.failed == {"bids", "money"}
     assert any("should have been refused" in problem for problem in verdict.problems)
+
+
+def test_check_while_bids_are_led_and_closes_run(store: Store) -> None:
+    """``settled=False`` (what the chaos suite checks continuously) lets a leader, a count and a
+    sale trail the bids; it never lets money be moved twice or to the wrong wallet."""
+    sold_lamp(store)
+    assert check(store, settled=False).ok
+    _poke(store, POPULAR, "all", lambda tx: tx.increment("lamp", -1))  # a count still to come: fine
+    assert check(store, settled=False).ok and not check(store).ok
+
+    def charge_a_loser(tx: Tx) -> None:
+        tx.increment("balance", -20)
+        tx.put("paid:lamp", 20)
+
+    _poke(store, WALLETS, "ada", charge_a_loser)
+    verdict = check(store, settled=False)
+    assert verdict.failed == {"sales"}, verdict.problems  # ada lost the auction: never charged
 
 
 def test_the_sample_docstrings_run() -> None:
@@ -356,6 +396,46 @@ def test_the_http_api(tmp_path: Path) -> None:
     assert check(store).ok
 
 
+def test_the_http_api_with_a_queue_answers_bids_202_and_workers_lead_and_count(tmp_path: Path) -> None:
+    store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
+    queue = MemoryQueue()
+    service = AuctionService(store, queue, signing_key=KEY)  # a submitted bid reads the real clock
+    service.deposit("w1", {"owner": "sam", "amount": 0})
+    service.register("i1", {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60})
+    with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
+
+        def post(body: Any, key: str) -> httpx.Response:
+            return http.post("/items/lamp/bids", json=body, headers={"Idempotency-Key": key})
+
+        accepted = post({"bidder": "ada", "amount": 15}, "b1")
+        assert (accepted.status_code, accepted.json()) == (
+            202,
+            {
+                "request_id": "b1",
+                "status": "running",
+                "status_url": "/bids/b1",
+                "item": "lamp",
+                "bidder": "ada",
+                "amount": 15,
+            },
+        )
+        assert http.get("/bids/b1").json()["status"] == "running"
+        assert http.get("/items/lamp/winner").json()["leader"] is None  # placed, not led yet
+        low = post({"bidder": "bob", "amount": 12}, "b2")  # refused in the first step: at once
+        assert (low.status_code, low.json()["error"]) == (409, "too_low")
+        Worker(workflows.WORKFLOWS, store=store, queue=queue, signing_key=KEY, wait=0.01).run(
+            idle_timeout=0.1
+        )
+        done = http.get("/bids/b1").json()
+        assert done["status"] == "completed" and done["result"]["amount"] == 15
+        again = post({"bidder": "ada", "amount": 15}, "b1")
+        assert (again.status_code, again.json()) == (201, done["result"])
+        assert http.get("/items/lamp/winner").json()["leader"] == done["result"]
+        assert http.get("/popular").json() == {"items": [{"item": "lamp", "bids": 1}]}
+        assert http.get("/bids/nobody").status_code == 404
+    assert check(store).ok
+
+
 def test_a_failed_payment_over_http_answers_unsold(tmp_path: Path) -> None:
     store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
     clock = Clock()
@@ -398,24 +478,32 @@ def test_load_and_check_commands(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "money not conserved" in capsys.readouterr().out
 
 
-# -- load + SIGKILL + check: API servers killed mid-request, clients retrying -------------------------
+# -- load + SIGKILL + check: API servers and `idemflow worker` processes killed mid-request ---------
 
 
 @pytest.mark.slow
-def test_demo_with_sigkilled_servers_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_with_sigkilled_servers_and_workers_on_sqlite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["demo", "--data", str(tmp_path), "--bids", "120", "--kills", "4", "--seed", "5"]) == 0
     out = capsys.readouterr().out
-    assert "PASS" in out and "FAIL" not in out and "4 SIGKILLs" in out and "seed 5" in out
+    assert "PASS" in out and "FAIL" not in out and "4 SIGKILLs (2 API servers, 2 workers)" in out
+    assert "seed 5" in out
 
 
 @pytest.mark.slow
-def test_demo_with_sigkilled_servers_on_azurite(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_with_sigkilled_servers_and_workers_on_azurite(
+    azurite: Azurite, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    prefix = f"au{uuid.uuid4().hex[:8]}"
     settings = cli.DemoSettings(
-        store=f"azure:?prefix=au{uuid.uuid4().hex[:8]}",
+        store=f"azure:?prefix={prefix}",
+        queue=f"azure-queue:{prefix}?visibility_timeout=2",
         kills=3,
         load=cli.LoadSettings(bids=60, items=3, bidders=6, users=4, window=2.5, seed=13),
     )
     report = cli.run_demo(settings)
     assert report.ok, report.render()
-    assert report.kills == 3 and report.verdict.bids == report.load.bids["accepted"] > 0
+    assert sum(report.crashes.kills.values()) == 3
+    assert report.verdict.bids == report.load.bids["accepted"] > 0

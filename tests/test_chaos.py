@@ -1,55 +1,152 @@
-"""The chaos suite (``python -m idemflow.testing.chaos``): a short run inside the test suite,
-and proof that its invariant checks would notice a double count."""
+"""The chaos suite (``python -m samples.chaos``): a short run inside the test suite, and proof
+that its checks would notice a double count, a double charge and a worker ending itself."""
 
 from __future__ import annotations
 
+import doctest
+import os
 import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from idemflow import MemoryStore, atomic, run
-from idemflow.testing import chaos
-from idemflow.testing import chaos_workflows as cw
+from idemflow import RunStatus, SqliteStore, Store, atomic, run
+from idemflow.async_worklist import SqliteQueue, status, submit
+from samples import chaos
+from samples.auction import workflows as auction
+from samples.survey import workflows as survey
+
+ROOT = Path(__file__).resolve().parent.parent
+LUNCH: survey.NewSurvey = {
+    "id": "lunch",
+    "title": "Lunch",
+    "questions": [{"id": "main", "text": "Main course?", "options": ["soup", "salad"]}],
+}
 
 
 @pytest.mark.slow
 def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
     out = tmp_path / "chaos.md"
-    status = chaos.main(
-        ["--seconds", "20", "--seed", "7", "--workdir", str(tmp_path / "data"), "--out", str(out)]
-    )
+    argv = [
+        "--seconds",
+        "12",
+        "--quick",
+        "--seed",
+        "7",
+        "--workdir",
+        str(tmp_path / "data"),
+        "--out",
+        str(out),
+    ]
+    started = time.monotonic()
+    status_ = chaos.main(argv)
     summary = out.read_text()
-    assert status == 0, summary
-    total = re.search(r"\| \*\*total\*\* \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", summary)
-    assert total is not None, summary
-    rounds, requests, duplicates, kills, faults, anomalies = map(int, total.groups())
-    assert rounds >= 3 and requests > 0 and duplicates > 0 and kills > 0 and faults > 0
-    assert anomalies == 0 and "None found." in summary
-
-
-def test_survey_invariants_notice_a_double_count() -> None:
-    store = MemoryStore()
-    requests = [(f"r{n}", {"poll": "p", "user": f"u{n}", "answer": "red"}) for n in range(2)]
-    for request_id, response in requests:
-        run(cw.survey(response), request_id=request_id, store=store)
-    assert chaos.survey_invariants(store, requests, final=True) == []
-    run(atomic(cw.TALLIES, "p", lambda tx: tx.increment("red")), request_id="extra", store=store)
-    while_running = chaos.survey_invariants(store, requests, final=False)
-    assert while_running == ["answer 'red' counted 3 times but recorded 2 times"]
-    assert any("tallies" in problem for problem in chaos.survey_invariants(store, requests, final=True))
-
-
-def test_spam_is_compensated() -> None:
-    store = MemoryStore()
-    outcome = cw.survey({"poll": "p", "user": "s", "answer": cw.SPAM})
-    from idemflow.compensation import run_result
-
-    assert run_result(outcome, request_id="s", store=store).failure().reason == "spam"
-    assert cw.responses(store, "p") == {} and cw.tallies(store, "p") == {}
+    assert status_ == 0, summary
+    numbers = r"\| (\d+) " * 7
+    rows = {
+        name: tuple(map(int, found))
+        for name, *found in re.findall(r"\| ([^|]+?) " + numbers + r"\|", summary)
+    }
+    assert {"transfer", "survey", "auction"} <= {name.split(" ")[0].strip("*:") for name in rows}
+    for name, (rounds, requests, duplicates, kills, faults, checks, anomalies) in rows.items():
+        assert rounds >= 1 and requests > 0 and duplicates > 0 and anomalies == 0, name
+        if name.startswith(("survey", "auction")):  # the samples' demos: killed, faulty, watched
+            assert kills > 0 and faults > 0 and checks > 0, name
+    assert "None found." in summary
+    assert time.monotonic() - started < 40
 
 
 def test_the_summary_table_adds_up(tmp_path: Path) -> None:
-    totals = [chaos.Totals("a", 1, 10, 15, 2, 3), chaos.Totals("b", 2, 5, 5, 0, 1, ["bad thing"])]
+    totals = [chaos.Totals("a", 1, 10, 15, 2, 3), chaos.Totals("b", 2, 5, 5, 0, 1, ["bad thing"], 7)]
     text = chaos.render(totals, chaos.Options(1.0, 1, tmp_path, None), 1.0)
-    assert "| **total** | 3 | 15 | 5 | 2 | 4 | 1 |" in text and "- bad thing" in text
+    assert "| **total** | 3 | 15 | 5 | 2 | 4 | 7 | 1 |" in text and "- bad thing" in text
+
+
+def test_the_chaos_docstrings_run() -> None:
+    failed, attempted = doctest.testmod(chaos)
+    assert attempted > 0 and failed == 0
+
+
+# -- the checks made while a workload runs notice what must never happen ------------------------------
+
+
+def _sqlite(tmp_path: Path, tables: tuple[str, ...]) -> tuple[Path, Store]:
+    path = tmp_path / "watched.sqlite3"
+    store = SqliteStore(path)
+    store.create_tables(*tables)
+    return path, store
+
+
+def _watch(path: Path, check: Callable[[Store], list[str]]) -> list[str]:
+    with chaos.watching(path, check, every=0.01) as monitor:
+        time.sleep(0.1)
+    assert monitor.checks > 1
+    return monitor.problems
+
+
+def test_the_monitor_notices_a_response_counted_twice(tmp_path: Path) -> None:
+    path, store = _sqlite(tmp_path, survey.TABLES)
+    run(survey.create_survey(LUNCH), request_id="c", store=store)
+    answer: survey.Response = {"survey": "lunch", "respondent": "ada", "answers": {"main": "soup"}}
+    run(survey.respond(answer), request_id="r", store=store)
+
+    def invariants(watched: Store) -> list[str]:
+        return list(survey.check(watched, settled=False).problems)
+
+    assert _watch(path, invariants) == []
+    run(
+        atomic(survey.SUMMARIES, "lunch", lambda tx: tx.increment("q:main:soup")), request_id="x", store=store
+    )
+    assert _watch(path, invariants) == [
+        "while running: survey 'lunch': option 'soup' of 'main' counted 2 times, chosen by 1 responses"
+    ]
+
+
+def test_the_monitor_notices_a_winner_charged_twice(tmp_path: Path) -> None:
+    path, store = _sqlite(tmp_path, auction.TABLES)
+    clock = [1000.0]
+
+    def go(m: Any, request_id: str) -> Any:
+        return run(m, request_id=request_id, store=store, clock=lambda: clock[0])
+
+    for owner, amount in [("sam", 0), ("ada", 100)]:
+        go(auction.deposit({"owner": owner, "amount": amount}), f"d-{owner}")
+    go(
+        auction.register({"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 5, "closes_in": 60}),
+        "i",
+    )
+    go(auction.bid({"item": "lamp", "bidder": "ada", "amount": 40}), "b")
+    clock[0] = 1060.0
+    go(auction.close({"item": "lamp"}), "c")
+
+    def invariants(watched: Store) -> list[str]:
+        return list(auction.check(watched, settled=False).problems)
+
+    assert _watch(path, invariants) == []
+    run(atomic(auction.WALLETS, "ada", lambda tx: tx.increment("balance", -40)), request_id="y", store=store)
+    assert any("wallet 'ada'" in problem for problem in _watch(path, invariants))
+
+
+def test_a_chaos_worker_ends_itself_right_after_a_commit_that_applied(tmp_path: Path) -> None:
+    """``--die 1``: the first commit a worker makes is its last; the work it did is there."""
+    path, store = _sqlite(tmp_path, survey.TABLES)
+    run(survey.create_survey(LUNCH), request_id="c", store=store)
+    queue_path = tmp_path / "queue.sqlite3"
+    queue = SqliteQueue(queue_path, visibility_timeout=1)
+    answer: survey.Response = {"survey": "lunch", "respondent": "bo", "answers": {"main": "salad"}}
+    submit(survey.respond(answer), request_id="r-bo", store=store, queue=queue, signing_key="k")
+    argv = ["worker", "survey", "--store", f"sqlite:{path}", "--queue", f"sqlite:{queue_path}"]
+    argv += ["--log", str(tmp_path / "faults.log"), "--fault-rate", "0", "--die", "1"]
+    env = {**os.environ, "IDEMFLOW_SIGNING_KEY": "k", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "samples.chaos", *argv], env=env, timeout=60, capture_output=True, check=False
+    )
+    assert done.returncode == chaos.DIED, done.stderr.decode()[-2000:]
+    assert survey.results(store, "lunch")["questions"]["main"]["salad"] == 1  # type: ignore[index]
+    assert status(store, "respond", "r-bo").status is RunStatus.RUNNING  # died before it could say so
+    queue.close()

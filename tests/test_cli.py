@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import textwrap
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
-from idemflow import SqliteStore, atomic, run
+from idemflow import Idem, SqliteStore, atomic, run, workflow
+from idemflow.async_worklist import SqliteQueue, checkpoint, status, submit
+from idemflow.records import RunStatus
 from tests.servers import Moto
 
 
-def idemflow(*args: str) -> subprocess.CompletedProcess[str]:
+def idemflow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "idemflow.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        cwd=cwd,
     )
 
 
@@ -38,7 +45,8 @@ def test_status_and_gc_on_sqlite(tmp_path: Path) -> None:
 
 def test_errors_are_one_clear_line(tmp_path: Path) -> None:
     bad = idemflow("tables", "create", "--store", "nosuch:x", "items")
-    assert bad.returncode == 2 and "unknown store scheme" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "store URL 'nosuch:…': unknown scheme" in bad.stderr
     bad_name = idemflow("tables", "create", "--store", f"sqlite:{tmp_path / 'x.sqlite3'}", "bad_name")
     assert bad_name.returncode == 2 and "invalid table" in bad_name.stderr
     bad_duration = idemflow("gc", "--store", "memory:", "--older-than", "soon")
@@ -54,3 +62,72 @@ def test_tables_create_on_dynamodb(moto: Moto) -> None:
     client = boto3.client("dynamodb", endpoint_url=moto.endpoint, region_name=moto.region)
     names = {name for page in client.get_paginator("list_tables").paginate() for name in page["TableNames"]}
     assert {"cliorders", "clistock", "cliidemflowruns"} <= names
+
+
+APP = """
+from idemflow import atomic, workflow
+from idemflow.async_worklist import checkpoint
+
+
+@workflow("greeting")
+def greeting(name):
+    yield checkpoint()
+    return (yield atomic("items", name, lambda tx: tx.put("greeted", True) or "hello " + name))
+
+
+WORKFLOWS = [greeting]
+"""
+
+
+@workflow("greeting")
+def greeting(name: str) -> Generator[Idem[Any], Any, Any]:
+    """The same workflow as the project's (workers find workflows by name and input)."""
+    yield checkpoint()
+    return (yield atomic("items", name, lambda tx: tx.put("greeted", True) or "hello " + name))
+
+
+def test_worker_imports_workflows_from_the_current_directory(tmp_path: Path) -> None:
+    """`idemflow worker myapp.workflows:WORKFLOWS` in a project directory, nothing installed."""
+    project = tmp_path / "project"
+    (project / "myapp").mkdir(parents=True)
+    (project / "myapp" / "__init__.py").write_text("")
+    (project / "myapp" / "workflows.py").write_text(textwrap.dedent(APP))
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    queue = SqliteQueue(tmp_path / "queue.sqlite3")
+    submit(greeting("ada"), request_id="g-1", store=store, queue=queue, signing_key="k")
+    queue.close()
+    # The console script, as a user runs it: its sys.path holds its own directory, not the current one.
+    script = Path(sys.executable).with_name("idemflow")
+    command = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "idemflow.cli"]
+    urls = [
+        "--store",
+        f"sqlite:{tmp_path / 'store.sqlite3'}",
+        "--queue",
+        f"sqlite:{tmp_path / 'queue.sqlite3'}",
+    ]
+    env = {**os.environ, "IDEMFLOW_SIGNING_KEY": "k", "PYTHONPATH": ""}
+    worker = subprocess.run(
+        [*command, "worker", "myapp.workflows:WORKFLOWS", *urls, "--idle-timeout", "0.5"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert "1 finished" in worker.stdout
+    assert status(store, "greeting", "g-1").status is RunStatus.COMPLETED
+    assert status(store, "greeting", "g-1").result == "hello ada"
+    # Elsewhere the module is not found, and the error says so in one line.
+    missing = subprocess.run(
+        [*command, "worker", "myapp.workflows:WORKFLOWS", *urls, "--idle-timeout", "0.5"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert missing.returncode == 2 and "cannot import 'myapp.workflows'" in missing.stderr
+    store.close()

@@ -22,3 +22,21 @@ def test_python_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.chdir(tmp_path)
     for block in python_blocks(path):
         exec(compile(block, str(path), "exec"), {"__name__": "docs_example"})
+
+
+def test_every_test_linked_from_the_guarantees_exists() -> None:
+    """docs/guarantees.md is only as good as its links: each names a test that exists."""
+    text = (ROOT / "docs" / "guarantees.md").read_text()
+    missing: list[str] = []
+    linked = 0
+    current: Path | None = None  # a bare `::name` continues the file named before it
+    for line in text.splitlines():
+        for path, name in re.findall(r"`(tests/[\w/]+\.py)?::(\w+)`", line):
+            if path:
+                current = ROOT / path
+            assert current is not None, f"{name} has no file before it in: {line.strip()}"
+            linked += 1
+            if not re.search(rf"^(async )?def {name}\(", current.read_text(), flags=re.MULTILINE):
+                missing.append(f"{current.relative_to(ROOT)}::{name}")
+    assert linked > 40
+    assert missing == []

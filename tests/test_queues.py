@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -28,7 +29,7 @@ from idemflow.async_worklist.queues import (
     open_queue,
 )
 from idemflow.async_worklist.queues.base import check_reason, decode_wire, encode_wire
-from idemflow.errors import InvalidNameError, StoreConfigError, TransientStoreError
+from idemflow.errors import InvalidNameError, StoreConfigError, StoreError, TransientStoreError
 from tests.conformance.test_queue_contract import FakeTime
 from tests.servers import AZURITE_KEY, Azurite, Moto, free_port
 
@@ -402,3 +403,143 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "boto3", None)
     with pytest.raises(StoreConfigError, match=r"idemflow\[aws\]"):
         queues.SqsQueue  # noqa: B018
+
+
+# --- what the optional imports and the cloud queues' errors share ----------------------------------
+
+OPTIONAL = [
+    ("idemflow", "DynamoDBStore", "idemflow.stores.dynamodb", "boto3", "aws"),
+    ("idemflow", "AzureTableStore", "idemflow.stores.azure_tables", "azure.data.tables", "azure"),
+    ("idemflow.stores", "DynamoDBStore", "idemflow.stores.dynamodb", "boto3", "aws"),
+    ("idemflow.stores", "AzureTableStore", "idemflow.stores.azure_tables", "azure.data.tables", "azure"),
+    ("idemflow.async_worklist", "SqsQueue", "idemflow.async_worklist.queues.sqs", "boto3", "aws"),
+    (
+        "idemflow.async_worklist",
+        "AzureQueue",
+        "idemflow.async_worklist.queues.azure_queue",
+        "azure.storage.queue",
+        "azure",
+    ),
+    ("idemflow.async_worklist.queues", "SqsQueue", "idemflow.async_worklist.queues.sqs", "boto3", "aws"),
+    (
+        "idemflow.async_worklist.queues",
+        "AzureQueue",
+        "idemflow.async_worklist.queues.azure_queue",
+        "azure.storage.queue",
+        "azure",
+    ),
+]
+
+
+@pytest.mark.parametrize(("owner", "name", "module", "sdk", "extra"), OPTIONAL)
+def test_every_optional_class_is_loaded_by_the_one_lazy_helper(
+    owner: str, name: str, module: str, sdk: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    from idemflow._lazy import load_optional
+
+    package = importlib.import_module(owner)
+    assert getattr(package, name) is load_optional(owner, name, {name: (module, extra)})
+    with pytest.raises(AttributeError, match=f"module '{owner}' has no attribute 'Nope'"):
+        getattr(package, "Nope")  # noqa: B009
+    loaded = []
+    real = load_optional
+
+    def spy(*args: Any) -> Any:
+        loaded.append(args[:2])
+        return real(*args)
+
+    monkeypatch.setattr(package, "load_optional", spy)
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.setitem(sys.modules, sdk, None)
+    with pytest.raises(
+        StoreConfigError, match=rf"{name} needs the '{extra}' extra: pip install 'idemflow\[{extra}\]'"
+    ):
+        getattr(package, name)
+    assert loaded == [(owner, name)]
+
+
+def _sqs_error(code: str, status: int) -> Any:
+    from botocore.exceptions import ClientError
+
+    response: Any = {
+        "Error": {"Code": code, "Message": "details"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return ClientError(response, "SendMessage")
+
+
+def _azure_error(code: str, status: int) -> Any:
+    from azure.core.exceptions import HttpResponseError
+
+    error = HttpResponseError(message="details")
+    error.status_code, error.error_code = status, code
+    return error
+
+
+def _serverless_queues(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, list[str]]:
+    """An SqsQueue and an AzureQueue with no server behind them (only their error mapping is used)
+    and the list of backends that went through the shared ``queue_error``."""
+    from idemflow.async_worklist.queues import _errors, azure_queue, sqs
+
+    shared: list[str] = []
+    for module in (sqs, azure_queue):
+
+        def spy(*args: Any, module: Any = module, **kwargs: Any) -> Any:
+            shared.append(module.__name__.rsplit(".", 1)[1])
+            return _errors.queue_error(*args, **kwargs)
+
+        monkeypatch.setattr(module, "queue_error", spy)
+    sqs_queue = object.__new__(sqs.SqsQueue)
+    sqs_queue.name = "jobs"
+    azure = object.__new__(azure_queue.AzureQueue)
+    azure._where = "Azure queue 'jobs'"
+    return sqs_queue, azure, shared
+
+
+ANSWERS = [  # (SQS code, Azure code, HTTP status, the error, what it says)
+    ("AWS.SimpleQueueService.NonExistentQueue", "QueueNotFound", 400, StoreConfigError, "does not exist"),
+    ("AccessDenied", "AuthenticationFailed", 403, StoreConfigError, "check the"),
+    ("Whatever", "Whatever", 403, StoreConfigError, "check the"),
+    ("ThrottlingException", "ServerBusy", 400, TransientStoreError, "busy or failing"),
+    ("Whatever", "Whatever", 408, TransientStoreError, "busy or failing"),
+    ("Whatever", "Whatever", 429, TransientStoreError, "busy or failing"),
+    ("Whatever", "Whatever", 503, TransientStoreError, "busy or failing"),
+    ("InvalidParameterValue", "InvalidQueryParameterValue", 400, StoreError, "failed: "),
+]
+
+
+@pytest.mark.parametrize(("sqs_code", "azure_code", "status", "error", "says"), ANSWERS)
+def test_sqs_and_azure_map_service_answers_alike(
+    sqs_code: str,
+    azure_code: str,
+    status: int,
+    error: type[Exception],
+    says: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sqs, azure, shared = _serverless_queues(monkeypatch)
+    mapped = [
+        sqs._error("send", _sqs_error(sqs_code, status)),
+        azure._error("send", _azure_error(azure_code, status)),
+    ]
+    for one in mapped:
+        assert type(one) is error and says in str(one) and "send on " in str(one)
+    assert shared == ["sqs", "azure_queue"]
+
+
+def test_sqs_and_azure_map_unreachable_services_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    from azure.core.exceptions import ServiceRequestError
+    from botocore.exceptions import EndpointConnectionError
+
+    sqs, azure, shared = _serverless_queues(monkeypatch)
+    down = [
+        sqs._error("receive", EndpointConnectionError(endpoint_url="http://u:pw@127.0.0.1:1")),
+        azure._error("receive", ServiceRequestError("http://127.0.0.1:1/?sig=secret")),
+    ]
+    for mapped in down:
+        assert type(mapped) is TransientStoreError
+        assert "cannot reach" in str(mapped) and "retry later" in str(mapped)
+        assert "pw@" not in str(mapped) and "sig=" not in str(mapped)
+    assert shared == ["sqs", "azure_queue"]

@@ -15,6 +15,7 @@ import pytest
 from idemflow import IdempotencyKeyReuseError, RunStatus, Store, Tx, WorkflowAborted, atomic, run
 from idemflow.async_worklist import MemoryQueue, Worker, status, submit
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from samples import _api, _harness
 from samples.survey import api as survey_api
 from samples.survey import cli, workflows
 from samples.survey.api import SurveyService, create_app
@@ -213,8 +214,21 @@ def test_check_catches_a_lost_count_and_a_bad_row(store: Store) -> None:
     assert "option 'caviar' of 'main' counted 1 times, chosen by 0" in problems
 
 
+def test_check_while_responses_are_being_counted(store: Store) -> None:
+    """``settled=False`` (what the chaos suite checks continuously) lets a count trail its
+    response, never run ahead of it."""
+    queue = MemoryQueue()
+    submit(respond(answer("fay")), request_id="r-fay", store=store, queue=queue, signing_key=KEY)
+    assert not check(store).ok and check(store, settled=False).ok  # recorded, not counted yet
+    Worker([respond], store=store, queue=queue, signing_key=KEY, wait=0.01).run(idle_timeout=0.1)
+    assert check(store).ok and check(store, settled=False).ok
+    _poke(store, SUMMARIES, lambda tx: tx.increment("q:main:soup"))
+    problems = check(store, settled=False).problems
+    assert problems == ("survey 'lunch': option 'soup' of 'main' counted 2 times, chosen by 1 responses",)
+
+
 def test_the_sample_docstrings_run() -> None:
-    for module in (workflows, survey_api):
+    for module in (workflows, survey_api, _api, _harness):
         failed, attempted = doctest.testmod(module)
         assert attempted > 0 and failed == 0
 
@@ -312,7 +326,9 @@ def test_load_and_check_commands(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_load_through_the_api(tmp_path: Path) -> None:
     store = cli._open(f"sqlite:{tmp_path / 'http.sqlite3'}")
     with running(create_app(SurveyService(store))) as url:
-        report = cli.run_load(cli.SurveyHttp(cli.HttpClient([url])), cli.LoadSettings(users=4, responses=40))
+        report = cli.run_load(
+            cli.SurveyHttp(_harness.HttpClient([url])), cli.LoadSettings(users=4, responses=40)
+        )
     assert not report.problems, report.problems
     assert report.outcomes["counted"] == check(store).counted > 0
 
@@ -342,5 +358,5 @@ def test_demo_with_sigkilled_servers_and_workers_on_moto(moto: Moto) -> None:
     )
     report = cli.run_demo(settings)
     assert report.ok, report.render()
-    assert sum(report.kills.values()) == 3
+    assert sum(report.crashes.kills.values()) == 3
     assert report.verdict.recorded == report.verdict.counted == report.load.outcomes["counted"] > 0

@@ -357,7 +357,6 @@ def test_effects_outside_the_store_run_at_least_once_with_one_key() -> None:
     assert len(calls) == 2 and calls[0] == calls[1]  # at least once, never with a new key
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: a duplicate re-runs an effect that is the first step")
 def test_a_duplicate_of_a_finished_request_never_calls_its_effect_again() -> None:
     from idemflow import effect
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from idemflow._lazy import load_optional
 from idemflow.async_worklist.messages import MessageRejected
-from idemflow.async_worklist.queues import Message, MessageLostError, Queue, open_queue
+from idemflow.async_worklist.queues import _LAZY, Message, MessageLostError, Queue, open_queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.async_worklist.submit import Pending, RequestStatus, checkpoint, status, submit
@@ -43,8 +44,4 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("SqsQueue", "AzureQueue"):
-        from idemflow.async_worklist import queues
-
-        return getattr(queues, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return load_optional(__name__, name, _LAZY)

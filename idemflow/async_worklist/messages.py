@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ from idemflow.errors import InvalidInputError
 from idemflow.serialization import JSON, encode
 
 FORMAT_VERSION = 1
+_SIGNATURE = re.compile(r"[0-9a-f]{64}")
+"""What :func:`_signature` produces: HMAC-SHA256 as 64 lowercase hex digits."""
 
 
 class MessageRejected(InvalidInputError):
@@ -110,7 +113,10 @@ def decode_continuation(body: str, key: bytes | None) -> Continuation:
         if not signed:
             raise MessageRejected("unsigned message, but this worker requires signatures")
         signature = raw.pop("sig")
-        if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(raw, key)):
+        # The shape first: hmac.compare_digest takes only ASCII str (anything else raises TypeError).
+        if not isinstance(signature, str) or not _SIGNATURE.fullmatch(signature):
+            raise MessageRejected("signature is not an HMAC-SHA256 in 64 lowercase hex digits")
+        if not hmac.compare_digest(signature.encode("ascii"), _signature(raw, key).encode("ascii")):
             raise MessageRejected("signature does not match: message tampered with or signed by another key")
     steps = tuple(RecordedStep(step[0], step[1], step[2]) for step in recorded)
     args, kwargs = given_input["args"], given_input["kwargs"]

@@ -74,7 +74,14 @@ def status(store: Store, workflow: str, request_id: str) -> RequestStatus:
 
 
 class Pending:
-    """A handle on a submitted request."""
+    """A handle on a submitted request.
+
+    ``outcome`` is the final :class:`RequestStatus` when it is known without
+    asking the store: ``submit`` saw the request finish (it completed or
+    aborted before any checkpoint, or was a duplicate of a finished request),
+    or this handle already read a final status. ``sleep`` and ``clock``
+    (monotonic seconds) pace :meth:`result`'s polling.
+    """
 
     def __init__(
         self,
@@ -84,16 +91,26 @@ class Pending:
         *,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        outcome: RequestStatus | None = None,
     ) -> None:
         self.store = store
         self.workflow = workflow
         self.request_id = request_id
+        self.outcome = outcome
         self._sleep = sleep
         self._clock = clock
 
+    def _current(self) -> RequestStatus:
+        if self.outcome is None:
+            current = status(self.store, self.workflow, self.request_id)
+            if current.status not in (RunStatus.COMPLETED, RunStatus.ABORTED):
+                return current
+            self.outcome = current  # final: it never changes again
+        return self.outcome
+
     def status(self) -> RunStatus:
         """``pending | running | completed | aborted``."""
-        return status(self.store, self.workflow, self.request_id).status
+        return self._current().status
 
     def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
         """Wait for the workers to finish; the result, or :class:`WorkflowAborted`.
@@ -102,7 +119,7 @@ class Pending:
         """
         deadline = None if timeout is None else self._clock() + timeout
         while True:
-            current = status(self.store, self.workflow, self.request_id)
+            current = self._current()
             if current.status is RunStatus.COMPLETED:
                 return current.result
             if current.status is RunStatus.ABORTED:
@@ -127,13 +144,19 @@ def submit(
     queue: Queue,
     signing_key: bytes | str | None = None,
     policy: RetryPolicy | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Pending:
     """Run ``m`` up to its first checkpoint, enqueue the rest, return a :class:`Pending`.
 
     ``m`` must be a ``@workflow`` call (workers find workflows by name). If
-    the workflow finishes or aborts before any checkpoint, the handle is
-    already final. ``signing_key`` (default: ``IDEMFLOW_SIGNING_KEY``) signs
-    the message so workers can trust the step values it carries.
+    the workflow finishes or aborts before any checkpoint (or the request
+    already finished), its completion record is written durably before
+    ``submit`` returns and the handle carries the outcome: final at once,
+    for this caller and for :func:`status`. ``signing_key`` (default:
+    ``IDEMFLOW_SIGNING_KEY``) signs the message so workers can trust the
+    step values it carries. ``clock`` is the wall clock of the run (seconds
+    since the epoch: ``now()`` values, retention expiry, ``finished_at``),
+    ``time.time`` by default, as in :func:`idemflow.run`.
     """
     call = m.node if isinstance(m, Idem) else None
     if not isinstance(call, Call):
@@ -144,6 +167,7 @@ def submit(
     def prepare(execution: Execution) -> None:
         execution.journal = []
         execution.on_checkpoint = at_checkpoint
+        execution.durable_outcome = True  # the handle returned says final: so must the store
         captured.append(execution)
 
     def at_checkpoint(execution: Execution) -> None:
@@ -152,7 +176,14 @@ def submit(
         raise _Checkpointed
 
     try:
-        execute(m, request_id=request_id, store=store, policy=policy, prepare=prepare)
+        record = execute(
+            m,
+            request_id=request_id,
+            store=store,
+            policy=policy,
+            clock=time.time if clock is None else clock,
+            prepare=prepare,
+        )
     except _Checkpointed:
         journal = captured[0].journal or []
         continuation = Continuation(
@@ -163,4 +194,6 @@ def submit(
             tuple(RecordedStep(tag, identity, value) for tag, identity, value in journal),
         )
         queue.send(encode_continuation(continuation, key))
-    return Pending(store, call.name, request_id)
+        return Pending(store, call.name, request_id)
+    outcome = RequestStatus(record.status, record.result, record.reason)
+    return Pending(store, call.name, request_id, outcome=outcome)

@@ -5,13 +5,19 @@ shape, signature, registered workflow, a run record with the same input
 fingerprint — so a forged message for a request nobody submitted never
 runs), resumes the workflow through the same step engine as ``run`` (steps
 carried by a signed message replay without store reads), and deletes the
-message only after the workflow completed or aborted. While it works it keeps
-extending the message's visibility. A worker killed at any point loses
-nothing: the message comes back and the memos make the rerun exact.
+message only after the workflow completed or aborted and its completion
+record was written durably, so ``status()`` is final once the message is
+gone. While it works it keeps extending the message's visibility. A worker
+killed at any point loses nothing: the message comes back and the memos make
+the rerun exact.
 
-Messages that can never succeed (malformed, tampered, unknown workflow,
-non-deterministic resume) and messages that failed ``max_deliveries`` times
-go to the queue's dead-letter place with the reason, logged.
+Messages that can never succeed go to the queue's dead-letter place at their
+first delivery, with a reason starting ``rejected:`` (malformed, tampered,
+unknown workflow, input the library refuses: any
+:class:`~idemflow.errors.InvalidInputError`) or ``non-deterministic resume:``.
+Other failures (a store that is down, a bug in a step) are retried with
+backoff and dead-lettered after ``max_deliveries`` attempts. Every dead
+letter is logged.
 
 >>> from idemflow import MemoryStore, atomic, workflow
 >>> from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, submit
@@ -42,7 +48,7 @@ from idemflow.async_worklist.messages import Continuation, MessageRejected, deco
 from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
 from idemflow.async_worklist.submit import resolve_signing_key
 from idemflow.engine import Execution, RetryPolicy
-from idemflow.errors import NonDeterminismError
+from idemflow.errors import InvalidInputError, NonDeterminismError
 from idemflow.records import RunStatus
 from idemflow.runner import Workflow, describe, execute, run_status
 from idemflow.stores.base import Store
@@ -76,7 +82,17 @@ class _Holder:
 
 
 class Worker:
-    """Drains ``queue``, finishing workflows found by name among ``workflows``."""
+    """Drains ``queue``, finishing workflows found by name among ``workflows``.
+
+    ``concurrency`` threads take messages; ``signing_key`` (default:
+    ``IDEMFLOW_SIGNING_KEY``) makes the worker refuse unsigned or tampered
+    messages; a message failing ``max_deliveries`` times is dead-lettered;
+    ``policy`` is the runs' :class:`~idemflow.engine.RetryPolicy`; ``wait``
+    is the receive long-poll in seconds. ``clock`` is the wall clock of the
+    runs (seconds since the epoch: ``now()`` values, retention expiry,
+    ``finished_at``), ``time.time`` by default, as in :func:`idemflow.run`;
+    the worker's own pacing and statistics use the monotonic clock.
+    """
 
     def __init__(
         self,
@@ -89,6 +105,7 @@ class Worker:
         max_deliveries: int = 5,
         policy: RetryPolicy | None = None,
         wait: float = 0.5,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.registry: dict[str, Workflow[Any, Any]] = {}
         for flow in workflows:
@@ -104,6 +121,7 @@ class Worker:
         self.max_deliveries = max_deliveries
         self.policy = policy
         self.wait = wait
+        self.clock: Callable[[], float] = time.time if clock is None else clock
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -187,8 +205,8 @@ class Worker:
         started = time.monotonic()
         try:
             outcome = self._finish(message)
-        except MessageRejected as rejected:
-            self._dead_letter(holder, f"rejected: {rejected.reason}")
+        except InvalidInputError as invalid:  # MessageRejected too: the same on every delivery
+            self._dead_letter(holder, f"rejected: {invalid}")
             return
         except NonDeterminismError as exc:
             self._dead_letter(holder, f"non-deterministic resume: {exc}")
@@ -227,8 +245,8 @@ class Worker:
         if flow is None:
             raise MessageRejected(f"unknown workflow {continuation.workflow!r}")
         m = flow(*continuation.args, **continuation.kwargs)
-        name, fingerprint = describe(m)
-        record = run_status(self.store, name, continuation.request_id)
+        name, fingerprint = describe(m)  # an input that is not JSON: InvalidInputError, dead-lettered
+        record = run_status(self.store, name, continuation.request_id)  # so is an invalid request id
         if record is None:
             raise MessageRejected(f"no request {continuation.request_id!r} of {name!r} was submitted")
         if record.fingerprint != fingerprint:
@@ -240,9 +258,10 @@ class Worker:
             request_id=continuation.request_id,
             store=self.store,
             policy=self.policy,
+            clock=self.clock,
             prepare=lambda execution: _resume(execution, continuation),
         )
-        return done.status.value
+        return done.status.value  # its completion record is durable: the caller may ack
 
     def _heartbeat(self, holder: _Holder, done: threading.Event) -> None:
         period = max(self.queue.visibility_timeout / 3.0, 0.05)
@@ -279,6 +298,7 @@ class Worker:
 def _resume(execution: Execution, continuation: Continuation) -> None:
     """Resume: carried steps replay without reads (signed) or from their memos (unsigned)."""
     execution.run_known = True
+    execution.durable_outcome = True  # written before the ack, never left to a background thread
     if continuation.signed:
         execution.recorded = {step.tag: (step.identity, step.value) for step in continuation.recorded}
     else:

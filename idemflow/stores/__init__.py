@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
-from idemflow.errors import StoreConfigError
+from idemflow._lazy import load_optional
+from idemflow._urls import parse_url
 from idemflow.stores.base import Capabilities, Row, RowRef, Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.stores.sqlite import SqliteStore
@@ -40,63 +40,51 @@ _LAZY = {
     "DynamoDBStore": ("idemflow.stores.dynamodb", "aws"),
     "AzureTableStore": ("idemflow.stores.azure_tables", "azure"),
 }
+_PARAMETERS: dict[str, set[str]] = {
+    "memory": set(),
+    "sqlite": set(),
+    "dynamodb": {"endpoint", "region", "prefix"},
+    "azure": {"connection_string", "prefix"},
+}
+_USAGE = "memory:, sqlite:PATH, dynamodb:?region=R&endpoint=URL&prefix=P, azure:?connection_string=C&prefix=P"
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module_name, extra = _LAZY[name]
-        import importlib
-
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise StoreConfigError(
-                f"{name} needs the '{extra}' extra: pip install 'idemflow[{extra}]' ({exc})"
-            ) from exc
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return load_optional(__name__, name, _LAZY)
 
 
 def open_store(url: str) -> Store:
     """A store from a URL: ``memory:``, ``sqlite:PATH``,
     ``dynamodb:?endpoint=URL&region=R&prefix=P``,
     ``azure:?connection_string=...&prefix=P`` (or ``AZURE_STORAGE_CONNECTION_STRING``).
+
+    Query values are percent-decoded with ``+`` kept, as account keys contain
+    it. An unknown scheme or parameter is a
+    :class:`~idemflow.errors.StoreConfigError` naming the scheme and what is
+    wrong; errors never quote the URL itself (its query, a path or connection
+    string given in its place, credentials in an endpoint).
+
+    >>> open_store("dynamodb:?regoin=eu-west-1&prefix=prod")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    idemflow.errors.StoreConfigError: store URL 'dynamodb:…': unknown parameter(s) ['regoin']; dynamodb: ...
     """
-    scheme, _, rest = url.partition(":")
-    if not _:
-        raise StoreConfigError(f"store URL {url!r} has no scheme (memory:, sqlite:PATH, dynamodb:, azure:)")
-    if scheme == "memory":
+    parsed = parse_url(url, "store", _PARAMETERS, _USAGE)
+    params = parsed.params
+    if parsed.scheme == "memory":
         return MemoryStore()
-    if scheme == "sqlite":
-        path = rest.split("?", 1)[0]
-        if not path:
-            raise StoreConfigError("sqlite store URL needs a path: sqlite:PATH")
-        return SqliteStore(path)
-    params = _query(url)
-    if scheme == "dynamodb":
+    if parsed.scheme == "sqlite":
+        if not parsed.target:
+            raise parsed.error("needs a path: sqlite:PATH")
+        return SqliteStore(parsed.target)
+    if parsed.scheme == "dynamodb":
+        endpoint = parsed.endpoint("endpoint")
         store_cls = __getattr__("DynamoDBStore")
         return store_cls(  # type: ignore[no-any-return]
-            endpoint_url=params.get("endpoint"),
-            region_name=params.get("region"),
-            prefix=params.get("prefix", ""),
+            endpoint_url=endpoint, region_name=params.get("region"), prefix=params.get("prefix", "")
         )
-    if scheme == "azure":
-        conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-        if not conn:
-            raise StoreConfigError(
-                "azure store URL needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING"
-            )
-        store_cls = __getattr__("AzureTableStore")
-        return store_cls(connection_string=conn, prefix=params.get("prefix", ""))  # type: ignore[no-any-return]
-    raise StoreConfigError(f"unknown store scheme {scheme!r} in {url!r} (memory, sqlite, dynamodb, azure)")
-
-
-def _query(url: str) -> dict[str, str]:
-    """Query parameters, percent-decoded but with ``+`` kept (account keys contain it)."""
-    query = url.split("?", 1)[1] if "?" in url else ""
-    params: dict[str, str] = {}
-    for part in query.split("&"):
-        if part:
-            key, _, value = part.partition("=")
-            params[unquote(key)] = unquote(value)
-    return params
+    conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    if not conn:
+        raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
+    store_cls = __getattr__("AzureTableStore")
+    return store_cls(connection_string=conn, prefix=params.get("prefix", ""))  # type: ignore[no-any-return]

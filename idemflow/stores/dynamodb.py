@@ -11,7 +11,11 @@ Item layout. Physical table = ``prefix`` + logical table; one item per row:
 - ``v`` (S) the canonical JSON text of the value, **or** ``n`` (N) for an
   int/float that fits DynamoDB's number type, so that ``ADD`` increments it
   server-side (read back as int when integral, else float);
-- ``ver`` (N) the version: 1 on creation, +1 on every Put, Insert, Increment;
+- ``ver`` (N) the version: random on creation, +1 on every Put, Insert, Increment
+  (a row deleted and created again must not repeat an old version, and DynamoDB
+  keeps nothing of a deleted item; see :mod:`idemflow.stores._ops`). A write
+  that may create the row sends the random first version along with its ``+1``
+  (``if_not_exists``), so this costs no extra request;
 - ``expires_at`` (N, epoch seconds) when set: the tables' TTL attribute.
 
 Limits (100 operations, 400 KB per item, 4 MB per transaction, 2048/1024-byte
@@ -46,6 +50,13 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, check_table
 from idemflow.serialization import JSON, decode
+from idemflow.stores._ops import (
+    expectation,
+    fresh_version,
+    increment_where,
+    not_a_number,
+    version_after,
+)
 from idemflow.stores.base import (
     COMMITTED,
     Capabilities,
@@ -84,6 +95,8 @@ _NUMBER_BYTES = 21  # an N attribute: one byte per two of at most 38 digits, plu
 _NAMES = {"#pk": "pk", "#val": "v", "#num": "n", "#ver": "ver", "#exp": "expires_at"}
 _PLACEHOLDER = re.compile(r"#\w+")
 _ONE: AttributeValueTypeDef = {"N": "1"}
+_BUMP = "#ver = if_not_exists(#ver, :was) + :one"
+"""The version after a write whose row may not exist: version_after() server-side."""
 _ANY_ROW = "attribute_exists(#pk) OR attribute_not_exists(#pk)"
 _TRANSIENT = frozenset(
     {
@@ -373,8 +386,7 @@ class DynamoDBStore:
         if not_numbers:
             op, item = not_numbers[0]
             held = type(_row(item).value).__name__ if item else "JSON text"
-            where = f"increment of {op.ref.table}/{op.ref.partition}"
-            raise InvalidValueError(where, f"row holds {held}, not a number DynamoDB can add") from exc
+            raise not_a_number(op.ref, held, " DynamoDB can add") from exc
         raise self._cancel_error("commit", tables, exc) from exc
 
     def _cancel_error(self, action: str, tables: Sequence[str], exc: ClientError) -> Exception:
@@ -419,8 +431,8 @@ class DynamoDBStore:
     def _item(self, op: Op) -> TransactWriteItemTypeDef:
         target: dict[str, Any] = {"TableName": self.table_name(op.ref.table), "Key": _key(op.ref)}
         if isinstance(op, (Insert, Put)) and not (isinstance(op, Put) and op.expect is Cond.ANY):
-            expect = Cond.ABSENT if isinstance(op, Insert) else op.expect
-            version = expect + 1 if isinstance(expect, int) else 1  # after a version check, or new
+            expect = expectation(op)  # a version (then the row holds it) or no row
+            version = version_after(expect if isinstance(expect, int) else None, fresh_version())
             put = {"TableName": target["TableName"], **_condition(expect)}
             put["Item"] = {**target["Key"], **_value(op.value, op.text, version, op.expires_at)}
             if isinstance(op, Insert):  # a memo hit returns the stored memo: no extra read
@@ -428,29 +440,29 @@ class DynamoDBStore:
             return {"Put": _named(put)}
         if isinstance(op, Put):  # a blind write: the version is unknown, so the server adds 1
             attr, other = ("#num", "#val") if _number(op.value) else ("#val", "#num")
-            values = {":x": _value(op.value, op.text, 0, None)[_NAMES[attr]], ":one": _ONE}
-            sets, removes = [f"{attr} = :x"], [other]
+            values = {":x": _value(op.value, op.text, 0, None)[_NAMES[attr]], **_bump_values()}
+            sets, removes = [f"{attr} = :x", _BUMP], [other]
             if op.expires_at is None:
                 removes.append("#exp")
             else:
                 sets.append("#exp = :e")
                 values[":e"] = {"N": str(int(op.expires_at))}
-            update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)} ADD #ver :one"
+            update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
             return {
                 "Update": _named({**target, "UpdateExpression": update, "ExpressionAttributeValues": values})
             }
         if isinstance(op, Increment):
             delta = _number(op.delta)
             if delta is None:
-                where = f"increment of {op.ref.table}/{op.ref.partition}"
-                raise InvalidValueError(where, f"delta {op.delta!r} is not a DynamoDB number")
+                problem = f"delta {op.delta!r} is not a DynamoDB number"
+                raise InvalidValueError(increment_where(op.ref), problem)
             return {
                 "Update": _named(
                     {
                         **target,
-                        "UpdateExpression": "ADD #num :d, #ver :one",
+                        "UpdateExpression": f"SET {_BUMP} ADD #num :d",
                         "ConditionExpression": "attribute_not_exists(#val)",
-                        "ExpressionAttributeValues": {":d": {"N": delta}, ":one": _ONE},
+                        "ExpressionAttributeValues": {":d": {"N": delta}, **_bump_values()},
                         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                     }
                 )
@@ -469,6 +481,11 @@ def _named(action: dict[str, Any]) -> Any:
     if used:
         action["ExpressionAttributeNames"] = {name: _NAMES[name] for name in used}
     return action
+
+
+def _bump_values() -> dict[str, AttributeValueTypeDef]:
+    """The values of :data:`_BUMP`: a new row gets a :func:`fresh_version`."""
+    return {":was": {"N": str(fresh_version() - 1)}, ":one": _ONE}
 
 
 def _condition(expect: Expect) -> dict[str, Any]:

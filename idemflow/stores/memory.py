@@ -38,6 +38,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._rows: dict[tuple[str, str, str], Stored] = {}
+        self._floor = 0  # the highest version a deleted row had (see stores._local)
         self._lock = threading.Lock()
         self._round_trips = 0
 
@@ -67,7 +68,8 @@ class MemoryStore:
 
         with self._lock:
             self._round_trips += 1
-            return commit_locally(ops, lookup, write, remove)
+            outcome, self._floor = commit_locally(ops, lookup, write, remove, self._floor)
+            return outcome
 
     def commit_cache(self, ops: Sequence[Op]) -> None:
         self.commit(ops)

@@ -26,7 +26,7 @@ from typing import Literal
 
 from idemflow.errors import StoreConfigError, TransientStoreError
 from idemflow.serialization import decode
-from idemflow.stores._local import incremented, matches
+from idemflow.stores._local import created_version, incremented, matches, raised_floor, written_version
 from idemflow.stores.base import (
     COMMITTED,
     Capabilities,
@@ -63,17 +63,29 @@ CREATE TABLE IF NOT EXISTS idemflow_rows (
     PRIMARY KEY (tbl, part, rk)
 ) WITHOUT ROWID
 """
+_FLOOR_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idemflow_floor (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    ver INTEGER NOT NULL
+)
+"""
 _SELECT = "SELECT v, ver FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
 _UPSERT = "INSERT OR REPLACE INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, ?, ?)"
 _DELETE = "DELETE FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
 _INSERT_NEW = (
-    "INSERT INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, 1, ?) "
+    "INSERT INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (tbl, part, rk) DO NOTHING"
 )
+# A blind write: a new row gets the version given, an existing one its version + 1 (version_after).
 _UPSERT_BUMP = (
-    "INSERT INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, 1, ?) "
+    "INSERT INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (tbl, part, rk) DO UPDATE SET v = excluded.v, ver = ver + 1, expires = excluded.expires"
 )
+_UPDATE_BUMP = (
+    "UPDATE idemflow_rows SET v = ?, ver = ver + 1, expires = ? WHERE tbl = ? AND part = ? AND rk = ?"
+)
+_SELECT_FLOOR = "SELECT ver FROM idemflow_floor WHERE id = 0"
+_SET_FLOOR = "INSERT OR REPLACE INTO idemflow_floor (id, ver) VALUES (0, ?)"
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -115,6 +127,7 @@ class SqliteStore:
             sync = "NORMAL" if role == "cache" and self._synchronous != "OFF" else self._synchronous
             conn.execute(f"PRAGMA synchronous = {sync}")
             conn.execute(_SCHEMA)
+            conn.execute(_FLOOR_SCHEMA)
         except sqlite3.Error as exc:
             raise StoreConfigError(f"cannot open SQLite store at {self.path!r}: {exc}") from exc
         setattr(self._local, role, conn)
@@ -152,12 +165,11 @@ class SqliteStore:
         conn = self._connection("cache")
         try:
             if len(ops) == 1 and isinstance(ops[0], Put) and ops[0].expect is Cond.ANY:
-                op = ops[0]  # the usual completion record: one autocommit statement
-                conn.execute(
-                    _UPSERT_BUMP, (op.ref.table, op.ref.partition, op.ref.key, op.text, op.expires_at)
-                )
-            else:
-                self._commit(conn, ops)
+                op = ops[0]  # the usual completion record: one autocommit statement updating the run record
+                key = (op.ref.table, op.ref.partition, op.ref.key)
+                if conn.execute(_UPDATE_BUMP, (op.text, op.expires_at, *key)).rowcount:
+                    return
+            self._commit(conn, ops)  # a new row takes its version from the floor, read under the lock
         except Exception:  # noqa: BLE001 - a lost cache write only costs a later replay
             return
 
@@ -217,30 +229,38 @@ def _apply(conn: sqlite3.Connection, ops: Sequence[Op]) -> list[OpFailure]:
     """Apply ``ops`` inside the open write transaction; return the failed conditions.
 
     Inserts and blind puts are single statements (no read first): this is
-    the hot path of every step. On any failure the caller rolls back.
+    the hot path of every step. Versions follow :mod:`idemflow.stores._local`
+    (the floor is read once, under the write lock). On any failure the caller
+    rolls back.
     """
+    held = conn.execute(_SELECT_FLOOR).fetchone()
+    floor = start = 0 if held is None else int(held[0])
     failures: list[OpFailure] = []
     for index, op in enumerate(ops):
         key = (op.ref.table, op.ref.partition, op.ref.key)
+        new = created_version(floor)  # the version of the row if this operation creates it
         if isinstance(op, Insert):
-            if conn.execute(_INSERT_NEW, (*key, op.text, op.expires_at)).rowcount == 0:
+            if conn.execute(_INSERT_NEW, (*key, op.text, new, op.expires_at)).rowcount == 0:
                 found = conn.execute(_SELECT, key).fetchone()
                 failures.append(OpFailure(index, Row(decode(found[0]), found[1])))
             continue
         if isinstance(op, Put) and op.expect is Cond.ANY:
-            conn.execute(_UPSERT_BUMP, (*key, op.text, op.expires_at))
+            conn.execute(_UPSERT_BUMP, (*key, op.text, new, op.expires_at))
             continue
         found = conn.execute(_SELECT, key).fetchone()
         current = None if found is None else (found[0], found[1])
         if isinstance(op, Increment):
             text = incremented(op.ref, current, op.delta)
-            conn.execute(_UPSERT, (*key, text, 1 if current is None else current[1] + 1, None))
+            conn.execute(_UPSERT, (*key, text, written_version(current, floor), None))
         elif not matches(current, op.expect):
             failures.append(OpFailure(index))
         elif isinstance(op, Put):
-            conn.execute(_UPSERT, (*key, op.text, 1 if current is None else current[1] + 1, op.expires_at))
+            conn.execute(_UPSERT, (*key, op.text, written_version(current, floor), op.expires_at))
         elif isinstance(op, Delete) and current is not None:
             conn.execute(_DELETE, key)
+            floor = raised_floor(floor, current)
+    if floor != start and not failures:
+        conn.execute(_SET_FLOOR, (floor,))
     return failures
 
 

@@ -11,7 +11,10 @@
   the answer, a lost answer (the commit applied, the caller gets a transient
   error), transient errors and conflicts with a concurrent writer. The wrapped
   store is real, so what a test then asserts on is real state.
-- ``python -m idemflow.testing.chaos`` is the long-running chaos suite.
+- :class:`StoreWrapper` passes every store call through: subclass it to watch
+  or change some calls of a real store in your own tests.
+- The chaos suite over the sample applications (``make chaos``) lives in
+  ``samples/chaos.py``: it is an application of this kit, not part of it.
 
 >>> from idemflow import MemoryStore, atomic, run
 >>> from idemflow.testing import FaultyStore, Fault, SimulatedCrash
@@ -26,7 +29,7 @@ crashed after commit
 """
 
 from idemflow.testing.check import DEFAULT_FAULTS, FIXED_TIME, check_workflow, fast_policy, snapshot
-from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, SimulatedCrash, StoreWrapper, data_rows
 from idemflow.testing.report import CheckReport, Divergence, Outcome, Snapshot
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "Outcome",
     "SimulatedCrash",
     "Snapshot",
+    "StoreWrapper",
     "check_workflow",
     "data_rows",
     "fast_policy",

@@ -189,6 +189,58 @@ class FaultyStore:
         return self.inner.round_trips
 
 
+class StoreWrapper:
+    """A :class:`~idemflow.stores.base.Store` that hands every call to ``inner``: the base of a
+    wrapper that looks at or changes some calls (override them) and passes the rest through.
+
+    >>> from idemflow import MemoryStore, atomic, run
+    >>> class Commits(StoreWrapper):
+    ...     seen = 0
+    ...     def commit(self, ops):
+    ...         self.seen += 1
+    ...         return super().commit(ops)
+    >>> store = Commits(MemoryStore())
+    >>> run(atomic("tablea", "p", lambda tx: tx.put("k", 1)), request_id="r", store=store)
+    >>> store.seen
+    1
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.capabilities: Capabilities = inner.capabilities
+
+    def read(self, ref: RowRef) -> Row | None:
+        return self.inner.read(ref)
+
+    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        return self.inner.read_many(refs)
+
+    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        return self.inner.commit(ops)
+
+    def commit_cache(self, ops: Sequence[Op]) -> None:
+        self.inner.commit_cache(ops)
+
+    def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
+        return self.inner.scan(table, partition)
+
+    def tables(self) -> list[str]:
+        return self.inner.tables()
+
+    def create_tables(self, *names: str) -> None:
+        self.inner.create_tables(*names)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    @property
+    def round_trips(self) -> int:
+        return self.inner.round_trips
+
+
 def data_rows(store: Store, *tables: str) -> dict[tuple[str, str, str], JSON]:
     """Every user data row of ``tables`` as ``{(table, partition, key): value}``
     (memo and bookkeeping rows left out): what "the tables" mean in a comparison."""

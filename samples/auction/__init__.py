@@ -3,44 +3,5 @@
 See ``README.md`` beside this file; ``python -m samples.auction --help`` lists the commands.
 """
 
-from samples.auction.workflows import (
-    BIDS,
-    ITEMS,
-    POPULAR,
-    TABLES,
-    WALLETS,
-    WINNERS,
-    WORKFLOWS,
-    Invalid,
-    Verdict,
-    bid,
-    check,
-    close,
-    deposit,
-    item_view,
-    popular,
-    register,
-    wallets,
-    winner_view,
-)
-
-__all__ = [
-    "BIDS",
-    "ITEMS",
-    "POPULAR",
-    "TABLES",
-    "WALLETS",
-    "WINNERS",
-    "WORKFLOWS",
-    "Invalid",
-    "Verdict",
-    "bid",
-    "check",
-    "close",
-    "deposit",
-    "item_view",
-    "popular",
-    "register",
-    "wallets",
-    "winner_view",
-]
+from samples.auction.workflows import *  # noqa: F403 - the sample's API is its workflows module's
+from samples.auction.workflows import __all__ as __all__

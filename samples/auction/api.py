@@ -12,7 +12,9 @@ different body is refused (409).
 ``POST /items``                          register ``{"title", "seller", "min_price", "closes_in"}``
                                          (or ``closes_at``, epoch seconds; optional ``id``): 201
 ``GET  /items/{item}``                   terms, status, leader, result
-``POST /items/{item}/bids``              bid ``{"bidder", "amount"}``: 201 with the recorded bid
+``POST /items/{item}/bids``              bid ``{"bidder", "amount"}``: 201 with the recorded bid, or
+                                         with a queue 202 ``{"status": "running", "status_url", ...}``
+``GET  /bids/{request_id}``              where a submitted bid stands (asynchronous variant)
 ``GET  /items/{item}/winner``            what the front end polls: the leader, then the result
 ``POST /items/{item}/close``             close: 200 ``{"status": "sold" | "unsold", ...}``
 ``GET  /popular?limit=10``               the most-bid items
@@ -27,23 +29,31 @@ the store is busy (retry with the same key). A close whose winner cannot
 pay is not an error: it answers 200 with ``"status": "unsold"`` and the
 reason, after the compensations ran.
 
+With a ``queue`` the bids are submitted asynchronously (the paper's
+variant): the bidder is answered ``202`` once the bid is placed — refusals
+come at once, as before — and ``idemflow worker
+samples.auction.workflows:WORKFLOWS`` processes mark the leader and count
+it in ``popular``; ``GET /bids/{request_id}`` says ``running``, then
+``completed`` with the recorded bid. Wallets, items and closes always run
+in the server.
+
 The time comes from an injectable ``clock`` (tests move it past closing
-time); workflows read it once per request through ``now()``. The plumbing
-(``Answer``, error mapping, endpoints) is the survey sample's.
+time); workflows read it once per request through ``now()``. A submitted
+bid reads the real clock (``submit`` takes none). The plumbing (answers,
+error mapping, endpoints) is :mod:`samples._api`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from idemflow import Store, WorkflowAborted, run
+from idemflow import WorkflowAborted, run
+from samples._api import Answer, Service, error, get_, healthz, post
 from samples.auction import workflows
-from samples.survey.api import Answer, error, get_, guarded, healthz, post
 
 STATUSES = {
     "not_found": 404,
@@ -60,8 +70,12 @@ STATUSES = {
 """HTTP status of each refusal code of :mod:`samples.auction.workflows`."""
 
 
-class AuctionService:
+class AuctionService(Service):
     """What the API does, as plain calls returning :class:`Answer` (usable without HTTP).
+
+    With a ``queue``, bids are submitted asynchronously: the bidder is
+    answered at the workflow's checkpoint (after the bid is placed) and
+    ``idemflow worker samples.auction.workflows:WORKFLOWS`` leads and counts it.
 
     >>> from idemflow import MemoryStore
     >>> service = AuctionService(MemoryStore(), clock=lambda: 1000.0)
@@ -76,9 +90,8 @@ class AuctionService:
     400
     """
 
-    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
-        self.store = store
-        self.clock = clock
+    statuses = STATUSES
+    invalid = workflows.Invalid
 
     def _run(self, m: Any, key: str) -> Any:
         return run(m, request_id=key, store=self.store, clock=self.clock)
@@ -89,19 +102,27 @@ class AuctionService:
             self._run(workflows.deposit(parsed), key)
             return Answer(200, {"owner": parsed["owner"], "deposited": parsed["amount"]})
 
-        return guarded(key, action, STATUSES, workflows.Invalid)
+        return self.guarded(key, action)
 
     def register(self, key: str | None, body: object) -> Answer:
         def action(key: str) -> Answer:
             return Answer(201, self._run(workflows.register(workflows.parse_item(body)), key))
 
-        return guarded(key, action, STATUSES, workflows.Invalid)
+        return self.guarded(key, action)
 
     def bid(self, key: str | None, item: str, body: object) -> Answer:
         def action(key: str) -> Answer:
-            return Answer(201, self._run(workflows.bid(workflows.parse_bid(item, body)), key))
+            req = workflows.parse_bid(item, body)
+            if self.queue is None:
+                return Answer(201, self._run(workflows.bid(req), key))
+            return self.submitted(
+                workflows.bid(req), key, "/bids/" + quote(key, safe=""), done=201, accepted=req
+            )
 
-        return guarded(key, action, STATUSES, workflows.Invalid)
+        return self.guarded(key, action)
+
+    def bid_status(self, request_id: str) -> Answer:
+        return self.request_status("bid", request_id)
 
     def close(self, key: str | None, item: str) -> Answer:
         def action(key: str) -> Answer:
@@ -113,7 +134,7 @@ class AuctionService:
                     return Answer(200, {"item": item, "status": "unsold", "reason": reason["message"]})
                 raise
 
-        return guarded(key, action, STATUSES, workflows.Invalid)
+        return self.guarded(key, action)
 
     def item(self, item: str) -> Answer:
         found = workflows.item_view(self.store, item)
@@ -153,6 +174,7 @@ def create_app(service: AuctionService) -> Starlette:
         Route(
             "/items/{item}/close", post(lambda key, p, _body: service.close(key, p["item"])), methods=["POST"]
         ),
+        Route("/bids/{request_id}", get_(lambda p, _q: service.bid_status(p["request_id"]))),
         Route("/popular", get_(lambda _p, q: service.popular(q.get("limit", "10")))),
     ]
     return Starlette(routes=routes)

@@ -1,22 +1,25 @@
 """``python -m samples.auction serve|load|check|demo``: run the API, throw bidders at it, verify.
 
-    python -m samples.auction serve --store sqlite:auction.db [--port 8000]
-    python -m samples.auction load  --url http://127.0.0.1:8000      (or --store URL: direct calls)
+    python -m samples.auction serve --store sqlite:auction.db [--queue sqlite:queue.db] [--port 8000]
+    python -m samples.auction load  --url http://127.0.0.1:8000      (or --store URL [--queue URL])
     python -m samples.auction check --store sqlite:auction.db
-    python -m samples.auction demo                    # all of it, with SIGKILLed API servers
+    python -m samples.auction demo                    # all of it, with SIGKILLed processes
 
 ``load`` opens wallets, registers items closing ``--window`` seconds later,
 then ``--users`` concurrent users (threads) place ``--bids`` bids spread over
 the window — a few after it, which must be refused — and finally close
 every item, some twice under different request ids (two auctioneers
-racing). Every request is sent 2-4 times under the same request id. It
-verifies what the clients saw: copies of a request got the same answer,
-exactly one close per item succeeded, each sale went to the highest bid
-the clients saw accepted, and the popular counts match the accepted bids.
+racing). Every request is sent 2-4 times under the same request id. Bids
+answered ``202`` (asynchronous: a queue behind the API) are waited for
+until the workers led and counted them. It verifies what the clients saw:
+copies of a request got the same answer, exactly one close per item
+succeeded, each sale went to the highest bid the clients saw accepted, the
+polled leader is that bid and the popular counts match the accepted bids.
 ``check`` verifies the tables alone and exits 1 on any violation.
 
-The load tooling (progress bar, retrying HTTP client, process fleet and
-killer) is the survey sample's.
+The machinery (retrying HTTP client, duplicate sends, process fleet and
+killer, the command line) is :mod:`samples._harness`, shared with the
+survey sample.
 """
 
 from __future__ import annotations
@@ -24,23 +27,17 @@ from __future__ import annotations
 import argparse
 import functools
 import random
-import secrets
-import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
-
-from idemflow import IdemflowError, Store, open_store
+from idemflow import Store
+from samples import _harness as harness
+from samples._api import Answer
 from samples.auction import workflows
 from samples.auction.api import AuctionService, create_app
-from samples.survey.api import Answer, serve
-from samples.survey.cli import Fleet, HttpClient, Killer, disagreements, send_all
-from samples.transfer.demo import reset
 
 
 class AuctionApi(Protocol):
@@ -49,6 +46,7 @@ class AuctionApi(Protocol):
     def deposit(self, key: str | None, body: object) -> Answer: ...
     def register(self, key: str | None, body: object) -> Answer: ...
     def bid(self, key: str | None, item: str, body: object) -> Answer: ...
+    def bid_status(self, request_id: str) -> Answer: ...
     def close(self, key: str | None, item: str) -> Answer: ...
     def winner(self, item: str) -> Answer: ...
     def popular(self, limit: str) -> Answer: ...
@@ -57,7 +55,7 @@ class AuctionApi(Protocol):
 class AuctionHttp:
     """:class:`AuctionApi` over HTTP."""
 
-    def __init__(self, client: HttpClient) -> None:
+    def __init__(self, client: harness.HttpClient) -> None:
         self.client = client
 
     def deposit(self, key: str | None, body: object) -> Answer:
@@ -68,6 +66,9 @@ class AuctionHttp:
 
     def bid(self, key: str | None, item: str, body: object) -> Answer:
         return self.client.request("POST", f"/items/{item}/bids", key=key, body=body)
+
+    def bid_status(self, request_id: str) -> Answer:
+        return self.client.request("GET", f"/bids/{request_id}")
 
     def close(self, key: str | None, item: str) -> Answer:
         return self.client.request("POST", f"/items/{item}/close", key=key, body={})
@@ -90,17 +91,16 @@ class LoadSettings:
     window: float = 4.0
     """Seconds from registration to closing time; bids are spread over 1.15 times that."""
     seed: int = 0
+    wait: float = 60.0
+    """Asynchronous variant: how long to wait for the workers to lead and count every bid."""
 
 
 @dataclass
-class LoadReport:
+class LoadReport(harness.LoadReport[LoadSettings]):
     """What the clients saw; ``problems`` is empty when their answers were consistent."""
 
-    settings: LoadSettings
-    sent: int = 0
     bids: Counter[str] = field(default_factory=Counter)
     closes: Counter[str] = field(default_factory=Counter)
-    problems: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         s = self.settings
@@ -146,7 +146,7 @@ def bid_plan(
     return plan
 
 
-def _at(moment: float, send: functools.partial[Answer]) -> Answer:
+def _at(moment: float, send: Callable[[], Answer]) -> Answer:
     """Send no earlier than ``moment`` (wall clock): paces the bids over the bidding window."""
     time.sleep(max(0.0, moment - time.time()))
     return send()
@@ -159,7 +159,7 @@ def run_load(api: AuctionApi, settings: LoadSettings) -> LoadReport:
     tag, users = f"load{settings.seed}", settings.users
     bidders, sellers = _owners(settings)
     deposits = {owner: rng.choice([50, 150, 400, 2000]) for owner in bidders} | dict.fromkeys(sellers, 0)
-    opened = send_all(
+    opened = harness.send_all(
         [
             (f"{tag}-open-{o}", functools.partial(api.deposit, f"{tag}-open-{o}", {"owner": o, "amount": a}))
             for o, a in deposits.items()
@@ -179,7 +179,7 @@ def run_load(api: AuctionApi, settings: LoadSettings) -> LoadReport:
         }
         for n, (item, low) in enumerate(minimums.items())
     }
-    registered = send_all(
+    registered = harness.send_all(
         [
             (f"{tag}-list-{item}", functools.partial(api.register, f"{tag}-list-{item}", body))
             for item, body in items.items()
@@ -192,16 +192,12 @@ def run_load(api: AuctionApi, settings: LoadSettings) -> LoadReport:
     report.problems += [f"setup refused: {got[0]}" for got in answers if got[0].status not in (200, 201)]
     closes_at = max((got[0].body.get("closes_at", 0.0) for got in registered.values()), default=0.0)
     plan = bid_plan(settings, minimums, rng)
+    sends = {key: functools.partial(api.bid, key, item, body) for key, item, body in plan}
     start, span = time.time(), 1.15 * settings.window
-    bids = send_all(
+    bids = harness.send_all(
         [
-            (
-                key,
-                functools.partial(
-                    _at, start + span * n / len(plan), functools.partial(api.bid, key, item, body)
-                ),
-            )
-            for n, (key, item, body) in enumerate(plan)
+            (key, functools.partial(_at, start + span * n / len(plan), sends[key]))
+            for n, (key, _item, _body) in enumerate(plan)
         ],
         users=users,
         rng=rng,
@@ -210,14 +206,15 @@ def run_load(api: AuctionApi, settings: LoadSettings) -> LoadReport:
     time.sleep(max(0.0, closes_at + 0.2 - time.time()))
     closers = [(f"{tag}-close-{item}", item) for item in items]
     closers += [(f"{tag}-close2-{item}", item) for n, item in enumerate(items) if n % 2 == 0]
-    closes = send_all(
+    closes = harness.send_all(
         [(key, functools.partial(api.close, key, item)) for key, item in closers],
         users=users,
         rng=rng,
         label="closes",
     )
     report.sent = sum(map(len, bids.values()))
-    report.problems += disagreements({**opened, **registered, **bids, **closes})
+    report.problems += harness.settle(bids, sends, api.bid_status, done=201, wait=settings.wait, what="bid")
+    report.problems += harness.disagreements({**opened, **registered, **bids, **closes})
     report.problems += _verify(api, report, plan, bids, closers, closes)
     return report
 
@@ -274,155 +271,87 @@ def _verify(
     return problems
 
 
-# -- the demo: load through API servers that get SIGKILLed -------------------------------------
+# -- the demo: load through API servers and workers that get SIGKILLed -----------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class DemoSettings:
-    """One demo run; without a ``store`` URL it uses a fresh SQLite file in ``data``."""
+class DemoSettings(harness.FleetSettings):
+    """One auction demo: the processes (:class:`~samples._harness.FleetSettings`) and the load."""
 
-    data: Path = Path("demo-data")
-    store: str | None = None
-    servers: int = 2
-    kills: int = 6
     load: LoadSettings = LoadSettings()
 
 
-@dataclass(frozen=True, slots=True)
-class DemoReport:
-    settings: DemoSettings
-    store: str
-    load: LoadReport
-    verdict: workflows.Verdict
-    kills: int
-    retries: int
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict.ok and not self.load.problems
-
+class DemoReport(harness.DemoReport[DemoSettings, LoadReport, workflows.Verdict]):
     def render(self) -> str:
         s = self.settings
-        lines = [
+        return self.text(
             f"idemflow auction demo: {self.store}, seed {s.load.seed}",
-            f"  setup     {s.servers} API servers on one store; bidding open {s.load.window:.0f} s",
-            *self.load.lines()[:3],
-            f"  crashes   {self.kills} SIGKILLs of API servers mid-request, each restarted; clients retried "
-            f"{self.retries} times",
-            *self.load.lines()[3:],
-            *self.verdict.lines(),
-            *(f"  - {problem}" for problem in self.load.problems[:10]),
-        ]
-        verdict = "PASS" if self.ok else "FAIL"
-        tail = "every bid counted once, every winner charged once" if self.ok else "see the problems above"
-        return "\n".join([*lines, f"{verdict} in {self.seconds:.1f} s: {tail}"])
+            f"{s.servers} API servers (bids answered at the checkpoint) and {s.workers} `idemflow worker` "
+            f"processes leading and counting them; bidding open {s.load.window:g} s",
+            3,
+            "every bid counted once, every winner charged once",
+        )
 
 
 def run_demo(settings: DemoSettings) -> DemoReport:
-    """API servers on one store, SIGKILLed during a load; then ``check``."""
-    started = time.monotonic()
-    store_url = settings.store
-    if store_url is None:
-        reset(settings.data / "auction.sqlite3")
-        store_url = f"sqlite:{settings.data / 'auction.sqlite3'}"
-    store = _open(store_url)
-    fleet = Fleet()
-    try:
-        urls = [
-            fleet.server(["-m", "samples.auction", "serve", "--store", store_url])
-            for _ in range(settings.servers)
-        ]
-        client = HttpClient(urls)
-        load = settings.load
-        total = 2 * (load.bidders + load.items) + 3 * load.bids
-        with Killer(fleet, settings.kills, total, random.Random(load.seed)).watching(lambda: client.sent):
-            report = run_load(AuctionHttp(client), load)
-    finally:
-        fleet.stop()
-    try:
-        verdict = workflows.check(store)
-    finally:
-        store.close()
-    shown = store_url if settings.store is None else store_url.split(":", 1)[0] + " store"
-    kills = sum(fleet.kills.values())
-    return DemoReport(settings, shown, report, verdict, kills, client.retries, time.monotonic() - started)
+    """Servers and workers on one store and queue, SIGKILLed during a load; then ``check``."""
+    load = settings.load
+    found = harness.run_demo(
+        settings,
+        "auction",
+        workflows.TABLES,
+        workflows.check,
+        total=2 * (load.bidders + load.items) + 3 * load.bids,
+        seed=load.seed,
+        load=lambda client: run_load(AuctionHttp(client), load),
+    )
+    return DemoReport(settings, *found)
 
 
 # -- commands -----------------------------------------------------------------------------------
 
 
 def _open(url: str) -> Store:
-    store = open_store(url)
-    store.create_tables(*workflows.TABLES)
-    return store
+    return harness.open_with(url, workflows.TABLES)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m samples.auction", description="The auction sample.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve_ = commands.add_parser("serve", help="run the HTTP API")
-    serve_.add_argument("--store", required=True, help="store URL, e.g. sqlite:auction.db")
-    serve_.add_argument("--host", default="127.0.0.1")
-    serve_.add_argument("--port", type=int, default=8000)
-    load = commands.add_parser("load", help="simulate concurrent bidders, with duplicate retries")
-    load.add_argument("--url", action="append", default=[], help="API server URL (repeatable)")
-    load.add_argument("--store", help="store URL: call the workflows directly instead of an API")
-    load.add_argument("--users", type=int, default=8, help="concurrent users (default 8)")
-    load.add_argument("--bidders", type=int, default=12, help="bidders with wallets (default 12)")
-    load.add_argument("--items", type=int, default=5, help="items (default 5)")
-    load.add_argument("--bids", type=int, default=200, help="distinct bids (default 200)")
-    load.add_argument("--window", type=float, default=4.0, help="seconds of bidding (default 4)")
-    load.add_argument("--seed", type=int, default=0, help="the same seed sends the same requests again")
-    check_ = commands.add_parser("check", help="verify bids, sales and money; exit 1 on a violation")
-    check_.add_argument("--store", required=True)
-    demo = commands.add_parser("demo", help="load with SIGKILLed API servers, then check (SQLite)")
-    demo.add_argument("--data", type=Path, default=Path("demo-data"), help="directory of the SQLite file")
-    demo.add_argument("--bids", type=int, default=200, help="distinct bids (default 200)")
-    demo.add_argument("--kills", type=int, default=6, help="API servers to SIGKILL (default 6)")
-    demo.add_argument("--seed", type=int, default=None, help="random seed (default: a new one, printed)")
-    return parser
+def _load(args: argparse.Namespace, api: AuctionApi) -> LoadReport:
+    sizes = (args.users, args.bidders, args.items, args.bids, args.window, args.seed, args.wait)
+    return run_load(api, LoadSettings(*sizes))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; the exit status is 0 when everything checked out, 1 if not, 2 on an error."""
-    args = _parser().parse_args(argv)
-    try:
-        return _command(args)
-    except (IdemflowError, httpx.TransportError) as exc:  # a bad URL, an unreachable server or store
-        print(f"python -m samples.auction: error: {exc}", file=sys.stderr)
-        return 2
-
-
-def _command(args: argparse.Namespace) -> int:
-    if args.command == "serve":
-        serve(create_app(AuctionService(_open(args.store))), args.host, args.port)
-        return 0
-    if args.command == "check":
-        verdict = workflows.check(_open(args.store))
-        print("\n".join(["idemflow auction check", *verdict.lines(), "PASS" if verdict.ok else "FAIL"]))
-        return 0 if verdict.ok else 1
-    if args.command == "load":
-        settings = LoadSettings(args.users, args.bidders, args.items, args.bids, args.window, args.seed)
-        api: AuctionApi
-        if args.url:
-            api = AuctionHttp(HttpClient(args.url))
-        elif args.store:
-            api = AuctionService(_open(args.store))
-        else:
-            print("load needs --url (an API server) or --store (direct calls)", file=sys.stderr)
-            return 2
-        report = run_load(api, settings)
-        print(
-            "\n".join(["idemflow auction load", *report.lines(), *(f"  - {p}" for p in report.problems[:20])])
-        )
-        return 0 if not report.problems else 1
-    seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
-    load = LoadSettings(bids=args.bids, seed=seed)
+def _demo(args: argparse.Namespace) -> int:
+    load = LoadSettings(bids=args.bids, seed=harness.demo_seed(args))
     print(f"auction demo: {args.bids} bids with duplicates, {args.kills} SIGKILLs ...", flush=True)
-    result = run_demo(DemoSettings(data=args.data, kills=args.kills, load=load))
+    result = run_demo(DemoSettings(data=args.data, kills=args.kills, workers=args.workers, load=load))
     print(result.render())
     return 0 if result.ok else 1
+
+
+SAMPLE = harness.Sample[AuctionApi](
+    "auction",
+    workflows.TABLES,
+    app=lambda store, queue: create_app(AuctionService(store, queue)),
+    check=workflows.check,
+    http=AuctionHttp,
+    direct=AuctionService,
+    load=_load,
+    demo=_demo,
+    help={
+        "queue": "queue URL: answer bids at the checkpoint, workers lead and count (async variant)",
+        "load": "simulate concurrent bidders, with duplicate retries",
+        "check": "verify bids, sales and money; exit 1 on a violation",
+        "demo": "load with SIGKILLed servers and workers, then check (SQLite)",
+    },
+    load_sizes=[
+        ("--bidders", int, 12, "bidders with wallets"),
+        ("--items", int, 5, "items"),
+        ("--bids", int, 200, "distinct bids"),
+        ("--window", float, 4.0, "seconds of bidding"),
+    ],
+    demo_sizes=[("--bids", int, 200, "distinct bids")],
+)
+main = SAMPLE.main
 
 
 __all__ = [

@@ -3,38 +3,5 @@
 See ``README.md`` beside this file; ``python -m samples.survey --help`` lists the commands.
 """
 
-from samples.survey.workflows import (
-    RESPONSES,
-    SUMMARIES,
-    SURVEYS,
-    TABLES,
-    WORKFLOWS,
-    Invalid,
-    NewSurvey,
-    Response,
-    Survey,
-    Verdict,
-    check,
-    create_survey,
-    respond,
-    results,
-    survey,
-)
-
-__all__ = [
-    "RESPONSES",
-    "SUMMARIES",
-    "SURVEYS",
-    "TABLES",
-    "WORKFLOWS",
-    "Invalid",
-    "NewSurvey",
-    "Response",
-    "Survey",
-    "Verdict",
-    "check",
-    "create_survey",
-    "respond",
-    "results",
-    "survey",
-]
+from samples.survey.workflows import *  # noqa: F403 - the sample's API is its workflows module's
+from samples.survey.workflows import __all__ as __all__

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 from typing import Any
 
 import pytest
 
-from idemflow import Store, run
-from idemflow.async_worklist import MemoryQueue, Worker, status, submit
+from idemflow import Idem, Store, now, run, workflow
+from idemflow.async_worklist import MemoryQueue, Message, RequestStatus, Worker, checkpoint, status, submit
 from idemflow.async_worklist.messages import Continuation, RecordedStep, encode_continuation
 from idemflow.compensation import WorkflowAborted
+from idemflow.keys import MAX_ID_CHARS
 from idemflow.records import RunStatus
+from idemflow.runner import run_status
 from idemflow.serialization import JSON
 from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
@@ -179,3 +182,120 @@ def test_changed_code_under_a_continuation_is_dead_lettered(store: Store) -> Non
     stats = drain(store, queue)
     assert stats.dead_lettered == 1 and "non-deterministic" in queue.dead_letters()[0][1]
     assert ("tableb", "summary", "yes") not in rows_of(store, space)
+
+
+FINAL = (RunStatus.COMPLETED, RunStatus.ABORTED)
+
+
+class AckWitness(MemoryQueue):
+    """A memory queue that reads the request's status at each ack, as a client polling would."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store = store
+        self.at_ack: list[RunStatus] = []
+
+    def ack(self, message: Message) -> None:
+        super().ack(message)
+        self.at_ack.append(status(self.store, "survey", json.loads(message.body)["request_id"]).status)
+
+
+def test_status_is_final_once_a_worker_acked_the_message(store: Store) -> None:
+    """The completion record is written before the ack: no flush, no close(), and a worker
+    that died right after its ack would have lost nothing."""
+    space = new_space()
+    queue = AckWitness(store)
+    requests = [f"{space}{n}" for n in range(6)]
+    for n, request_id in enumerate(requests):
+        response = {"space": space, "user": f"u{n}", "answer": "yes", "at": [1], "abort": n % 3 == 0}
+        submit(survey(response), request_id=request_id, store=store, queue=queue, signing_key=KEY)
+    worker = Worker([survey], store=store, queue=queue, signing_key=KEY, wait=0.01, concurrency=2)
+    stats = worker.run(idle_timeout=0.05)
+    del worker  # abandoned: a Worker has nothing to close, and the store is neither flushed nor closed
+    assert (stats.completed, stats.aborted, queue.approximate_size()) == (4, 2, 0)
+    assert sorted(queue.at_ack, key=str) == [RunStatus.ABORTED] * 2 + [RunStatus.COMPLETED] * 4
+    assert [status(store, "survey", request_id).status in FINAL for request_id in requests] == [True] * 6
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["completed", "aborted"])
+def test_a_request_that_finished_in_submit_is_final_when_submit_returns(store: Store, abort: bool) -> None:
+    space = new_space()
+    queue = MemoryQueue()
+    response = {"space": space, "user": "u", "answer": "yes", "at": [], "abort": abort}
+    pending = submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+    stored = status(store, "survey", space)  # what anyone else sees at once, without a flush
+    expected = RunStatus.ABORTED if abort else RunStatus.COMPLETED
+    assert stored.status is expected and pending.outcome == stored and queue.approximate_size() == 0
+    assert pending.status() is expected
+    if abort:
+        assert stored.reason == "closed"
+        with pytest.raises(WorkflowAborted):
+            pending.result(timeout=0)
+    else:
+        assert pending.result(timeout=0) == stored.result == {"counted": "yes"}
+    # Submitted again: a duplicate of a finished request is final at once too, and runs nothing.
+    again = submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+    assert again.outcome == stored and queue.approximate_size() == 0
+    assert rows_of(store, space)[("tableb", "summary", "yes")] == 1
+
+
+def test_a_checkpointed_request_is_not_final_until_a_worker_finished_it(store: Store) -> None:
+    space = new_space()
+    queue = MemoryQueue()
+    response = {"space": space, "user": "u", "answer": "yes", "at": [1]}
+    pending = submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+    assert pending.outcome is None and pending.status() is RunStatus.RUNNING
+    drain(store, queue)
+    assert pending.status() is RunStatus.COMPLETED
+    assert pending.outcome == RequestStatus(RunStatus.COMPLETED, {"counted": "yes"})  # kept: final
+
+
+def test_transient_failures_are_retried_and_invalid_input_is_rejected_at_once(store: Store) -> None:
+    from idemflow.testing import Fault, FaultyStore
+
+    space = new_space()
+    clock = [0.0]
+    queue = MemoryQueue(clock=lambda: clock[0])
+    response = {"space": space, "user": "u", "answer": "yes", "at": [1]}
+    submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+    [message] = queue.receive()
+    # The worker's first store read fails transiently: the message is retried, not dead-lettered.
+    flaky = FaultyStore(store, lambda p: Fault.TRANSIENT if p.index == 0 else None, reads=True)
+    worker = Worker([survey], store=flaky, queue=queue, signing_key=KEY, max_deliveries=5)
+    worker.handle(message)
+    assert (worker.stats.retried, worker.stats.dead_lettered, queue.dead_letters()) == (1, 0, [])
+    clock[0] += 60
+    [again] = queue.receive()
+    worker.handle(again)
+    assert again.deliveries == 2 and worker.stats.completed == 1
+    # Input the library refuses (a request id too long) cannot succeed later: rejected at delivery 1.
+    invalid = json.loads(message.body)
+    invalid["request_id"] = "x" * (MAX_ID_CHARS + 1)
+    invalid.pop("sig")
+    queue.send(json.dumps(invalid))
+    unsigned = Worker([survey], store=store, queue=queue, max_deliveries=5)
+    [first] = queue.receive()
+    unsigned.handle(first)
+    assert (first.deliveries, unsigned.stats.dead_lettered, unsigned.stats.retried) == (1, 1, 0)
+    [(_, reason)] = queue.dead_letters()
+    assert reason.startswith("rejected: invalid request id") and queue.approximate_size() == 0
+
+
+@workflow("stamped")
+def stamped(label: str) -> Generator[Idem[Any], Any, Any]:
+    before = yield now()
+    yield checkpoint()
+    after = yield now()
+    return {"label": label, "before": before, "after": after}
+
+
+def test_submit_and_worker_take_the_clock_of_their_runs(store: Store) -> None:
+    space = new_space()
+    queue = MemoryQueue()
+    submitted_at, finished_at = 1_900_000_000.0, 1_900_000_100.0
+    pending = submit(stamped(space), request_id=space, store=store, queue=queue, clock=lambda: submitted_at)
+    worker = Worker([stamped], store=store, queue=queue, wait=0.01, clock=lambda: finished_at)
+    assert worker.run(idle_timeout=0.05).completed == 1
+    assert pending.result(timeout=0) == {"label": space, "before": submitted_at, "after": finished_at}
+    record = run_status(store, "stamped", space)
+    assert record is not None and record.finished_at == finished_at

@@ -248,6 +248,26 @@ def test_deterministic_helpers_are_stable_across_replays(store: Store) -> None:
     assert again["u"] != run(helpers(1), request_id="h2", store=store)["u"]
 
 
+def test_an_effect_first_is_not_called_again_by_duplicates_of_a_finished_request(store: Store) -> None:
+    """The first step is an effect: a duplicate must learn that the request finished
+    before it calls out, even though no step body of it ever reads a row."""
+    calls: list[str] = []
+
+    @workflow("mailer")
+    def mailer(who: str) -> Generator[Idem[Any], Any, Any]:
+        return (yield effect(lambda key: calls.append(key) or f"sent to {who}", name="send"))
+
+    request_id = "mail-" + uuid.uuid4().hex
+    lost_answer = FaultyStore(store, before_step(1, Fault.CRASH_AFTER))
+    with pytest.raises(SimulatedCrash):
+        run(mailer("ann"), request_id=request_id, store=lost_answer)
+    for _ in range(3):
+        assert run(mailer("ann"), request_id=request_id, store=store) == "sent to ann"
+    store.flush()
+    assert run(mailer("ann"), request_id=request_id, store=store) == "sent to ann"
+    assert len(calls) == 1
+
+
 def test_increment_get_delete_semantics(store: Store) -> None:
     def body(tx: Tx) -> list[Any]:
         tx.increment("n", 2)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from idemflow._lazy import load_optional
+from idemflow._urls import parse_url
 from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
-from idemflow.errors import StoreConfigError
-from idemflow.stores import _query
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -45,21 +45,11 @@ _PARAMETERS = {
     "sqs": {"visibility_timeout", "endpoint", "region", "create"},
     "azure-queue": {"visibility_timeout", "connection_string", "create"},
 }
+_USAGE = "memory:, sqlite:PATH, sqs:NAME, azure-queue:NAME"
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module_name, extra = _LAZY[name]
-        import importlib
-
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise StoreConfigError(
-                f"{name} needs the '{extra}' extra: pip install 'idemflow[{extra}]' ({exc})"
-            ) from exc
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return load_optional(__name__, name, _LAZY)
 
 
 def open_queue(url: str) -> Queue:
@@ -70,7 +60,9 @@ def open_queue(url: str) -> Queue:
     ``AZURE_STORAGE_CONNECTION_STRING`` environment variable); every scheme
     takes ``visibility_timeout=SECONDS``, the cloud ones ``create=false`` to
     require an existing queue. Query values are percent-decoded with ``+``
-    kept, as account keys contain it. Errors never quote the query string.
+    kept, as account keys contain it. Errors name the scheme and what is
+    wrong, never the URL itself (its query, a connection string given in its
+    place, credentials in an endpoint).
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "q.sqlite3")
@@ -78,47 +70,29 @@ def open_queue(url: str) -> Queue:
     >>> queue.name, queue.visibility_timeout
     ('jobs', 60.0)
     """
-    scheme, colon, rest = url.partition(":")
-    shown = url.split("?", 1)[0] + ("?…" if "?" in url else "")  # the query may hold an account key
-    if not colon or scheme not in _PARAMETERS:
-        raise StoreConfigError(
-            f"queue URL {shown!r}: unknown scheme (memory:, sqlite:PATH, sqs:NAME, azure-queue:NAME)"
-        )
-    target = rest.split("?", 1)[0]
-    params = _query(url)
-    unknown = sorted(set(params) - _PARAMETERS[scheme])
-    if unknown:
-        raise StoreConfigError(
-            f"queue URL {shown!r}: unknown parameter(s) {unknown}; "
-            f"{scheme}: takes {sorted(_PARAMETERS[scheme])}"
-        )
+    parsed = parse_url(url, "queue", _PARAMETERS, _USAGE)
+    scheme, target, params = parsed.scheme, parsed.target, parsed.params
     options: dict[str, Any] = {}
-    if "visibility_timeout" in params:
-        try:
-            options["visibility_timeout"] = float(params["visibility_timeout"])
-        except ValueError:
-            raise StoreConfigError(f"queue URL {shown!r}: visibility_timeout must be a number") from None
-    if "create" in params:
-        if params["create"].lower() not in ("true", "false", "1", "0"):
-            raise StoreConfigError(f"queue URL {shown!r}: create must be true or false")
-        options["create"] = params["create"].lower() in ("true", "1")
+    visibility_timeout = parsed.seconds("visibility_timeout")
+    if visibility_timeout is not None:
+        options["visibility_timeout"] = visibility_timeout
+    create = parsed.flag("create")
+    if create is not None:
+        options["create"] = create
     if scheme == "memory":
         return MemoryQueue(**options)
     if not target:
-        raise StoreConfigError(
-            f"queue URL {shown!r} needs a {'path' if scheme == 'sqlite' else 'queue name'}"
-        )
+        raise parsed.error(f"needs a {'path' if scheme == 'sqlite' else 'queue name'}")
     if scheme == "sqlite":
         return SqliteQueue(target, name=params.get("name", "default"), **options)
     if scheme == "sqs":
+        endpoint = parsed.endpoint("endpoint")
         queue_cls = __getattr__("SqsQueue")
         return queue_cls(  # type: ignore[no-any-return]
-            target, endpoint_url=params.get("endpoint"), region_name=params.get("region"), **options
+            target, endpoint_url=endpoint, region_name=params.get("region"), **options
         )
     conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if not conn:
-        raise StoreConfigError(
-            f"queue URL {shown!r} needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING"
-        )
+        raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
     queue_cls = __getattr__("AzureQueue")
     return queue_cls(target, connection_string=conn, **options)  # type: ignore[no-any-return]

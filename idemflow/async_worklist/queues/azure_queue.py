@@ -37,6 +37,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.queue import QueueClient, QueueMessage
 
+from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
     Message,
     MessageLostError,
@@ -51,7 +52,6 @@ from idemflow.errors import (
     InvalidNameError,
     StoreConfigError,
     StoreError,
-    TransientStoreError,
 )
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,9 @@ AZURE_MAX_BODY_BYTES = 64 * 1024 - 1024
 MAX_SECONDS = 7 * 24 * 3600  # longest visibility timeout or delay Azure accepts
 _NAME = re.compile(r"[a-z0-9](?:-?[a-z0-9])+")
 _STALE = {"MessageNotFound", "PopReceiptMismatch"}
+_AZURE = Service(
+    "the Azure queue service", "authentication failed", "check the key or SAS in the connection string"
+)
 
 
 class AzureQueue(Queue):
@@ -247,22 +250,21 @@ class AzureQueue(Queue):
         return True
 
     def _error(self, operation: str, exc: AzureError) -> StoreError:
-        # Only our own words, the status and the error code: SDK messages may quote request URLs.
+        # No detail: SDK messages may quote request URLs.
         where = f"{operation} on {self._where}"
-        if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
-            return TransientStoreError(f"{where}: cannot reach the queue service ({type(exc).__name__})")
         if not isinstance(exc, HttpResponseError):
-            return StoreError(f"{where} failed: {type(exc).__name__}")
-        code, status = _code(exc), int(exc.status_code or 0)
-        if code == "QueueNotFound":
-            return StoreConfigError(f"{where}: the queue does not exist; create it or use create=True")
-        if isinstance(exc, ClientAuthenticationError) or status == 403:
-            return StoreConfigError(
-                f"{where}: authentication failed ({code}); check the key or SAS in the connection string"
-            )
-        if status in (408, 429) or status >= 500 or code in ("ServerBusy", "OperationTimedOut"):
-            return TransientStoreError(f"{where}: the service is busy or failing ({code}, HTTP {status})")
-        return StoreError(f"{where} failed: {code} (HTTP {status})")
+            unreachable = isinstance(exc, (ServiceRequestError, ServiceResponseError))
+            return queue_error(where, exc, _AZURE, unreachable=unreachable)
+        code = _code(exc)
+        return queue_error(
+            where,
+            exc,
+            _AZURE,
+            answer=(code, int(exc.status_code or 0)),
+            missing=code == "QueueNotFound",
+            refused=isinstance(exc, ClientAuthenticationError),
+            transient=code in ("ServerBusy", "OperationTimedOut"),
+        )
 
 
 def _message(raw: QueueMessage) -> Message:

@@ -36,6 +36,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
     Message,
     MessageLostError,
@@ -50,7 +51,6 @@ from idemflow.errors import (
     InvalidNameError,
     StoreConfigError,
     StoreError,
-    TransientStoreError,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ _TRANSIENT = {
     "RequestTimeout",
     "KmsThrottled",
 }
+_SQS = Service("SQS", "access refused", "check the AWS credentials and policy")
 _SIZE_ATTRIBUTES = [
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesNotVisible",
@@ -302,23 +303,23 @@ class SqsQueue(Queue):
 
     def _error(self, operation: str, exc: Exception) -> StoreError:
         where = f"{operation} on SQS queue {self.name!r}"
-        if isinstance(exc, (BotoConnectionError, HTTPClientError)):
-            return TransientStoreError(f"{where}: cannot reach SQS ({type(exc).__name__}); retry later")
         if isinstance(exc, (NoCredentialsError, PartialCredentialsError, NoRegionError)):
             return StoreConfigError(f"{where}: {exc}; configure AWS credentials and region")
+        unreachable = isinstance(exc, (BotoConnectionError, HTTPClientError))
         if not isinstance(exc, ClientError):
-            return StoreError(f"{where} failed: {type(exc).__name__}: {exc}")
+            return queue_error(where, exc, _SQS, unreachable=unreachable, detail=f": {exc}")
         code = _code(exc)
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-        if code in _MISSING:
-            return StoreConfigError(f"{where}: the queue does not exist; create it or use create=True")
-        if code in _AUTH or status == 403:
-            return StoreConfigError(f"{where}: access refused ({code}); check the AWS credentials and policy")
-        if code in _TRANSIENT or status >= 500 or status == 429:
-            return TransientStoreError(
-                f"{where}: SQS is busy or failing ({code}, HTTP {status}); retry later"
-            )
-        return StoreError(f"{where} failed: {code}: {exc.response.get('Error', {}).get('Message', '')}")
+        return queue_error(
+            where,
+            exc,
+            _SQS,
+            answer=(code, status),
+            missing=code in _MISSING,
+            refused=code in _AUTH,
+            transient=code in _TRANSIENT,
+            detail=f": {exc.response.get('Error', {}).get('Message', '')}",
+        )
 
 
 def _message(raw: Any) -> Message:
