@@ -98,7 +98,8 @@ def describe(m: object) -> tuple[str, str]:
         node = node.source
     if type(node) is Call:
         where = f"input of workflow {node.name!r}"
-        return node.name, fingerprint({"args": list(node.args), "kwargs": node.kwargs}, where)
+        # {"args": [arg]} and {"kwargs": {name: arg}} wrap each argument two levels down.
+        return node.name, fingerprint({"args": list(node.args), "kwargs": node.kwargs}, where, envelope=2)
     return ANONYMOUS, fingerprint(None)
 
 

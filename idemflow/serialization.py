@@ -51,9 +51,9 @@ def decode(text: str) -> JSON:
     return value
 
 
-def fingerprint(value: object, where: str = "workflow input") -> str:
+def fingerprint(value: object, where: str = "workflow input", *, envelope: int = 0) -> str:
     """sha256 of the canonical JSON of ``value``: equal inputs, equal fingerprints."""
-    return hashlib.sha256(encode(value, where).encode("utf-8")).hexdigest()
+    return hashlib.sha256(encode(value, where, envelope=envelope).encode("utf-8")).hexdigest()
 
 
 _SCALARS = (str, int, float, bool, type(None))

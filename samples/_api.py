@@ -172,13 +172,10 @@ def answer_at_checkpoint(
     :class:`~idemflow.WorkflowAborted`, for :func:`guarded` to answer.
     """
     pending = submit(m, request_id=key, store=store, queue=queue, signing_key=signing_key)
-    # A request refused before its checkpoint records that as a cache write, which the cloud
-    # stores send from a background thread: wait for it, or the status could still say running.
-    store.flush()
-    now = status(store, pending.workflow, key)
-    if now.status is RunStatus.ABORTED:
+    now = pending.outcome  # final when submit saw the request finish, else None: workers have it
+    if now is not None and now.status is RunStatus.ABORTED:
         raise WorkflowAborted(now.reason, pending.workflow, key)
-    if now.status is RunStatus.COMPLETED:
+    if now is not None and now.status is RunStatus.COMPLETED:
         return Answer(done, dict(now.result) if isinstance(now.result, dict) else {})
     return Answer(202, {"request_id": key, "status": "running", "status_url": status_url, **(accepted or {})})
 

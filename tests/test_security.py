@@ -40,7 +40,15 @@ from idemflow import (
     run,
     workflow,
 )
-from idemflow.async_worklist import MemoryQueue, MessageRejected, SqliteQueue, Worker, open_queue, submit
+from idemflow.async_worklist import (
+    MemoryQueue,
+    MessageRejected,
+    SqliteQueue,
+    Worker,
+    checkpoint,
+    open_queue,
+    submit,
+)
 from idemflow.async_worklist.messages import (
     Continuation,
     RecordedStep,
@@ -51,6 +59,7 @@ from idemflow.async_worklist.queues.base import Message
 from idemflow.gc import collect
 from idemflow.keys import MAX_ID_CHARS, MAX_KEY_CHARS, RUNS_TABLE, memo_key, run_key, step_tag
 from idemflow.records import RunRecord, RunStatus
+from idemflow.runner import run_status
 from idemflow.stores import open_store
 from idemflow.stores.base import RowRef
 from tests.async_workflows import survey
@@ -323,6 +332,28 @@ def test_deepest_accepted_value_round_trips(local_factory: Callable[[], Store]) 
 def test_deepest_accepted_value_is_also_a_valid_step_result() -> None:
     deep = nested(64)
     assert run(atomic("tablea", "p", lambda tx: deep), request_id="r", store=MemoryStore()) == deep
+
+
+@workflow("carry")
+def carry(value: Any) -> Generator[Idem[Any], Any, Any]:
+    """Hands its input through a step, a checkpoint and another step."""
+    first = yield atomic("tablea", "p", lambda tx: value)
+    yield checkpoint()
+    return (yield atomic("tablea", "q", lambda tx: first))
+
+
+def test_deepest_accepted_value_is_a_valid_input_and_message_value() -> None:
+    deep = nested(64)
+    assert run(carry(deep), request_id="sync", store=MemoryStore()) == deep
+    store, queue = MemoryStore(), MemoryQueue()
+    pending = submit(carry(deep), request_id="async", store=store, queue=queue, signing_key=KEY)
+    [message] = queue.receive()
+    Worker([carry], store=store, queue=queue, signing_key=KEY).handle(message)
+    assert queue.dead_letters() == []
+    assert pending.result(timeout=0) == deep
+    with pytest.raises(InvalidValueError, match="nested deeper than 64"):
+        run(carry(nested(65)), request_id="too-deep", store=store)
+    assert run_status(store, "carry", "too-deep") is None
 
 
 json_or_not = st.recursive(

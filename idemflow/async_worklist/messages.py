@@ -72,8 +72,12 @@ def _payload(continuation: Continuation) -> dict[str, JSON]:
     }
 
 
+# Every user value in a payload (an argument, a recorded step value) sits three levels down.
+_ENVELOPE = 3
+
+
 def _signature(payload: dict[str, JSON], key: bytes) -> str:
-    return hmac.new(key, encode(payload).encode("utf-8"), hashlib.sha256).hexdigest()
+    return hmac.new(key, encode(payload, envelope=_ENVELOPE).encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def encode_continuation(continuation: Continuation, key: bytes | None) -> str:
@@ -81,7 +85,8 @@ def encode_continuation(continuation: Continuation, key: bytes | None) -> str:
     payload = _payload(continuation)
     if key is not None:
         payload["sig"] = _signature(payload, key)
-    return encode(payload, f"continuation of {continuation.workflow!r} request {continuation.request_id!r}")
+    where = f"continuation of {continuation.workflow!r} request {continuation.request_id!r}"
+    return encode(payload, where, envelope=_ENVELOPE)
 
 
 def decode_continuation(body: str, key: bytes | None) -> Continuation:

@@ -78,7 +78,59 @@ Plan = Callable[[FaultPoint], Fault | None]
 _SEND = object()
 
 
-class FaultyStore:
+class StoreWrapper:
+    """A :class:`~idemflow.stores.base.Store` that hands every call to ``inner``: the base of a
+    wrapper that looks at or changes some calls (override them) and passes the rest through.
+
+    >>> from idemflow import MemoryStore, atomic, run
+    >>> class Commits(StoreWrapper):
+    ...     seen = 0
+    ...     def commit(self, ops):
+    ...         self.seen += 1
+    ...         return super().commit(ops)
+    >>> store = Commits(MemoryStore())
+    >>> run(atomic("tablea", "p", lambda tx: tx.put("k", 1)), request_id="r", store=store)
+    >>> store.seen
+    1
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.capabilities: Capabilities = inner.capabilities
+
+    def read(self, ref: RowRef) -> Row | None:
+        return self.inner.read(ref)
+
+    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        return self.inner.read_many(refs)
+
+    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        return self.inner.commit(ops)
+
+    def commit_cache(self, ops: Sequence[Op]) -> None:
+        self.inner.commit_cache(ops)
+
+    def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
+        return self.inner.scan(table, partition)
+
+    def tables(self) -> list[str]:
+        return self.inner.tables()
+
+    def create_tables(self, *names: str) -> None:
+        self.inner.create_tables(*names)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    @property
+    def round_trips(self) -> int:
+        return self.inner.round_trips
+
+
+class FaultyStore(StoreWrapper):
     """A :class:`~idemflow.stores.base.Store` that injects faults chosen by ``plan``.
 
     ``plan`` sees every commit (and read, if ``reads=True``) and returns the
@@ -86,10 +138,9 @@ class FaultyStore:
     """
 
     def __init__(self, inner: Store, plan: Plan, *, reads: bool = False) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.plan = plan
         self.reads = reads
-        self.capabilities: Capabilities = inner.capabilities
         self._lock = threading.Lock()
         self._commits = 0
         self._reads = 0
@@ -165,80 +216,6 @@ class FaultyStore:
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         point = FaultPoint("commit", self._next("commit"), ops=tuple(ops))
         return self._inject(point, lambda: self.inner.commit(ops))  # type: ignore[return-value]
-
-    def commit_cache(self, ops: Sequence[Op]) -> None:
-        self.inner.commit_cache(ops)
-
-    def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
-        return self.inner.scan(table, partition)
-
-    def tables(self) -> list[str]:
-        return self.inner.tables()
-
-    def create_tables(self, *names: str) -> None:
-        self.inner.create_tables(*names)
-
-    def flush(self) -> None:
-        self.inner.flush()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    @property
-    def round_trips(self) -> int:
-        return self.inner.round_trips
-
-
-class StoreWrapper:
-    """A :class:`~idemflow.stores.base.Store` that hands every call to ``inner``: the base of a
-    wrapper that looks at or changes some calls (override them) and passes the rest through.
-
-    >>> from idemflow import MemoryStore, atomic, run
-    >>> class Commits(StoreWrapper):
-    ...     seen = 0
-    ...     def commit(self, ops):
-    ...         self.seen += 1
-    ...         return super().commit(ops)
-    >>> store = Commits(MemoryStore())
-    >>> run(atomic("tablea", "p", lambda tx: tx.put("k", 1)), request_id="r", store=store)
-    >>> store.seen
-    1
-    """
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.capabilities: Capabilities = inner.capabilities
-
-    def read(self, ref: RowRef) -> Row | None:
-        return self.inner.read(ref)
-
-    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
-        return self.inner.read_many(refs)
-
-    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        return self.inner.commit(ops)
-
-    def commit_cache(self, ops: Sequence[Op]) -> None:
-        self.inner.commit_cache(ops)
-
-    def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
-        return self.inner.scan(table, partition)
-
-    def tables(self) -> list[str]:
-        return self.inner.tables()
-
-    def create_tables(self, *names: str) -> None:
-        self.inner.create_tables(*names)
-
-    def flush(self) -> None:
-        self.inner.flush()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    @property
-    def round_trips(self) -> int:
-        return self.inner.round_trips
 
 
 def data_rows(store: Store, *tables: str) -> dict[tuple[str, str, str], JSON]:
