@@ -12,8 +12,12 @@ exactly at its end:
 2. **transfer, faulty store** — the same workflow from threads through a
    :class:`~idemflow.testing.FaultyStore` that loses commit answers, injects
    transient errors and conflicts and crashes before and after commits;
-   duplicates and reordered requests; a monitor checks while it runs that no
-   money appears and no balance goes negative.
+   duplicates and reordered requests. Each copy either runs or is submitted:
+   then the debit runs in the client and the rest after the checkpoint in
+   worker threads, so a transfer to a missing account aborts and refunds
+   its debit in a worker (compensation after a checkpoint) while copies of
+   it run elsewhere. A monitor checks while it runs that no money appears
+   and no balance goes negative.
 3. **survey** and 4. **auction**, asynchronous — the samples' own demos
    (:func:`samples.survey.cli.run_demo`, :func:`samples.auction.cli.run_demo`):
    API servers answering at the checkpoint and worker processes finishing
@@ -225,7 +229,12 @@ def transfer_killed(opts: Options, rng: random.Random, round_no: int, totals: To
 
 
 def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+    """Each copy of a request either runs (``run_result``) or is submitted (``submit``: the debit
+    in the client, the credit, and the refund when the destination is missing, in a worker
+    after the checkpoint); clients crash before and after commits, everyone loses answers and
+    meets transient errors and conflicts."""
     from idemflow import run
+    from idemflow.async_worklist import MemoryQueue, Worker, status, submit
     from idemflow.compensation import run_result
     from samples.transfer.demo import Settings, make_requests, make_submissions
     from samples.transfer.workflows import check, open_account, transfer
@@ -238,12 +247,18 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
     store = SqliteStore(settings.path)
     faults = [Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER, Fault.TRANSIENT, Fault.CONFLICT]
     faulty = FaultyStore(store, random_plan(random.Random(rng.random()), opts.fault_rate, faults))
+    # A worker thread cannot be killed from outside; its store loses answers and conflicts instead.
+    worker_plan = random_plan(random.Random(rng.random()), opts.fault_rate, IN_PROCESS_FAULTS)
+    worker_store = FaultyStore(store, worker_plan)
+    queue = MemoryQueue(visibility_timeout=2.0)
+    worker = Worker([transfer], store=worker_store, queue=queue, concurrency=2, wait=0.05)
     opening = {f"acct-{n}": settings.balance for n in range(settings.accounts)}
     for name, balance in opening.items():
         run(open_account({"account": name, "balance": balance}), request_id=f"open-{name}", store=store)
     requests = make_requests(settings, rng)
-    submissions = make_submissions(requests, settings, rng)
+    submissions = [(request, rng.random() < 0.5) for request in make_submissions(requests, settings, rng)]
     answers: dict[str, list[Any]] = {}
+    submitted: set[str] = set()
     lock = threading.Lock()
     todo = list(reversed(submissions))
     anomalies: list[str] = []
@@ -253,24 +268,42 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
             with lock:
                 if not todo:
                     return
-                request_id, req = todo.pop()
+                (request_id, req), asynchronous = todo.pop()
             for _attempt in range(200):
                 try:
-                    outcome = run_result(transfer(req), request_id=request_id, store=faulty)
+                    if asynchronous:
+                        pending = submit(transfer(req), request_id=request_id, store=faulty, queue=queue)
+                    else:
+                        outcome = run_result(transfer(req), request_id=request_id, store=faulty)
                 except RETRIED:
                     continue
                 with lock:
-                    answers.setdefault(request_id, []).append(outcome)
+                    if not asynchronous:
+                        answers.setdefault(request_id, []).append(outcome)
+                    elif pending.outcome is None:
+                        submitted.add(request_id)  # a worker finishes it: its answer is read at the end
+                    else:
+                        answers.setdefault(request_id, []).append(as_outcome(pending.outcome, request_id))
                 break
             else:
                 anomalies.append(f"{request_id} never finished")
 
+    working = threading.Thread(target=worker.run)
     with watching(settings.path, money_holds(sum(opening.values()))) as monitor:
+        working.start()
         threads = [threading.Thread(target=client) for _ in range(settings.workers)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        unfinished = _wait_until_final(store, sorted(submitted), deadline=time.monotonic() + 120)
+        worker.stop()
+        working.join()
+    anomalies += [f"{request_id} submitted but never finished by a worker" for request_id in unfinished]
+    anomalies += [f"dead-lettered: {reason}" for _body, reason in queue.dead_letters()]
+    for request_id in sorted(submitted):
+        final = status(store, "transfer", request_id)
+        answers.setdefault(request_id, []).append(as_outcome(final, request_id))
     outcomes = {}
     for request_id, req in requests:
         got = answers.get(request_id, [])
@@ -282,10 +315,38 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
     store.close()
     totals.requests += len(requests)
     totals.submissions += len(submissions)
-    totals.faults += len(faulty.injected)
+    totals.faults += len(faulty.injected) + len(worker_store.injected)
     problems = [*anomalies, *monitor.problems, *verdict.problems]
     totals.checks += monitor.checks
     totals.anomalies += [f"faulty round {round_no}: {problem}" for problem in problems]
+
+
+def as_outcome(final: Any, request_id: str) -> Any:
+    """A final :class:`~idemflow.async_worklist.RequestStatus` as ``run_result`` would have answered."""
+    from returns.result import Failure, Success
+
+    from idemflow import WorkflowAborted
+    from idemflow.records import RunStatus
+
+    if final.status is RunStatus.COMPLETED:
+        return Success(final.result)
+    if final.status is RunStatus.ABORTED:
+        return Failure(WorkflowAborted(final.reason, "transfer", request_id))
+    return final  # not final: never equal to a run's answer, so any comparison reports it
+
+
+def _wait_until_final(store: Store, request_ids: Sequence[str], deadline: float) -> list[str]:
+    """The submitted requests still unfinished when the workers had until ``deadline``."""
+    from idemflow.async_worklist import status
+    from idemflow.records import RunStatus
+
+    final = (RunStatus.COMPLETED, RunStatus.ABORTED)
+    waiting = list(request_ids)
+    while waiting and time.monotonic() < deadline:
+        waiting = [r for r in waiting if status(store, "transfer", r).status not in final]
+        if waiting:
+            time.sleep(0.05)
+    return waiting
 
 
 # -- the continuous checks -----------------------------------------------------------------------------

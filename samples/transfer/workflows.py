@@ -46,6 +46,7 @@ from typing import Any, TypedDict
 from returns.result import Failure, Result, Success
 
 from idemflow import Idem, Store, Tx, atomic, uuid4, workflow
+from idemflow.async_worklist import checkpoint
 from idemflow.compensation import WorkflowAborted, abort
 from idemflow.testing import data_rows
 
@@ -175,6 +176,7 @@ def transfer(req: TransferRequest) -> Generator[Idem[Any], Any, Receipt]:
         yield abort("amount must be a positive integer")
     transfer_id: str = yield uuid4()  # derived from the request id: no store call
     left: int = yield atomic(ACCOUNTS, src, _debit(src, amount), compensate=_refund(amount), name="debit")
+    yield checkpoint()  # submitted, the client is answered once the money left src; a worker goes on
     yield atomic(ACCOUNTS, dst, _credit(dst, amount), name="credit")
     yield atomic(TRANSFERS, src, _record(transfer_id, req), name="record")
     return {"transfer": transfer_id, "left": left}
