@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
@@ -22,6 +23,12 @@ json_values = st.recursive(
 @given(value=json_values)
 def test_round_trip_is_exact(value: Any) -> None:
     assert decode(encode(value)) == value
+
+
+@given(value=json_values)
+def test_canonical_form_is_the_standard_librarys(value: Any) -> None:
+    """Stored text (and so fingerprints and signatures) must not depend on how we call the encoder."""
+    assert encode(value) == json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 @given(a=json_values, b=json_values)
@@ -58,6 +65,17 @@ def test_too_deep_is_refused() -> None:
         value = [value]
     with pytest.raises(errors.InvalidValueError):
         encode(value)
+
+
+def test_cycles_are_refused_as_too_deep() -> None:
+    """The encoder keeps no circular-reference markers: the validation walk must stop cycles."""
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    for value in (cycle, loop, {"a": [cycle]}):
+        with pytest.raises(errors.InvalidValueError, match="nested deeper"):
+            encode(value)
 
 
 ERRORS = [
