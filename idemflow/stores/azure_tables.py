@@ -52,6 +52,7 @@ from idemflow.keys import RUNS_TABLE
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores._azure_batch import Learned, Operation, Raw, escaped, expects_absent, operation, plan
+from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores.base import (
     COMMITTED,
     Capabilities,
@@ -112,7 +113,7 @@ class AzureTableStore:
         self._clients: dict[str, TableClient] = {}
         self._lock = threading.Lock()
         self._round_trips = 0
-        self._executor: ThreadPoolExecutor | None = None  # cache writes: one worker, in order
+        self._cache = CacheWriter("azure", self.commit, logger)
         self._readers: ThreadPoolExecutor | None = None  # read_many's concurrent groups
         self._tombstones: dict[tuple[str, str, str], str] = {}  # (table, partition, key) -> ETag
         self._closed = False
@@ -133,15 +134,11 @@ class AzureTableStore:
                 client = self._clients[table] = self._service.get_table_client(physical)
             return client
 
-    def _pool(self, role: str) -> ThreadPoolExecutor:
-        """The lazily created executor for cache writes or concurrent reads."""
+    def _pool(self) -> ThreadPoolExecutor:
+        """The lazily created executor for read_many's concurrent groups."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("store closed")
-            if role == "cache":
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="idemflow-azure-cache")
-                return self._executor
             if self._readers is None:
                 self._readers = ThreadPoolExecutor(8, thread_name_prefix="idemflow-azure-read")
             return self._readers
@@ -250,7 +247,7 @@ class AzureTableStore:
         if len(jobs) == 1:
             found = [self._read_group([refs[i] for i in jobs[0]])]
         else:
-            pool = self._pool("read")
+            pool = self._pool()
             found = list(pool.map(lambda job: self._read_group([refs[i] for i in job]), jobs))
         rows: list[Row | None] = [None] * len(refs)
         for job, raws in zip(jobs, found, strict=True):
@@ -337,20 +334,7 @@ class AzureTableStore:
         )
 
     def commit_cache(self, ops: Sequence[Op]) -> None:
-        try:
-            self._pool("cache").submit(self._write_cache, list(ops))
-        except RuntimeError:  # closed
-            logger.warning("dropped a cache write: the store is closed")
-
-    def _write_cache(self, ops: list[Op]) -> None:
-        where = f"{ops[0].ref.table}/{ops[0].ref.partition}" if ops else "-"
-        try:
-            outcome = self.commit(ops)
-        except Exception as exc:  # noqa: BLE001 - a lost cache write only costs a later replay
-            logger.warning("dropped a cache write to %s: %s", where, exc)
-            return
-        if isinstance(outcome, Conflict):
-            logger.debug("cache write to %s conflicted and was dropped", where)
+        self._cache.submit(ops)
 
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
         client = self.table_client(table)
@@ -408,19 +392,16 @@ class AzureTableStore:
                 raise self._error(exc, name, "create table") from exc
 
     def flush(self) -> None:
-        executor = self._executor
-        if executor is not None:
-            executor.submit(lambda: None).result()  # one worker: runs after every earlier write
+        self._cache.flush()
 
     def close(self) -> None:
+        self._cache.close()
         with self._lock:
             self._closed = True
-            executors = [self._executor, self._readers]
-            self._executor = self._readers = None
+            readers, self._readers = self._readers, None
             clients, self._clients = list(self._clients.values()), {}
-        for executor in executors:
-            if executor is not None:
-                executor.shutdown(wait=True)
+        if readers is not None:
+            readers.shutdown(wait=True)
         for client in clients:
             client.close()
         self._service.close()

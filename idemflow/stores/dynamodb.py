@@ -25,12 +25,10 @@ keys) are checked before sending: an oversize step fails with
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,6 +48,7 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, check_table
 from idemflow.serialization import JSON, decode
+from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._ops import (
     expectation,
     fresh_version,
@@ -169,7 +168,7 @@ class DynamoDBStore:
         """A URL for :func:`~idemflow.stores.open_store` reaching the same tables."""
         self._lock = threading.Lock()
         self._round_trips = 0
-        self._executor: ThreadPoolExecutor | None = None
+        self._cache = CacheWriter("dynamodb", self.commit, log)
 
     def table_name(self, table: str) -> str:
         """The physical table of a logical one."""
@@ -218,19 +217,7 @@ class DynamoDBStore:
 
     def commit_cache(self, ops: Sequence[Op]) -> None:
         """Queue the write on the background thread: the caller never waits for it."""
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="idemflow-dynamodb-cache")
-            self._executor.submit(self._cache_write, list(ops))
-
-    def _cache_write(self, ops: Sequence[Op]) -> None:
-        try:
-            outcome = self.commit(ops)
-        except Exception:  # a lost cache write only costs a later duplicate a replay
-            log.warning("dropped a DynamoDB cache write of %d operation(s)", len(ops), exc_info=True)
-            return
-        if isinstance(outcome, Conflict):
-            log.debug("cache write of %d operation(s) not applied: %s", len(ops), outcome)
+        self._cache.submit(ops)
 
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
         rows: list[tuple[str, str, Row]] = []
@@ -305,17 +292,10 @@ class DynamoDBStore:
                 raise
 
     def flush(self) -> None:
-        with self._lock:
-            executor = self._executor
-        if executor is not None:
-            with contextlib.suppress(RuntimeError):  # close() shut it down meanwhile, after waiting
-                executor.submit(lambda: None).result()  # one worker: it runs after every earlier write
+        self._cache.flush()
 
     def close(self) -> None:
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+        self._cache.close()
         if self._own_client:
             self.client.close()
 
