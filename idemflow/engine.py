@@ -33,11 +33,12 @@ from idemflow.errors import (
     ConflictError,
     IdempotencyKeyReuseError,
     InvalidInputError,
+    InvalidValueError,
     LimitExceededError,
     NonDeterminismError,
     TransientStoreError,
 )
-from idemflow.keys import RUNS_TABLE, memo_key, run_key, step_tag
+from idemflow.keys import RUNS_TABLE, memo_prefix, run_key, step_tag
 from idemflow.monad import Atomic, Bind, Call, Idem, Node, Pure, Special
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import CommitOutcome, Committed, Insert, Op, Put, Row, RowRef, Store
@@ -147,6 +148,7 @@ class Execution:
         self.replaying = False
         self.completed: list[CompletedStep] = []
         self.run_ref = RowRef(RUNS_TABLE, request_id, run_key(workflow))
+        self.memo_prefix = memo_prefix(workflow, request_id)
         self.on_checkpoint: Callable[[Execution], None] | None = None
         self.recorded: dict[str, tuple[str, JSON]] | None = None
         """Step values carried by an async continuation: ``tag -> (identity, value)``."""
@@ -270,7 +272,7 @@ class Execution:
         step: int,
         abortable: bool,
     ) -> Any:
-        memo_ref = RowRef(table, partition, memo_key(self.workflow, self.request_id, tag))
+        memo_ref = RowRef(table, partition, self.memo_prefix + tag)
         outcome = self._attempt(memo_ref, identity, body, step, abortable)
         if outcome is not _RETRY:
             return outcome
@@ -322,8 +324,11 @@ class Execution:
             else:
                 memo_value = records.memo(identity, result)
                 data_ops = tx.ops()
-            where = f"result of step {step} ({identity}) of workflow {self.workflow!r}"
-            memo_text = encode(memo_value, where, envelope=1)
+            try:
+                memo_text = encode(memo_value, "", envelope=1)
+            except InvalidValueError as bad:  # the place is named only when needed: it costs a format
+                where = f"result of step {step} ({identity}) of workflow {self.workflow!r}"
+                raise InvalidValueError(where, bad.problem) from None
             expires = self.clock() + self.policy.retention
             ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires)]
             run_included = self._add_run_record(ops, memo_ref, expires)

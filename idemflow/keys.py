@@ -62,7 +62,12 @@ def compensation_tag(step: int) -> str:
 
 def memo_key(workflow: str, request_id: str, tag: str) -> str:
     """Row key of a memo."""
-    return f"{MEMO}{_escape(workflow)}|{_escape(request_id)}|{tag}"
+    return memo_prefix(workflow, request_id) + tag
+
+
+def memo_prefix(workflow: str, request_id: str) -> str:
+    """What every memo key of one request starts with (an execution computes it once)."""
+    return f"{MEMO}{_escape(workflow)}|{_escape(request_id)}|"
 
 
 def run_key(workflow: str) -> str:
@@ -99,10 +104,18 @@ def _check_text(what: str, value: object, max_chars: int) -> str:
     return value
 
 
+_VALID_TABLES: set[str] = set()
+"""Table names already checked: a program uses a handful, every step names one."""
+
+
 def check_table(name: object) -> str:
     """A logical table name valid on every backend (Azure is the strictest)."""
+    if type(name) is str and name in _VALID_TABLES:
+        return name
     if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
         raise InvalidNameError("table", name, "must be 3-40 ASCII letters and digits, starting with a letter")
+    if type(name) is str and len(_VALID_TABLES) < 1024:
+        _VALID_TABLES.add(name)
     return name
 
 

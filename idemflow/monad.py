@@ -31,6 +31,8 @@ from returns.interfaces.mappable import Mappable1
 from returns.primitives.container import BaseContainer
 from returns.primitives.hkt import Kind1, SupportsKind1, dekind
 
+from idemflow.keys import check_partition, check_table
+
 if TYPE_CHECKING:
     from idemflow.tx import Tx
 
@@ -152,8 +154,6 @@ def atomic(
     >>> atomic("accounts", "alice", deposit).node.name
     'deposit'
     """
-    from idemflow.keys import check_partition, check_table
-
     check_table(table)
     check_partition(partition)
     if not callable(body):
