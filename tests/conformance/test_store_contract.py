@@ -168,6 +168,47 @@ def test_increment(store: Store) -> None:
     assert row is not None and row.value == 3.5
 
 
+@pytest.mark.parametrize(
+    ("start", "delta"),
+    [
+        (None, 7),
+        (0, -1),
+        (-7, 3),
+        (10**14, 10**14),  # the result no longer fits a small-integer fast path
+        (10**15 - 1, 1),
+        (-(10**15) + 1, -1),
+        (10**15, 1),
+        (10**17, 2**53 - 1),
+        (5, 2**53),
+        (3, -(10**16)),
+        (2.5, 1),
+        (1, 0.25),
+    ],
+)
+def test_increment_is_python_addition(store: Store, start: JSON, delta: int | float) -> None:
+    """Whatever path a store takes for an increment (server-side, one SQL statement, read and
+    write), the row ends as Python's ``start + delta``, with the same type."""
+    counter = ref(store, "dsum")
+    if start is not None:
+        store.commit([put(counter, start)])
+    store.commit([Increment(counter, delta)])
+    row = store.read(counter)
+    expected = (0 if start is None else start) + delta  # type: ignore[operator]
+    assert row is not None and row.value == expected and type(row.value) is type(expected)
+
+
+def test_a_row_recreated_by_an_increment_has_a_new_version(store: Store) -> None:
+    counter = ref(store, "dcount")
+    store.commit([put(counter, 1)])
+    seen = store.read(counter)
+    assert seen is not None
+    store.commit([Delete(counter, Cond.ANY)])
+    store.commit([Increment(counter, 1)])  # the same value again, as a new row
+    assert isinstance(store.commit([put(counter, 5, seen.version)]), Conflict)
+    row = store.read(counter)
+    assert row is not None and row.value == 1
+
+
 def test_increment_of_non_number_is_refused(store: Store) -> None:
     text = ref(store, "dtext")
     store.commit([put(text, "hello")])
