@@ -12,8 +12,8 @@
   each time the load passes a threshold; :func:`run_demo` is a whole demo's
   crash cycle: servers and workers on one store and queue, killed under load,
   then ``check``; :class:`DemoReport` and :class:`LoadReport` what it found.
-- :class:`Sample`: the ``serve | load | check | demo`` command line both
-  samples have (:meth:`Sample.main`), given the sample's API and commands.
+- :class:`Sample`: the ``serve | load | check | demo`` command line every
+  sample has (:meth:`Sample.main`), given the sample's API and commands.
 
 >>> answers = {"r1": [Answer(200, {"n": 1}), Answer(200, {"n": 1})], "r2": [Answer(200), Answer(409)]}
 >>> disagreements(answers)
@@ -198,12 +198,15 @@ def settle(
     wait: float,
     what: str,
     patience: float = 3.0,
+    aborted: Callable[[Mapping[str, Any]], Answer] | None = None,
 ) -> list[str]:
     """Wait for the workers to finish every request answered ``202``; the ones that never did.
 
     Each ``202`` in ``answers`` is then replaced by the final answer (status
     ``done``, the result), so the copies of a request compare as a client
-    that polled would see them. Like a patient client, it sends a request
+    that polled would see them. A request that aborted after its checkpoint
+    is a problem, unless the sample expects that: then ``aborted(status
+    body)`` is its final answer. Like a patient client, it sends a request
     that still shows ``running`` after ``patience`` seconds again (same key,
     ``sends``): a completion record lost with a killed worker is then
     written by the replay.
@@ -219,7 +222,11 @@ def settle(
                 answers[key] = [final if answer.status == 202 else answer for answer in answers[key]]
                 del left[key]
             elif found.get("status") == "aborted":
-                problems.append(f"{what} {key!r} was answered as accepted but aborted: {found}")
+                if aborted is None:
+                    problems.append(f"{what} {key!r} was answered as accepted but aborted: {found}")
+                else:
+                    final = aborted(found)
+                    answers[key] = [final if answer.status == 202 else answer for answer in answers[key]]
                 del left[key]
         if left and time.monotonic() >= resend_at:
             for send in left.values():

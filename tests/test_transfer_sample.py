@@ -1,22 +1,28 @@
-"""The transfer sample (samples/transfer) on the in-process stores: what it promises its readers.
+"""The transfer sample (samples/transfer): its workflows on the in-process stores, its HTTP API
+through a real client, its command line, and load + SIGKILL + check on SQLite and Azurite.
 
-The multi-process, SIGKILL side of the sample is ``tests/test_sqlite_crash.py``.
+Worker processes calling ``run`` directly, SIGKILLed mid-commit, are ``tests/test_sqlite_crash.py``.
 """
 
 from __future__ import annotations
 
 import doctest
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from returns.result import Failure, Success
 
 from idemflow import Store, Tx, WorkflowAborted, atomic, run
+from idemflow.async_worklist import MemoryQueue, Worker
 from idemflow.compensation import run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
-from samples.transfer import workflows
+from samples import _harness
+from samples.transfer import cli, workflows
+from samples.transfer.api import TransferService, create_app
 from samples.transfer.workflows import (
     TRANSFERS,
     Outcome,
@@ -29,6 +35,8 @@ from samples.transfer.workflows import (
     transfer,
 )
 from tests.conftest import make_factory
+from tests.samples_http import running
+from tests.servers import Azurite
 
 OPENING = {"alice": 100, "bob": 0}
 
@@ -210,3 +218,162 @@ def test_check_catches_a_completed_request_that_left_no_trace(store: Store) -> N
 def test_the_sample_docstrings_run() -> None:
     failed, attempted = doctest.testmod(workflows)
     assert attempted > 0 and failed == 0
+
+
+# -- the HTTP API, through a real HTTP client against a running server --------------------------------
+
+
+def test_the_http_api(tmp_path: Path) -> None:
+    store = _harness.open_with(f"sqlite:{tmp_path / 'bank.sqlite3'}", workflows.TABLES)
+    with running(create_app(TransferService(store))) as url, httpx.Client(base_url=url) as http:
+
+        def post(path: str, body: object, key: str | None) -> httpx.Response:
+            return http.post(path, json=body, headers={"Idempotency-Key": key} if key else {})
+
+        assert (post("/accounts", {"account": "ada", "balance": 100}, None).status_code) == 400
+        for _ in range(2):  # a retry gets the first answer
+            made = post("/accounts", {"account": "ada", "balance": 100}, "o1")
+            assert (made.status_code, made.json()) == (201, {"account": "ada", "balance": 100})
+        assert post("/accounts", {"account": "bob", "balance": 5}, "o2").status_code == 201
+        again = post("/accounts", {"account": "ada", "balance": 7}, "o3")
+        assert (again.status_code, again.json()["error"]) == (409, "account_exists")
+        assert post("/accounts", {"account": "ada"}, "o4").status_code == 422
+
+        body = {"src": "ada", "dst": "bob", "amount": 30}
+        first = post("/transfers", body, "t1")
+        assert first.status_code == 200 and first.json()["left"] == 70
+        assert post("/transfers", body, "t1").json() == first.json()
+        other = post("/transfers", {**body, "amount": 31}, "t1")
+        assert (other.status_code, other.json()["error"]) == (409, "idempotency_key_reused")
+        broke = post("/transfers", {**body, "amount": 1000}, "t2")
+        assert broke.json() == {"error": "insufficient_funds", "detail": "insufficient funds"}
+        nowhere = post("/transfers", {**body, "dst": "cyd"}, "t3")  # debited, then refunded
+        assert (nowhere.status_code, nowhere.json()["error"]) == (404, "no_such_account")
+        zero = post("/transfers", {**body, "amount": 0}, "t4")
+        assert (zero.status_code, zero.json()["error"]) == (422, "invalid")
+        assert post("/transfers", {"src": "ada"}, "t5").status_code == 422
+
+        assert http.get("/accounts/ada").json() == {"account": "ada", "balance": 70}
+        assert http.get("/accounts/bob").json() == {"account": "bob", "balance": 35}
+        assert http.get("/accounts/cyd").status_code == 404
+        assert http.get("/transfers/t1").json() == {
+            "request_id": "t1",
+            "status": "completed",
+            "result": first.json(),
+        }
+        assert http.get("/transfers/t3").json()["reason"] == "no such account: cyd"
+    assert refunds(store) == {"ada": 1}
+    assert workflows.ledger(store).ok
+
+
+def test_the_http_api_with_a_queue_answers_once_debited_and_workers_finish(tmp_path: Path) -> None:
+    store = _harness.open_with(f"sqlite:{tmp_path / 'bank.sqlite3'}", workflows.TABLES)
+    for name, balance in OPENING.items():
+        run(open_account({"account": name, "balance": balance}), request_id=f"open-{name}", store=store)
+    queue = MemoryQueue()
+    service = TransferService(store, queue, signing_key=b"k")
+    with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
+        moved = http.post("/transfers", json=req(30), headers={"Idempotency-Key": "t1"})
+        lost = http.post("/transfers", json=req(20, dst="cyd"), headers={"Idempotency-Key": "t2"})
+        for accepted in (moved, lost):
+            assert accepted.status_code == 202 and accepted.json()["status"] == "running"
+        assert balances(store) == {"alice": 50, "bob": 0}  # both debits done, nothing credited yet
+        Worker(workflows.WORKFLOWS, store=store, queue=queue, signing_key=b"k", wait=0.01).run(
+            idle_timeout=0.1
+        )
+        assert http.get("/transfers/t1").json()["status"] == "completed"
+        aborted = http.get("/transfers/t2").json()
+        assert (aborted["status"], aborted["reason"]) == ("aborted", "no such account: cyd")
+        done = http.post("/transfers", json=req(30), headers={"Idempotency-Key": "t1"})
+        assert (done.status_code, done.json()["left"]) == (200, 70)
+        refused = http.post("/transfers", json=req(20, dst="cyd"), headers={"Idempotency-Key": "t2"})
+        assert (refused.status_code, refused.json()["error"]) == (404, "no_such_account")
+    assert balances(store) == {"alice": 70, "bob": 30} and refunds(store) == {"alice": 1}
+    assert workflows.ledger(store).ok
+
+
+# -- the command line and the ledger check ------------------------------------------------------------
+
+
+def test_load_and_check_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:{tmp_path / 'cli.sqlite3'}"
+    assert cli.main(["load", "--store", url, "--transfers", "80", "--users", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "[ ok ] answers" in out and "no_such_account" in out and "invalid" in out
+    assert cli.main(["check", "--store", url]) == 0
+    assert "PASS" in capsys.readouterr().out
+    store = _harness.open_with(url, workflows.TABLES)
+    run(
+        atomic(workflows.ACCOUNTS, "load0-a1", lambda tx: tx.increment("refunds")),
+        request_id="x",
+        store=store,
+    )
+    assert cli.main(["check", "--store", url]) == 0  # a refund counter alone moves no money
+    run(
+        atomic(workflows.ACCOUNTS, "load0-a1", lambda tx: tx.increment("balance", 5)),
+        request_id="y",
+        store=store,
+    )
+    store.close()
+    assert cli.main(["check", "--store", url]) == 1
+    assert "money not conserved: 6000 opened, 6005 now" in capsys.readouterr().out
+
+
+def test_the_ledger_catches_a_transfer_applied_twice_or_half(store: Store) -> None:
+    run(transfer(req(30)), request_id="t-1", store=store)
+    assert workflows.ledger(store).ok
+    # The same debit and credit again without an audit row: money is conserved, the ledger is not.
+    run(
+        atomic(workflows.ACCOUNTS, "alice", lambda tx: tx.increment("balance", -30)),
+        request_id="d",
+        store=store,
+    )
+    run(
+        atomic(workflows.ACCOUNTS, "bob", lambda tx: tx.increment("balance", 30)), request_id="c", store=store
+    )
+    found = workflows.ledger(store)
+    assert not found.ok and found.money_opened == found.money_now
+    assert any("account alice: balance 40" in problem for problem in found.problems)
+
+
+def test_load_through_the_api(tmp_path: Path) -> None:
+    store = _harness.open_with(f"sqlite:{tmp_path / 'http.sqlite3'}", workflows.TABLES)
+    with running(create_app(TransferService(store))) as url:
+        report = cli.run_load(
+            cli.BankHttp(_harness.HttpClient([url])), cli.LoadSettings(users=4, transfers=40)
+        )
+    assert not report.problems, report.problems
+    assert report.outcomes["completed"] == workflows.ledger(store).audit_rows > 0
+
+
+# -- load + SIGKILL + check: servers and `idemflow worker` processes killed mid-request ---------------
+
+
+@pytest.mark.slow
+def test_demo_with_sigkilled_servers_and_workers_on_sqlite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        cli.main(["demo", "--data", str(tmp_path), "--transfers", "150", "--kills", "4", "--seed", "9"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "PASS" in out and "FAIL" not in out and "4 SIGKILLs" in out and "debits refunded" in out
+
+
+@pytest.mark.slow
+def test_demo_with_sigkilled_servers_and_workers_on_azurite(
+    azurite: Azurite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    prefix = f"tr{uuid.uuid4().hex[:8]}"
+    settings = cli.DemoSettings(
+        store=f"azure:?prefix={prefix}",
+        queue=f"azure-queue:{prefix}?visibility_timeout=2",
+        kills=3,
+        load=cli.LoadSettings(transfers=50, users=4, seed=17),
+    )
+    report = cli.run_demo(settings)
+    assert report.ok, report.render()
+    assert sum(report.crashes.kills.values()) == 3
+    assert report.verdict.audit_rows == report.load.outcomes["completed"] > 0
+    assert report.verdict.refunds == report.load.outcomes["no_such_account"] > 0

@@ -19,7 +19,7 @@ polled leader is that bid and the popular counts match the accepted bids.
 
 The machinery (retrying HTTP client, duplicate sends, process fleet and
 killer, the command line) is :mod:`samples._harness`, shared with the
-survey sample.
+survey and transfer samples.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ accepted. ``check`` verifies the tables alone and exits 1 on any violation.
 
 The machinery (retrying HTTP client, duplicate sends, process fleet and
 killer, the command line) is :mod:`samples._harness`, shared with the
-auction sample.
+auction and transfer samples.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""``python -m samples.transfer``: the same as ``python -m samples.transfer.demo``."""
+"""``python -m samples.transfer serve|load|check|demo`` (see :mod:`samples.transfer.cli`)."""
 
 import sys
 
-from samples.transfer.demo import main
+from samples.transfer.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -45,13 +45,14 @@ from typing import Any, TypedDict
 
 from returns.result import Failure, Result, Success
 
-from idemflow import Idem, Store, Tx, atomic, uuid4, workflow
+from idemflow import Idem, Store, Tx, Workflow, atomic, uuid4, workflow
 from idemflow.async_worklist import checkpoint
 from idemflow.compensation import WorkflowAborted, abort
 from idemflow.testing import data_rows
 
 ACCOUNTS = "accounts"
-"""One partition per account: ``balance``, ``opened``, and ``refunds`` once a debit was undone."""
+"""One partition per account: ``balance``, ``opened`` (the opening balance), and ``refunds``
+once a debit was undone."""
 TRANSFERS = "transfers"
 """Audit trail: partition = source account, key = transfer id, value = the transfer."""
 
@@ -99,7 +100,7 @@ def _open(account: str, balance: int) -> Callable[[Tx], int]:
     def body(tx: Tx) -> int:
         if tx.get("opened") is not None:
             tx.abort(f"account exists: {account}")
-        tx.put("opened", True)
+        tx.put("opened", balance)  # the opening balance: what the ledger check starts from
         tx.put("balance", balance)
         return balance
 
@@ -180,6 +181,11 @@ def transfer(req: TransferRequest) -> Generator[Idem[Any], Any, Receipt]:
     yield atomic(ACCOUNTS, dst, _credit(dst, amount), name="credit")
     yield atomic(TRANSFERS, src, _record(transfer_id, req), name="record")
     return {"transfer": transfer_id, "left": left}
+
+
+WORKFLOWS: list[Workflow[Any, Any]] = [open_account, transfer]
+"""What a worker runs: ``idemflow worker samples.transfer.workflows:WORKFLOWS``."""
+TABLES = (ACCOUNTS, TRANSFERS)
 
 
 # -- reading and checking the tables ---------------------------------------------
@@ -329,10 +335,92 @@ def check(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """What :func:`ledger` found; ``problems`` is empty when every invariant holds."""
+
+    accounts: int
+    money_opened: int
+    money_now: int
+    audit_rows: int
+    refunds: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        def mark(ok: bool) -> str:
+            return " ok " if ok else "FAIL"
+
+        money_ok = self.money_opened == self.money_now
+        return [
+            f"  [{mark(money_ok)}] money: {self.money_opened} opened in {self.accounts} accounts, "
+            f"{self.money_now} now",
+            f"  [{mark(self.ok)}] ledger: every balance is its opening balance plus the "
+            f"{self.audit_rows} audited transfers applied once ({self.refunds} debits refunded)",
+            *(f"  - {problem}" for problem in self.problems[:12]),
+        ]
+
+
+def ledger(store: Store) -> Ledger:
+    """Check the tables alone, at rest (no transfer in flight): money is conserved, and every
+    balance equals its opening balance minus the audited transfers out of it plus those into it.
+
+    An aborted transfer leaves no audit row and, if its debit had committed, a refund: a debit
+    applied twice, a credit or refund applied twice or lost, or an audit row without its effects
+    all break the equation of some account.
+
+    >>> from idemflow import MemoryStore
+    >>> ledger(MemoryStore()).ok
+    True
+    """
+    opened = _account_rows(store, "opened")
+    found = balances(store)
+    problems: list[str] = []
+    expected = {name: value for name, value in opened.items() if type(value) is int}
+    for name, value in opened.items():
+        if type(value) is not int:
+            problems.append(f"account {name}: opening balance {value!r} is not an integer")
+    audit = data_rows(store, TRANSFERS)
+    for (_t, src, transfer_id), row in sorted(audit.items()):
+        amount = row.get("amount") if isinstance(row, dict) else None
+        if not (isinstance(row, dict) and row.get("src") == src and isinstance(amount, int)):
+            problems.append(f"audit row {transfer_id} in {src} is malformed: {row!r}")
+            continue
+        dst = str(row.get("dst"))
+        if src not in expected or dst not in expected:
+            problems.append(f"audit row {transfer_id}: {src} -> {dst} involves an account never opened")
+            continue
+        expected[src] -= amount
+        expected[dst] += amount
+    for name in sorted(set(found) | set(expected)):
+        if found.get(name) != expected.get(name):
+            problems.append(
+                f"account {name}: balance {found.get(name)}, but its opening balance with the audited "
+                f"transfers applied once gives {expected.get(name)}"
+            )
+    before, after = sum(v for v in opened.values() if type(v) is int), sum(found.values())
+    if before != after:
+        problems.insert(0, f"money not conserved: {before} opened, {after} now")
+    return Ledger(
+        accounts=len(opened),
+        money_opened=before,
+        money_now=after,
+        audit_rows=len(audit),
+        refunds=sum(refunds(store).values()),
+        problems=tuple(problems),
+    )
+
+
 __all__ = [
     "ACCOUNTS",
     "CHECKS",
+    "TABLES",
     "TRANSFERS",
+    "WORKFLOWS",
+    "Ledger",
     "OpenRequest",
     "Outcome",
     "Receipt",
@@ -340,6 +428,7 @@ __all__ = [
     "Verdict",
     "balances",
     "check",
+    "ledger",
     "missing",
     "open_account",
     "refunds",
