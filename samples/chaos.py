@@ -506,7 +506,10 @@ def auction_killed(opts: Options, rng: random.Random, round_no: int, totals: Tot
 
 WORKLOADS: list[tuple[str, Callable[[Options, random.Random, int, Totals], None]]] = [
     ("transfer: SIGKILLed worker processes (samples/transfer harness)", transfer_killed),
-    ("transfer: lost answers, transient errors, conflicts, crashes (FaultyStore)", transfer_faulty),
+    (
+        "transfer, run and submit: lost answers, transient errors, conflicts, crashes (FaultyStore)",
+        transfer_faulty,
+    ),
     ("survey (async demo): SIGKILLed servers and workers, exits after commits, faulty stores", survey_killed),
     (
         "auction (async demo): SIGKILLed servers and workers, exits after commits, faulty stores",
