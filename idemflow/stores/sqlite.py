@@ -25,6 +25,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
+
 from idemflow.errors import StoreConfigError, TransientStoreError
 from idemflow.serialization import decode
 from idemflow.stores._local import incremented, matches, raised_floor, written_version
@@ -138,16 +140,21 @@ class SqliteStore:
         conn: sqlite3.Connection | None = getattr(self._local, role, None)
         if conn is not None:
             return conn
+        # A cache write (completion record) needs no fsync: losing it costs a replay.
+        sync = "NORMAL" if role == "cache" and self._synchronous != "OFF" else self._synchronous
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            # A cache write (completion record) needs no fsync: losing it costs a replay.
-            sync = "NORMAL" if role == "cache" and self._synchronous != "OFF" else self._synchronous
-            conn.execute(f"PRAGMA synchronous = {sync}")
-            conn.execute(_SCHEMA)
-            conn.execute(_FLOOR_SCHEMA)
+            prepare = Retrying(
+                stop=stop_after_delay(max(self._busy_ms / 1000, 1.0)),
+                wait=wait_random(0.005, 0.05),
+                retry=retry_if_exception(_locked),
+                reraise=True,
+            )
+            prepare(_set_up, conn, sync)
         except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
             raise StoreConfigError(f"cannot open SQLite store at {self.path!r}: {exc}") from exc
         setattr(self._local, role, conn)
         with self._connections_lock:
@@ -251,6 +258,21 @@ class SqliteStore:
     @property
     def round_trips(self) -> int:
         return self._round_trips
+
+
+def _set_up(conn: sqlite3.Connection, synchronous: str) -> None:
+    """WAL mode and the schema, on a connection to a file other processes may be opening too."""
+    if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute(_SCHEMA)
+    conn.execute(_FLOOR_SCHEMA)
+
+
+def _locked(exc: BaseException) -> bool:
+    """SQLite answers "locked" without waiting in its busy handler when processes race to
+    create a file or switch it to WAL mode: that race resolves itself, so retry it."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 def _apply(conn: sqlite3.Connection, ops: Sequence[Op]) -> list[OpFailure]:
