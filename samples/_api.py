@@ -19,9 +19,10 @@ directly against a store), and a thin Starlette app over it built from
 >>> from idemflow import MemoryStore, WorkflowAborted
 >>> def refuse(key):
 ...     raise WorkflowAborted({"code": "too_low", "message": "bid 5 does not beat 7"}, "bid", key)
->>> guarded("k1", refuse, {"too_low": 409}, ValueError)
+>>> by_code = lambda aborted: refused(aborted, {"too_low": 409})
+>>> guarded("k1", refuse, by_code, ValueError)
 Answer(status=409, body={'error': 'too_low', 'detail': 'bid 5 does not beat 7'})
->>> guarded(None, refuse, {}, ValueError).body["error"]
+>>> guarded(None, refuse, by_code, ValueError).body["error"]
 'missing_idempotency_key'
 """
 
@@ -81,13 +82,14 @@ def refused(aborted: WorkflowAborted, statuses: Mapping[str, int]) -> Answer:
 def guarded(
     key: str | None,
     action: Callable[[str], Answer],
-    statuses: Mapping[str, int],
+    refuse: Callable[[WorkflowAborted], Answer],
     invalid: type[Exception],
 ) -> Answer:
     """Run ``action(key)`` and turn what it may raise into the documented HTTP errors.
 
-    ``statuses`` maps the sample's refusal codes to HTTP statuses; ``invalid``
-    is its exception for a body of the wrong shape (422).
+    ``refuse`` answers a workflow's refusal (an abort, however the sample words
+    its reasons); ``invalid`` is the sample's exception for a body of the wrong
+    shape (422).
     """
     if not key:
         return MISSING_KEY
@@ -96,7 +98,7 @@ def guarded(
     except invalid as exc:
         return error(422, "invalid", str(exc))
     except WorkflowAborted as aborted:
-        return refused(aborted, statuses)
+        return refuse(aborted)
     except IdempotencyKeyReuseError as exc:
         return error(409, "idempotency_key_reused", str(exc))
     except InvalidInputError as exc:  # e.g. an empty or 300-character key
@@ -109,7 +111,8 @@ class Service:
     """The base of the samples' services: the ``store``; a ``queue`` for the asynchronous
     variant (submitted requests are answered at their checkpoint, workers finish them) and the
     ``signing_key`` of its messages; the ``clock`` the workflows run by. A sample sets its
-    refusal codes' HTTP ``statuses`` and its ``invalid`` exception (a body of the wrong shape)."""
+    refusal codes' HTTP ``statuses`` (or overrides :meth:`refuse`, if its abort reasons are
+    not ``{"code", "message"}``) and its ``invalid`` exception (a body of the wrong shape)."""
 
     statuses: ClassVar[Mapping[str, int]] = {}
     invalid: ClassVar[type[Exception]] = ValueError
@@ -128,8 +131,12 @@ class Service:
         self.clock = clock
 
     def guarded(self, key: str | None, action: Callable[[str], Answer]) -> Answer:
-        """:func:`guarded` with the sample's statuses."""
-        return guarded(key, action, self.statuses, self.invalid)
+        """:func:`guarded` with the sample's refusals and invalid-body exception."""
+        return guarded(key, action, self.refuse, self.invalid)
+
+    def refuse(self, aborted: WorkflowAborted) -> Answer:
+        """The answer to a refusal: by the reason's code, through :attr:`statuses`."""
+        return refused(aborted, self.statuses)
 
     def submitted(
         self, m: Idem[Any], key: str, status_url: str, *, done: int, accepted: Mapping[str, Any] | None = None

@@ -25,7 +25,6 @@ wrong shape, a non-positive amount); plus the shared 400, 409
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -93,14 +92,8 @@ class TransferService(Service):
 
     invalid = Invalid
 
-    def _refusing(self, action: Callable[[str], Answer]) -> Callable[[str], Answer]:
-        def refused_as_data(key: str) -> Answer:
-            try:
-                return action(key)
-            except WorkflowAborted as aborted:
-                return refusal(aborted.reason)
-
-        return refused_as_data
+    def refuse(self, aborted: WorkflowAborted) -> Answer:
+        return refusal(aborted.reason)  # the transfer's reasons are text, not {"code", "message"}
 
     def open_account(self, key: str | None, body: object) -> Answer:
         def action(key: str) -> Answer:
@@ -108,7 +101,7 @@ class TransferService(Service):
             balance = run(workflows.open_account(req), request_id=key, store=self.store, clock=self.clock)
             return Answer(201, {"account": req["account"], "balance": balance})
 
-        return self.guarded(key, self._refusing(action))
+        return self.guarded(key, action)
 
     def transfer(self, key: str | None, body: object) -> Answer:
         def action(key: str) -> Answer:
@@ -118,7 +111,7 @@ class TransferService(Service):
                 return Answer(200, dict(receipt))
             return self.submitted(m, key, "/transfers/" + quote(key, safe=""), done=200)
 
-        return self.guarded(key, self._refusing(action))
+        return self.guarded(key, action)
 
     def transfer_status(self, request_id: str) -> Answer:
         return self.request_status("transfer", request_id)
