@@ -58,7 +58,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from idemflow import ConflictError, IdemflowError, SqliteStore, Store, TransientStoreError, open_store
+from returns.result import Failure, Result, Success
+
+from idemflow import (
+    ConflictError,
+    IdemflowError,
+    SqliteStore,
+    Store,
+    TransientStoreError,
+    WorkflowAborted,
+    open_store,
+)
+from idemflow.async_worklist import Pending
 from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from samples._harness import Crashes, Sample
@@ -234,7 +245,7 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
     after the checkpoint); clients crash before and after commits, everyone loses answers and
     meets transient errors and conflicts."""
     from idemflow import run
-    from idemflow.async_worklist import MemoryQueue, Worker, status, submit
+    from idemflow.async_worklist import MemoryQueue, Worker, submit
     from idemflow.compensation import run_result
     from samples.transfer.demo import Settings, make_requests, make_submissions
     from samples.transfer.workflows import check, open_account, transfer
@@ -258,7 +269,7 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
     requests = make_requests(settings, rng)
     submissions = [(request, rng.random() < 0.5) for request in make_submissions(requests, settings, rng)]
     answers: dict[str, list[Any]] = {}
-    submitted: set[str] = set()
+    pendings: list[tuple[str, Pending]] = []
     lock = threading.Lock()
     todo = list(reversed(submissions))
     anomalies: list[str] = []
@@ -278,12 +289,10 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
                 except RETRIED:
                     continue
                 with lock:
-                    if not asynchronous:
-                        answers.setdefault(request_id, []).append(outcome)
-                    elif pending.outcome is None:
-                        submitted.add(request_id)  # a worker finishes it: its answer is read at the end
+                    if asynchronous:
+                        pendings.append((request_id, pending))  # its answer is polled for at the end
                     else:
-                        answers.setdefault(request_id, []).append(as_outcome(pending.outcome, request_id))
+                        answers.setdefault(request_id, []).append(outcome)
                 break
             else:
                 anomalies.append(f"{request_id} never finished")
@@ -296,14 +305,17 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
             thread.start()
         for thread in threads:
             thread.join()
-        unfinished = _wait_until_final(store, sorted(submitted), deadline=time.monotonic() + 120)
+        deadline, unfinished = time.monotonic() + 120, set()
+        for request_id, pending in pendings:
+            final = polled(pending, deadline)
+            if final is None:
+                unfinished.add(request_id)
+            else:
+                answers.setdefault(request_id, []).append(final)
         worker.stop()
         working.join()
-    anomalies += [f"{request_id} submitted but never finished by a worker" for request_id in unfinished]
+    anomalies += [f"{rid} submitted but never finished by a worker" for rid in sorted(unfinished)]
     anomalies += [f"dead-lettered: {reason}" for _body, reason in queue.dead_letters()]
-    for request_id in sorted(submitted):
-        final = status(store, "transfer", request_id)
-        answers.setdefault(request_id, []).append(as_outcome(final, request_id))
     outcomes = {}
     for request_id, req in requests:
         got = answers.get(request_id, [])
@@ -321,32 +333,15 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
     totals.anomalies += [f"faulty round {round_no}: {problem}" for problem in problems]
 
 
-def as_outcome(final: Any, request_id: str) -> Any:
-    """A final :class:`~idemflow.async_worklist.RequestStatus` as ``run_result`` would have answered."""
-    from returns.result import Failure, Success
-
-    from idemflow import WorkflowAborted
-    from idemflow.records import RunStatus
-
-    if final.status is RunStatus.COMPLETED:
-        return Success(final.result)
-    if final.status is RunStatus.ABORTED:
-        return Failure(WorkflowAborted(final.reason, "transfer", request_id))
-    return final  # not final: never equal to a run's answer, so any comparison reports it
-
-
-def _wait_until_final(store: Store, request_ids: Sequence[str], deadline: float) -> list[str]:
-    """The submitted requests still unfinished when the workers had until ``deadline``."""
-    from idemflow.async_worklist import status
-    from idemflow.records import RunStatus
-
-    final = (RunStatus.COMPLETED, RunStatus.ABORTED)
-    waiting = list(request_ids)
-    while waiting and time.monotonic() < deadline:
-        waiting = [r for r in waiting if status(store, "transfer", r).status not in final]
-        if waiting:
-            time.sleep(0.05)
-    return waiting
+def polled(pending: Pending, deadline: float) -> Result[Any, WorkflowAborted] | None:
+    """What a client polling a submitted transfer until ``deadline`` learns, as ``run_result``
+    would have answered it; None if no worker finished it by then."""
+    try:
+        return Success(pending.result(timeout=max(0.0, deadline - time.monotonic())))
+    except WorkflowAborted as aborted:
+        return Failure(aborted)
+    except TimeoutError:
+        return None
 
 
 # -- the continuous checks -----------------------------------------------------------------------------
