@@ -1,11 +1,13 @@
-"""Checkpoint message size against the number of steps recorded before the checkpoint.
+"""Checkpoint message size against the number of steps done before the checkpoint.
 
-A continuation carries the workflow name, the input and, for every step done
-before the checkpoint, its tag, identity and value (so a worker resumes
-without reading them back); signed, it adds an HMAC. The size decides how
-many steps fit under a queue's body limit (SQS 255 KiB, Azure 63 KiB as
-idemflow counts them). Measured exactly: ``submit`` on ``MemoryStore`` +
-``MemoryQueue``, then the body received from the queue, in UTF-8 bytes.
+A continuation is a pointer: workflow name, version, request id and, for
+every step done before the checkpoint, its table, partition and identity (the
+journal a resume checks its code against); signed, it adds an HMAC. Inputs
+and step values stay in the store, so they do not count. The size decides
+how many journaled steps fit under a queue's body limit (SQS 255 KiB, Azure
+63 KiB as idemflow counts them); past that ``submit`` sends the bare pointer.
+Measured exactly: ``submit`` on ``MemoryStore`` + ``MemoryQueue``, then the
+body received from the queue, in UTF-8 bytes.
 
 Run: ``python -m benchmarks messages [--quick]``.
 """
@@ -25,30 +27,29 @@ from idemflow.async_worklist.queues.base import DEFAULT_MAX_BODY_BYTES
 
 STEPS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 LIMITS = {"SQS": 255 * 1024, "Azure Queue": 63 * 1024}
-RESULTS_SHAPES: dict[str, Callable[[int], Any]] = {
-    "no result (None)": lambda i: None,
-    "small int": lambda i: i,
-    "100-char string": lambda i: f"{i:0100d}",
+PARTITIONS: dict[str, Callable[[int], str]] = {
+    "2-char partitions": lambda i: f"p{i % 4}",
+    "36-char partitions (UUIDs)": lambda i: f"{i:036d}",
 }
 
 
-def _body(result: Callable[[int], Any], i: int) -> Callable[[Tx], Any]:
+def _body(i: int) -> Callable[[Tx], Any]:
     def record(tx: Tx) -> Any:
         tx.put(f"k{i}", i)
-        return result(i)
+        return f"{i:0100d}"  # a 100-char result: stays in the store
 
     return record
 
 
 def recorded_workflow(n: int, shape: str) -> Workflow[[dict[str, Any]], None]:
-    result = RESULTS_SHAPES[shape]
+    partition = PARTITIONS[shape]
 
     @workflow("recorded")
     def flow(req: dict[str, Any]) -> Generator[Idem[Any], Any, None]:
         for i in range(n):
-            yield atomic("items", f"p{i % 4}", _body(result, i))
+            yield atomic("items", partition(i), _body(i))
         yield checkpoint()
-        yield atomic("items", "last", _body(result, n))
+        yield atomic("items", "last", _body(n))
 
     return flow
 
@@ -73,13 +74,14 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
     steps = tuple(n for n in STEPS if n <= 100) if quick else STEPS
     report = Report("messages", "Checkpoint message size against recorded steps", {"steps": list(steps)}, out)
     sizes: dict[str, list[int]] = {}
-    for shape in RESULTS_SHAPES:
+    for shape in PARTITIONS:
         for signed in (False, True):
             label = f"{shape}, {'signed' if signed else 'unsigned'}"
             sizes[label] = [message_bytes(n, shape, b"k" * 32 if signed else None) for n in steps]
     report.add(
         'Body bytes of the continuation message; each step is `atomic("items", partition, body)` '
-        'returning the given value; input `{"survey": "s0", "respondent": "p1"}`.',
+        "returning a 100-char string (values stay in the store); "
+        'input `{"survey": "s0", "respondent": "p1"}`.',
         "",
     )
     report.table(
@@ -89,7 +91,9 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
     rows = []
     for label, values in sizes.items():
         per_step = (values[-1] - values[0]) / (steps[-1] - steps[0])
-        fits = {name: int((limit - values[0]) // per_step) for name, limit in LIMITS.items()}
+        fits = {
+            name: int((limit - values[0]) // per_step) if per_step else -1 for name, limit in LIMITS.items()
+        }
         rows.append([label, str(values[0]), f"{per_step:.1f}", *(str(v) for v in fits.values())])
         report.headline(f"messages.bytes_per_step.{label}", per_step, note="bytes per recorded step")
     report.add(

@@ -26,7 +26,6 @@ and racing executions then have the effect of one failure-free run.
 from __future__ import annotations
 
 from idemflow._lazy import load_optional
-from idemflow.engine import RetryPolicy
 from idemflow.errors import (
     CompensationFailed,
     ConflictError,
@@ -37,13 +36,17 @@ from idemflow.errors import (
     InvalidValueError,
     LimitExceededError,
     NonDeterminismError,
+    RequestFailed,
+    StepFailedError,
     StoreConfigError,
     StoreError,
     TransientStoreError,
+    VersionNotHeldError,
     WorkflowAborted,
 )
 from idemflow.helpers import effect, now, random, uuid4
 from idemflow.monad import Idem, atomic, bind, pure
+from idemflow.policy import RetryPolicy
 from idemflow.reads import get, rows
 from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import Workflow, idempotent, run, run_result, workflow
@@ -62,15 +65,18 @@ __all__ = [
     "LimitExceededError",
     "MemoryStore",
     "NonDeterminismError",
+    "RequestFailed",
     "RetryPolicy",
     "RunRecord",
     "RunStatus",
     "SqliteStore",
+    "StepFailedError",
     "Store",
     "StoreConfigError",
     "StoreError",
     "TransientStoreError",
     "Tx",
+    "VersionNotHeldError",
     "Workflow",
     "WorkflowAborted",
     "atomic",

@@ -3,7 +3,7 @@
     idemflow tables create --store URL NAME...
     idemflow gc --store URL --older-than 7d
     idemflow status --store URL WORKFLOW REQUEST_ID
-    idemflow worker MODULE:ATTR --store URL --queue URL --concurrency N
+    idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N
 
 Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
@@ -51,13 +51,22 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="finish checkpointed workflows from a queue")
     worker.add_argument(
         "workflows",
-        help="MODULE:ATTR naming an iterable of @workflow functions (MODULE may be in the current directory)",
+        nargs="+",
+        help="MODULE:ATTR naming an iterable of @workflow functions (MODULE may be in the current "
+        "directory); several may be given, e.g. the old and new versions during a deploy",
     )
     worker.add_argument("--store", required=True)
     worker.add_argument("--queue", required=True, help="queue URL, e.g. sqs:jobs?region=eu-west-1")
     worker.add_argument("--concurrency", type=int, default=1)
     worker.add_argument("--idle-timeout", type=float, default=None, help="exit after this many idle seconds")
-    worker.add_argument("--max-deliveries", type=int, default=5)
+    worker.add_argument("--max-deliveries", type=int, default=5, help="attempts before a request fails")
+    worker.add_argument(
+        "--version-wait",
+        type=float,
+        default=30.0,
+        help="seconds before a request this worker cannot run returns",
+    )
+    worker.add_argument("--relay-every", type=float, default=10.0, help="seconds between outbox relay passes")
     return parser
 
 
@@ -93,7 +102,14 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
     if record is None:
         print(json.dumps({"status": "pending"}))
     else:
-        shown = {"status": record.status.value, "result": record.result, "reason": record.reason}
+        shown = {
+            "status": record.status.value,
+            "version": record.version,
+            "result": record.result,
+            "reason": record.reason,
+            "failure": None if record.failure is None else record.failure.to_json(),
+            "waiting": record.waiting,
+        }
         print(json.dumps({key: value for key, value in shown.items() if value is not None}))
     return 0
 
@@ -121,13 +137,17 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
     from idemflow.async_worklist import Worker, WorkerStats, open_queue
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    for sdk in ("azure", "botocore", "boto3", "urllib3"):  # their INFO is one line per HTTP call
+        logging.getLogger(sdk).setLevel(logging.WARNING)
     queue = open_queue(args.queue)
     worker = Worker(
-        _load_workflows(args.workflows),
+        [flow for spec in args.workflows for flow in _load_workflows(spec)],
         store=store,
         queue=queue,
         concurrency=args.concurrency,
         max_deliveries=args.max_deliveries,
+        version_wait=args.version_wait,
+        relay_every=args.relay_every,
     )
 
     def progress(stats: WorkerStats) -> None:

@@ -14,73 +14,97 @@ and is inserted *in the same atomic commit* as the step's data. So:
   commit fails as a whole and returns the winner's memo;
 - a commit whose answer was lost is retried as is and meets its own memo.
 
-Data conflicts (a row the body read moved on) rerun the body with jittered
-exponential backoff (tenacity), bounded, then :class:`ConflictError`.
-Compensation and the asynchronous variant reuse :meth:`Execution.run_step`.
+Every variant (``run``, ``submit``, a worker's resume, an operator's abort)
+is one :class:`Plan` given at construction: the execution alone changes its
+state. Data conflicts rerun the body with jittered exponential backoff
+(tenacity), bounded, then :class:`ConflictError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import time
+import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from dataclasses import dataclass
+from typing import Any, assert_never
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
-
-from idemflow import records
+from idemflow._limits import check_commit
 from idemflow.errors import (
+    CompensationFailed,
     ConflictError,
+    IdemflowError,
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidValueError,
     LimitExceededError,
     NonDeterminismError,
+    StepFailedError,
+    StoreError,
     TransientStoreError,
 )
-from idemflow.keys import RUNS_TABLE, memo_prefix, run_key, step_tag
-from idemflow.monad import Atomic, Bind, Call, Idem, Node, Pure, Special
+from idemflow.keys import (
+    RUNS_TABLE,
+    compensation_tag,
+    memo_prefix,
+    outbox_key,
+    outbox_partition,
+    run_key,
+    step_tag,
+)
+from idemflow.monad import (
+    Abort,
+    Atomic,
+    Bind,
+    Call,
+    Checkpoint,
+    Effect,
+    Idem,
+    Node,
+    Now,
+    Pure,
+    Random,
+    TableLess,
+    Uuid4,
+)
+from idemflow.plan import (
+    DEFAULT_PLAN,
+    Aborting,
+    AtCheckpoint,
+    Checkpointed,
+    Finished,
+    JournalEntry,
+    OtherVersion,
+    Plan,
+    Submission,
+)
+from idemflow.policy import DEFAULT_POLICY, DataConflict, RetryPolicy
+from idemflow.records import MEMO_AT, RUN_AT, Memo, OutboxEntry, RunRecord, RunStatus
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import CommitOutcome, Committed, Insert, Op, Put, Row, RowRef, Store
+from idemflow.stores.base import CommitOutcome, Committed, Delete, Insert, Op, Put, Row, RowRef, Store
 from idemflow.tx import StepAborted, Tx
 
-
-class _DataConflict(Exception):
-    """A body's reads went stale before its commit: run it again."""
-
-
-def _default_conflict_retrying() -> Retrying:  # copied before every use: never iterated itself
-    return Retrying(
-        stop=stop_after_attempt(16),
-        wait=wait_random_exponential(multiplier=0.002, max=0.5),
-        retry=retry_if_exception_type(_DataConflict),
-        reraise=True,
-    )
-
-
-def _default_transient_retrying() -> Retrying:
-    return Retrying(
-        stop=stop_after_attempt(8),
-        wait=wait_random_exponential(multiplier=0.02, max=2.0),
-        retry=retry_if_exception_type(TransientStoreError),
-        reraise=True,
-    )
+__all__ = [
+    "DEFAULT_POLICY",
+    "Aborting",
+    "AtCheckpoint",
+    "Checkpointed",
+    "Execution",
+    "Finished",
+    "OtherVersion",
+    "Plan",
+    "RetryPolicy",
+    "Submission",
+]
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How an execution retries: data conflicts (the body reruns) and
-    transient store errors (the same commit is resent). Pass your own
-    tenacity ``Retrying`` objects to change bounds, waits or the sleep."""
+class _AbortWorkflow(BaseException):
+    """A step aborted (now or in an earlier execution): unwind to compensate."""
 
-    conflicts: Retrying = field(default_factory=_default_conflict_retrying)
-    transient: Retrying = field(default_factory=_default_transient_retrying)
-    retention: float = 7 * 24 * 3600.0
-    """Seconds memo and run rows are kept where the backend expires rows (TTL)."""
-
-
-DEFAULT_POLICY = RetryPolicy()
-"""Shared safely: its ``Retrying`` objects are only ever used through ``.copy()``."""
+    def __init__(self, reason: JSON) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _RunRecordSeen(BaseException):
@@ -96,25 +120,8 @@ def _stop_if_present(row: Row | None) -> None:
         raise _RunRecordSeen(row)
 
 
-class Finished(BaseException):
-    """The run record says the request already finished: unwind and return it."""
-
-    def __init__(self, record: records.RunRecord) -> None:
-        super().__init__(record.status.value)
-        self.record = record
-
-
-class AbortWorkflow(BaseException):
-    """A step aborted (now or in an earlier execution): unwind to compensate."""
-
-    def __init__(self, reason: JSON, step: int) -> None:
-        super().__init__(reason, step)
-        self.reason = reason
-        self.step = step
-
-
 @dataclass(frozen=True, slots=True)
-class CompletedStep:
+class _Done:
     """A committed step that registered a compensation."""
 
     step: int
@@ -123,6 +130,17 @@ class CompletedStep:
 
 
 _RETRY = object()
+_INFRASTRUCTURE = (StoreError, ConflictError)
+"""Errors of the store, not of a step: never a reason to fail a request."""
+
+
+def idempotency_key(workflow: str, request_id: str, step: int) -> str:
+    """The stable key an effect passes to its outside service (hex sha256)."""
+    return hashlib.sha256(b"effect\x00" + _digest(workflow, request_id, step)).hexdigest()
+
+
+def _digest(workflow: str, request_id: str, step: int) -> bytes:
+    return hashlib.sha256(f"{workflow}\x00{request_id}\x00{step}".encode()).digest()
 
 
 class Execution:
@@ -134,8 +152,9 @@ class Execution:
         workflow: str,
         request_id: str,
         fingerprint: str,
-        policy: RetryPolicy,
+        policy: RetryPolicy = DEFAULT_POLICY,
         clock: Callable[[], float] = time.time,
+        plan: Plan = DEFAULT_PLAN,
     ) -> None:
         self.store = store
         self.workflow = workflow
@@ -143,20 +162,47 @@ class Execution:
         self.fingerprint = fingerprint
         self.policy = policy
         self.clock = clock
-        self.step = 0
-        self.run_known = False
-        self.replaying = False
-        self.completed: list[CompletedStep] = []
-        self.run_ref = RowRef(RUNS_TABLE, request_id, run_key(workflow))
-        self.memo_prefix = memo_prefix(workflow, request_id)
-        self.on_checkpoint: Callable[[Execution], None] | None = None
-        self.recorded: dict[str, tuple[str, JSON]] | None = None
-        """Step values carried by an async continuation: ``tag -> (identity, value)``."""
-        self.journal: list[tuple[str, str, JSON]] | None = None
-        """Where forward steps are noted ``(tag, identity, value)`` for a continuation."""
-        self.durable_outcome = False
-        """Write the completion record with a durable commit, not ``commit_cache``: for callers
-        that report the outcome elsewhere (a worker's ack, ``submit``'s handle) right after."""
+        self.plan = plan
+        self._step = 0
+        self._identity = ""
+        self._run_known = plan.resume
+        self._replaying = plan.resume
+        self._done: list[_Done] = []
+        self._journal: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
+        self._run_ref = RowRef(RUNS_TABLE, request_id, run_key(workflow))
+        self._memo_prefix = memo_prefix(workflow, request_id)
+
+    @property
+    def step(self) -> int:
+        """Number of the last step begun."""
+        return self._step
+
+    # -- the whole request ------------------------------------------------
+
+    def run(self, node: Node) -> RunRecord:
+        """Run to the end (completed, or aborted and compensated) and return the outcome.
+
+        Raises :class:`Checkpointed` and :class:`OtherVersion` to the caller,
+        and, under ``plan.step_errors``, :class:`StepFailedError` for a step's error.
+        """
+        try:
+            try:
+                value = self.evaluate(node)
+            except _AbortWorkflow as abort:
+                self._compensate()
+                return self._finish(RunStatus.ABORTED, reason=abort.reason)
+            return self._finish(RunStatus.COMPLETED, result=value)
+        except Finished as finished:
+            if self.plan.submission is not None and not self.store.capabilities.cross_partition_commit:
+                self.store.commit_cache([Delete(self._outbox_ref())])  # written before the claim
+            return finished.record
+        except (NonDeterminismError, *_INFRASTRUCTURE):
+            raise
+        except Exception as exc:
+            if not self.plan.step_errors:
+                raise
+            cause = f"{type(exc).__name__}: {exc}"
+            raise StepFailedError(self.workflow, self.request_id, self._step, self._identity, cause) from exc
 
     # -- interpretation -------------------------------------------------
 
@@ -164,21 +210,23 @@ class Execution:
         """Run a description to its value (an explicit stack keeps long bind chains flat)."""
         stack: list[Callable[[Any], Idem[Any]]] = []
         while True:
-            kind = type(node)
-            if kind is Bind:
-                stack.append(node.then)  # type: ignore[union-attr]
-                node = node.source  # type: ignore[union-attr]
-                continue
-            if kind is Atomic:
-                value = self.atomic(node)  # type: ignore[arg-type]
-            elif kind is Pure:
-                value = node.value  # type: ignore[union-attr]
-            elif kind is Call:
-                value = self.call(node)  # type: ignore[arg-type]
-            elif kind is Special:
-                value = self.special(node)  # type: ignore[arg-type]
-            else:
-                raise InvalidInputError(f"workflow {self.workflow!r} met {node!r}, not an Idem description")
+            match node:
+                case Bind(source, then):
+                    stack.append(then)
+                    node = source
+                    continue
+                case Atomic():
+                    value = self._atomic(node)
+                case Pure(value):
+                    pass
+                case Call():
+                    value = self._call(node)
+                case Now() | Uuid4() | Random() | Effect() | Abort() | Checkpoint():
+                    value = self._table_less(node)
+                case _:
+                    raise InvalidInputError(
+                        f"workflow {self.workflow!r} met {node!r}, not an Idem description"
+                    )
             if not stack:
                 return value
             following = stack.pop()(value)
@@ -189,7 +237,7 @@ class Execution:
                 )
             node = following.node
 
-    def call(self, node: Call) -> Any:
+    def _call(self, node: Call) -> Any:
         produced = node.function(*node.args, **node.kwargs)
         if isinstance(produced, Idem):
             return self.evaluate(produced.node)
@@ -198,9 +246,9 @@ class Execution:
                 f"workflow {node.name!r} returned {type(produced).__name__}; "
                 "a workflow is a generator function or returns an Idem"
             )
-        return self.drive(node.name, produced)
+        return self._drive(node.name, produced)
 
-    def drive(self, name: str, generator: Generator[Any, Any, Any]) -> Any:
+    def _drive(self, name: str, generator: Generator[Any, Any, Any]) -> Any:
         """Feed each yielded computation's value back into the workflow generator."""
         try:
             yielded = next(generator)
@@ -216,228 +264,337 @@ class Execution:
         finally:
             generator.close()
 
-    def atomic(self, node: Atomic) -> Any:
-        self.step += 1
-        step = self.step
-        value = self.run_step(
-            node.table, node.partition, step_tag(step), "atomic " + node.name, node.body, step
-        )
+    def _atomic(self, node: Atomic) -> Any:
+        self._step += 1
+        step = self._step
+        value = self._forward(node.table, node.partition, "atomic " + node.name, node.body)
         if node.compensate is not None:
-            self.completed.append(CompletedStep(step, node, value))
+            self._done.append(_Done(step, node, value))
         return value
 
-    def special(self, node: Special) -> Any:
-        from idemflow.helpers import evaluate_special
+    def _table_less(self, node: TableLess) -> Any:
+        match node:
+            case Now():
+                clock = self.clock
+                return self._memoized("now", lambda tx: clock())
+            case Uuid4() | Random():
+                self._step += 1
+                self._note("", "", type(node).__name__.lower())
+                digest = _digest(self.workflow, self.request_id, self._step)
+                if isinstance(node, Uuid4):
+                    return str(uuid.UUID(bytes=digest[:16], version=4))
+                return int.from_bytes(digest[:7], "big") / float(1 << 56)
+            case Effect(label, function):
+                key = idempotency_key(self.workflow, self.request_id, self._step + 1)
 
-        return evaluate_special(self, node)
+                def call(tx: Tx) -> Any:
+                    tx.settle()  # a duplicate of a finished request stops here, not after the call
+                    return function(key)
 
-    def table_less_step(self, identity: str, body: Callable[[Tx], Any]) -> Any:
+                return self._memoized("effect " + label, call)
+            case Abort(reason):
+                return self._memoized("abort", lambda tx: tx.abort(reason))
+            case Checkpoint():
+                self._checkpoint()
+                return None
+            case _:
+                assert_never(node)
+
+    def _memoized(self, identity: str, body: Callable[[Tx], Any]) -> Any:
         """A step with no table of its own: its memo sits beside the run record."""
-        self.step += 1
-        return self.run_step(RUNS_TABLE, self.request_id, step_tag(self.step), identity, body, self.step)
+        self._step += 1
+        return self._forward(RUNS_TABLE, self.request_id, identity, body)
+
+    def _forward(self, table: str, partition: str, identity: str, body: Callable[[Tx], Any]) -> Any:
+        if self.plan.abort is not None:  # memos still win: only a step never committed aborts
+            reason = self.plan.abort.reason
+            body = lambda tx: tx.abort(reason)  # noqa: E731
+        self._identity = identity
+        self._note(table, partition, identity)
+        return self._run_step(table, partition, step_tag(self._step), identity, body, abortable=True)
+
+    def _note(self, table: str, partition: str, identity: str) -> None:
+        """Journal a forward step for the continuation, or check it against a resumed one's."""
+        if self._journal is not None:
+            self._journal.append((table, partition, identity))
+        expected = self.plan.expected
+        if self._step <= len(expected) and expected[self._step - 1] != (table, partition, identity):
+            recorded = "{2} on {0}/{1}".format(*expected[self._step - 1])
+            met = f"{identity} on {table}/{partition}"
+            raise NonDeterminismError(self.workflow, self.request_id, self._step, repr(recorded), repr(met))
+
+    def _checkpoint(self) -> None:
+        if self.plan.observe_checkpoint is not None:
+            self.plan.observe_checkpoint(self._step)
+        if self._step < len(self.plan.expected):  # journaled steps the code no longer reaches
+            table, partition, identity = self.plan.expected[self._step]
+            recorded = f"{identity} on {table}/{partition}"
+            raise NonDeterminismError(
+                self.workflow, self.request_id, self._step + 1, repr(recorded), "'checkpoint'"
+            )
+        if self.plan.at_checkpoint is AtCheckpoint.STOP:
+            if not self._run_known:
+                self._claim()  # a worker accepts only requests that were submitted
+            raise Checkpointed(tuple(self._journal or ()))
+
+    def _compensate(self) -> None:
+        """Undo the completed steps in reverse order, each an idempotent step of its own."""
+        for done in reversed(self._done):
+            node, result = done.node, done.result
+            undo = node.compensate
+            assert undo is not None
+
+            def body(tx: Tx, undo: Any = undo, result: Any = result) -> Any:
+                return undo(tx, result)
+
+            self._step, self._identity = done.step, "compensate " + node.name
+            try:
+                tag = compensation_tag(done.step)
+                self._run_step(node.table, node.partition, tag, self._identity, body, abortable=False)
+            except IdemflowError:
+                raise
+            except (Exception, StepAborted) as exc:
+                cause = f"aborted: {exc.reason!r}" if isinstance(exc, StepAborted) else repr(exc)
+                raise CompensationFailed(self.workflow, self.request_id, done.step, node.name, cause) from exc
 
     # -- one step -------------------------------------------------------
 
-    def run_step(
+    def _run_step(
         self,
         table: str,
         partition: str,
         tag: str,
         identity: str,
         body: Callable[[Tx], Any],
-        step: int,
         *,
-        abortable: bool = True,
-    ) -> Any:
-        """Replay the step from its memo, or execute and commit it exactly once."""
-        if self.recorded is not None and tag in self.recorded:
-            recorded_identity, value = self.recorded.pop(tag)
-            if recorded_identity != identity:
-                raise NonDeterminismError(
-                    self.workflow, self.request_id, step, repr(recorded_identity), repr(identity)
-                )
-        else:
-            value = self._execute_step(table, partition, tag, identity, body, step, abortable)
-        if self.journal is not None and tag[0] == "s":
-            self.journal.append((tag, identity, value))
-        return value
-
-    def _execute_step(
-        self,
-        table: str,
-        partition: str,
-        tag: str,
-        identity: str,
-        body: Callable[[Tx], Any],
-        step: int,
         abortable: bool,
     ) -> Any:
-        memo_ref = RowRef(table, partition, self.memo_prefix + tag)
-        outcome = self._attempt(memo_ref, identity, body, step, abortable)
+        """Replay the step from its memo, or execute and commit it exactly once."""
+        memo_ref = RowRef(table, partition, self._memo_prefix + tag)
+        outcome = self._attempt(memo_ref, identity, body, abortable)
         if outcome is not _RETRY:
             return outcome
         retrying = self.policy.conflicts.copy()
         try:
             for attempt in retrying:
                 with attempt:
-                    outcome = self._attempt(memo_ref, identity, body, step, abortable)
+                    outcome = self._attempt(memo_ref, identity, body, abortable)
                     if outcome is _RETRY:
-                        raise _DataConflict
-        except _DataConflict:
+                        raise DataConflict
+        except DataConflict:
             attempts = retrying.statistics.get("attempt_number", 0) + 1
-            raise ConflictError(self.workflow, self.request_id, step, table, partition, attempts) from None
+            raise ConflictError(
+                self.workflow, self.request_id, self._step, table, partition, attempts
+            ) from None
         return outcome
 
-    def _attempt(
-        self, memo_ref: RowRef, identity: str, body: Callable[[Tx], Any], step: int, abortable: bool
-    ) -> Any:
+    def _attempt(self, memo_ref: RowRef, identity: str, body: Callable[[Tx], Any], abortable: bool) -> Any:
         while True:  # loops only when the commit revealed an existing run record
-            if self.replaying:
-                row = self.read(memo_ref)
+            if self._replaying:
+                row = self._read(memo_ref)
                 if row is not None:
-                    return self.memo_result(row, identity, step)
-                self.replaying = False
+                    return self._memo_result(row, identity)
+                self._replaying = False
             peek = None
-            if not self.run_known:
-                if not self.store.capabilities.cross_partition_commit:
-                    self.ensure_run_record()
+            if not self._run_known:
+                if not self._rides_along(memo_ref):
+                    self._claim()
                     continue
-                peek = (self.run_ref, _stop_if_present)
+                peek = (self._run_ref, _stop_if_present)
             tx = Tx(self.store, memo_ref.table, memo_ref.partition, peek)
             try:
                 result = body(tx)
             except _RunRecordSeen as seen:
-                self.on_run_record(seen.row)  # returns only to replay
+                self._on_run_record(seen.row)  # returns only to replay
                 continue
             except StepAborted as abort:
                 if not abortable:
                     raise
-                memo_value: dict[str, JSON] = records.abort_memo(identity, abort.reason)
+                memo = Memo(identity, abort.reason, aborted=True)
                 data_ops = tx.read_checks()
             except Exception:
                 # A replay whose data moved on may fail where the first run
                 # succeeded: the memo, if any, is the answer.
-                row = self.read(memo_ref)
+                row = self._read(memo_ref)
                 if row is not None:
-                    return self.memo_result(row, identity, step)
+                    return self._memo_result(row, identity)
                 raise
             else:
-                memo_value = records.memo(identity, result)
+                memo = Memo(identity, result)
                 data_ops = tx.ops()
+            memo_value = memo.to_json()
             try:
                 memo_text = encode(memo_value, "", envelope=1)
             except InvalidValueError as bad:  # the place is named only when needed: it costs a format
-                where = f"result of step {step} ({identity}) of workflow {self.workflow!r}"
+                where = f"result of step {self._step} ({identity}) of workflow {self.workflow!r}"
                 raise InvalidValueError(where, bad.problem) from None
-            expires = self.clock() + self.policy.retention
+            expires = self._expiry()
             ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires)]
-            run_included = self._add_run_record(ops, memo_ref, expires)
+            run_included = not self._run_known
+            if run_included:
+                ops.extend(self._claim_ops(expires, with_outbox=True))
             ops.extend(data_ops)
-            outcome = self.commit(ops, step, memo_ref)
+            outcome = self._commit(ops, memo_ref)
             if isinstance(outcome, Committed):
-                self.run_known = True
-                if "abort" in memo_value:
-                    raise AbortWorkflow(memo_value["abort"], step)
+                self._run_known = True
+                if memo.aborted:
+                    raise _AbortWorkflow(memo.value)
                 # Strict encoding guarantees decode(encode(x)) == x: no need to parse it back.
-                return memo_value["v"]
+                return memo.value
             by_index = {failure.index: failure for failure in outcome.failures}
-            if run_included and 1 in by_index:
-                existing = by_index[1].existing
-                self.on_run_record(existing)
-            if 0 in by_index and by_index[0].existing is not None:
-                return self.memo_result(by_index[0].existing, identity, step)
-            if run_included and 1 in by_index:
+            if run_included and RUN_AT in by_index:
+                self._on_run_record(by_index[RUN_AT].existing)
+            existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
+            if existing_memo is not None:
+                return self._memo_result(existing_memo, identity)
+            if run_included and RUN_AT in by_index:
                 continue  # replaying now: read the memo first
             return _RETRY
 
-    def memo_result(self, row: Row, identity: str, step: int) -> Any:
-        memo = row.value
-        if not isinstance(memo, dict) or memo.get("id") != identity:
-            recorded = memo.get("id") if isinstance(memo, dict) else memo
-            raise NonDeterminismError(self.workflow, self.request_id, step, repr(recorded), repr(identity))
-        if "abort" in memo:
-            raise AbortWorkflow(memo["abort"], step)
-        return memo.get("v")
+    def _memo_result(self, row: Row, identity: str) -> Any:
+        memo = Memo.from_json(row.value)
+        if memo is None or memo.identity != identity:
+            recorded = row.value if memo is None else memo.identity
+            raise NonDeterminismError(
+                self.workflow, self.request_id, self._step, repr(recorded), repr(identity)
+            )
+        if memo.aborted:
+            raise _AbortWorkflow(memo.value)
+        return memo.value
 
     # -- the run record ---------------------------------------------------
 
-    def _add_run_record(self, ops: list[Op], memo_ref: RowRef, expires: float) -> bool:
-        """Let the run-record insert ride in this commit where the backend allows it."""
-        if self.run_known:
-            return False
-        same_partition = memo_ref.table == RUNS_TABLE and memo_ref.partition == self.request_id
-        if self.store.capabilities.cross_partition_commit or same_partition:
-            ops.append(self._run_insert(records.RunStatus.RUNNING, expires))
-            return True
-        self.ensure_run_record()
-        return False
+    def _rides_along(self, memo_ref: RowRef) -> bool:
+        """Can the claim (run record, and a submission's outbox entry) ride in this step's commit?"""
+        return self.store.capabilities.cross_partition_commit
 
-    def _run_insert(self, status: records.RunStatus, expires: float, result: JSON = None) -> Insert:
-        value: JSON = records.RunRecord(self.fingerprint, status, result=result).to_json()
-        return Insert(self.run_ref, value, encode(value, "workflow result", envelope=1), expires)
+    def _claim_ops(self, expires: float, *, with_outbox: bool) -> list[Op]:
+        submission = self.plan.submission
+        record = RunRecord(
+            self.fingerprint,
+            RunStatus.RUNNING,
+            version=self.plan.version,
+            input=None if submission is None else submission.input,
+        )
+        value: JSON = record.to_json()
+        where = f"input of workflow {self.workflow!r} request {self.request_id!r}"
+        text = encode(value, where, envelope=3)
+        size, allowed = len(text.encode("utf-8")), self.store.capabilities.max_value_bytes
+        if submission is not None and size > allowed:
+            raise LimitExceededError(
+                where, f"{size} bytes stored with the request; the backend allows {allowed}"
+            )
+        ops: list[Op] = [Insert(self._run_ref, value, text, expires)]
+        if submission is not None and with_outbox:
+            ops.append(self._outbox_put(submission.outbox, expires))
+        return ops
 
-    def ensure_run_record(self) -> None:
-        """Claim the request id (fingerprint) with its own commit."""
-        outcome = self.commit([self._run_insert(records.RunStatus.RUNNING, self.expiry())], 0, self.run_ref)
-        if isinstance(outcome, Committed):
-            self.run_known = True
-        else:
-            self.on_run_record(outcome.failures[0].existing)
+    def _outbox_ref(self) -> RowRef:
+        return RowRef(
+            RUNS_TABLE, outbox_partition(self.request_id), outbox_key(self.workflow, self.request_id)
+        )
 
-    def on_run_record(self, existing: Row | None) -> None:
+    def _outbox_put(self, entry: OutboxEntry, expires: float) -> Put:
+        value: JSON = entry.to_json()
+        return Put(self._outbox_ref(), value, encode(value), expires_at=expires)
+
+    def _claim(self) -> None:
+        """Claim the request id (fingerprint, version, a submission's input) with its own commit.
+
+        Where one commit cannot span partitions, a submission's outbox entry
+        is committed first: a crash before the claim leaves only an entry
+        the relay drops (no run record: nothing to finish).
+        """
+        expires = self._expiry()
+        cross = self.store.capabilities.cross_partition_commit
+        claim = self._claim_ops(expires, with_outbox=cross)
+        if self.plan.submission is not None and not cross:
+            check_commit(
+                claim, self.store.capabilities, lambda: self._place(self._run_ref)
+            )  # before any write
+            self._commit([self._outbox_put(self.plan.submission.outbox, expires)], self._run_ref)
+        outcome = self._commit(claim, self._run_ref)
+        if not isinstance(outcome, Committed):
+            self._on_run_record(outcome.failures[0].existing)
+            return
+        self._run_known = True
+
+    def _on_run_record(self, existing: Row | None) -> None:
         """Another execution of this request id came first: check, then replay or return."""
         if existing is None:
             return
-        record = records.RunRecord.from_json(existing.value)
+        record = RunRecord.from_json(existing.value)
         if record.fingerprint != self.fingerprint:
             raise IdempotencyKeyReuseError(
                 self.workflow, self.request_id, record.fingerprint, self.fingerprint
             )
-        if record.status in (records.RunStatus.COMPLETED, records.RunStatus.ABORTED):
+        if record.status.final:
             raise Finished(record)
-        self.run_known = True
-        self.replaying = True
+        if self.plan.submission is not None and record.input is None:
+            self._adopt(existing, record)
+            return
+        if record.version != self.plan.version:
+            raise OtherVersion(record)
+        self._run_known = True
+        self._replaying = True
 
-    def expiry(self) -> float:
+    def _adopt(self, existing: Row, record: RunRecord) -> None:
+        """A submission meets a request that ``run`` claimed: store its input and outbox entry
+        in that record, so workers can finish it (conditional: a racing outcome wins)."""
+        assert self.plan.submission is not None
+        expires = self._expiry()
+        value: JSON = dataclasses.replace(record, input=self.plan.submission.input).to_json()
+        ops: list[Op] = [Put(self._run_ref, value, encode(value, envelope=3), existing.version, expires)]
+        cross = self.store.capabilities.cross_partition_commit
+        outbox = self._outbox_put(self.plan.submission.outbox, expires)
+        if cross:
+            ops.append(outbox)
+        else:  # first, as in a claim
+            self._commit([outbox], self._run_ref)
+        self._commit(ops, self._run_ref)
+        self._on_run_record(self._read(self._run_ref))  # adopted, or what came first: check again
+
+    def _expiry(self) -> float:
         return self.clock() + self.policy.retention
 
-    def finish(self, status: records.RunStatus, result: JSON = None, reason: JSON = None) -> JSON:
+    def _finish(self, status: RunStatus, result: JSON = None, reason: JSON = None) -> RunRecord:
         """Record the outcome: durably if no step claimed the request or if ``durable_outcome``,
-        else as a cache.
-
-        Returns the result, which strict encoding guarantees equal to what duplicates read back.
-        """
-        record = records.RunRecord(
-            self.fingerprint, status, result=result, reason=reason, finished_at=self.clock()
+        else as a cache. Strict encoding guarantees the result equals what duplicates read back."""
+        record = RunRecord(self.fingerprint, RunStatus.RUNNING, version=self.plan.version).finished(
+            status, self.clock(), result=result, reason=reason
         )
         value: JSON = record.to_json()
         text = encode(value, f"result of workflow {self.workflow!r}", envelope=1)
-        if not self.run_known:
-            insert = Insert(self.run_ref, value, text, self.expiry())
-            outcome = self.commit([insert], self.step, self.run_ref)
-            if not isinstance(outcome, Committed):
-                self.on_run_record(outcome.failures[0].existing)
-            else:
-                self.run_known = True
-                return result
-        completion = Put(self.run_ref, value, text, expires_at=self.expiry())
-        if self.durable_outcome:
-            self.commit([completion], self.step, self.run_ref)  # a Put that expects nothing: applied
+        if not self._run_known:
+            outcome = self._commit([Insert(self._run_ref, value, text, self._expiry())], self._run_ref)
+            if isinstance(outcome, Committed):
+                self._run_known = True
+                return record
+            self._on_run_record(outcome.failures[0].existing)
+        ops: list[Op] = [Put(self._run_ref, value, text, expires_at=self._expiry())]
+        cleanup: list[Op] = []
+        if self.plan.submission is not None:  # nothing left to relay
+            cross = self.store.capabilities.cross_partition_commit
+            (ops if cross and self.plan.durable_outcome else cleanup).append(Delete(self._outbox_ref()))
+        if self.plan.durable_outcome:
+            self._commit(ops, self._run_ref)  # Puts and Deletes that expect nothing: applied
         else:
-            self.store.commit_cache([completion])
-        return result
+            self.store.commit_cache(ops)
+        if cleanup:
+            self.store.commit_cache(cleanup)
+        return record
 
     # -- store calls ------------------------------------------------------
 
-    def read(self, ref: RowRef) -> Row | None:
+    def _read(self, ref: RowRef) -> Row | None:
         try:
             return self.store.read(ref)
         except TransientStoreError:
             row: Row | None = self.policy.transient.copy()(self.store.read, ref)
             return row
 
-    def commit(self, ops: list[Op], step: int, where: RowRef) -> CommitOutcome:
-        self.check_limits(ops, step, where)
+    def _commit(self, ops: list[Op], where: RowRef) -> CommitOutcome:
+        check_commit(ops, self.store.capabilities, lambda: self._place(where))
         try:
             return self.store.commit(ops)
         except TransientStoreError:
@@ -446,39 +603,8 @@ class Execution:
             outcome: CommitOutcome = self.policy.transient.copy()(self.store.commit, ops)
             return outcome
 
-    def check_limits(self, ops: list[Op], step: int, where: RowRef) -> None:
-        caps = self.store.capabilities
-        if len(ops) > caps.max_ops_per_commit:
-            self._limit(
-                step,
-                where,
-                f"{len(ops)} operations in one commit; the backend allows {caps.max_ops_per_commit}",
-            )
-        total = 0
-        for op in ops:
-            text: str | None = getattr(op, "text", None)
-            if text is not None:
-                size = len(text) if text.isascii() else len(text.encode("utf-8"))
-                if size > caps.max_value_bytes:
-                    self._limit(
-                        step,
-                        where,
-                        f"a value of {size} bytes; the backend allows {caps.max_value_bytes} per row",
-                    )
-                total += size
-            ref = op.ref
-            if len(ref.key) * 4 > caps.max_key_bytes or len(ref.partition) * 4 > caps.max_key_bytes:
-                for part in (ref.key, ref.partition):
-                    if len(part.encode("utf-8")) > caps.max_key_bytes:
-                        self._limit(step, where, f"a key or partition over {caps.max_key_bytes} bytes")
-        if total > caps.max_commit_bytes:
-            self._limit(
-                step, where, f"{total} bytes in one commit; the backend allows {caps.max_commit_bytes}"
-            )
-
-    def _limit(self, step: int, where: RowRef, problem: str) -> NoReturn:
-        raise LimitExceededError(
-            f"step {step} of workflow {self.workflow!r} request {self.request_id!r} on "
-            f"{where.table}/{where.partition}",
-            problem,
+    def _place(self, where: RowRef) -> str:
+        return (
+            f"step {self._step} of workflow {self.workflow!r} request {self.request_id!r} on "
+            f"{where.table}/{where.partition}"
         )

@@ -193,3 +193,70 @@ class QueueError(StoreError):
     :class:`StoreConfigError`, so a worker can tell "retry", "fix the setup" and
     "this message is gone" apart.
     """
+
+
+class StepFailedError(IdemflowError):
+    """A step raised while a worker ran it (the cause is chained as ``__cause__``).
+
+    A worker retries the request; once its retry budget is spent the request
+    ends ``failed`` with this step and reason (or is compensated, for a
+    workflow declared with ``on_failure="compensate"``).
+    """
+
+    def __init__(self, workflow: str, request_id: str, step: int, identity: str, cause: str) -> None:
+        super().__init__(workflow, request_id, step, identity, cause)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.step = step
+        self.identity = identity
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r} step {self.step} "
+            f"({self.identity}) failed: {self.cause}"
+        )
+
+
+class VersionNotHeldError(IdemflowError):
+    """A request started on a workflow version the caller does not hold.
+
+    Requests finish on the version they started with: pass that version's
+    ``@workflow`` to ``run(..., versions=[...])``, or let a worker holding it
+    finish the request.
+    """
+
+    def __init__(self, workflow: str, request_id: str, version: int, held: tuple[int, ...]) -> None:
+        super().__init__(workflow, request_id, version, held)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.version = version
+        self.held = held
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r} started on version {self.version}, "
+            f"but only version(s) {', '.join(map(str, self.held))} are held here"
+        )
+
+
+class RequestFailed(IdemflowError):
+    """A submitted request ended ``failed``: a step kept raising after its retries.
+
+    Its committed steps stay; ``idemflow retry`` resumes it after a fix,
+    ``idemflow abort`` compensates it.
+    """
+
+    def __init__(self, workflow: str, request_id: str, step: int, reason: str, attempts: int) -> None:
+        super().__init__(workflow, request_id, step, reason, attempts)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.step = step
+        self.reason = reason
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r} failed at step {self.step} "
+            f"after {self.attempts} attempt(s): {self.reason}"
+        )

@@ -9,7 +9,11 @@ reach a memo or bookkeeping row, whatever characters it holds:
   and ``c<n>`` for the compensation of step ``n``;
 - ``r<workflow>`` the run record, in the :data:`RUNS_TABLE` table under
   partition ``<request id>``; steps with no table of their own (``now()``,
-  ``effect``) keep their memos beside it.
+  ``effect``) keep their memos beside it;
+- ``o<workflow>|<request>`` an outbox entry (a submitted continuation that is
+  due), in one of the :data:`OUTBOX_SHARDS` partitions ``outbox.<n>`` of
+  :data:`RUNS_TABLE` (a request id equal to such a name shares the partition
+  but never a key: its rows start with ``r`` and ``m``).
 
 Workflow names and request ids are escaped (``%`` → ``%25``, ``|`` → ``%7C``)
 so the ``|`` separators are unambiguous: the encoding is injective.
@@ -22,6 +26,7 @@ so the ``|`` separators are unambiguous: the encoding is injective.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from idemflow.errors import InvalidNameError
@@ -34,7 +39,11 @@ _WORKFLOW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,99}")
 MAX_ID_CHARS = 255
 MAX_KEY_CHARS = 512
 
-DATA, MEMO, RUN = "d", "m", "r"
+DATA, MEMO, RUN, OUTBOX = "d", "m", "r", "o"
+
+OUTBOX_SHARDS = 16
+"""Partitions the outbox is spread over (no hot partition; a relay reads each once per pass).
+Part of the on-disk format: changing it would hide entries written under the old count."""
 
 
 def _escape(text: str) -> str:
@@ -73,6 +82,26 @@ def memo_prefix(workflow: str, request_id: str) -> str:
 def run_key(workflow: str) -> str:
     """Row key of the run record (partition: the request id)."""
     return RUN + workflow
+
+
+def outbox_partition(request_id: str) -> str:
+    """The outbox partition of a request: a stable hash, so every writer picks the same one.
+
+    >>> outbox_partition("order-1")
+    'outbox.11'
+    """
+    digest = hashlib.sha256(request_id.encode("utf-8")).digest()
+    return f"outbox.{digest[0] % OUTBOX_SHARDS}"
+
+
+def outbox_partitions() -> list[str]:
+    """Every outbox partition, in the order a relay reads them."""
+    return [f"outbox.{n}" for n in range(OUTBOX_SHARDS)]
+
+
+def outbox_key(workflow: str, request_id: str) -> str:
+    """Row key of a request's outbox entry."""
+    return f"{OUTBOX}{_escape(workflow)}|{_escape(request_id)}"
 
 
 def user_key(row_key: str) -> str | None:

@@ -60,11 +60,33 @@ class Atomic(NamedTuple):
     name: str
 
 
-class Special(NamedTuple):
-    """A step with no table of its own: now, uuid4, random, effect, abort, checkpoint."""
+class Now(NamedTuple):
+    """``now()``: the clock, read once and memoized."""
 
-    kind: str
-    payload: Any = None
+
+class Uuid4(NamedTuple):
+    """``uuid4()``: derived from the request and step, no store call."""
+
+
+class Random(NamedTuple):
+    """``random()``: derived from the request and step, no store call."""
+
+
+class Effect(NamedTuple):
+    """``effect(fn)``: a call outside the store, at least once, result memoized."""
+
+    label: str
+    function: Callable[[str], Any]
+
+
+class Abort(NamedTuple):
+    """``abort(reason)``: end the workflow and compensate, decided once."""
+
+    reason: Any
+
+
+class Checkpoint(NamedTuple):
+    """``checkpoint()``: where ``submit`` answers the client and hands the rest to workers."""
 
 
 class Call(NamedTuple):
@@ -74,9 +96,13 @@ class Call(NamedTuple):
     function: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    version: int = 1
 
 
-Node = Pure | Bind | Atomic | Special | Call
+TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint
+"""Steps with no table of their own; the engine dispatches on them exhaustively."""
+
+Node = Pure | Bind | Atomic | Call | Now | Uuid4 | Random | Effect | Abort | Checkpoint
 
 
 class Idem(BaseContainer, SupportsKind1["Idem[Any]", T], Bindable1[T], Mappable1[T], Generic[T]):
@@ -162,8 +188,3 @@ def atomic(
         raise InvalidInputError(f"atomic step body must be callable, not {type(body).__name__}")
     step_name = name if name is not None else getattr(body, "__qualname__", type(body).__qualname__)
     return Idem(Atomic(table, partition, body, compensate, step_name))
-
-
-def special(kind: str, payload: Any = None) -> Idem[Any]:
-    """A table-less step (used by the helpers in :mod:`idemflow.helpers`)."""
-    return Idem(Special(kind, payload))

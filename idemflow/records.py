@@ -1,23 +1,45 @@
-"""Formats of the bookkeeping rows: step memos and run records.
+"""The on-disk format of bookkeeping rows: step memos, run records, outbox entries.
+
+Requests in flight outlive a release, so this module is the single owner of
+what those rows hold; every reader and writer goes through these classes,
+and ``tests/golden/`` pins rows written by earlier releases, which every
+later version must still read.
 
 A memo is ``{"id": identity, "v": result}`` for a committed step, or
 ``{"id": identity, "abort": reason}`` for a step that aborted the workflow.
 ``identity`` names the step (``atomic debit``, ``now``, ``effect charge``), so
 a replay that meets another step's memo is caught as non-determinism.
 
-A run record is ``{"fp": input fingerprint, "status": ...}`` plus ``result``
-or ``reason`` once finished. It lives at ``(RUNS_TABLE, request id,
-run_key(workflow))``. Its ``running`` form is the durable claim on the
-fingerprint; the finished form is only a cache (losing it costs a replay).
+A run record lives at ``(RUNS_TABLE, request id, run_key(workflow))``:
+``{"fp": input fingerprint, "status": ..., "wv": workflow version}`` plus, for
+a submitted request, ``"in"`` (the input, so a worker resumes from a small
+queue pointer), and the outcome once finished: ``result``, ``reason`` or
+``fail`` (a failed request: reason, step, attempts). ``wait`` notes why no
+worker could run it yet. Rows written before versions existed lack ``wv``:
+they are version 1.
+
+An outbox entry says a submitted request's continuation is due: it lives in
+one of :data:`~idemflow.keys.OUTBOX_SHARDS` partitions of ``RUNS_TABLE`` so a
+relay finds every due entry in a few partition reads.
+
+>>> RunRecord.from_json({"fp": "ab", "status": "running"}).version
+1
+>>> Memo.from_json({"id": "atomic debit", "v": 5})
+Memo(identity='atomic debit', value=5, aborted=False)
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from idemflow.serialization import JSON
+
+MEMO_AT = 0
+"""Position of the memo insert in a step's commit (its failure carries the existing memo)."""
+RUN_AT = 1
+"""Position of the run-record insert when it rides in a step's commit."""
 
 
 class RunStatus(enum.StrEnum):
@@ -29,6 +51,53 @@ class RunStatus(enum.StrEnum):
     """Started; not known to be finished."""
     COMPLETED = "completed"
     ABORTED = "aborted"
+    FAILED = "failed"
+    """A step kept raising (or no worker held its workflow) until the retry policy was spent;
+    its committed steps stay. ``idemflow retry`` resumes it, ``idemflow abort`` compensates it."""
+
+    @property
+    def final(self) -> bool:
+        """Completed and aborted never change again (failed may be retried or aborted)."""
+        return self in (RunStatus.COMPLETED, RunStatus.ABORTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Memo:
+    """A step's memo: its identity and result, or the abort it decided."""
+
+    identity: str
+    value: JSON
+    aborted: bool = False
+
+    def to_json(self) -> dict[str, JSON]:
+        if self.aborted:
+            return {"id": self.identity, "abort": self.value}
+        return {"id": self.identity, "v": self.value}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Memo | None:
+        """The memo a row holds, or None if it is not one (so a replay reports non-determinism)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+            return None
+        if "abort" in raw:
+            return cls(raw["id"], raw["abort"], aborted=True)
+        return cls(raw["id"], raw.get("v"))
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a request ended ``failed``: the last error, at which step, after how many attempts."""
+
+    reason: str
+    step: int
+    attempts: int
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"reason": self.reason, "step": self.step, "attempts": self.attempts}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Failure:
+        return cls(str(raw["reason"]), int(raw["step"]), int(raw["attempts"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,33 +110,67 @@ class RunRecord:
     reason: JSON = None
     finished_at: float | None = None
     """Epoch seconds the outcome was recorded (garbage collection ages by it)."""
+    version: int = 1
+    """The workflow version the request started on: it finishes on that version."""
+    input: JSON = None
+    """``{"args": [...], "kwargs": {...}}`` of a submitted request, until it finishes."""
+    failure: Failure | None = None
+    waiting: str | None = None
+    """Why no worker could run it yet (a version no worker holds, code that differs)."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
+        if self.version != 1:
+            record["wv"] = self.version
         if self.finished_at is not None:
             record["at"] = self.finished_at
         if self.status is RunStatus.COMPLETED:
             record["result"] = self.result
         elif self.status is RunStatus.ABORTED:
             record["reason"] = self.reason
+        else:
+            if self.input is not None:
+                record["in"] = self.input
+            if self.failure is not None and self.status is RunStatus.FAILED:
+                record["fail"] = self.failure.to_json()
+            if self.waiting is not None:
+                record["wait"] = self.waiting
         return record
 
     @classmethod
     def from_json(cls, value: Any) -> RunRecord:
+        failure = value.get("fail")
         return cls(
             fingerprint=str(value["fp"]),
             status=RunStatus(value["status"]),
             result=value.get("result"),
             reason=value.get("reason"),
             finished_at=value.get("at"),
+            version=int(value.get("wv", 1)),
+            input=value.get("in"),
+            failure=None if failure is None else Failure.from_json(failure),
+            waiting=value.get("wait"),
+        )
+
+    def finished(self, status: RunStatus, at: float, result: JSON = None, reason: JSON = None) -> RunRecord:
+        """This request's record once it ended: the input is no longer needed."""
+        return replace(
+            self, status=status, result=result, reason=reason, finished_at=at, input=None, waiting=None
         )
 
 
-def memo(identity: str, value: JSON) -> dict[str, JSON]:
-    """The memo of a committed step."""
-    return {"id": identity, "v": value}
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """A submitted request whose continuation must be sent once ``due`` (epoch seconds) passes."""
 
+    workflow: str
+    version: int
+    request_id: str
+    due: float
 
-def abort_memo(identity: str, reason: JSON) -> dict[str, JSON]:
-    """The memo of a step that aborted the workflow."""
-    return {"id": identity, "abort": reason}
+    def to_json(self) -> dict[str, JSON]:
+        return {"wf": self.workflow, "wv": self.version, "id": self.request_id, "due": self.due}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> OutboxEntry:
+        return cls(str(raw["wf"]), int(raw["wv"]), str(raw["id"]), float(raw["due"]))

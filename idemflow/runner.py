@@ -26,19 +26,20 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Generator
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from returns.result import Failure, Result, Success
 
 from idemflow import records
-from idemflow.engine import DEFAULT_POLICY, AbortWorkflow, Execution, Finished, RetryPolicy
-from idemflow.errors import CompensationFailed, IdemflowError, InvalidInputError, WorkflowAborted
-from idemflow.keys import check_request_id, check_workflow_name, compensation_tag
+from idemflow.engine import Execution, OtherVersion, Plan
+from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
+from idemflow.keys import RUNS_TABLE, check_request_id, check_workflow_name, run_key
 from idemflow.monad import Bind, Call, Idem
-from idemflow.serialization import fingerprint
-from idemflow.stores.base import Store
-from idemflow.tx import StepAborted
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.serialization import JSON, decode, digest, encode, fingerprint
+from idemflow.stores.base import RowRef, Store
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,23 +47,38 @@ R = TypeVar("R")
 ANONYMOUS = "idem"
 """Workflow name of a run whose description is not a ``@workflow`` call."""
 
+OnFailure = Literal["fail", "compensate"]
+
 
 class Workflow(Generic[P, R]):
-    """A named workflow: calling it with an input gives the ``Idem`` to run."""
+    """A named, versioned workflow: calling it with an input gives the ``Idem`` to run."""
 
     # No __slots__: functools.update_wrapper-style attributes (__doc__, __wrapped__) need a __dict__.
 
-    def __init__(self, name: str, function: Callable[P, Any]) -> None:
+    def __init__(
+        self, name: str, function: Callable[P, Any], *, version: int = 1, on_failure: OnFailure = "fail"
+    ) -> None:
         self.name = check_workflow_name(name)
+        self.version = check_version(version)
+        if on_failure not in ("fail", "compensate"):
+            raise InvalidInputError(f"on_failure must be 'fail' or 'compensate', not {on_failure!r}")
+        self.on_failure: OnFailure = on_failure
         self.function = function
         self.__wrapped__ = function
         self.__doc__ = function.__doc__
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Idem[R]:
-        return Idem(Call(self.name, self.function, args, kwargs))
+        return Idem(Call(self.name, self.function, args, kwargs, self.version))
 
     def __repr__(self) -> str:
-        return f"<workflow {self.name!r}>"
+        return f"<workflow {self.name!r} v{self.version}>"
+
+
+def check_version(version: object) -> int:
+    """A workflow version: a positive int."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise InvalidInputError(f"a workflow version is a positive int, not {version!r}")
+    return version
 
 
 class WorkflowDecorator(Protocol):
@@ -74,33 +90,66 @@ class WorkflowDecorator(Protocol):
     def __call__(self, function: Callable[P, Idem[R]]) -> Workflow[P, R]: ...
 
 
-def workflow(name: str) -> WorkflowDecorator:
+def workflow(name: str, *, version: int = 1, on_failure: OnFailure = "fail") -> WorkflowDecorator:
     """Name a generator function (do-notation) or an ``Idem``-returning function.
 
     Each yielded ``Idem`` is one or more numbered steps; ``return`` gives the
     result. Loops and branches are fine as long as they depend only on the
     input and on step results.
+
+    ``version`` (default 1) is recorded with every request: a request always
+    finishes on the version it started with, so changing a workflow's steps
+    while requests are in flight means adding a new version beside the old
+    one (see docs/deploying.md). ``on_failure`` says what a worker does once
+    a step after a checkpoint has failed its retry budget: ``"fail"`` (the
+    default) ends the request ``failed`` with its steps kept, for an operator
+    to retry or abort; ``"compensate"`` runs the compensations of the
+    completed steps once and ends it ``aborted``.
     """
     check_workflow_name(name)
+    check_version(version)
 
     def decorate(function: Callable[P, Any]) -> Workflow[P, Any]:
-        return Workflow(name, function)
+        return Workflow(name, function, version=version, on_failure=on_failure)
 
     return decorate
 
 
-def describe(m: object) -> tuple[str, str]:
-    """The workflow name and input fingerprint of a run (validated before any write)."""
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a run is, checked before any write: workflow name, version, input and its fingerprint."""
+
+    workflow: str
+    version: int
+    fingerprint: str
+    call: Call | None
+    input_text: str = "null"
+    """Canonical JSON of ``{"args": [...], "kwargs": {...}}``, taken before the workflow runs."""
+
+    def input(self) -> JSON:
+        """The input as it was submitted: a copy the workflow cannot change under us."""
+        return decode(self.input_text)
+
+
+def describe_request(m: object) -> Request:
+    """Name, version and fingerprint of a run (validated before any write)."""
     if not isinstance(m, Idem):
         raise InvalidInputError(f"run() takes an Idem (a workflow call or a step), not {type(m).__name__}")
     node = m.node
     while type(node) is Bind:
         node = node.source
     if type(node) is Call:
-        where = f"input of workflow {node.name!r}"
         # {"args": [arg]} and {"kwargs": {name: arg}} wrap each argument two levels down.
-        return node.name, fingerprint({"args": list(node.args), "kwargs": node.kwargs}, where, envelope=2)
-    return ANONYMOUS, fingerprint(None)
+        where = f"input of workflow {node.name!r}"
+        text = encode({"args": list(node.args), "kwargs": node.kwargs}, where, envelope=2)
+        return Request(node.name, node.version, digest(text), node, text)
+    return Request(ANONYMOUS, 1, fingerprint(None), None)
+
+
+def describe(m: object) -> tuple[str, str]:
+    """The workflow name and input fingerprint of a run (validated before any write)."""
+    request = describe_request(m)
+    return request.workflow, request.fingerprint
 
 
 def execute(
@@ -110,57 +159,45 @@ def execute(
     store: Store,
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] = time.time,
-    prepare: Callable[[Execution], None] | None = None,
+    plan: Plan | None = None,
+    versions: Iterable[Workflow[Any, Any]] = (),
+    request: Request | None = None,
 ) -> records.RunRecord:
-    """Run ``m`` to its end (completed or aborted and compensated) and return the record."""
+    """Run ``m`` to its end (completed, or aborted and compensated) and return the record.
+
+    A request that started on another version of the workflow finishes on
+    that version if ``versions`` holds it, else :class:`VersionNotHeldError`.
+    ``request`` is ``describe_request(m)`` when the caller has it already.
+    """
     check_request_id(request_id)
-    name, fp = describe(m)
-    execution = Execution(store, name, request_id, fp, policy or DEFAULT_POLICY, clock)
-    if prepare is not None:
-        prepare(execution)
+    request = request or describe_request(m)
+    base = plan or Plan(version=request.version)
     try:
-        try:
-            value = execution.evaluate(m.node)
-        except AbortWorkflow as abort:
-            compensate(execution)
-            execution.finish(records.RunStatus.ABORTED, reason=abort.reason)
-            return records.RunRecord(fp, records.RunStatus.ABORTED, reason=abort.reason)
-        return records.RunRecord(
-            fp,
-            records.RunStatus.COMPLETED,
-            result=execution.finish(records.RunStatus.COMPLETED, result=value),
-        )
-    except Finished as finished:
-        return finished.record
+        return _execution(request, request_id, store, policy, clock, base).run(m.node)
+    except OtherVersion as other:
+        started = other.record.version
+        held = {flow.version: flow for flow in versions if flow.name == request.workflow}
+        flow = held.get(started)
+        if flow is None or request.call is None:
+            raise VersionNotHeldError(
+                request.workflow, request_id, started, tuple(sorted({request.version, *held}))
+            ) from None
+        again = flow(*request.call.args, **request.call.kwargs)
+        plan = Plan(version=started, durable_outcome=base.durable_outcome, step_errors=base.step_errors)
+        return _execution(request, request_id, store, policy, clock, plan).run(again.node)
 
 
-def compensate(execution: Execution) -> None:
-    """Undo the completed steps in reverse order, each an idempotent step of its own."""
-    for done in reversed(execution.completed):
-        node = done.node
-        assert node.compensate is not None
-        undo, result = node.compensate, done.result
-
-        def body(tx: Any, undo: Any = undo, result: Any = result) -> Any:
-            return undo(tx, result)
-
-        try:
-            execution.run_step(
-                node.table,
-                node.partition,
-                compensation_tag(done.step),
-                "compensate " + node.name,
-                body,
-                done.step,
-                abortable=False,
-            )
-        except IdemflowError:
-            raise
-        except (Exception, StepAborted) as exc:
-            cause = f"aborted: {exc.reason!r}" if isinstance(exc, StepAborted) else repr(exc)
-            raise CompensationFailed(
-                execution.workflow, execution.request_id, done.step, node.name, cause
-            ) from exc
+def _execution(
+    request: Request,
+    request_id: str,
+    store: Store,
+    policy: RetryPolicy | None,
+    clock: Callable[[], float],
+    plan: Plan,
+) -> Execution:
+    return Execution(
+        store, request.workflow, request_id, request.fingerprint, policy or DEFAULT_POLICY, clock, plan
+    )
 
 
 def run(
@@ -170,13 +207,16 @@ def run(
     store: Store,
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] = time.time,
+    versions: Iterable[Workflow[Any, Any]] = (),
 ) -> R:
     """Run ``m`` under ``request_id`` to completion in the caller; exactly once.
 
     Duplicates, retries after crashes and racing callers all return the same
     result. Raises :class:`~idemflow.errors.WorkflowAborted` if it aborted.
+    ``versions`` are other versions of the workflow, to finish a request that
+    started on one of them (a retry across a deploy).
     """
-    record = execute(m, request_id=request_id, store=store, policy=policy, clock=clock)
+    record = execute(m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions)
     if record.status is records.RunStatus.ABORTED:
         raise WorkflowAborted(record.reason, describe(m)[0], request_id)
     result: R = record.result  # type: ignore[assignment]
@@ -190,6 +230,7 @@ def run_result(
     store: Store,
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] = time.time,
+    versions: Iterable[Workflow[Any, Any]] = (),
 ) -> Result[R, WorkflowAborted]:
     """Like :func:`run`, with an abort as ``Failure(WorkflowAborted)`` instead of raised.
 
@@ -198,7 +239,9 @@ def run_result(
     <Success: 1>
     """
     try:
-        return Success(run(m, request_id=request_id, store=store, policy=policy, clock=clock))
+        return Success(
+            run(m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions)
+        )
     except WorkflowAborted as aborted:
         return Failure(aborted)
 
@@ -252,8 +295,6 @@ def idempotent(
 
 def run_status(store: Store, workflow: str, request_id: str) -> records.RunRecord | None:
     """The run record of a request, or None if no step of it ever committed."""
-    from idemflow.keys import RUNS_TABLE, run_key
-    from idemflow.stores.base import RowRef
-
-    row = store.read(RowRef(RUNS_TABLE, check_request_id(request_id), run_key(check_workflow_name(workflow))))
+    ref = RowRef(RUNS_TABLE, check_request_id(request_id), run_key(check_workflow_name(workflow)))
+    row = store.read(ref)
     return None if row is None else records.RunRecord.from_json(row.value)

@@ -74,7 +74,12 @@ def decode(text: str) -> JSON:
 
 def fingerprint(value: object, where: str = "workflow input", *, envelope: int = 0) -> str:
     """sha256 of the canonical JSON of ``value``: equal inputs, equal fingerprints."""
-    return hashlib.sha256(encode(value, where, envelope=envelope).encode("utf-8")).hexdigest()
+    return digest(encode(value, where, envelope=envelope))
+
+
+def digest(text: str) -> str:
+    """The fingerprint of a canonical JSON text (hex sha256 of its UTF-8)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 _SCALARS = (str, int, float, bool, type(None))

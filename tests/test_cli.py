@@ -36,7 +36,7 @@ def test_status_and_gc_on_sqlite(tmp_path: Path) -> None:
     url = f"sqlite:{path}"
     shown = idemflow("status", "--store", url, "idem", "r1")
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout) == {"status": "completed", "result": "ok"}
+    assert json.loads(shown.stdout) == {"status": "completed", "version": 1, "result": "ok"}
     assert json.loads(idemflow("status", "--store", url, "idem", "nope").stdout) == {"status": "pending"}
     collected = idemflow("gc", "--store", url, "--older-than", "0s")
     assert collected.returncode == 0 and "collected 1 finished requests" in collected.stdout

@@ -49,12 +49,7 @@ from idemflow.async_worklist import (
     open_queue,
     submit,
 )
-from idemflow.async_worklist.messages import (
-    Continuation,
-    RecordedStep,
-    decode_continuation,
-    encode_continuation,
-)
+from idemflow.async_worklist.messages import decode_pointer
 from idemflow.async_worklist.queues.base import Message
 from idemflow.gc import collect
 from idemflow.keys import MAX_ID_CHARS, MAX_KEY_CHARS, RUNS_TABLE, memo_key, run_key, step_tag
@@ -481,7 +476,7 @@ def test_altered_messages_are_refused_or_mean_the_same(
     assume(body[index] != char)
     altered = body[:index] + char + body[index + 1 :]
     try:
-        same = decode_continuation(altered, KEY) == decode_continuation(body, KEY)
+        same = decode_pointer(altered, KEY) == decode_pointer(body, KEY)
     except IdemflowError:
         same = False
     before = counted(store)  # the store is shared by the examples of this test
@@ -523,7 +518,7 @@ def test_a_signature_with_non_ascii_characters_is_rejected_at_once(
     raw["sig"] = forge(raw["sig"])
     body = json.dumps(raw)  # ensure_ascii: a lone surrogate survives only this way
     with pytest.raises(MessageRejected, match="signature"):
-        decode_continuation(body, KEY)
+        decode_pointer(body, KEY)
     queue = deliver(store, [body])
     assert [reason for _, reason in queue.dead_letters()] == [
         "rejected: signature is not an HMAC-SHA256 in 64 lowercase hex digits"
@@ -549,11 +544,18 @@ def test_replayed_messages_take_effect_once(submitted: tuple[Store, str, Message
 
 
 def test_unsigned_workers_ignore_forged_step_values(submitted: tuple[Store, str, Message]) -> None:
-    store, request_id, message = submitted
-    raw = json.loads(message.body)
-    steps = tuple(RecordedStep(tag, identity, "no") for tag, identity, _ in raw["recorded"])
-    forged = Continuation("survey", request_id, raw["input"]["args"], {}, steps)
-    deliver(store, [encode_continuation(forged, None)], key=None)
+    """A format-1 message (from before pointers) carrying forged step values: they are never used."""
+    store, request_id, _ = submitted
+    record = run_status(store, "survey", request_id)
+    assert record is not None and isinstance(record.input, dict)
+    forged = {
+        "v": 1,
+        "workflow": "survey",
+        "request_id": request_id,
+        "input": record.input,
+        "recorded": [["s1", "atomic record", "no"]],
+    }
+    deliver(store, [json.dumps(forged)], key=None)
     assert counted(store) == {"yes": 1}  # the memo's "yes", not the carried "no"
 
 

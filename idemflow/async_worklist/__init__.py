@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
 from idemflow.async_worklist.messages import MessageRejected
+from idemflow.async_worklist.outbox import relay
 from idemflow.async_worklist.queues import _LAZY, Message, MessageLostError, Queue, open_queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
@@ -38,6 +39,7 @@ __all__ = [
     "WorkerStats",
     "checkpoint",
     "open_queue",
+    "relay",
     "status",
     "submit",
 ]

@@ -1,16 +1,22 @@
-"""Continuation messages: the rest of a workflow, as JSON a worker can trust.
+"""Continuation messages: a small pointer to a submitted request, as JSON.
 
-A message names a registered workflow and carries its input and the values
-of the steps already done (with each step's identity), so a worker resumes
-without reading those steps back from the store. It is JSON only, never
-pickle, and parsed strictly: anything malformed is refused before it can
-reach a workflow. When a signing key is configured the message carries an
-HMAC-SHA256 over its canonical form; a worker with a key refuses unsigned or
-tampered messages, and trusts carried step values only from signed ones.
+A message names the workflow, the version the request started on and the
+request id; the input and every step value stay in the store (the run
+record and the memos), so any input the store accepts can be resumed,
+whatever the queue's size limit, and a worker always checks what it replays
+against the memos. It is JSON only, never pickle, and parsed strictly.
+When a signing key is configured the message carries an HMAC-SHA256 over its
+canonical form and a worker with a key refuses unsigned or tampered ones. A
+forged pointer can at worst resume a request somebody submitted, which the
+memos make harmless.
 
->>> body = encode_continuation(Continuation("survey", "r-1", [1], {}, ()), b"k")
->>> decode_continuation(body, b"k").workflow
-'survey'
+Messages of format 1 (from releases before pointers, still in queues at an
+upgrade) are read too: their input is checked against the stored
+fingerprint and their carried step values are ignored.
+
+>>> body = encode_pointer(Pointer("survey", 2, "r-1"), b"k")
+>>> decode_pointer(body, b"k")
+Pointer(workflow='survey', version=2, request_id='r-1', steps=(), legacy_input=None)
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 from idemflow.errors import InvalidInputError
 from idemflow.serialization import JSON, encode
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
 """What :func:`_signature` produces: HMAC-SHA256 as 64 lowercase hex digits."""
 
@@ -42,37 +48,32 @@ class MessageRejected(InvalidInputError):
 
 
 @dataclass(frozen=True, slots=True)
-class RecordedStep:
-    """A step done before the checkpoint: its memo tag, identity and value."""
-
-    tag: str
-    identity: str
-    value: JSON
-
-
-@dataclass(frozen=True, slots=True)
-class Continuation:
-    """What a worker needs to finish a request."""
+class Pointer:
+    """What a worker needs to find a request: its workflow, version and id."""
 
     workflow: str
+    version: int
     request_id: str
-    args: list[JSON]
-    kwargs: dict[str, JSON]
-    recorded: tuple[RecordedStep, ...]
-    signed: bool = False
+    steps: tuple[tuple[str, str, str], ...] = ()
+    """``(table, partition, identity)`` of each step before the checkpoint, as ``submit`` ran them:
+    a resume checks them against its code. Absent from pointers a relay sends."""
+    legacy_input: dict[str, JSON] | None = None
+    """The input a format-1 message carried (checked against the stored fingerprint)."""
 
 
-def _payload(continuation: Continuation) -> dict[str, JSON]:
-    return {
+def _payload(pointer: Pointer) -> dict[str, JSON]:
+    payload: dict[str, JSON] = {
         "v": FORMAT_VERSION,
-        "workflow": continuation.workflow,
-        "request_id": continuation.request_id,
-        "input": {"args": continuation.args, "kwargs": continuation.kwargs},
-        "recorded": [[step.tag, step.identity, step.value] for step in continuation.recorded],
+        "workflow": pointer.workflow,
+        "version": pointer.version,
+        "request_id": pointer.request_id,
     }
+    if pointer.steps:
+        payload["steps"] = [list(step) for step in pointer.steps]
+    return payload
 
 
-# Every user value in a payload (an argument, a recorded step value) sits three levels down.
+# A format-1 message carried user values three levels down (input -> args -> value).
 _ENVELOPE = 3
 
 
@@ -80,16 +81,22 @@ def _signature(payload: dict[str, JSON], key: bytes) -> str:
     return hmac.new(key, encode(payload, envelope=_ENVELOPE).encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def encode_continuation(continuation: Continuation, key: bytes | None) -> str:
+def encode_pointer(pointer: Pointer, key: bytes | None) -> str:
     """The message body: canonical JSON, signed when ``key`` is given."""
-    payload = _payload(continuation)
+    payload = _payload(pointer)
     if key is not None:
         payload["sig"] = _signature(payload, key)
-    where = f"continuation of {continuation.workflow!r} request {continuation.request_id!r}"
-    return encode(payload, where, envelope=_ENVELOPE)
+    return encode(payload, f"continuation of {pointer.workflow!r} request {pointer.request_id!r}")
 
 
-def decode_continuation(body: str, key: bytes | None) -> Continuation:
+_FIELDS = {
+    2: {"v", "workflow", "version", "request_id"},
+    1: {"v", "workflow", "request_id", "input", "recorded"},
+}
+_OPTIONAL = {2: {"sig", "steps"}, 1: {"sig"}}
+
+
+def decode_pointer(body: str, key: bytes | None) -> Pointer:
     """Parse and check a message body; :class:`MessageRejected` says why not."""
     try:
         raw: Any = json.loads(body)
@@ -97,35 +104,53 @@ def decode_continuation(body: str, key: bytes | None) -> Continuation:
         raise MessageRejected(f"not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise MessageRejected("not a JSON object")
-    expected = {"v", "workflow", "request_id", "input", "recorded"}
-    extra = set(raw) - expected - {"sig"}
+    expected = _FIELDS.get(raw.get("v"))  # type: ignore[arg-type]
+    if expected is None:
+        raise MessageRejected(f"format version {raw.get('v')!r}, this worker reads 1 and {FORMAT_VERSION}")
+    extra = set(raw) - expected - _OPTIONAL[raw["v"]]
     if extra or not expected <= set(raw):
         raise MessageRejected(f"unexpected fields {sorted(extra)} or missing {sorted(expected - set(raw))}")
-    if raw["v"] != FORMAT_VERSION:
-        raise MessageRejected(f"format version {raw['v']!r}, this worker reads {FORMAT_VERSION}")
-    workflow, request_id, given_input = raw["workflow"], raw["request_id"], raw["input"]
+    workflow, request_id = raw["workflow"], raw["request_id"]
     if not isinstance(workflow, str) or not isinstance(request_id, str) or not request_id:
         raise MessageRejected("workflow and request_id must be strings")
-    if not isinstance(given_input, dict) or set(given_input) != {"args", "kwargs"}:
+    version = raw.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise MessageRejected("version must be a positive int")
+    legacy = _legacy_input(raw) if raw["v"] == 1 else None
+    steps = raw.get("steps", [])
+    if not isinstance(steps, list) or not all(_is_journal_entry(step) for step in steps):
+        raise MessageRejected("steps must be a list of [table, partition, identity]")
+    _check_signature(raw, key)
+    return Pointer(workflow, version, request_id, tuple(tuple(step) for step in steps), legacy)
+
+
+def _is_journal_entry(step: object) -> bool:
+    return isinstance(step, list) and len(step) == 3 and all(isinstance(part, str) for part in step)
+
+
+def _legacy_input(raw: dict[str, Any]) -> dict[str, JSON]:
+    given = raw["input"]
+    if not isinstance(given, dict) or set(given) != {"args", "kwargs"}:
         raise MessageRejected("input must be {'args': [...], 'kwargs': {...}}")
-    if not isinstance(given_input["args"], list) or not isinstance(given_input["kwargs"], dict):
+    if not isinstance(given["args"], list) or not isinstance(given["kwargs"], dict):
         raise MessageRejected("input args must be a list and kwargs an object")
     recorded = raw["recorded"]
     if not isinstance(recorded, list) or not all(_is_step(step) for step in recorded):
         raise MessageRejected("recorded must be a list of [tag, identity, value]")
-    signed = "sig" in raw
-    if key is not None:
-        if not signed:
-            raise MessageRejected("unsigned message, but this worker requires signatures")
-        signature = raw.pop("sig")
-        # The shape first: hmac.compare_digest takes only ASCII str (anything else raises TypeError).
-        if not isinstance(signature, str) or not _SIGNATURE.fullmatch(signature):
-            raise MessageRejected("signature is not an HMAC-SHA256 in 64 lowercase hex digits")
-        if not hmac.compare_digest(signature.encode("ascii"), _signature(raw, key).encode("ascii")):
-            raise MessageRejected("signature does not match: message tampered with or signed by another key")
-    steps = tuple(RecordedStep(step[0], step[1], step[2]) for step in recorded)
-    args, kwargs = given_input["args"], given_input["kwargs"]
-    return Continuation(workflow, request_id, args, kwargs, steps, signed=signed and key is not None)
+    return given
+
+
+def _check_signature(raw: dict[str, Any], key: bytes | None) -> None:
+    if key is None:
+        return
+    if "sig" not in raw:
+        raise MessageRejected("unsigned message, but this worker requires signatures")
+    signature = raw.pop("sig")
+    # The shape first: hmac.compare_digest takes only ASCII str (anything else raises TypeError).
+    if not isinstance(signature, str) or not _SIGNATURE.fullmatch(signature):
+        raise MessageRejected("signature is not an HMAC-SHA256 in 64 lowercase hex digits")
+    if not hmac.compare_digest(signature.encode("ascii"), _signature(raw, key).encode("ascii")):
+        raise MessageRejected("signature does not match: message tampered with or signed by another key")
 
 
 def _is_step(step: object) -> bool:

@@ -24,28 +24,35 @@ workers treat as a duplicate.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow.async_worklist.messages import Continuation, RecordedStep, encode_continuation
+from idemflow.async_worklist.messages import Pointer, encode_pointer
+from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.engine import Execution, RetryPolicy
-from idemflow.errors import InvalidInputError, WorkflowAborted
-from idemflow.monad import Call, Idem, special
-from idemflow.records import RunStatus
-from idemflow.runner import execute, run_status
+from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission
+from idemflow.errors import InvalidInputError, RequestFailed, StoreError, VersionNotHeldError, WorkflowAborted
+from idemflow.keys import RUNS_TABLE, check_request_id, outbox_key, outbox_partition
+from idemflow.monad import Call, Checkpoint, Idem
+from idemflow.policy import RetryPolicy
+from idemflow.records import Failure, OutboxEntry, RunRecord, RunStatus
+from idemflow.runner import describe_request, execute, run_status
 from idemflow.serialization import JSON
-from idemflow.stores.base import Store
+from idemflow.stores.base import Delete, RowRef, Store
 
 SIGNING_KEY_ENV = "IDEMFLOW_SIGNING_KEY"
+
+log = logging.getLogger("idemflow.submit")
 
 
 def checkpoint() -> Idem[None]:
     """Where a client may be answered early: ``yield checkpoint()``."""
-    return special("checkpoint")
+    return Idem(Checkpoint())
 
 
 def resolve_signing_key(explicit: bytes | str | None) -> bytes | None:
@@ -58,11 +65,25 @@ def resolve_signing_key(explicit: bytes | str | None) -> bytes | None:
 
 @dataclass(frozen=True, slots=True)
 class RequestStatus:
-    """Where a request stands: ``pending | running | completed | aborted`` and its outcome."""
+    """Where a request stands and its outcome.
+
+    ``status`` is ``pending | running | completed | aborted | failed``;
+    ``version`` the workflow version it runs on; ``failure`` why it failed;
+    ``waiting`` why no worker could run it yet (e.g. no worker holds its version).
+    """
 
     status: RunStatus
     result: JSON = None
     reason: JSON = None
+    version: int = 1
+    failure: Failure | None = None
+    waiting: str | None = None
+
+    @classmethod
+    def of(cls, record: RunRecord) -> RequestStatus:
+        return cls(
+            record.status, record.result, record.reason, record.version, record.failure, record.waiting
+        )
 
 
 def status(store: Store, workflow: str, request_id: str) -> RequestStatus:
@@ -70,7 +91,7 @@ def status(store: Store, workflow: str, request_id: str) -> RequestStatus:
     record = run_status(store, workflow, request_id)
     if record is None:
         return RequestStatus(RunStatus.PENDING)
-    return RequestStatus(record.status, record.result, record.reason)
+    return RequestStatus.of(record)
 
 
 class Pending:
@@ -103,19 +124,21 @@ class Pending:
     def _current(self) -> RequestStatus:
         if self.outcome is None:
             current = status(self.store, self.workflow, self.request_id)
-            if current.status not in (RunStatus.COMPLETED, RunStatus.ABORTED):
+            if not current.status.final:
                 return current
             self.outcome = current  # final: it never changes again
         return self.outcome
 
     def status(self) -> RunStatus:
-        """``pending | running | completed | aborted``."""
+        """``pending | running | completed | aborted | failed``."""
         return self._current().status
 
     def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
         """Wait for the workers to finish; the result, or :class:`WorkflowAborted`.
 
-        Raises :class:`TimeoutError` if not finished within ``timeout`` seconds.
+        Raises :class:`~idemflow.errors.RequestFailed` for a request that
+        ended ``failed`` and :class:`TimeoutError` if not finished within
+        ``timeout`` seconds.
         """
         deadline = None if timeout is None else self._clock() + timeout
         while True:
@@ -124,16 +147,17 @@ class Pending:
                 return current.result
             if current.status is RunStatus.ABORTED:
                 raise WorkflowAborted(current.reason, self.workflow, self.request_id)
+            if current.status is RunStatus.FAILED and current.failure is not None:
+                failure = current.failure
+                raise RequestFailed(
+                    self.workflow, self.request_id, failure.step, failure.reason, failure.attempts
+                )
             if deadline is not None and self._clock() >= deadline:
                 raise TimeoutError(f"request {self.request_id!r} of {self.workflow!r} not finished")
             self._sleep(poll)
 
     def __repr__(self) -> str:
         return f"<Pending {self.workflow}/{self.request_id}>"
-
-
-class _Checkpointed(BaseException):
-    """Reached the first checkpoint in ``submit``: stop here, enqueue the rest."""
 
 
 def submit(
@@ -145,55 +169,72 @@ def submit(
     signing_key: bytes | str | None = None,
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] | None = None,
+    grace: float = DEFAULT_GRACE,
 ) -> Pending:
-    """Run ``m`` up to its first checkpoint, enqueue the rest, return a :class:`Pending`.
+    """Run ``m`` up to its first checkpoint, hand the rest to workers, return a :class:`Pending`.
 
-    ``m`` must be a ``@workflow`` call (workers find workflows by name). If
-    the workflow finishes or aborts before any checkpoint (or the request
+    ``m`` must be a ``@workflow`` call (workers find workflows by name and
+    version). The input is stored with the request's first commit, together
+    with an outbox entry saying its continuation is due; at the checkpoint a
+    small pointer is sent to ``queue``. If the process dies or the queue is
+    down before that, a worker's relay sends it ``grace`` seconds after the
+    claim: a submitted request always has a durable way to finish.
+
+    If the workflow finishes or aborts before any checkpoint (or the request
     already finished), its completion record is written durably before
-    ``submit`` returns and the handle carries the outcome: final at once,
-    for this caller and for :func:`status`. ``signing_key`` (default:
-    ``IDEMFLOW_SIGNING_KEY``) signs the message so workers can trust the
-    step values it carries. ``clock`` is the wall clock of the run (seconds
-    since the epoch: ``now()`` values, retention expiry, ``finished_at``),
-    ``time.time`` by default, as in :func:`idemflow.run`.
+    ``submit`` returns and the handle carries the outcome. A request that
+    started on another version of the workflow is left to the workers that
+    hold it. ``signing_key`` (default: ``IDEMFLOW_SIGNING_KEY``) signs the
+    pointer. ``clock`` is the wall clock of the run (seconds since the epoch:
+    ``now()`` values, retention expiry, the outbox due time), ``time.time``
+    by default, as in :func:`idemflow.run`.
     """
     call = m.node if isinstance(m, Idem) else None
     if not isinstance(call, Call):
         raise InvalidInputError("submit() needs a @workflow call, e.g. submit(my_workflow(input), ...)")
+    check_request_id(request_id)
+    request = describe_request(m)
+    wall = time.time if clock is None else clock
+    entry = OutboxEntry(request.workflow, request.version, request_id, wall() + grace)
+    plan = Plan(
+        version=request.version,
+        at_checkpoint=AtCheckpoint.STOP,
+        submission=Submission(request.input(), entry),
+        durable_outcome=True,  # the handle returned says final: so must the store
+    )
     key = resolve_signing_key(signing_key)
-    captured: list[Execution] = []
-
-    def prepare(execution: Execution) -> None:
-        execution.journal = []
-        execution.on_checkpoint = at_checkpoint
-        execution.durable_outcome = True  # the handle returned says final: so must the store
-        captured.append(execution)
-
-    def at_checkpoint(execution: Execution) -> None:
-        if not execution.run_known:
-            execution.ensure_run_record()  # a worker accepts only requests that were submitted
-        raise _Checkpointed
-
     try:
         record = execute(
-            m,
-            request_id=request_id,
-            store=store,
-            policy=policy,
-            clock=time.time if clock is None else clock,
-            prepare=prepare,
+            m, request_id=request_id, store=store, policy=policy, clock=wall, plan=plan, request=request
         )
-    except _Checkpointed:
-        journal = captured[0].journal or []
-        continuation = Continuation(
-            call.name,
-            request_id,
-            list(call.args),
-            dict(call.kwargs),
-            tuple(RecordedStep(tag, identity, value) for tag, identity, value in journal),
+    except Checkpointed as reached:
+        _send(store, queue, Pointer(request.workflow, request.version, request_id, reached.journal), key)
+        return Pending(store, request.workflow, request_id)
+    except VersionNotHeldError as other:  # a duplicate after a deploy: its own version finishes it
+        _send(store, queue, Pointer(request.workflow, other.version, request_id), key)
+        return Pending(store, request.workflow, request_id)
+    return Pending(store, request.workflow, request_id, outcome=RequestStatus.of(record))
+
+
+def _send(store: Store, queue: Queue, pointer: Pointer, key: bytes | None) -> None:
+    """Send the pointer and clear the outbox entry; a queue that fails leaves it to the relay."""
+    body = encode_pointer(pointer, key)
+    if len(body.encode("utf-8")) > queue.max_body_bytes:  # hundreds of long-named steps
+        body = encode_pointer(dataclasses.replace(pointer, steps=()), key)
+    try:
+        queue.send(body)
+    except StoreError as exc:  # QueueError, TransientStoreError, StoreConfigError
+        log.warning(
+            "queue send failed; a worker's relay will send the continuation: %s",
+            exc,
+            extra={
+                "workflow": pointer.workflow,
+                "version": pointer.version,
+                "request_id": pointer.request_id,
+            },
         )
-        queue.send(encode_continuation(continuation, key))
-        return Pending(store, call.name, request_id)
-    outcome = RequestStatus(record.status, record.result, record.reason)
-    return Pending(store, call.name, request_id, outcome=outcome)
+        return
+    ref = RowRef(
+        RUNS_TABLE, outbox_partition(pointer.request_id), outbox_key(pointer.workflow, pointer.request_id)
+    )
+    store.commit_cache([Delete(ref)])

@@ -1,23 +1,26 @@
-"""Background workers: finish checkpointed workflows from a reliable queue.
+"""Background workers: finish submitted workflows from a reliable queue.
 
-A worker receives a continuation with a visibility timeout, checks it (JSON
-shape, signature, registered workflow, a run record with the same input
-fingerprint — so a forged message for a request nobody submitted never
-runs), resumes the workflow through the same step engine as ``run`` (steps
-carried by a signed message replay without store reads), and deletes the
-message only after the workflow completed or aborted and its completion
-record was written durably, so ``status()`` is final once the message is
-gone. While it works it keeps extending the message's visibility. A worker
-killed at any point loses nothing: the message comes back and the memos make
-the rerun exact.
+A worker receives a pointer (workflow, version, request id) with a
+visibility timeout and reads the request's run record: a pointer to a
+request nobody submitted is dead-lettered, a finished one is a duplicate.
+The request then runs on the version it *started* with, through the same
+step engine as ``run``: every step already committed replays from its memo,
+and each memo's step identity is checked against the code. The message is
+deleted only after the outcome was written durably, so ``status()`` is final
+once the message is gone. While it works the worker keeps extending the
+message's visibility; a worker killed at any point loses nothing.
 
-Messages that can never succeed go to the queue's dead-letter place at their
-first delivery, with a reason starting ``rejected:`` (malformed, tampered,
-unknown workflow, input the library refuses: any
-:class:`~idemflow.errors.InvalidInputError`) or ``non-deterministic resume:``.
-Other failures (a store that is down, a bug in a step) are retried with
-backoff and dead-lettered after ``max_deliveries`` attempts. Every dead
-letter is logged.
+What cannot run here waits instead of running on other code: a request
+whose version this worker does not hold, or whose memos do not match this
+code (a step changed without a new version), is given back to the queue
+with a delay and its run record says why (``status(...).waiting``). A step
+that keeps raising ends, after ``max_deliveries`` attempts, in ``failed``
+(reason, step, attempts), or is compensated and ends ``aborted`` for a
+workflow declared ``on_failure="compensate"``; so does a workflow no worker
+here holds at all. Store and queue errors never fail a request: they are
+retried with backoff. Malformed, tampered or unknown messages are
+dead-lettered at once with a reason starting ``rejected:``. Every worker
+also runs the outbox relay (:mod:`idemflow.async_worklist.outbox`).
 
 >>> from idemflow import MemoryStore, atomic, workflow
 >>> from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, submit
@@ -44,16 +47,25 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemflow.async_worklist.messages import Continuation, MessageRejected, decode_continuation
-from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
+from idemflow.async_worklist import _runs
+from idemflow.async_worklist.messages import MessageRejected, Pointer, decode_pointer
+from idemflow.async_worklist.outbox import relay
+from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue, check_seconds
 from idemflow.async_worklist.submit import resolve_signing_key
-from idemflow.engine import Execution, RetryPolicy
-from idemflow.errors import InvalidInputError, NonDeterminismError
-from idemflow.records import RunStatus
-from idemflow.runner import Workflow, describe, execute, run_status
+from idemflow.engine import Aborting, Plan
+from idemflow.errors import InvalidInputError, NonDeterminismError, StepFailedError
+from idemflow.keys import check_request_id
+from idemflow.policy import RetryPolicy
+from idemflow.records import RunRecord, RunStatus
+from idemflow.runner import Workflow, describe_request, execute
 from idemflow.stores.base import Store
 
 log = logging.getLogger("idemflow.worker")
+
+
+def _event(level: int, event: str, **fields: Any) -> None:
+    """One log event: JSON text for people and log shippers, the same fields as ``extra``."""
+    log.log(level, json.dumps({"event": event, **fields}, default=str), extra=fields)
 
 
 @dataclass
@@ -65,6 +77,9 @@ class WorkerStats:
     duplicates: int = 0
     dead_lettered: int = 0
     retried: int = 0
+    failed: int = 0
+    waiting: int = 0
+    relayed: int = 0
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -81,17 +96,33 @@ class _Holder:
         self.lock = threading.Lock()
 
 
-class Worker:
-    """Drains ``queue``, finishing workflows found by name among ``workflows``.
+class _Wait(Exception):
+    """This worker cannot run the request now (version not held, code that differs)."""
 
-    ``concurrency`` threads take messages; ``signing_key`` (default:
-    ``IDEMFLOW_SIGNING_KEY``) makes the worker refuse unsigned or tampered
-    messages; a message failing ``max_deliveries`` times is dead-lettered;
-    ``policy`` is the runs' :class:`~idemflow.engine.RetryPolicy`; ``wait``
-    is the receive long-poll in seconds. ``clock`` is the wall clock of the
-    runs (seconds since the epoch: ``now()`` values, retention expiry,
-    ``finished_at``), ``time.time`` by default, as in :func:`idemflow.run`;
-    the worker's own pacing and statistics use the monotonic clock.
+    def __init__(self, why: str, *, bounded: bool = False) -> None:
+        super().__init__(why)
+        self.why = why
+        self.bounded = bounded
+        """Counts toward ``max_deliveries`` (a workflow nobody here holds), then fails."""
+
+
+class Worker:
+    """Drains ``queue``, finishing workflows found by name and version among ``workflows``.
+
+    ``workflows`` may hold several versions of one workflow: each request
+    finishes on the version it started with. ``concurrency`` threads take
+    messages; ``signing_key`` (default: ``IDEMFLOW_SIGNING_KEY``) makes the
+    worker refuse unsigned or tampered messages; a request whose step failed
+    ``max_deliveries`` times ends ``failed`` (or compensated); ``policy`` is
+    the runs' :class:`~idemflow.policy.RetryPolicy`; ``wait`` is the receive
+    long-poll in seconds; ``version_wait`` (at most 900 s, SQS's longest
+    delay) how long a request this worker cannot run waits before it is
+    offered again, as a fresh message, so waiting never counts as an
+    attempt; ``relay_every`` how
+    often the outbox relay runs (``None``: never). ``clock`` is the wall clock
+    of the runs (seconds since the epoch: ``now()`` values, retention expiry,
+    ``finished_at``, outbox due times), ``time.time`` by default; the worker's
+    own pacing and statistics use the monotonic clock.
     """
 
     def __init__(
@@ -105,13 +136,15 @@ class Worker:
         max_deliveries: int = 5,
         policy: RetryPolicy | None = None,
         wait: float = 0.5,
+        version_wait: float = 30.0,
+        relay_every: float | None = 10.0,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self.registry: dict[str, Workflow[Any, Any]] = {}
+        self.registry: dict[str, dict[int, Workflow[Any, Any]]] = {}
         for flow in workflows:
             if not isinstance(flow, Workflow):
                 raise TypeError(f"Worker needs @workflow functions, got {flow!r}")
-            self.registry[flow.name] = flow
+            self.registry.setdefault(flow.name, {})[flow.version] = flow
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.store = store
@@ -121,6 +154,8 @@ class Worker:
         self.max_deliveries = max_deliveries
         self.policy = policy
         self.wait = wait
+        self.version_wait = check_seconds(version_wait, "version_wait", high=900.0)  # SQS's longest delay
+        self.relay_every = relay_every
         self.clock: Callable[[], float] = time.time if clock is None else clock
         self.stats = WorkerStats()
         self._stop = threading.Event()
@@ -145,6 +180,8 @@ class Worker:
             threading.Thread(target=self._consume, name=f"idemflow-worker-{n}", daemon=True)
             for n in range(self.concurrency)
         ]
+        if self.relay_every is not None:
+            threads.append(threading.Thread(target=self._relay_loop, name="idemflow-relay", daemon=True))
         for thread in threads:
             thread.start()
         next_progress = time.monotonic() + progress_every
@@ -165,13 +202,32 @@ class Worker:
             restore()
         return self.stats
 
+    def relay(self) -> int:
+        """Send the continuations due in the outbox now (the relay thread calls this)."""
+        sent = relay(self.store, self.queue, signing_key=self.key, clock=self.clock)
+        if sent:
+            with self._lock:
+                self.stats.relayed += sent
+                self._last_activity = time.monotonic()
+        return sent
+
+    def _relay_loop(self) -> None:
+        assert self.relay_every is not None
+        while True:
+            try:
+                self.relay()
+            except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                _event(logging.WARNING, "relay-failed", error=repr(exc))
+            if self._stop.wait(self.relay_every):
+                return
+
     def _install_signal_handlers(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
         def graceful(signum: int, _frame: object) -> None:
-            log.info(json.dumps({"event": "stopping", "signal": signal.Signals(signum).name}))
+            _event(logging.INFO, "stopping", signal=signal.Signals(signum).name)
             self.stop()
 
         for sig in previous:
@@ -184,42 +240,116 @@ class Worker:
         return restore
 
     def _consume(self) -> None:
-        for message in self.queue.consume(wait=self.wait, stop=self._stop):
-            with self._lock:
-                self._busy += 1
+        while not self._stop.is_set():
             try:
-                self.handle(message)
-            finally:
-                with self._lock:
-                    self._busy -= 1
-                    self._last_activity = time.monotonic()
+                for message in self.queue.consume(wait=self.wait, stop=self._stop):
+                    with self._lock:
+                        self._busy += 1
+                    try:
+                        self.handle(message)
+                    finally:
+                        with self._lock:
+                            self._busy -= 1
+                            self._last_activity = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - a queue that failed to receive: try again shortly
+                _event(logging.WARNING, "receive-failed", error=repr(exc))
+                self._stop.wait(1.0)
 
     # -- one message --------------------------------------------------------
 
     def handle(self, message: Message) -> None:
-        """Process one message to ack, nack or dead letter (never raises for bad input)."""
+        """Process one message to ack, nack or dead letter; never raises.
+
+        If even that fails (the queue or store is down), the message comes
+        back after its visibility timeout and is handled again.
+        """
         holder = _Holder(message)
         beat = threading.Event()
         heart = threading.Thread(target=self._heartbeat, args=(holder, beat), daemon=True)
         heart.start()
-        started = time.monotonic()
+        fields: dict[str, Any] = {"queue_message": message.id, "attempt": message.deliveries}
         try:
-            outcome = self._finish(message)
-        except InvalidInputError as invalid:  # MessageRejected too: the same on every delivery
-            self._dead_letter(holder, f"rejected: {invalid}")
-            return
-        except NonDeterminismError as exc:
-            self._dead_letter(holder, f"non-deterministic resume: {exc}")
-            return
-        except Exception as exc:  # noqa: BLE001 - a failed attempt: retried, then dead-lettered
-            self._retry_or_dead_letter(holder, exc)
-            return
+            self._settle(holder, fields)
+        except Exception as exc:  # noqa: BLE001 - redelivered after the visibility timeout
+            _event(logging.WARNING, "handling-failed", error=repr(exc), **fields)
         finally:
             beat.set()
             heart.join()
-        with holder.lock:
-            if not holder.lost:
-                self.queue.ack(holder.message)
+
+    def _settle(self, holder: _Holder, fields: dict[str, Any]) -> None:
+        started = time.monotonic()
+        try:
+            outcome = self._finish(holder.message, fields)
+        except InvalidInputError as invalid:  # MessageRejected too: the same on every delivery
+            self._dead_letter(holder, f"rejected: {invalid}", fields)
+            return
+        except _Wait as wait:
+            self._wait(holder, wait, fields)
+            return
+        except StepFailedError as failed:
+            self._step_failed(holder, failed, fields)
+            return
+        except Exception as exc:  # noqa: BLE001 - the store or queue: retried, never a failed request
+            self._retry(holder, exc, fields)
+            return
+        self._ack(holder)
+        self._count(outcome)
+        fields["seconds"] = round(time.monotonic() - started, 4)
+        _event(logging.INFO, "finished", outcome=outcome, **fields)
+
+    def _finish(self, message: Message, fields: dict[str, Any]) -> str:
+        pointer = decode_pointer(message.body, self.key)
+        check_request_id(pointer.request_id)
+        fields.update(workflow=pointer.workflow, request_id=pointer.request_id, version=pointer.version)
+        found = _runs.read(self.store, pointer.workflow, pointer.request_id)
+        if found is None:
+            raise MessageRejected(f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted")
+        record = found[0]
+        fields["version"] = record.version
+        if record.status.final or record.status is RunStatus.FAILED:
+            return "duplicate"
+        flow = self._flow(pointer.workflow, record.version)
+        args, kwargs = _input_of(pointer, record)
+        m = flow(*args, **kwargs)
+        request = describe_request(m)
+        if request.fingerprint != record.fingerprint:
+            raise MessageRejected(f"input does not match the submitted request {pointer.request_id!r}")
+        plan = Plan(
+            version=record.version,
+            resume=True,
+            durable_outcome=True,
+            step_errors=True,
+            expected=pointer.steps,
+        )
+        try:
+            done = execute(
+                m,
+                request_id=pointer.request_id,
+                store=self.store,
+                policy=self.policy,
+                clock=self.clock,
+                plan=plan,
+                request=request,
+            )
+        except NonDeterminismError as exc:
+            raise _Wait(
+                f"the code of version {record.version} differs from what the request ran: {exc}"
+            ) from exc
+        return done.status.value  # its completion record is durable: the caller may ack
+
+    def _flow(self, name: str, version: int) -> Workflow[Any, Any]:
+        versions = self.registry.get(name)
+        if not versions:
+            raise _Wait(f"no worker here holds workflow {name!r}", bounded=True)
+        flow = versions.get(version)
+        if flow is None:
+            held = ", ".join(str(v) for v in sorted(versions))
+            raise _Wait(f"waiting for a worker holding version {version} of {name!r} (this one holds {held})")
+        return flow
+
+    # -- outcomes -------------------------------------------------------------
+
+    def _count(self, outcome: str) -> None:
         with self._lock:
             if outcome == "duplicate":
                 self.stats.duplicates += 1
@@ -227,41 +357,82 @@ class Worker:
                 self.stats.aborted += 1
             else:
                 self.stats.completed += 1
-        log.info(
-            json.dumps(
-                {
-                    "event": "finished",
-                    "outcome": outcome,
-                    "seconds": round(time.monotonic() - started, 4),
-                    "message": message.id,
-                    "deliveries": message.deliveries,
-                }
-            )
-        )
 
-    def _finish(self, message: Message) -> str:
-        continuation = decode_continuation(message.body, self.key)
-        flow = self.registry.get(continuation.workflow)
-        if flow is None:
-            raise MessageRejected(f"unknown workflow {continuation.workflow!r}")
-        m = flow(*continuation.args, **continuation.kwargs)
-        name, fingerprint = describe(m)  # an input that is not JSON: InvalidInputError, dead-lettered
-        record = run_status(self.store, name, continuation.request_id)  # so is an invalid request id
-        if record is None:
-            raise MessageRejected(f"no request {continuation.request_id!r} of {name!r} was submitted")
-        if record.fingerprint != fingerprint:
-            raise MessageRejected(f"input does not match the submitted request {continuation.request_id!r}")
-        if record.status in (RunStatus.COMPLETED, RunStatus.ABORTED):
-            return "duplicate"
-        done = execute(
-            m,
-            request_id=continuation.request_id,
+    def _ack(self, holder: _Holder) -> None:
+        with holder.lock:
+            if not holder.lost:
+                self.queue.ack(holder.message)
+
+    def _nack(self, holder: _Holder, delay: float) -> None:
+        with holder.lock:
+            if not holder.lost:
+                self.queue.nack(holder.message, delay=delay)
+
+    def _wait(self, holder: _Holder, wait: _Wait, fields: dict[str, Any]) -> None:
+        if wait.bounded and holder.message.deliveries >= self.max_deliveries:
+            self._fail(holder, wait.why, 0, fields)
+            return
+        _runs.note_waiting(self.store, fields["workflow"], fields["request_id"], wait.why)
+        _event(logging.WARNING, "waiting", why=wait.why, **fields)
+        if wait.bounded:
+            self._nack(holder, self.version_wait)
+        elif not holder.lost:  # another worker holds it now
+            # A fresh message, so waiting out a deploy never counts as a failed attempt (nor
+            # against a queue's own redrive limit); a crash before the ack only duplicates it.
+            self.queue.send(holder.message.body, delay=self.version_wait)
+            self._ack(holder)
+        with self._lock:
+            self.stats.waiting += 1
+
+    def _step_failed(self, holder: _Holder, failed: StepFailedError, fields: dict[str, Any]) -> None:
+        fields["step"] = failed.step
+        if holder.message.deliveries < self.max_deliveries:
+            self._retry(holder, failed, fields)
+            return
+        flow = self._flow(failed.workflow, fields["version"])
+        if flow.on_failure == "compensate":
+            reason = f"step {failed.step} ({failed.identity}) failed: {failed.cause}"
+            try:
+                self._abort(flow, failed.request_id, fields["version"], reason)
+            except Exception as exc:  # noqa: BLE001 - a compensation that fails leaves it failed
+                _event(logging.ERROR, "compensation-failed", error=repr(exc), **fields)
+            else:
+                _event(logging.WARNING, "compensated", reason=reason, **fields)
+                self._ack(holder)
+                with self._lock:
+                    self.stats.aborted += 1
+                return
+        self._fail(holder, failed.cause, failed.step, fields)
+
+    def _abort(self, flow: Workflow[Any, Any], request_id: str, version: int, reason: str) -> RunRecord:
+        found = _runs.read(self.store, flow.name, request_id)
+        assert found is not None
+        args, kwargs = _input_of(Pointer(flow.name, version, request_id), found[0])
+        plan = Plan(version=version, resume=True, abort=Aborting(reason), durable_outcome=True)
+        return execute(
+            flow(*args, **kwargs),
+            request_id=request_id,
             store=self.store,
             policy=self.policy,
             clock=self.clock,
-            prepare=lambda execution: _resume(execution, continuation),
+            plan=plan,
         )
-        return done.status.value  # its completion record is durable: the caller may ack
+
+    def _fail(self, holder: _Holder, reason: str, step: int, fields: dict[str, Any]) -> None:
+        attempts = holder.message.deliveries
+        _runs.mark_failed(
+            self.store, fields["workflow"], fields["request_id"], reason, step, attempts, self.clock()
+        )
+        _event(logging.ERROR, "failed", reason=reason, **fields)
+        self._ack(holder)
+        with self._lock:
+            self.stats.failed += 1
+
+    def _retry(self, holder: _Holder, exc: Exception, fields: dict[str, Any]) -> None:
+        _event(logging.WARNING, "retry", error=repr(exc), **fields)
+        self._nack(holder, min(2.0**holder.message.deliveries * 0.1, 30.0))
+        with self._lock:
+            self.stats.retried += 1
 
     def _heartbeat(self, holder: _Holder, done: threading.Event) -> None:
         period = max(self.queue.visibility_timeout / 3.0, 0.05)
@@ -273,43 +444,22 @@ class Worker:
                     holder.lost = True  # another worker has it now; the memos keep this safe
                     return
                 except Exception as exc:  # noqa: BLE001 - a missed beat only risks a duplicate run
-                    log.warning(json.dumps({"event": "extend-failed", "error": repr(exc)}))
+                    _event(logging.WARNING, "extend-failed", error=repr(exc))
 
-    def _dead_letter(self, holder: _Holder, reason: str) -> None:
-        log.warning(json.dumps({"event": "dead-letter", "message": holder.message.id, "reason": reason}))
+    def _dead_letter(self, holder: _Holder, reason: str, fields: dict[str, Any]) -> None:
+        _event(logging.WARNING, "dead-letter", reason=reason, **fields)
         with holder.lock:
             if not holder.lost:
                 self.queue.dead_letter(holder.message, reason)
         with self._lock:
             self.stats.dead_lettered += 1
 
-    def _retry_or_dead_letter(self, holder: _Holder, exc: Exception) -> None:
-        if holder.message.deliveries >= self.max_deliveries:
-            self._dead_letter(holder, f"failed {holder.message.deliveries} times, last: {exc!r}")
-            return
-        log.warning(json.dumps({"event": "retry", "message": holder.message.id, "error": repr(exc)}))
-        with holder.lock:
-            if not holder.lost:
-                self.queue.nack(holder.message, delay=min(2.0**holder.message.deliveries * 0.1, 30.0))
-        with self._lock:
-            self.stats.retried += 1
 
-
-def _resume(execution: Execution, continuation: Continuation) -> None:
-    """Resume: carried steps replay without reads (signed) or from their memos (unsigned)."""
-    execution.run_known = True
-    execution.durable_outcome = True  # written before the ack, never left to a background thread
-    if continuation.signed:
-        execution.recorded = {step.tag: (step.identity, step.value) for step in continuation.recorded}
-    else:
-        execution.replaying = True
-
-    def at_checkpoint(execution: Execution) -> None:
-        if execution.recorded:  # carried steps the code no longer reaches before its checkpoint
-            tag = next(iter(execution.recorded))
-            identity, _ = execution.recorded[tag]
-            raise NonDeterminismError(
-                execution.workflow, execution.request_id, int(tag[1:]), repr(identity), "no such step"
-            )
-
-    execution.on_checkpoint = at_checkpoint
+def _input_of(pointer: Pointer, record: RunRecord) -> tuple[list[Any], dict[str, Any]]:
+    """The request's input: stored with its claim, or carried by a format-1 message."""
+    given = record.input if record.input is not None else pointer.legacy_input
+    args = given.get("args") if isinstance(given, dict) else None
+    kwargs = given.get("kwargs") if isinstance(given, dict) else None
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise MessageRejected(f"request {pointer.request_id!r} has no stored input to resume from")
+    return list(args), dict(kwargs)

@@ -28,7 +28,7 @@ request then ends the same way: :class:`WorkflowAborted` from ``run``, or
 from __future__ import annotations
 
 from idemflow.errors import CompensationFailed, WorkflowAborted
-from idemflow.monad import Idem, special
+from idemflow.monad import Abort, Idem
 from idemflow.runner import run_result
 from idemflow.serialization import JSON, encode
 
@@ -36,7 +36,7 @@ from idemflow.serialization import JSON, encode
 def abort(reason: JSON = None) -> Idem[None]:
     """Abort the workflow from its generator: ``yield abort("out of stock")``."""
     encode(reason, "abort reason")
-    return special("abort", reason)
+    return Idem(Abort(reason))
 
 
 __all__ = ["CompensationFailed", "WorkflowAborted", "abort", "run_result"]

@@ -49,12 +49,13 @@ from typing import Any
 from tenacity import stop_after_attempt, wait_none, wait_random
 
 from idemflow.async_worklist import MemoryQueue, Worker, status, submit
-from idemflow.engine import Execution, RetryPolicy
+from idemflow.engine import Plan as ExecutionPlan
 from idemflow.errors import ConflictError, TransientStoreError
 from idemflow.keys import DATA
 from idemflow.monad import Idem
+from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
-from idemflow.runner import Workflow, describe, execute
+from idemflow.runner import Workflow, describe, describe_request, execute
 from idemflow.stores.base import CommitOutcome, Committed, Insert, Op, Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, Plan, SimulatedCrash
@@ -145,14 +146,14 @@ class _Checker:
             self.o.setup(store)
         return store
 
-    def execute_once(self, store: Store, prepare: Callable[[Execution], None] | None = None) -> Outcome:
+    def execute_once(self, store: Store, plan: ExecutionPlan | None = None) -> Outcome:
         record = execute(
             self.make(),
             request_id=self.request_id,
             store=store,
             policy=self.o.policy,
             clock=self.o.clock,
-            prepare=prepare,
+            plan=plan,
         )
         if record.status is RunStatus.ABORTED:
             return Outcome("aborted", record.reason)
@@ -180,12 +181,12 @@ class _Checker:
         counting = FaultyStore(store, _recorder(commits))
         self.name = describe(self.make())[0]
 
-        def prepare(execution: Execution) -> None:
-            execution.on_checkpoint = lambda running: self.checkpoint_steps.append(running.step)
+        version = describe_request(self.make()).version
+        observing = ExecutionPlan(version=version, observe_checkpoint=self.checkpoint_steps.append)
 
         try:
             try:
-                outcome = self.execute_once(counting, prepare)
+                outcome = self.execute_once(counting, observing)
             except Exception as exc:  # noqa: BLE001 - compared like any outcome
                 outcome = Outcome("error", f"{type(exc).__name__}: {exc}")
             return snapshot(store, outcome), commits

@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Store, now, run, workflow
+from idemflow import Idem, Store, atomic, now, run, workflow
 from idemflow.async_worklist import MemoryQueue, Message, RequestStatus, Worker, checkpoint, status, submit
-from idemflow.async_worklist.messages import Continuation, RecordedStep, encode_continuation
+from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.compensation import WorkflowAborted
 from idemflow.keys import MAX_ID_CHARS
 from idemflow.records import RunStatus
 from idemflow.runner import run_status
-from idemflow.serialization import JSON
 from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
@@ -126,21 +125,21 @@ def test_worker_crash_loses_nothing(store: Store) -> None:
 
 
 def forged_bodies(space: str) -> dict[str, str]:
-    response: dict[str, JSON] = {"space": space, "user": "z", "answer": "yes", "at": [1]}
-    good = Continuation("survey", space + "x", [response], {}, ())
-    signed = json.loads(encode_continuation(good, KEY))
-    tampered = {**signed, "input": {"args": [{**signed["input"]["args"][0], "answer": "no"}], "kwargs": {}}}
+    good = Pointer("survey", 1, space + "x")
+    signed = json.loads(encode_pointer(good, KEY))
+    legacy = {"v": 1, "workflow": "survey", "request_id": space + "y", "input": {"args": [], "kwargs": {}}}
     return {
         "not json": "{nope",
         "not an object": "[1, 2]",
         "wrong version": json.dumps({**signed, "v": 99}),
         "unknown field": json.dumps({**signed, "pickle": "gASV"}),
-        "unknown workflow": encode_continuation(Continuation("nosuch", "r", [], {}, ()), KEY),
-        "unsigned": encode_continuation(good, None),
-        "tampered": json.dumps(tampered),
-        "other key": encode_continuation(good, b"another key"),
-        "never submitted": encode_continuation(good, KEY),
-        "bad recorded": json.dumps({**signed, "recorded": [["x1", 3]]}),
+        "unknown workflow": encode_pointer(Pointer("nosuch", 1, "r"), KEY),
+        "unsigned": encode_pointer(good, None),
+        "tampered": json.dumps({**signed, "request_id": space + "z"}),
+        "other key": encode_pointer(good, b"another key"),
+        "never submitted": encode_pointer(good, KEY),
+        "bad version": json.dumps({**signed, "version": 0}),
+        "bad recorded (format 1)": json.dumps({**legacy, "recorded": [["x1", 3]]}),
         "deep": "[" * 100_000 + "]" * 100_000,
     }
 
@@ -158,30 +157,39 @@ def test_forged_corrupt_and_unknown_messages_are_refused(store: Store) -> None:
     assert all(reason.startswith("rejected") for reason in reasons), reasons
 
 
-def test_changed_code_under_a_continuation_is_dead_lettered(store: Store) -> None:
+@workflow("survey")
+def renamed_survey(response: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+    """The survey with its first step renamed but its version not raised: a deploy mistake."""
+    yield atomic("tablea", response["space"] + "responses", lambda tx: tx.put("x", 1), name="renamed")
+    yield checkpoint()
+    count = yield atomic(
+        "tableb", response["space"] + "summary", lambda tx: tx.increment("yes"), name="count"
+    )
+    return {"counted": count}
+
+
+def test_changed_code_under_a_continuation_waits_and_never_runs(store: Store) -> None:
     space = new_space()
-    queue = MemoryQueue()
-    submit(
-        survey({"space": space, "user": "u", "answer": "yes", "at": [1]}),
-        request_id=space,
-        store=store,
-        queue=queue,
-        signing_key=KEY,
-    )
+    clock = [0.0]
+    queue = MemoryQueue(clock=lambda: clock[0])
+    request = {"space": space, "user": "u", "answer": "yes", "at": [1]}
+    submit(survey(request), request_id=space, store=store, queue=queue, signing_key=KEY)
     [message] = queue.receive()
-    changed = json.loads(message.body)
-    changed["recorded"][0][1] = "atomic renamed"
-    changed.pop("sig")
-    steps = tuple(RecordedStep(*step) for step in changed["recorded"])
-    given = changed["input"]
-    continuation = Continuation(
-        changed["workflow"], changed["request_id"], given["args"], given["kwargs"], steps
-    )
-    queue.send(encode_continuation(continuation, KEY))
-    queue.ack(message)
-    stats = drain(store, queue)
-    assert stats.dead_lettered == 1 and "non-deterministic" in queue.dead_letters()[0][1]
+    changed = Worker([renamed_survey], store=store, queue=queue, signing_key=KEY, max_deliveries=1)
+    changed.handle(message)
+    assert (changed.stats.waiting, changed.stats.dead_lettered, changed.stats.failed) == (1, 0, 0)
     assert ("tableb", "summary", "yes") not in rows_of(store, space)
+    waiting = status(store, "survey", space)
+    assert (
+        waiting.status is RunStatus.RUNNING and waiting.waiting is not None and "renamed" in waiting.waiting
+    )
+    # Still queued, never dead-lettered: the right code finishes it when it comes back.
+    clock[0] += 60
+    [again] = queue.receive()
+    assert again.deliveries == 1  # offered again as a fresh message: waiting is not an attempt
+    Worker([survey], store=store, queue=queue, signing_key=KEY).handle(again)
+    assert status(store, "survey", space).result == {"counted": "yes"}
+    assert rows_of(store, space)[("tableb", "summary", "yes")] == 1 and queue.dead_letters() == []
 
 
 FINAL = (RunStatus.COMPLETED, RunStatus.ABORTED)

@@ -436,7 +436,7 @@ def test_oversize_value_is_refused_before_writing(store: Store) -> None:
 def test_bounded_conflicts_raise_conflict_error(store: Store) -> None:
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_none
 
-    from idemflow.engine import _DataConflict
+    from idemflow.policy import DataConflict as _DataConflict
 
     space = new_space()
     meddler = atomic("items", space + "p", lambda tx: tx.increment("v"))

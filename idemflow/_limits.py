@@ -1,0 +1,40 @@
+"""A commit checked against the backend's limits before it is sent.
+
+Checked in the library so a step over a limit fails with a clear
+:class:`~idemflow.errors.LimitExceededError` naming the step, before anything
+is written, instead of an SDK error (or, on Azurite, silent acceptance of
+what Azure would refuse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from idemflow.errors import LimitExceededError
+from idemflow.stores.base import Capabilities, Op
+
+
+def check_commit(ops: Sequence[Op], caps: Capabilities, where: Callable[[], str]) -> None:
+    """Raise :class:`LimitExceededError` if ``ops`` break a limit of ``caps``; ``where()`` names the place."""
+    if len(ops) > caps.max_ops_per_commit:
+        _limit(where, f"{len(ops)} operations in one commit; the backend allows {caps.max_ops_per_commit}")
+    total = 0
+    for op in ops:
+        text: str | None = getattr(op, "text", None)
+        if text is not None:
+            size = len(text) if text.isascii() else len(text.encode("utf-8"))
+            if size > caps.max_value_bytes:
+                _limit(where, f"a value of {size} bytes; the backend allows {caps.max_value_bytes} per row")
+            total += size
+        ref = op.ref
+        if len(ref.key) * 4 > caps.max_key_bytes or len(ref.partition) * 4 > caps.max_key_bytes:
+            for part in (ref.key, ref.partition):
+                if len(part.encode("utf-8")) > caps.max_key_bytes:
+                    _limit(where, f"a key or partition over {caps.max_key_bytes} bytes")
+    if total > caps.max_commit_bytes:
+        _limit(where, f"{total} bytes in one commit; the backend allows {caps.max_commit_bytes}")
+
+
+def _limit(where: Callable[[], str], problem: str) -> NoReturn:
+    raise LimitExceededError(where(), problem)

@@ -1,0 +1,60 @@
+"""Changes a worker makes to a run record outside the step engine: a waiting note, ``failed``.
+
+Each is a conditional write on the version just read, so it never
+overwrites an outcome another execution recorded meanwhile (a completion
+always wins over a note or a failure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from idemflow.keys import RUNS_TABLE, run_key
+from idemflow.policy import DEFAULT_POLICY
+from idemflow.records import Failure, RunRecord, RunStatus
+from idemflow.serialization import JSON, encode
+from idemflow.stores.base import Committed, Put, Row, RowRef, Store
+
+
+def ref(workflow: str, request_id: str) -> RowRef:
+    return RowRef(RUNS_TABLE, request_id, run_key(workflow))
+
+
+def read(store: Store, workflow: str, request_id: str) -> tuple[RunRecord, Row] | None:
+    """The run record and the row it came from (for a conditional write), or None."""
+    row = store.read(ref(workflow, request_id))
+    return None if row is None else (RunRecord.from_json(row.value), row)
+
+
+def _replace_running(store: Store, workflow: str, request_id: str, change: dict[str, object]) -> bool:
+    """Rewrite an unfinished record with ``change``; False if it finished meanwhile or was gone."""
+    for _ in range(3):  # only another note or failure can move it: a few tries settle it
+        found = read(store, workflow, request_id)
+        if found is None or found[0].status.final:
+            return False
+        record, row = found
+        updated = dataclasses.replace(record, **change)  # type: ignore[arg-type]
+        if updated == record:
+            return True
+        value: JSON = updated.to_json()
+        text = encode(value, "run record", envelope=3)
+        expires = time.time() + DEFAULT_POLICY.retention
+        put = Put(ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
+        if isinstance(store.commit([put]), Committed):
+            return True
+    return False
+
+
+def note_waiting(store: Store, workflow: str, request_id: str, why: str) -> None:
+    """Say in the run record why no worker could run the request yet."""
+    _replace_running(store, workflow, request_id, {"waiting": why[:500]})
+
+
+def mark_failed(
+    store: Store, workflow: str, request_id: str, reason: str, step: int, attempts: int, at: float
+) -> bool:
+    """End an unfinished request ``failed``; its input and memos stay for a retry or an abort."""
+    failure = Failure(reason[:1000], step, attempts)
+    change = {"status": RunStatus.FAILED, "failure": failure, "finished_at": at, "waiting": None}
+    return _replace_running(store, workflow, request_id, change)

@@ -1,0 +1,94 @@
+"""What an execution is asked to do, fixed before it starts, and how it says it stopped.
+
+Callers (``run``, ``submit``, a worker, an operator's abort, the testing kit)
+describe an execution with one frozen :class:`Plan`; only the engine changes
+an execution's state. The signals below unwind an execution to its caller.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from idemflow.records import OutboxEntry, RunRecord
+from idemflow.serialization import JSON
+
+JournalEntry = tuple[str, str, str]
+"""A forward step as ``(table, partition, identity)``; ``("", "", "uuid4")`` for derived values."""
+
+
+class AtCheckpoint(enum.Enum):
+    """What ``yield checkpoint()`` does in this execution."""
+
+    CONTINUE = "continue"
+    """``run`` and workers: a no-op."""
+    STOP = "stop"
+    """``submit``: stop at the first one; the rest is for workers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What ``submit`` commits with the request's claim: its input and the due continuation."""
+
+    input: JSON
+    outbox: OutboxEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Aborting:
+    """Abort at the first step not yet committed (a failed request's compensation, an operator)."""
+
+    reason: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything an execution is asked to do, fixed at construction."""
+
+    version: int = 1
+    """The workflow version this code is: a request started on another raises :class:`OtherVersion`."""
+    resume: bool = False
+    """The request is known to exist: replay memos first (workers, retry, abort)."""
+    abort: Aborting | None = None
+    at_checkpoint: AtCheckpoint = AtCheckpoint.CONTINUE
+    submission: Submission | None = None
+    durable_outcome: bool = False
+    """Write the completion record with a durable commit, not ``commit_cache``: for callers
+    that report the outcome elsewhere (a worker's ack, ``submit``'s handle) right after."""
+    step_errors: bool = False
+    """Raise :class:`StepFailedError` (step, identity, cause) for an error a step raised."""
+    observe_checkpoint: Callable[[int], None] | None = None
+    """Told the step number at every checkpoint (the testing kit)."""
+    expected: tuple[JournalEntry, ...] = ()
+    """The steps a resumed request committed before its checkpoint: each is checked against
+    the code as it is reached, so a step moved to another table or partition never runs."""
+
+
+DEFAULT_PLAN = Plan()
+
+
+class Finished(BaseException):
+    """The run record says the request already finished: unwind and return it."""
+
+    def __init__(self, record: RunRecord) -> None:
+        super().__init__(record.status.value)
+        self.record = record
+
+
+class OtherVersion(BaseException):
+    """The request started on another version of the workflow: unwind, nothing ran."""
+
+    def __init__(self, record: RunRecord) -> None:
+        super().__init__(record.version)
+        self.record = record
+
+
+class Checkpointed(BaseException):
+    """Reached the first checkpoint under :attr:`AtCheckpoint.STOP`: the rest is for workers.
+
+    ``journal`` lists the steps before it, for the continuation to carry."""
+
+    def __init__(self, journal: tuple[JournalEntry, ...]) -> None:
+        super().__init__(len(journal))
+        self.journal = journal
