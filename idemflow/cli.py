@@ -3,6 +3,10 @@
     idemflow tables create --store URL NAME...
     idemflow gc --store URL --older-than 7d
     idemflow status --store URL WORKFLOW REQUEST_ID
+    idemflow runs list --store URL [--workflow W] [--status S] [--older-than D] [--limit N] [--json]
+    idemflow retry --store URL --queue URL WORKFLOW REQUEST_ID
+    idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
+    idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N
 
 Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
@@ -20,12 +24,14 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from idemflow.errors import IdemflowError, InvalidInputError
 from idemflow.gc import collect, parse_duration
 from idemflow.keys import check_table
+from idemflow.operations import abort, runs
+from idemflow.records import RunStatus
 from idemflow.runner import run_status
 from idemflow.stores import Store, open_store
 
@@ -48,6 +54,39 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--store", required=True)
     status.add_argument("workflow")
     status.add_argument("request_id")
+    runs = commands.add_parser("runs", help="list requests")
+    runs_commands = runs.add_subparsers(dest="action", required=True)
+    listing = runs_commands.add_parser("list", help="requests by workflow, status and age, oldest first")
+    listing.add_argument("--store", required=True)
+    listing.add_argument("--workflow")
+    listing.add_argument(
+        "--status", choices=[status.value for status in RunStatus if status.value != "pending"]
+    )
+    listing.add_argument("--older-than", help="started at least this long ago, e.g. 1h")
+    listing.add_argument("--limit", type=int)
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    retry = commands.add_parser("retry", help="hand a failed or stuck submitted request back to the workers")
+    retry.add_argument("--store", required=True)
+    retry.add_argument("--queue", required=True)
+    retry.add_argument("workflow")
+    retry.add_argument("request_id")
+
+    abort = commands.add_parser("abort", help="compensate an unfinished request and end it aborted")
+    abort.add_argument("--store", required=True)
+    abort.add_argument("--workflows", required=True, action="append", help="MODULE:ATTR, as for worker")
+    abort.add_argument("--reason", required=True)
+    abort.add_argument("workflow")
+    abort.add_argument("request_id")
+
+    dead = commands.add_parser(
+        "dead-letters", help="messages no worker could read (malformed, forged, unknown)"
+    )
+    dead.add_argument("action", choices=["list", "redrive"])
+    dead.add_argument("--queue", required=True)
+    dead.add_argument("--id", action="append", dest="ids", help="only these dead letters (repeatable)")
+    dead.add_argument("--limit", type=int, help="list at most this many")
+
     worker = commands.add_parser("worker", help="finish checkpointed workflows from a queue")
     worker.add_argument(
         "workflows",
@@ -72,15 +111,52 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "dead-letters":
+        return _guarded(lambda: _dead_letters(args))
+    return _guarded(lambda: _with_store(args))
+
+
+def _guarded(command: Callable[[], int]) -> int:
     try:
-        store = open_store(args.store)
-        try:
-            return _dispatch(args, store)
-        finally:
-            store.close()
+        return command()
     except IdemflowError as exc:
         print(f"idemflow: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _with_store(args: argparse.Namespace) -> int:
+    store = open_store(args.store, create=args.command in ("tables", "worker"))
+    try:
+        return _dispatch(args, store)
+    finally:
+        store.close()
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    from idemflow.async_worklist import open_queue
+
+    queue = open_queue(args.queue)
+    try:
+        if args.action == "redrive":
+            moved = queue.redrive(args.ids)
+            print(f"redrove {moved} dead letter(s) onto the queue")
+            return 0
+        wanted = None if args.ids is None else set(args.ids)
+        for letter in queue.list_dead_letters(args.limit):
+            if wanted is None or letter.id in wanted:
+                print(
+                    json.dumps(
+                        {
+                            "id": letter.id,
+                            "dead_at": letter.dead_at,
+                            "reason": letter.reason,
+                            "body": letter.body[:500],
+                        }
+                    )
+                )
+    finally:
+        queue.close()
+    return 0
 
 
 def _dispatch(args: argparse.Namespace, store: Store) -> int:
@@ -98,9 +174,18 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
             f"{report.run_records} run records"
         )
         return 0
+    if args.command == "runs":
+        return _runs(args, store)
+    if args.command == "retry":
+        return _retry(args, store)
+    if args.command == "abort":
+        flows = [flow for spec in args.workflows for flow in _load_workflows(spec)]
+        ended = abort(store, flows, args.workflow, args.request_id, reason=args.reason)
+        print(json.dumps({"status": ended.status.value, "reason": ended.reason, "result": ended.result}))
+        return 0
     record = run_status(store, args.workflow, args.request_id)
     if record is None:
-        print(json.dumps({"status": "pending"}))
+        print(json.dumps({"status": RunStatus.UNKNOWN.value}))
     else:
         shown = {
             "status": record.status.value,
@@ -111,6 +196,39 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
             "waiting": record.waiting,
         }
         print(json.dumps({key: value for key, value in shown.items() if value is not None}))
+    return 0
+
+
+def _runs(args: argparse.Namespace, store: Store) -> int:
+    older = None if args.older_than is None else parse_duration(args.older_than)
+    wanted = None if args.status is None else RunStatus(args.status)
+    found = runs(store, workflow=args.workflow, status=wanted, older_than=older, limit=args.limit)
+    for summary in found:
+        if args.json:
+            print(json.dumps(summary.to_json()))
+            continue
+        started = summary.age_from()
+        when = "-" if started is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started))
+        note = summary.record.waiting or (summary.record.failure.reason if summary.record.failure else "")
+        print(
+            f"{when}  {summary.status.value:9}  {summary.workflow} v{summary.record.version}  "
+            f"{summary.request_id}  {note}".rstrip()
+        )
+    if not args.json:
+        print(f"{len(found)} request(s)", file=sys.stderr)
+    return 0
+
+
+def _retry(args: argparse.Namespace, store: Store) -> int:
+    from idemflow.async_worklist import open_queue, retry
+
+    queue = open_queue(args.queue)
+    try:
+        before = retry(store, queue, args.workflow, args.request_id)
+    finally:
+        queue.close()
+    done = before.final
+    print(json.dumps({"request_id": args.request_id, "was": before.value, "resubmitted": not done}))
     return 0
 
 
@@ -155,6 +273,7 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
         print(
             f"{stats.finished} finished ({stats.finished / elapsed:.1f}/s), {stats.aborted} aborted, "
             f"{stats.retried} retried, {stats.dead_lettered} dead-lettered",
+            file=sys.stderr,
             flush=True,
         )
 

@@ -475,6 +475,7 @@ class Execution:
             RunStatus.RUNNING,
             version=self.plan.version,
             input=None if submission is None else submission.input,
+            started_at=self.clock(),
         )
         value: JSON = record.to_json()
         where = f"input of workflow {self.workflow!r} request {self.request_id!r}"

@@ -45,8 +45,10 @@ RUN_AT = 1
 class RunStatus(enum.StrEnum):
     """Where a request stands, as the run record tells."""
 
+    UNKNOWN = "unknown"
+    """No run record: never submitted or run, garbage-collected, or a mistyped name or id."""
     PENDING = "pending"
-    """No step of it has committed yet (or it was never submitted)."""
+    """Kept for readers of 0.1 answers: ``submit`` now claims every request it accepts."""
     RUNNING = "running"
     """Started; not known to be finished."""
     COMPLETED = "completed"
@@ -117,11 +119,15 @@ class RunRecord:
     failure: Failure | None = None
     waiting: str | None = None
     """Why no worker could run it yet (a version no worker holds, code that differs)."""
+    started_at: float | None = None
+    """Epoch seconds of the claim (absent from records written by 0.1)."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
         if self.version != 1:
             record["wv"] = self.version
+        if self.started_at is not None:
+            record["st"] = self.started_at
         if self.finished_at is not None:
             record["at"] = self.finished_at
         if self.status is RunStatus.COMPLETED:
@@ -150,7 +156,17 @@ class RunRecord:
             input=value.get("in"),
             failure=None if failure is None else Failure.from_json(failure),
             waiting=value.get("wait"),
+            started_at=value.get("st"),
         )
+
+    def arguments(self) -> tuple[list[Any], dict[str, Any]] | None:
+        """The stored input as call arguments, or None (a request ``run`` started stores none)."""
+        given = self.input
+        args = given.get("args") if isinstance(given, dict) else None
+        kwargs = given.get("kwargs") if isinstance(given, dict) else None
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            return None
+        return list(args), dict(kwargs)
 
     def finished(self, status: RunStatus, at: float, result: JSON = None, reason: JSON = None) -> RunRecord:
         """This request's record once it ended: the input is no longer needed."""

@@ -193,7 +193,7 @@ def run_status_answer(store: Store, workflow: str, request_id: str) -> Answer:
         found = status(store, workflow, request_id)
     except InvalidInputError as exc:
         return error(400, "invalid_input", str(exc))
-    if found.status is RunStatus.PENDING:
+    if found.status is RunStatus.UNKNOWN:
         return error(404, "not_found", f"no request {request_id!r} was submitted")
     body: dict[str, Any] = {"request_id": request_id, "status": found.status.value}
     if found.status is RunStatus.COMPLETED:

@@ -148,12 +148,12 @@ def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
     options = ["--store", store_url, "--queue", queue_url, "--concurrency", "2"]
     env = {**os.environ, "IDEMFLOW_SIGNING_KEY": KEY}
     worker = subprocess.Popen(
-        [*command, *options], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        [*command, *options], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     while status(store, "survey", "g-0").status is not RunStatus.COMPLETED and worker.poll() is None:
         time.sleep(0.02)
     worker.send_signal(signal.SIGTERM)
-    output, _ = worker.communicate(timeout=60)
+    _, output = worker.communicate(timeout=60)  # log events and progress both go to stderr
     assert worker.returncode == 0
     assert b"finished" in output
     # Nothing is left hidden by the stopped worker: a fresh one (visibility 60 s) drains the rest at once.

@@ -37,10 +37,10 @@ def test_status_and_gc_on_sqlite(tmp_path: Path) -> None:
     shown = idemflow("status", "--store", url, "idem", "r1")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == {"status": "completed", "version": 1, "result": "ok"}
-    assert json.loads(idemflow("status", "--store", url, "idem", "nope").stdout) == {"status": "pending"}
+    assert json.loads(idemflow("status", "--store", url, "idem", "nope").stdout) == {"status": "unknown"}
     collected = idemflow("gc", "--store", url, "--older-than", "0s")
     assert collected.returncode == 0 and "collected 1 finished requests" in collected.stdout
-    assert json.loads(idemflow("status", "--store", url, "idem", "r1").stdout) == {"status": "pending"}
+    assert json.loads(idemflow("status", "--store", url, "idem", "r1").stdout) == {"status": "unknown"}
 
 
 def test_errors_are_one_clear_line(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_worker_imports_workflows_from_the_current_directory(tmp_path: Path) -> 
         check=False,
     )
     assert worker.returncode == 0, worker.stderr
-    assert "1 finished" in worker.stdout
+    assert "1 finished" in worker.stderr  # progress goes to stderr, beside the log events
     assert status(store, "greeting", "g-1").status is RunStatus.COMPLETED
     assert status(store, "greeting", "g-1").result == "hello ada"
     # Elsewhere the module is not found, and the error says so in one line.

@@ -88,7 +88,10 @@ def test_every_backend_satisfies_the_protocol(tmp_path: Path) -> None:
     assert isinstance(MemoryQueue(), Queue)
     assert isinstance(SqliteQueue(tmp_path / "q.sqlite3"), Queue)
     for cls in (SqsQueue, AzureQueue):
-        assert all(callable(getattr(cls, name)) for name in ("send", "receive", "ack", "extend", "consume"))
+        assert all(
+            callable(getattr(cls, name))
+            for name in ("send", "receive", "ack", "extend", "consume", "list_dead_letters", "redrive")
+        )
 
 
 # --- stale holders: a receiver whose visibility expired loses the message -------------------------
@@ -306,6 +309,62 @@ def test_sqs_receives_at_most_ten_per_call(moto: Moto) -> None:
     for i in range(12):
         queue.send(str(i))
     assert 1 <= len(queue.receive(max_messages=12, wait=1)) <= 10
+
+
+@pytest.mark.parametrize("kind", ["sqs", "azure"])
+def test_cloud_redrive_leaves_nothing_behind_in_the_dead_letter_queue(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A redriven dead letter is deleted from ``<name>-dlq``, not merely hidden there by the receive."""
+    name = _name()
+    queue: Queue
+    if kind == "sqs":
+        import boto3
+
+        from idemflow.async_worklist.queues.sqs import SqsQueue
+
+        moto: Moto = request.getfixturevalue("moto")
+        queue = SqsQueue(name, endpoint_url=moto.endpoint, region_name=moto.region, visibility_timeout=60)
+        client = boto3.client("sqs", endpoint_url=moto.endpoint, region_name=moto.region)
+        dlq_url = client.get_queue_url(QueueName=f"{name}-dlq")["QueueUrl"]
+        counts = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+
+        def in_dlq() -> tuple[int, int]:
+            found = client.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=counts)["Attributes"]
+            return int(found[counts[0]]), int(found[counts[1]])
+    else:
+        from azure.storage.queue import QueueClient
+
+        from idemflow.async_worklist.queues.azure_queue import AzureQueue
+
+        conn = request.getfixturevalue("azurite").connection_string
+        queue = AzureQueue(name, connection_string=conn, visibility_timeout=60)
+        dlq = QueueClient.from_connection_string(conn, f"{name}-dlq")
+
+        def in_dlq() -> tuple[int, int]:  # (visible, all): Azure counts hidden messages too
+            return len(
+                dlq.peek_messages(max_messages=32)
+            ), dlq.get_queue_properties().approximate_message_count
+
+    for body in ("a", "b"):
+        queue.send(body)
+    held: list[Message] = []
+    deadline = time.monotonic() + 15
+    while len(held) < 2 and time.monotonic() < deadline:
+        held += queue.receive(max_messages=2, wait=1)
+    for message in held:
+        queue.dead_letter(message, "poison")
+    dead = sorted(queue.list_dead_letters(), key=lambda d: d.body)
+    assert [d.body for d in dead] == ["a", "b"]
+    assert in_dlq() == ((2, 0) if kind == "sqs" else (2, 2))  # listed, then made visible again
+    assert queue.redrive([dead[0].id]) == 1
+    assert in_dlq() == ((1, 0) if kind == "sqs" else (1, 1))
+    assert queue.redrive() == 1
+    assert in_dlq() == (0, 0) and queue.redrive() == 0
+    if kind == "azure":  # redriven messages never expire, like every message sent
+        main = QueueClient.from_connection_string(conn, name)
+        assert [m.expires_on.year for m in main.peek_messages(max_messages=32)] == [9999, 9999]
+    queue.close()
 
 
 # --- Azure ----------------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from idemflow._lazy import load_optional
 from idemflow.async_worklist.messages import MessageRejected
 from idemflow.async_worklist.outbox import relay
-from idemflow.async_worklist.queues import _LAZY, Message, MessageLostError, Queue, open_queue
+from idemflow.async_worklist.queues import _LAZY, DeadLetter, Message, MessageLostError, Queue, open_queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
+from idemflow.async_worklist.retry import retry
 from idemflow.async_worklist.submit import Pending, RequestStatus, checkpoint, status, submit
 from idemflow.async_worklist.worker import Worker, WorkerStats
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AzureQueue",
+    "DeadLetter",
     "MemoryQueue",
     "Message",
     "MessageLostError",
@@ -40,6 +42,7 @@ __all__ = [
     "checkpoint",
     "open_queue",
     "relay",
+    "retry",
     "status",
     "submit",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 
 from idemflow.keys import RUNS_TABLE, run_key
 from idemflow.policy import DEFAULT_POLICY
@@ -27,7 +28,7 @@ def read(store: Store, workflow: str, request_id: str) -> tuple[RunRecord, Row] 
     return None if row is None else (RunRecord.from_json(row.value), row)
 
 
-def _replace_running(store: Store, workflow: str, request_id: str, change: dict[str, object]) -> bool:
+def _replace_running(store: Store, workflow: str, request_id: str, change: Mapping[str, object]) -> bool:
     """Rewrite an unfinished record with ``change``; False if it finished meanwhile or was gone."""
     for _ in range(3):  # only another note or failure can move it: a few tries settle it
         found = read(store, workflow, request_id)
@@ -57,4 +58,10 @@ def mark_failed(
     """End an unfinished request ``failed``; its input and memos stay for a retry or an abort."""
     failure = Failure(reason[:1000], step, attempts)
     change = {"status": RunStatus.FAILED, "failure": failure, "finished_at": at, "waiting": None}
+    return _replace_running(store, workflow, request_id, change)
+
+
+def reopen(store: Store, workflow: str, request_id: str) -> bool:
+    """Put a ``failed`` request back to ``running`` (its memos are kept: a retry resumes it)."""
+    change = {"status": RunStatus.RUNNING, "failure": None, "finished_at": None, "waiting": None}
     return _replace_running(store, workflow, request_id, change)

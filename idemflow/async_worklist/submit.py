@@ -67,7 +67,7 @@ def resolve_signing_key(explicit: bytes | str | None) -> bytes | None:
 class RequestStatus:
     """Where a request stands and its outcome.
 
-    ``status`` is ``pending | running | completed | aborted | failed``;
+    ``status`` is ``unknown | running | completed | aborted | failed``;
     ``version`` the workflow version it runs on; ``failure`` why it failed;
     ``waiting`` why no worker could run it yet (e.g. no worker holds its version).
     """
@@ -87,10 +87,10 @@ class RequestStatus:
 
 
 def status(store: Store, workflow: str, request_id: str) -> RequestStatus:
-    """The status of a request as its run record tells (``pending`` if none yet)."""
+    """The status of a request as its run record tells (``unknown`` if it has none)."""
     record = run_status(store, workflow, request_id)
     if record is None:
-        return RequestStatus(RunStatus.PENDING)
+        return RequestStatus(RunStatus.UNKNOWN)
     return RequestStatus.of(record)
 
 
@@ -130,7 +130,7 @@ class Pending:
         return self.outcome
 
     def status(self) -> RunStatus:
-        """``pending | running | completed | aborted | failed``."""
+        """``unknown | running | completed | aborted | failed``."""
         return self._current().status
 
     def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:

@@ -38,6 +38,7 @@ also runs the outbox relay (:mod:`idemflow.async_worklist.outbox`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -457,9 +458,8 @@ class Worker:
 
 def _input_of(pointer: Pointer, record: RunRecord) -> tuple[list[Any], dict[str, Any]]:
     """The request's input: stored with its claim, or carried by a format-1 message."""
-    given = record.input if record.input is not None else pointer.legacy_input
-    args = given.get("args") if isinstance(given, dict) else None
-    kwargs = given.get("kwargs") if isinstance(given, dict) else None
-    if not isinstance(args, list) or not isinstance(kwargs, dict):
+    legacy = dataclasses.replace(record, input=pointer.legacy_input)
+    arguments = record.arguments() or legacy.arguments()
+    if arguments is None:
         raise MessageRejected(f"request {pointer.request_id!r} has no stored input to resume from")
-    return list(args), dict(kwargs)
+    return arguments

@@ -53,7 +53,7 @@ def __getattr__(name: str) -> Any:
     return load_optional(__name__, name, _LAZY)
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     """A store from a URL: ``memory:``, ``sqlite:PATH``,
     ``dynamodb:?endpoint=URL&region=R&prefix=P``,
     ``azure:?connection_string=...&prefix=P`` (or ``AZURE_STORAGE_CONNECTION_STRING``).
@@ -62,7 +62,9 @@ def open_store(url: str) -> Store:
     it. An unknown scheme or parameter is a
     :class:`~idemflow.errors.StoreConfigError` naming the scheme and what is
     wrong; errors never quote the URL itself (its query, a path or connection
-    string given in its place, credentials in an endpoint).
+    string given in its place, credentials in an endpoint). With
+    ``create=False`` (read-only tools) a SQLite file that does not exist is an
+    error instead of a new empty database.
 
     >>> open_store("dynamodb:?regoin=eu-west-1&prefix=prod")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -76,6 +78,9 @@ def open_store(url: str) -> Store:
     if parsed.scheme == "sqlite":
         if not parsed.target:
             raise parsed.error("needs a path: sqlite:PATH")
+        if not create and not os.path.exists(parsed.target):
+            hint = " (sqlite://x names the absolute path /x; a relative path is sqlite:x)"
+            raise parsed.error("no database file at that path" + (hint if parsed.target[:2] == "//" else ""))
         return SqliteStore(parsed.target)
     if parsed.scheme == "dynamodb":
         endpoint = parsed.endpoint("endpoint")

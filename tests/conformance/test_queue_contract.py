@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemflow.async_worklist.queues import MemoryQueue, Message, Queue, SqliteQueue
+from idemflow.async_worklist.queues import DeadLetter, MemoryQueue, Message, Queue, SqliteQueue
 from idemflow.errors import InvalidInputError, LimitExceededError
 
 QUEUE_KINDS = ("memory", "sqlite", "sqs", "azure")
@@ -282,6 +282,106 @@ def test_the_largest_body_fits_and_can_still_be_dead_lettered(queue_factory: Que
     queue.dead_letter(message, "too big to handle " * 100)
     [(dead, reason)] = queue.dead_letters()
     assert dead == body and reason.startswith("too big to handle")
+
+
+POISON = ['{"poison": 1}', "ctl \x00 ~ \ufffe"]
+
+
+def dead_letter_poison(factory: QueueFactory, queue: Queue) -> list[DeadLetter]:
+    """Dead-letter the two ``POISON`` bodies after their second delivery; their dead letters by body."""
+    for body in POISON:
+        queue.send(body)
+    for message in drain(factory, queue, 2):
+        queue.nack(message)
+    for message in drain(factory, queue, 2):
+        assert message.deliveries == 2
+        queue.dead_letter(message, f"gave up on {message.body[:4]!r}:\nafter {message.deliveries}")
+    return sorted(queue.list_dead_letters(), key=lambda dead: POISON.index(dead.body))
+
+
+def test_dead_letters_are_listed_with_ids_bodies_reasons_and_times(queue_factory: QueueFactory) -> None:
+    queue = queue_factory()
+    assert queue.list_dead_letters() == [] and queue.dead_letters() == []
+    dead = dead_letter_poison(queue_factory, queue)
+    assert [(d.body, d.reason) for d in dead] == [(b, f"gave up on {b[:4]!r}: after 2") for b in POISON]
+    assert len({d.id for d in dead}) == 2 and all(isinstance(d.id, str) and d.id for d in dead)
+    for d in dead:  # epoch seconds (the fake clocks start in 2023), not milliseconds or a monotonic clock
+        assert d.dead_at is not None and 1.6e9 < d.dead_at < time.time() + 3600
+    assert sorted(queue.dead_letters()) == sorted((d.body, d.reason) for d in dead)
+    [one] = queue.list_dead_letters(limit=1)
+    assert one in dead
+    assert sorted(queue.list_dead_letters(limit=5), key=lambda d: POISON.index(d.body)) == dead
+    queue_factory.let_pass(LOCAL_VT + 1)
+    assert queue.receive(wait=queue_factory.quiet_wait) == []  # listing leaves them dead
+    with pytest.raises(InvalidInputError):
+        queue.list_dead_letters(limit=0)
+
+
+def test_redrive_by_id_then_all_sends_them_back_as_fresh_messages(queue_factory: QueueFactory) -> None:
+    queue = queue_factory()
+    first, second = dead_letter_poison(queue_factory, queue)
+    assert queue.redrive([first.id]) == 1
+    assert queue.list_dead_letters() == [second]
+    [again] = drain(queue_factory, queue, 1)
+    assert (again.body, again.deliveries) == (first.body, 1)
+    queue.ack(again)
+    assert queue.redrive() == 1
+    assert queue.list_dead_letters() == [] and queue.dead_letters() == []
+    [last] = drain(queue_factory, queue_factory.other(queue), 1)
+    assert (last.body, last.deliveries) == (second.body, 1)
+    assert queue.approximate_size() == 1
+    queue.ack(last)
+    assert queue.redrive() == 0  # a second redrive finds nothing to move
+    assert queue.redrive([first.id, second.id]) == 0
+    queue_factory.let_pass(LOCAL_VT + 1)
+    assert queue.receive(wait=queue_factory.quiet_wait) == []
+    assert queue.approximate_size() == 0
+
+
+def test_redrive_of_unknown_ids_moves_nothing(queue_factory: QueueFactory) -> None:
+    queue = queue_factory()
+    assert queue.redrive() == 0 and queue.redrive(["no-such-id"]) == 0  # nothing dead yet
+    dead = dead_letter_poison(queue_factory, queue)
+    assert queue.redrive(["no-such-id", ""]) == 0
+    assert queue.redrive([]) == 0
+    assert queue.redrive(iter(())) == 0
+    for bad in (dead[0].id, 42, [dead[0].id, 7]):  # one str is not an iterable of ids
+        with pytest.raises(InvalidInputError):
+            queue.redrive(bad)  # type: ignore[arg-type]
+    queue_factory.let_pass(LOCAL_VT + 1)
+    assert queue.receive(wait=queue_factory.quiet_wait) == []
+    assert sorted(queue.list_dead_letters(), key=lambda d: POISON.index(d.body)) == dead
+    assert queue.redrive(d.id for d in dead) == 2  # any iterable of ids
+    assert sorted(m.body for m in drain(queue_factory, queue, 2)) == sorted(POISON)
+
+
+def test_concurrent_redrives_move_each_dead_letter_once(queue_factory: QueueFactory) -> None:
+    queue = queue_factory(visibility_timeout=30)
+    bodies = [f'{{"dead": {i}}}' for i in range(12)]
+    for body in bodies:
+        queue.send(body)
+    for message in drain(queue_factory, queue, len(bodies)):
+        queue.dead_letter(message, "poison")
+    moved: list[int] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(3)
+
+    def redrive(handle: Queue) -> None:
+        try:
+            barrier.wait(10)
+            moved.append(handle.redrive())
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=redrive, args=(queue_factory.other(queue),)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+    assert not errors and sum(moved) == len(bodies)
+    got = drain(queue_factory, queue, len(bodies))
+    assert sorted(m.body for m in got) == sorted(bodies) and all(m.deliveries == 1 for m in got)
+    assert queue.list_dead_letters() == [] and queue.approximate_size() == len(bodies)
 
 
 def test_oversize_and_non_text_bodies_are_refused_before_sending(queue_factory: QueueFactory) -> None:

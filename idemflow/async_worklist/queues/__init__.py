@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
 from idemflow._urls import parse_url
-from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
+from idemflow.async_worklist.queues.base import DeadLetter, Message, MessageLostError, Queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AzureQueue",
+    "DeadLetter",
     "MemoryQueue",
     "Message",
     "MessageLostError",

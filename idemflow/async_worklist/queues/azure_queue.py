@@ -24,7 +24,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from azure.core.exceptions import (
@@ -39,9 +39,12 @@ from azure.storage.queue import QueueClient, QueueMessage
 
 from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
+    DeadLetter,
     Message,
     MessageLostError,
     Queue,
+    check_ids,
+    check_limit,
     check_max_messages,
     check_reason,
     check_seconds,
@@ -204,24 +207,48 @@ class AzureQueue(Queue):
         self._call("dead_letter", self._dlq.send_message, envelope, time_to_live=-1)
         self.ack(held)
 
-    def dead_letters(self) -> list[tuple[str, str]]:
-        """Every dead letter, read by receiving them briefly and making them visible again at once."""
-        seen: dict[str, tuple[str, str, str]] = {}
-        try:
-            while True:
-                receive = self._dlq.receive_messages
-                pages = self._call("dead_letters", receive, messages_per_page=32, visibility_timeout=30)
-                batch = self._call("dead_letters", list, pages)
-                if not batch:
-                    break
-                for raw in batch:
-                    reason, _, text = str(raw.content or "").partition("\n")
-                    seen[raw.id] = (decode_wire(text), reason, raw.pop_receipt)
-        finally:
-            for message_id, (_, _, receipt) in seen.items():
-                update = self._dlq.update_message
-                self._on_message("dead_letters", update, message_id, receipt, visibility_timeout=0)
-        return [(body, reason) for body, reason, _ in seen.values()]
+    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """The dead letters, read by receiving them briefly and making them visible again at once.
+
+        ``dead_at`` is when the dead letter reached ``<name>-dlq``.
+        """
+        limit = check_limit(limit)
+        found: list[DeadLetter] = []
+
+        def add(raw: QueueMessage) -> bool:
+            reason, _, text = str(raw.content or "").partition("\n")
+            dead_at = raw.inserted_on.timestamp() if raw.inserted_on else None
+            found.append(DeadLetter(raw.id, decode_wire(text), reason, dead_at))
+            return False  # leave it in the dlq
+
+        self._scan_dead_letters("list_dead_letters", add, lambda: limit is not None and len(found) >= limit)
+        return found
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Receive each from ``<name>-dlq``, send its body to the queue, then delete it from the dlq.
+
+        A dead letter being moved is hidden from other redrives and listings
+        for 30 s. A crash between the send and the delete duplicates it (see
+        :meth:`Queue.redrive`), harmless for idemflow's continuations.
+        """
+        wanted = check_ids(ids)
+        if wanted is not None and not wanted:
+            return 0
+        moved = 0
+
+        def move(raw: QueueMessage) -> bool:
+            nonlocal moved
+            if wanted is not None and raw.id not in wanted:
+                return False
+            text = str(raw.content or "").partition("\n")[2]
+            self._call("redrive", self._client.send_message, text, time_to_live=-1)
+            moved += 1
+            if not self._on_message("redrive", self._dlq.delete_message, raw.id, raw.pop_receipt):
+                log.warning("dead letter %s was redriven but may still be in the dlq", raw.id)
+            return True
+
+        self._scan_dead_letters("redrive", move, lambda: wanted is not None and moved >= len(wanted))
+        return moved
 
     def approximate_size(self) -> int:
         properties = self._call("approximate_size", self._client.get_queue_properties)
@@ -230,6 +257,37 @@ class AzureQueue(Queue):
     def close(self) -> None:
         self._client.close()
         self._dlq.close()
+
+    def _scan_dead_letters(
+        self, operation: str, visit: Callable[[QueueMessage], bool], done: Callable[[], bool]
+    ) -> None:
+        """Receive the dead letters (hidden 30 s) and ``visit`` each once, until ``done()``.
+
+        ``visit`` returns True once it deleted one; the rest are made visible
+        again at the end, also on an error. Stops when a receive brings none
+        not seen before (the dlq is empty, or only seen ones came back).
+        """
+        held: dict[str, str] = {}  # message id -> pop receipt, of those to make visible again
+        seen: set[str] = set()
+        try:
+            while not done():
+                receive = self._dlq.receive_messages
+                pages = self._call(
+                    operation, receive, messages_per_page=32, max_messages=32, visibility_timeout=30
+                )
+                batch: list[QueueMessage] = self._call(operation, list, pages)
+                held.update((raw.id, str(raw.pop_receipt)) for raw in batch)
+                new = [raw for raw in batch if raw.id not in seen]
+                if not new:
+                    break
+                for raw in new:
+                    seen.add(raw.id)
+                    if not done() and visit(raw):
+                        del held[raw.id]
+        finally:
+            for message_id, receipt in held.items():
+                update = self._dlq.update_message
+                self._on_message(operation, update, message_id, receipt, visibility_timeout=0)
 
     def _call(self, operation: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -56,6 +56,24 @@ class Message:
     receipt: str
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One dead-lettered message as :meth:`Queue.list_dead_letters` reports it.
+
+    ``id`` names it for :meth:`Queue.redrive` (the dead-letter place's own id
+    on SQS and Azure, the message's id locally); ``dead_at`` is when it was
+    dead-lettered, in epoch seconds, where the backend knows it.
+
+    >>> DeadLetter(id="m1", body="{}", reason="rejected: bad input", dead_at=None).reason
+    'rejected: bad input'
+    """
+
+    id: str
+    body: str
+    reason: str
+    dead_at: float | None
+
+
 class MessageLostError(QueueError):
     """:meth:`Queue.extend` on a message this holder no longer owns.
 
@@ -71,8 +89,9 @@ class MessageLostError(QueueError):
 class Queue(Protocol):
     """An at-least-once queue with visibility timeouts, acks and a dead-letter place.
 
-    The four backends subclass it explicitly, inheriting :meth:`consume` and
-    these docstrings; any other object with these members is a queue too.
+    The four backends subclass it explicitly, inheriting :meth:`consume`,
+    :meth:`dead_letters` and these docstrings; any other object with these
+    members is a queue too.
 
     >>> from idemflow.async_worklist.queues import MemoryQueue
     >>> isinstance(MemoryQueue(), Queue)
@@ -110,8 +129,37 @@ class Queue(Protocol):
         """Move it to this queue's dead-letter place with ``reason``; it is not received again."""
         ...
 
+    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """The dead letters (at most ``limit``, oldest first where the backend keeps an order).
+
+        Listing leaves them where they are. The cloud queues have no peek:
+        they receive the dead letters briefly and make them visible again.
+        """
+        ...
+
     def dead_letters(self) -> list[tuple[str, str]]:
-        """``(body, reason)`` of every dead-lettered message, for operators and tests."""
+        """``(body, reason)`` of every dead-lettered message, for operators and tests.
+
+        >>> from idemflow.async_worklist.queues import MemoryQueue
+        >>> MemoryQueue().dead_letters()
+        []
+        """
+        return [(dead.body, dead.reason) for dead in self.list_dead_letters()]
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Move the dead letters ``ids`` (all if None) back onto the queue; how many moved.
+
+        Each goes back as a fresh message (a new id, ``deliveries`` counting
+        from 1 again) and leaves the dead-letter place; unknown ids, and dead
+        letters already redriven, are skipped, so running it twice, or beside
+        workers, is safe. Where the queue moves a message in one transaction
+        (memory, SQLite) it moves at most once. SQS and Azure receive it from
+        ``<name>-dlq``, send it to the queue, then delete it from the
+        ``-dlq``: a crash (or a lost answer) between the send and the delete
+        leaves it in both places, and a later redrive sends it again. That
+        duplicate is harmless for idemflow, whose memos make a replayed
+        continuation exact, but a queue used for other work should know it.
+        """
         ...
 
     def approximate_size(self) -> int:
@@ -204,6 +252,44 @@ def check_reason(reason: object) -> str:
     return data.decode("utf-8", "ignore")
 
 
+def check_limit(limit: object) -> int | None:
+    """``limit`` if it is None or a positive int, else an :class:`InvalidValueError`.
+
+    >>> check_limit(None), check_limit(5)
+    (None, 5)
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidValueError("limit", f"must be None or a positive int, not {limit!r}")
+    return limit
+
+
+def check_ids(ids: object) -> set[str] | None:
+    """The dead-letter ids to redrive as a set (None: all), or an :class:`InvalidValueError`.
+
+    A lone str is refused rather than read as its characters.
+
+    >>> sorted(check_ids(["b", "a", "b"]))
+    ['a', 'b']
+    >>> check_ids("abc")
+    Traceback (most recent call last):
+    ...
+    idemflow.errors.InvalidValueError: ids: must be an iterable of dead-letter ids (str), not one str
+    """
+    if ids is None:
+        return None
+    what = "must be an iterable of dead-letter ids (str)"
+    if isinstance(ids, (str, bytes)):
+        raise InvalidValueError("ids", f"{what}, not one {type(ids).__name__}")
+    if not isinstance(ids, Iterable):
+        raise InvalidValueError("ids", f"{what}, not {type(ids).__name__}")
+    wanted = set()
+    for item in ids:
+        if not isinstance(item, str):
+            raise InvalidValueError("ids", f"{what}, not containing {type(item).__name__}")
+        wanted.add(item)
+    return wanted
+
+
 def check_max_messages(max_messages: object) -> int:
     """``max_messages`` if it is a positive int, else an :class:`InvalidValueError`.
 
@@ -270,10 +356,13 @@ def check_wire_body(body: object, max_bytes: int, where: str) -> str:
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "DeadLetter",
     "Message",
     "MessageLostError",
     "Queue",
     "check_body",
+    "check_ids",
+    "check_limit",
     "check_max_messages",
     "check_reason",
     "check_seconds",

@@ -25,15 +25,18 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from idemflow.async_worklist.queues.base import (
     DEFAULT_MAX_BODY_BYTES,
+    DeadLetter,
     Message,
     MessageLostError,
     Queue,
     check_body,
+    check_ids,
+    check_limit,
     check_max_messages,
     check_reason,
     check_seconds,
@@ -57,7 +60,8 @@ class MemoryQueue(Queue):
 
     ``clock`` measures visibility and delays (``time.monotonic`` by default;
     tests pass a fake one). ``receive(wait=...)`` blocks on a condition
-    variable for real time, woken by every send and nack.
+    variable for real time, woken by every send, nack and redrive. A dead
+    letter's ``dead_at`` is wall time (``time.time``), not ``clock``.
 
     >>> queue = MemoryQueue()
     >>> queue.send('{"n": 1}')
@@ -79,16 +83,13 @@ class MemoryQueue(Queue):
         self._messages: dict[str, _Held] = {}
         self._ready: list[tuple[float, int, str, int]] = []  # (visible_at, seq, id, generation)
         self._seq = itertools.count()
-        self._dead: list[tuple[str, str]] = []
+        self._dead: dict[str, DeadLetter] = {}  # by id, oldest first
 
     def send(self, body: str, *, delay: float = 0.0) -> None:
         check_body(body, self.max_body_bytes, "MemoryQueue")
         delay = check_seconds(delay, "delay")
         with self._cond:
-            message_id = uuid.uuid4().hex
-            held = _Held(body, self._clock() + delay)
-            self._messages[message_id] = held
-            self._schedule(message_id, held)
+            self._enqueue(body, delay)
             self._cond.notify()
 
     def receive(
@@ -146,11 +147,21 @@ class MemoryQueue(Queue):
                 log.debug("dead_letter of message %s ignored: deleted or received elsewhere", message.id)
                 return
             del self._messages[message.id]
-            self._dead.append((held.body, reason))
+            self._dead[message.id] = DeadLetter(message.id, held.body, reason, time.time())
 
-    def dead_letters(self) -> list[tuple[str, str]]:
+    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        limit = check_limit(limit)
         with self._cond:
-            return list(self._dead)
+            return list(itertools.islice(self._dead.values(), limit))
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        wanted = check_ids(ids)
+        with self._cond:
+            chosen = list(self._dead) if wanted is None else [i for i in self._dead if i in wanted]
+            for dead_id in chosen:
+                self._enqueue(self._dead.pop(dead_id).body, 0.0)
+            self._cond.notify_all()
+            return len(chosen)
 
     def approximate_size(self) -> int:
         with self._cond:
@@ -163,6 +174,12 @@ class MemoryQueue(Queue):
         if visibility_timeout is None:
             return self.visibility_timeout
         return check_seconds(visibility_timeout, "visibility_timeout", positive=True)
+
+    def _enqueue(self, body: str, delay: float) -> None:
+        message_id = uuid.uuid4().hex
+        held = _Held(body, self._clock() + delay)
+        self._messages[message_id] = held
+        self._schedule(message_id, held)
 
     def _schedule(self, message_id: str, held: _Held) -> None:
         held.generation += 1

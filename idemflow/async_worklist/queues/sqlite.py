@@ -6,7 +6,8 @@ IMMEDIATE`` (SQLite's single-writer lock, across processes) by pushing their
 ``visible_at`` forward and giving them a fresh random receipt, so no two
 receivers hold the same message at once. Ack, nack, extend and dead-letter
 check the receipt: a holder whose visibility expired and whose message was
-received again elsewhere can no longer touch it.
+received again elsewhere can no longer touch it. Dead letters are rows of
+``idemflow_queue_dead``; a redrive moves them back in one transaction.
 
 Several named queues can share one file (``name``); WAL with
 ``synchronous=FULL`` by default makes a returned ``send`` survive power loss.
@@ -30,16 +31,19 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
 from idemflow.async_worklist.queues.base import (
     DEFAULT_MAX_BODY_BYTES,
+    DeadLetter,
     Message,
     MessageLostError,
     Queue,
     check_body,
+    check_ids,
+    check_limit,
     check_max_messages,
     check_reason,
     check_seconds,
@@ -191,12 +195,35 @@ class SqliteQueue(Queue):
             )
             conn.execute("DELETE FROM idemflow_queue WHERE name = ? AND id = ?", (self.name, message.id))
 
-    def dead_letters(self) -> list[tuple[str, str]]:
-        with self._errors("dead_letters"):
+    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        limit = check_limit(limit)
+        with self._errors("list_dead_letters"):
             rows = self._connection().execute(
-                "SELECT body, reason FROM idemflow_queue_dead WHERE name = ? ORDER BY seq", (self.name,)
+                "SELECT id, body, reason, dead_at FROM idemflow_queue_dead"
+                " WHERE name = ? ORDER BY seq LIMIT ?",
+                (self.name, -1 if limit is None else limit),
             )
-            return [(body, reason) for body, reason in rows.fetchall()]
+            return [DeadLetter(*row) for row in rows.fetchall()]
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Move dead letters back in one ``BEGIN IMMEDIATE`` transaction: each moves at most once."""
+        wanted = check_ids(ids)
+        if wanted is not None and not wanted:
+            return 0
+        with self._transaction("redrive") as conn:
+            select = "SELECT seq, body FROM idemflow_queue_dead WHERE name = ?"
+            if wanted is None:
+                rows = conn.execute(select + " ORDER BY seq", (self.name,)).fetchall()
+            else:
+                rows = [r for i in wanted for r in conn.execute(select + " AND id = ?", (self.name, i))]
+            now = self._clock()
+            for seq, body in sorted(rows):
+                conn.execute(
+                    "INSERT INTO idemflow_queue (name, id, body, visible_at, sent_at) VALUES (?, ?, ?, ?, ?)",
+                    (self.name, uuid.uuid4().hex, body, now, now),
+                )
+                conn.execute("DELETE FROM idemflow_queue_dead WHERE seq = ?", (seq,))
+        return len(rows)
 
     def approximate_size(self) -> int:
         with self._errors("approximate_size"):

@@ -21,7 +21,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -38,20 +38,19 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
+    DeadLetter,
     Message,
     MessageLostError,
     Queue,
+    check_ids,
+    check_limit,
     check_max_messages,
     check_reason,
     check_seconds,
     check_wire_body,
     decode_wire,
 )
-from idemflow.errors import (
-    InvalidNameError,
-    StoreConfigError,
-    StoreError,
-)
+from idemflow.errors import InvalidNameError, StoreConfigError, StoreError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -213,38 +212,47 @@ class SqsQueue(Queue):
         )
         self.ack(message)
 
-    def dead_letters(self) -> list[tuple[str, str]]:
-        """Every dead letter, read by receiving them briefly and making them visible again at once.
+    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """The dead letters, read by receiving them briefly and making them visible again at once.
 
         SQS has no peek; this is for operators and tests, not for a hot path.
+        ``dead_at`` is when the dead letter reached ``<name>-dlq``.
         """
-        dlq = self._dead_letter_url()
-        visible = "ApproximateNumberOfMessages"
-        found = self._call(
-            "dead_letters", self._client.get_queue_attributes, QueueUrl=dlq, AttributeNames=[visible]
-        )
-        expected = int(found["Attributes"].get(visible, "0"))
-        seen: dict[str, tuple[str, str, str]] = {}
-        empty_polls = 0
-        try:
-            while len(seen) < expected and empty_polls < 3:
-                found = self._call(
-                    "dead_letters",
-                    self._client.receive_message,
-                    QueueUrl=dlq,
-                    MaxNumberOfMessages=10,
-                    VisibilityTimeout=30,
-                    MessageAttributeNames=["reason"],
-                )
-                batch = found.get("Messages", [])
-                empty_polls = 0 if batch else empty_polls + 1
-                for m in batch:
-                    reason = m.get("MessageAttributes", {}).get("reason", {}).get("StringValue", "")
-                    seen[m["MessageId"]] = (decode_wire(m["Body"]), reason, m["ReceiptHandle"])
-        finally:
-            for _, _, receipt in seen.values():
-                self._change_visibility(dlq, receipt, 0, "dead_letters")
-        return [(body, reason) for body, reason, _ in seen.values()]
+        limit = check_limit(limit)
+        found: list[DeadLetter] = []
+
+        def add(raw: Any) -> bool:
+            found.append(_dead_letter(raw))
+            return False  # leave it in the dlq
+
+        self._scan_dead_letters("list_dead_letters", add, lambda: limit is not None and len(found) >= limit)
+        return found
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """Receive each from ``<name>-dlq``, send its body to the queue, then delete it from the dlq.
+
+        A dead letter being moved is hidden from other redrives and listings
+        for 30 s. A crash between the send and the delete duplicates it (see
+        :meth:`Queue.redrive`), harmless for idemflow's continuations.
+        """
+        wanted = check_ids(ids)
+        if wanted is not None and not wanted:
+            return 0
+        dlq, moved = self._dead_letter_url(), 0
+
+        def move(raw: Any) -> bool:
+            nonlocal moved
+            if wanted is not None and raw["MessageId"] not in wanted:
+                return False
+            self._call("redrive", self._client.send_message, QueueUrl=self._url, MessageBody=raw["Body"])
+            moved += 1
+            delete = self._client.delete_message
+            if not self._on_message("redrive", delete, QueueUrl=dlq, ReceiptHandle=raw["ReceiptHandle"]):
+                log.warning("dead letter %s was redriven but may still be in the dlq", raw["MessageId"])
+            return True
+
+        self._scan_dead_letters("redrive", move, lambda: wanted is not None and moved >= len(wanted))
+        return moved
 
     def approximate_size(self) -> int:
         found = self._call(
@@ -275,6 +283,49 @@ class SqsQueue(Queue):
         if self._dlq_url is None:
             self._dlq_url = self._resolve(f"{self.name}-dlq", False)
         return self._dlq_url
+
+    def _scan_dead_letters(
+        self, operation: str, visit: Callable[[Any], bool], done: Callable[[], bool]
+    ) -> None:
+        """Receive the dead letters (hidden 30 s) and ``visit`` each once, until ``done()``.
+
+        ``visit`` returns True once it deleted one; the rest are made visible
+        again at the end, also on an error. Stops after as many as the dlq
+        reported, three empty (short) polls, or a batch of only seen ones.
+        """
+        dlq = self._dead_letter_url()
+        visible = "ApproximateNumberOfMessages"
+        found = self._call(
+            operation, self._client.get_queue_attributes, QueueUrl=dlq, AttributeNames=[visible]
+        )
+        expected = int(found["Attributes"].get(visible, "0"))
+        held: dict[str, str] = {}  # message id -> receipt, of those to make visible again
+        seen: set[str] = set()
+        empty_polls = 0
+        try:
+            while len(seen) < expected and empty_polls < 3 and not done():
+                found = self._call(
+                    operation,
+                    self._client.receive_message,
+                    QueueUrl=dlq,
+                    MaxNumberOfMessages=10,
+                    VisibilityTimeout=30,
+                    MessageAttributeNames=["reason"],
+                    MessageSystemAttributeNames=["SentTimestamp"],
+                )
+                batch = found.get("Messages", [])
+                held.update((m["MessageId"], m["ReceiptHandle"]) for m in batch)
+                new = [m for m in batch if m["MessageId"] not in seen]
+                if batch and not new:
+                    break  # the first ones are visible again: every dead letter was seen
+                empty_polls = 0 if batch else empty_polls + 1
+                for raw in new:
+                    seen.add(raw["MessageId"])
+                    if not done() and visit(raw):
+                        del held[raw["MessageId"]]
+        finally:
+            for receipt in held.values():
+                self._change_visibility(dlq, receipt, 0, operation)
 
     def _call(self, operation: str, call: Callable[..., Any], **kwargs: Any) -> Any:
         try:
@@ -325,6 +376,12 @@ class SqsQueue(Queue):
 def _message(raw: Any) -> Message:
     count = int(raw.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
     return Message(raw["MessageId"], decode_wire(raw["Body"]), count, raw["ReceiptHandle"])
+
+
+def _dead_letter(raw: Any) -> DeadLetter:
+    reason = raw.get("MessageAttributes", {}).get("reason", {}).get("StringValue", "")
+    sent = raw.get("Attributes", {}).get("SentTimestamp")
+    return DeadLetter(raw["MessageId"], decode_wire(raw["Body"]), reason, int(sent) / 1000 if sent else None)
 
 
 def _code(exc: ClientError) -> str:

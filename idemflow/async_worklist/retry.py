@@ -1,0 +1,48 @@
+"""Hand a failed or stuck submitted request back to the workers (``idemflow retry``).
+
+A request ends ``failed`` when a step kept raising; after a fix is deployed,
+``retry`` puts it back to ``running`` and sends a pointer, and a worker
+resumes it where it stopped (committed steps replay from their memos). A
+request ``running`` with nothing queued for it (its message was purged or
+dead-lettered by hand) is resumed the same way. Safe to run twice and while
+workers run: a second pointer is a harmless duplicate.
+
+>>> from idemflow import MemoryStore
+>>> from idemflow.async_worklist import MemoryQueue
+>>> retry(MemoryStore(), MemoryQueue(), "checkout", "o-1")
+Traceback (most recent call last):
+...
+idemflow.errors.InvalidInputError: no request 'o-1' of workflow 'checkout' is known to this store
+"""
+
+from __future__ import annotations
+
+from idemflow.async_worklist import _runs
+from idemflow.async_worklist.messages import Pointer, encode_pointer
+from idemflow.async_worklist.queues.base import Queue
+from idemflow.async_worklist.submit import resolve_signing_key
+from idemflow.errors import InvalidInputError
+from idemflow.records import RunStatus
+from idemflow.runner import run_status
+from idemflow.stores.base import Store
+
+
+def retry(
+    store: Store, queue: Queue, workflow: str, request_id: str, *, signing_key: bytes | str | None = None
+) -> RunStatus:
+    """Resume an unfinished request through the workers; the status it had (final ones are left alone)."""
+    record = run_status(store, workflow, request_id)
+    if record is None:
+        raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
+    if record.status.final:
+        return record.status
+    if record.arguments() is None:
+        raise InvalidInputError(
+            f"request {request_id!r} was started by run(), which stores no input: run it again"
+        )
+    if record.status is RunStatus.FAILED:
+        _runs.reopen(store, workflow, request_id)
+    queue.send(
+        encode_pointer(Pointer(workflow, record.version, request_id), resolve_signing_key(signing_key))
+    )
+    return record.status

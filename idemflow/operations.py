@@ -1,0 +1,131 @@
+"""What an operator needs: list requests by workflow, status and age; abort one.
+
+``runs`` reads every run record (one scan of the run-record table: on
+DynamoDB and Azure that is a full scan of that table, paged; the cost grows
+with the number of requests kept, which ``idemflow gc`` and TTL bound).
+``abort`` ends a request that has not finished: every step not yet
+committed aborts (an abort memo, so a worker racing it agrees), the
+compensations of the committed steps run once in reverse order, and the
+request ends ``aborted``. It needs the request's input, which ``submit``
+stores; a request started by :func:`idemflow.run` is resumed by running it
+again instead.
+
+>>> from idemflow import MemoryStore, run, atomic
+>>> store = MemoryStore()
+>>> run(atomic("items", "p", lambda tx: "ok"), request_id="r-1", store=store)
+'ok'
+>>> [(found.request_id, found.status.value) for found in runs(store)]
+[('r-1', 'completed')]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from idemflow.errors import InvalidInputError, VersionNotHeldError
+from idemflow.keys import RUN, RUNS_TABLE
+from idemflow.plan import Aborting, Plan
+from idemflow.policy import RetryPolicy
+from idemflow.records import RunRecord, RunStatus
+from idemflow.runner import Workflow, execute, run_status
+from idemflow.serialization import JSON
+from idemflow.stores.base import Store
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One request as ``idemflow runs list`` shows it."""
+
+    workflow: str
+    request_id: str
+    record: RunRecord
+
+    @property
+    def status(self) -> RunStatus:
+        return self.record.status
+
+    def age_from(self) -> float | None:
+        """When it started (or, for records written by 0.1, when it finished)."""
+        return self.record.started_at if self.record.started_at is not None else self.record.finished_at
+
+    def to_json(self) -> dict[str, JSON]:
+        shown: dict[str, JSON] = {
+            "workflow": self.workflow,
+            "request_id": self.request_id,
+            "status": self.status.value,
+            "version": self.record.version,
+            "started_at": self.record.started_at,
+            "finished_at": self.record.finished_at,
+            "failure": None if self.record.failure is None else self.record.failure.to_json(),
+            "waiting": self.record.waiting,
+        }
+        return {key: value for key, value in shown.items() if value is not None}
+
+
+def runs(
+    store: Store,
+    *,
+    workflow: str | None = None,
+    status: RunStatus | None = None,
+    older_than: float | None = None,
+    limit: int | None = None,
+    now: Callable[[], float] = time.time,
+) -> list[RunSummary]:
+    """Requests with a run record, oldest first, filtered by workflow, status and age (seconds)."""
+    cutoff = None if older_than is None else now() - older_than
+    found: list[RunSummary] = []
+    for partition, key, row in store.scan(RUNS_TABLE):
+        if not key.startswith(RUN) or (workflow is not None and key[1:] != workflow):
+            continue
+        try:
+            summary = RunSummary(key[1:], partition, RunRecord.from_json(row.value))
+        except (KeyError, TypeError, ValueError):
+            continue  # not a run record this version can read: left to the tools of its version
+        if status is not None and summary.status is not status:
+            continue
+        started = summary.age_from()
+        if cutoff is not None and (started is None or started > cutoff):
+            continue
+        found.append(summary)
+    found.sort(key=lambda summary: (summary.age_from() or 0.0, summary.workflow, summary.request_id))
+    return found[:limit] if limit is not None else found
+
+
+def abort(
+    store: Store,
+    workflows: Iterable[Workflow[Any, Any]],
+    workflow: str,
+    request_id: str,
+    *,
+    reason: JSON,
+    policy: RetryPolicy | None = None,
+    clock: Callable[[], float] = time.time,
+) -> RunRecord:
+    """Compensate an unfinished request and end it ``aborted``; its record if it already finished.
+
+    Safe to run twice and while workers run it: memos decide every step, so
+    if a worker commits the last step first, the request ends ``completed``
+    and that record is returned.
+    """
+    record = run_status(store, workflow, request_id)
+    if record is None:
+        raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
+    if record.status.final:
+        return record
+    held = {flow.version: flow for flow in workflows if flow.name == workflow}
+    flow = held.get(record.version)
+    if flow is None:
+        raise VersionNotHeldError(workflow, request_id, record.version, tuple(sorted(held)))
+    arguments = record.arguments()
+    if arguments is None:
+        raise InvalidInputError(
+            f"request {request_id!r} was started by run(), which stores no input: run it again"
+        )
+    args, kwargs = arguments
+    plan = Plan(version=record.version, resume=True, abort=Aborting(reason), durable_outcome=True)
+    return execute(
+        flow(*args, **kwargs), request_id=request_id, store=store, policy=policy, clock=clock, plan=plan
+    )

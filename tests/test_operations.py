@@ -1,0 +1,167 @@
+"""Operating idemflow: list requests, retry a failed one after a fix, abort one; on every store."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from idemflow import InvalidInputError, Store, run
+from idemflow.async_worklist import MemoryQueue, Worker, retry, status, submit
+from idemflow.operations import abort, runs
+from idemflow.records import RunStatus
+from idemflow.testing import Fault, FaultyStore, SimulatedCrash
+from tests.checkout_workflows import V1, checkout_v1
+from tests.conformance.test_continuations import Clock, balance, deliver_all, order
+from tests.conformance.test_workflow_contract import new_space
+from tests.fixed_checkout import FIXED
+from tests.test_cli import idemflow
+
+
+def failed_request(store: Store, space: str, clock: Clock, queue: MemoryQueue) -> str:
+    submit(checkout_v1(order(space, explode=True)), request_id=space + "bad", store=store, queue=queue)
+    deliver_all(Worker(V1, store=store, queue=queue, max_deliveries=2), queue, clock)
+    assert status(store, "checkout", space + "bad").status is RunStatus.FAILED
+    return space + "bad"
+
+
+def test_runs_lists_requests_by_workflow_status_and_age(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    failed = failed_request(store, space, clock, queue)
+    submit(checkout_v1(order(space, 1)), request_id=space + "queued", store=store, queue=queue, clock=clock)
+    clock.now += 3600
+    run(checkout_v1(order(space, 2)), request_id=space + "done", store=store, clock=clock)
+    store.flush()
+    mine = [found for found in runs(store, workflow="checkout") if found.request_id.startswith(space)]
+    assert {found.request_id: found.status for found in mine} == {
+        failed: RunStatus.FAILED,
+        space + "queued": RunStatus.RUNNING,
+        space + "done": RunStatus.COMPLETED,
+    }
+    assert [found.request_id for found in mine][-1] == space + "done"  # oldest first
+    failing = runs(store, workflow="checkout", status=RunStatus.FAILED)
+    assert failed in [found.request_id for found in failing]
+    [shown] = [found.to_json() for found in failing if found.request_id == failed]
+    assert shown["failure"] == {"reason": "KeyError: 'address'", "step": 2, "attempts": 2}
+    old = [
+        found.request_id for found in runs(store, older_than=1800, now=clock) if found.request_id[:1] == "s"
+    ]
+    assert space + "queued" in old and space + "done" not in old
+    assert len(runs(store, limit=1)) == 1 and runs(store, workflow="nosuch") == []
+
+
+def test_retry_resumes_a_failed_request_after_a_fix(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    failed = failed_request(store, space, clock, queue)
+    assert retry(store, queue, "checkout", failed) is RunStatus.FAILED
+    assert retry(store, queue, "checkout", failed) is RunStatus.RUNNING  # twice: a harmless duplicate
+    assert status(store, "checkout", failed).status is RunStatus.RUNNING
+    deliver_all(Worker(FIXED, store=store, queue=queue), queue, clock)
+    done = status(store, "checkout", failed)
+    assert done.result == {"version": 1, "shipped": "shipped"} and balance(store, space) == -10
+    assert retry(store, queue, "checkout", failed) is RunStatus.COMPLETED and queue.approximate_size() == 0
+    with pytest.raises(InvalidInputError, match="no request"):
+        retry(store, queue, "checkout", space + "never")
+
+
+def test_abort_compensates_once_and_ends_aborted(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    failed = failed_request(store, space, clock, queue)
+    assert balance(store, space) == -10
+    ended = abort(store, V1, "checkout", failed, reason="customer asked")
+    assert (ended.status, ended.reason) == (RunStatus.ABORTED, "customer asked")
+    assert abort(store, V1, "checkout", failed, reason="again") == ended  # twice: the first outcome
+    assert balance(store, space) == 0  # refunded once
+    dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == 0 else None)
+    with pytest.raises(SimulatedCrash):  # a `run` that died after its debit
+        run(checkout_v1(order(space, 5)), request_id=space + "sync", store=dying)
+    with pytest.raises(InvalidInputError, match="started by run"):
+        abort(store, V1, "checkout", space + "sync", reason="x")
+
+
+def test_abort_racing_a_worker_ends_one_way_exactly_once(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    requests = [f"{space}{n}" for n in range(6)]
+    for n, request_id in enumerate(requests):
+        submit(checkout_v1(order(space, n)), request_id=request_id, store=store, queue=queue)
+    worker = Worker(V1, store=store, queue=queue, wait=0.01, relay_every=None)
+    draining = threading.Thread(target=worker.run, kwargs={"idle_timeout": 0.3})
+    draining.start()
+    for request_id in requests:
+        abort(store, V1, "checkout", request_id, reason="stop")
+    draining.join()
+    ends = [status(store, "checkout", request_id).status for request_id in requests]
+    assert set(ends) <= {RunStatus.COMPLETED, RunStatus.ABORTED}
+    assert balance(store, space) == -10 * ends.count(RunStatus.COMPLETED)  # aborted ones refunded once
+
+
+def test_the_cli_lists_retries_and_aborts(tmp_path: Path) -> None:
+    from idemflow import SqliteStore
+    from idemflow.async_worklist import SqliteQueue
+
+    store_url, queue_url = f"sqlite:{tmp_path / 'shop.db'}", f"sqlite:{tmp_path / 'queue.db'}"
+    store, queue = SqliteStore(tmp_path / "shop.db"), SqliteQueue(tmp_path / "queue.db")
+    clock = Clock()
+    failed = failed_request(store, "s-", clock, MemoryQueue(clock=clock))
+    submit(checkout_v1(order("s-", 1)), request_id="s-queued", store=store, queue=queue)
+    listed = idemflow("runs", "list", "--store", store_url, "--status", "failed")
+    assert listed.returncode == 0 and failed in listed.stdout and "KeyError" in listed.stdout
+    assert "1 request(s)" in listed.stderr
+    retried = idemflow("retry", "--store", store_url, "--queue", queue_url, "checkout", failed)
+    assert retried.returncode == 0 and '"resubmitted": true' in retried.stdout
+    aborted = idemflow(
+        "abort", "--store", store_url, "--workflows", "tests.checkout_workflows:V1", "checkout", "s-queued",
+        "--reason", "out of stock",
+    )  # fmt: skip
+    assert aborted.returncode == 0 and '"aborted"' in aborted.stdout
+    assert status(store, "checkout", "s-queued").reason == "out of stock"
+    assert (
+        idemflow("status", "--store", store_url, "chekout", failed).stdout.strip() == '{"status": "unknown"}'
+    )
+    missing = idemflow("status", "--store", "sqlite://data/x.db", "checkout", failed)
+    assert missing.returncode == 2 and "no database file" in missing.stderr and "sqlite://x" in missing.stderr
+    assert not Path("/data/x.db").exists()
+
+
+def test_worker_log_events_name_the_request(caplog: pytest.LogCaptureFixture) -> None:
+    from idemflow import MemoryStore
+
+    store, clock = MemoryStore(), Clock()
+    queue = MemoryQueue(clock=clock)
+    with caplog.at_level("INFO", logger="idemflow"):
+        failed_request(store, "s-", clock, queue)
+    events = {
+        record.msg.split('"')[3]: record for record in caplog.records if record.name == "idemflow.worker"
+    }
+    assert {"retry", "failed"} <= set(events)
+    for event in ("retry", "failed"):
+        fields = vars(events[event])
+        assert (fields["workflow"], fields["request_id"], fields["version"], fields["step"]) == (
+            "checkout", "s-bad", 1, 2
+        )  # fmt: skip
+        assert fields["attempt"] in (1, 2)
+
+
+def test_the_cli_lists_and_redrives_dead_letters(tmp_path: Path) -> None:
+    from idemflow.async_worklist import SqliteQueue
+
+    queue_url = f"sqlite:{tmp_path / 'queue.db'}"
+    queue = SqliteQueue(tmp_path / "queue.db")
+    for body in ("{nope", "[1]"):
+        queue.send(body)
+        [message] = queue.receive()
+        queue.dead_letter(message, "rejected: not JSON")
+    listed = idemflow("dead-letters", "list", "--queue", queue_url)
+    assert listed.returncode == 0 and listed.stdout.count("rejected: not JSON") == 2
+    first = json.loads(listed.stdout.splitlines()[0])["id"]
+    one = idemflow("dead-letters", "redrive", "--queue", queue_url, "--id", first)
+    assert one.stdout.strip() == "redrove 1 dead letter(s) onto the queue"
+    assert idemflow("dead-letters", "redrive", "--queue", queue_url).stdout.startswith("redrove 1 ")
+    assert idemflow("dead-letters", "redrive", "--queue", queue_url).stdout.startswith("redrove 0 ")
+    assert queue.approximate_size() == 2 and queue.dead_letters() == []
