@@ -1,0 +1,61 @@
+"""Rows written by earlier releases are read by this one (as Temporal replays recorded histories).
+
+``tests/golden/<release>.json`` holds every row a release wrote for four requests of one workflow
+(finished, aborted, submitted with its queue message, and abandoned after its first commit) and
+the message; ``make_golden.py`` made them. Loaded into each store, this version must answer the
+finished ones from their records, finish the others exactly once, and read the old message.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idemflow import Store, WorkflowAborted, rows, run
+from idemflow.async_worklist import MemoryQueue, Worker, status
+from idemflow.serialization import encode
+from idemflow.stores.base import Insert, RowRef
+from tests.golden.make_golden import golden
+
+GOLDEN = sorted(Path(__file__).with_name("golden").glob("*.json"))
+
+
+def load(store: Store, path: Path) -> list[str]:
+    recorded: dict[str, Any] = json.loads(path.read_text())
+    for table, partition, key, value in recorded["rows"]:
+        store.commit([Insert(RowRef(table, partition, key), value, encode(value))])
+    return list(recorded["messages"])
+
+
+def balances(store: Store) -> dict[str, Any]:
+    return {partition: value for (partition, _), value in rows(store, "tablea").items()}
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda path: path.stem)
+def test_rows_of_every_release_replay(store: Store, path: Path) -> None:
+    messages = load(store, path)
+    before = balances(store)
+    assert before == {"ada": -5, "bob": -3, "cy": -2}
+    assert run(golden({"id": "done", "who": "ada", "amount": 5}), request_id="done", store=store) == {
+        "shipped": "done"
+    }
+    with pytest.raises(WorkflowAborted, match="cancelled"):
+        run(
+            golden({"id": "aborted", "who": "ada", "amount": 7, "abort": True}),
+            request_id="aborted",
+            store=store,
+        )
+    finished = run(golden({"id": "halfway", "who": "cy", "amount": 2}), request_id="halfway", store=store)
+    assert finished == {"shipped": "halfway"}
+    queue = MemoryQueue()
+    for body in messages:
+        queue.send(body)
+    stats = Worker([golden], store=store, queue=queue, wait=0.01, relay_every=None).run(idle_timeout=0.2)
+    assert (stats.completed, stats.dead_lettered) == (1, 0)
+    assert status(store, "golden", "queued").result == {"shipped": "queued"}
+    assert balances(store) == before  # every debit happened once, before or now
+    shipped = {key for (_, key) in rows(store, "tableb")}
+    assert shipped == {"done", "halfway", "queued"}
