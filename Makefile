@@ -8,11 +8,18 @@ AZURITE := .tools/node_modules/.bin/azurite
 
 .PHONY: demo test lint typecheck bench chaos clean setup
 
+DEMO_STAMP := $(VENV)/.installed-demo
+
 setup: $(STAMP) $(AZURITE)
 
-$(STAMP): pyproject.toml
+# The demo needs the library and the samples' HTTP stack only; tests and benchmarks need the rest.
+$(DEMO_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[samples]'
+	touch $(DEMO_STAMP)
+
+$(STAMP): $(DEMO_STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	touch $(STAMP)
 
@@ -22,7 +29,7 @@ $(AZURITE):
 
 # The three samples on the embedded SQLite store, processes killed mid-load,
 # invariants checked at the end; any violation fails the target.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m samples.transfer.demo
 	$(BIN)/python -m samples.survey demo
 	$(BIN)/python -m samples.auction demo
