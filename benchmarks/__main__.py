@@ -6,8 +6,8 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 (a smoke test, under a minute) and writes to ``benchmarks/results-quick/``
 unless ``--out`` is given, so it never overwrites the committed results.
 
-Names: overhead, messages, core, calls, peers, cloud, users, summary.
-``--stores`` limits the store-parametrized benchmarks (calls, users); ``cloud``
+Names: overhead, messages, core, calls, peers, cloud, users, outbox, summary.
+``--stores`` limits the store-parametrized benchmarks (calls, users, outbox); ``cloud``
 and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and
 the server stores, leaving only the pure-Python and SQLite parts).
 """
@@ -23,14 +23,14 @@ from typing import Any
 
 from benchmarks._stats import RESULTS
 
-ORDER = ("overhead", "messages", "core", "calls", "peers", "cloud", "users")
+ORDER = ("overhead", "messages", "core", "calls", "peers", "cloud", "users", "outbox")
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
 
 
 def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
     """Each benchmark's entry point, imported only when it runs."""
-    if name in ("overhead", "messages", "calls", "peers", "users", "summary"):
+    if name in ("overhead", "messages", "calls", "peers", "users", "outbox", "summary"):
         import importlib
 
         module = importlib.import_module(f"benchmarks.{name}")
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: {' '.join(ORDER)})")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
-    parser.add_argument("--stores", default=None, help="comma-separated stores for calls and users")
+    parser.add_argument("--stores", default=None, help="comma-separated stores for calls, users, outbox")
     parser.add_argument("--no-servers", action="store_true", help="skip moto and Azurite (and the peers)")
     args = parser.parse_args(argv)
     out: Path = args.out or (QUICK_OUT if args.quick else RESULTS)
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         if name == "summary":
             continue
-        extra = ["--stores", stores] if name in ("calls", "users") else []
+        extra = ["--stores", stores] if name in ("calls", "users", "outbox") else []
         print(f"== {name}{' (quick)' if args.quick else ''} -> {out}", flush=True)
         t0 = time.time()
         _runner(name)(extra, out, args.quick)

@@ -102,3 +102,31 @@ def bars_figure(path: Path, title: str, ylabel: str, bars: dict[str, dict[str, f
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def panels_figure(
+    path: Path, title: str, panels: list[tuple[str, dict[str, dict[str, float]], bool]]
+) -> Path:
+    """Grouped bars in panels side by side: ``(ylabel, bars[group][variant], log y)`` each."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (ylabel, bars, logy) in zip(axes[0], panels, strict=True):
+        groups = list(bars)
+        variants = list(dict.fromkeys(v for group in bars.values() for v in group))
+        width = 0.8 / max(len(variants), 1)
+        for n, variant in enumerate(variants):
+            xs = [g + n * width for g in range(len(groups))]
+            ax.bar(xs, [bars[group].get(variant, 0.0) for group in groups], width, label=variant)
+        ax.set_xticks([g + width * (len(variants) - 1) / 2 for g in range(len(groups))])
+        ax.set_xticklabels(groups)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

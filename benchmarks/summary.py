@@ -40,6 +40,7 @@ SECTIONS = [
     ("Peers on the same machine", r"^peers\."),
     ("Pure library overhead (MemoryStore)", r"^overhead\."),
     ("Checkpoint messages", r"^messages\."),
+    ("Transactional outbox: submit against the previous release", r"^outbox\."),
 ]
 
 

@@ -26,6 +26,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
             "core",
             "calls",
             "users",
+            "outbox",
             "--quick",
             "--no-servers",
             "--out",
@@ -48,6 +49,8 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
         "calls.png",
         "users.md",
         "users-sqlite.png",
+        "outbox.md",
+        "outbox.png",
         "summary.md",
     ):
         assert (out / name).stat().st_size > 0, name
@@ -58,3 +61,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
     summary = (out / "summary.md").read_text()
     assert "overhead.fresh.10" in summary
     assert "calls.sqlite.survey.duplicate_calls" in summary
+    outbox = json.loads((out / "outbox.json").read_text())
+    assert outbox["parameters"]["stores"] == ["sqlite"]
+    assert outbox["headlines"]["outbox.sqlite.calls_on_path"]["value"]["candidate"] > 0
+    assert "outbox.sqlite.candidate_over_baseline_latency" in summary
