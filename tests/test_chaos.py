@@ -1,10 +1,15 @@
 """The chaos suite (``python -m samples.chaos``): a short run inside the test suite, and proof
-that its checks would notice a double count, a double charge and a worker ending itself."""
+that its checks would notice a double count, a double charge, a worker ending itself and a
+request finished on a version it did not start on."""
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
+import importlib
 import os
+import pkgutil
+import random
 import re
 import subprocess
 import sys
@@ -15,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from idemflow import RunStatus, SqliteStore, Store, atomic, run
+from idemflow import MemoryStore, RunStatus, SqliteStore, Store, atomic, run
 from idemflow.async_worklist import SqliteQueue, status, submit
+from idemflow.testing import FaultyStore
 from samples import chaos
 from samples.auction import workflows as auction
 from samples.survey import workflows as survey
@@ -47,29 +53,40 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
     status_ = chaos.main(argv)
     summary = out.read_text()
     assert status_ == 0, summary
-    numbers = r"\| (\d+) " * 7
+    numbers = r"\| (\d+) " * 9
     rows = {
         name: tuple(map(int, found))
         for name, *found in re.findall(r"\| ([^|]+?) " + numbers + r"\|", summary)
     }
-    assert {"transfer", "survey", "auction"} <= {name.split(" ")[0].strip("*:") for name in rows}
-    for name, (rounds, requests, duplicates, kills, faults, checks, anomalies) in rows.items():
+    assert {"transfer", "survey", "auction"} <= {name.split(" ")[0].strip("*:,") for name in rows}
+    assert len(rows) == len(chaos.WORKLOADS) + 1  # and the total
+    for name, counts in rows.items():
+        rounds, requests, duplicates, oversize, kills, deploys, faults, checks, anomalies = counts
         assert rounds >= 1 and requests > 0 and duplicates > 0 and anomalies == 0, name
-        if name.startswith(("survey", "auction")):  # the samples' demos: killed, faulty, watched
+        if name.startswith(("survey", "auction", "transfer, deploy")):  # processes: killed, faulty, watched
             assert kills > 0 and faults > 0 and checks > 0, name
+        if name.startswith(("transfer, run", "transfer, deploy")):  # inputs over the queue's body limit
+            assert oversize > 0, name
+        assert (deploys > 0) is name.startswith(("transfer, deploy", "**total**")), name
     assert "None found." in summary
     assert time.monotonic() - started < 40
 
 
 def test_the_summary_table_adds_up(tmp_path: Path) -> None:
-    totals = [chaos.Totals("a", 1, 10, 15, 2, 3), chaos.Totals("b", 2, 5, 5, 0, 1, ["bad thing"], 7)]
+    totals = [
+        chaos.Totals("a", 1, 10, 15, 2, 3, deploys=2, oversize=1),
+        chaos.Totals("b", 2, 5, 5, 0, 1, ["bad thing"], 7, oversize=3),
+    ]
     text = chaos.render(totals, chaos.Options(1.0, 1, tmp_path, None), 1.0)
-    assert "| **total** | 3 | 15 | 5 | 2 | 4 | 7 | 1 |" in text and "- bad thing" in text
+    assert "| **total** | 3 | 15 | 5 | 4 | 2 | 2 | 4 | 7 | 1 |" in text and "- bad thing" in text
 
 
 def test_the_chaos_docstrings_run() -> None:
-    failed, attempted = doctest.testmod(chaos)
-    assert attempted > 0 and failed == 0
+    names = [chaos.__name__, *(f"{chaos.__name__}.{m.name}" for m in pkgutil.iter_modules(chaos.__path__))]
+    results = {name: doctest.testmod(importlib.import_module(name)) for name in names}
+    assert all(result.failed == 0 for result in results.values()), results
+    examples = ("", ".report", ".faults", ".monitor", ".versions", ".children")
+    assert all(results[chaos.__name__ + name].attempted > 0 for name in examples), results
 
 
 # -- the checks made while a workload runs notice what must never happen ------------------------------
@@ -150,3 +167,43 @@ def test_a_chaos_worker_ends_itself_right_after_a_commit_that_applied(tmp_path: 
     assert survey.results(store, "lunch")["questions"]["main"]["salad"] == 1  # type: ignore[index]
     assert status(store, "respond", "r-bo").status is RunStatus.RUNNING  # died before it could say so
     queue.close()
+
+
+def test_the_deploy_checks_notice_a_request_on_another_version_and_a_screening_too_many() -> None:
+    """What :mod:`samples.chaos.deploy` checks at the end of a round would notice a request finished
+    on a version it was not submitted on, an answer of another version, a version 1 request not
+    saying why it waits, and a screening no version 2 request made."""
+    from samples.chaos import deploy, versions
+    from samples.transfer.workflows import open_account, transfer
+
+    store = MemoryStore()
+    opening = {"a": 100, "b": 100}
+    for name, balance in opening.items():
+        run(open_account({"account": name, "balance": balance}), request_id=f"open-{name}", store=store)
+    requests: list[tuple[str, versions.ChaosRequest]] = [
+        ("r1", {"src": "a", "dst": "b", "amount": 5}),
+        ("r2", {"src": "b", "dst": "a", "amount": 7, "padding": "x" * versions.PADDING}),
+    ]
+    run(transfer(requests[0][1]), request_id="r1", store=store)
+    run(versions.transfer_v2(requests[1][1]), request_id="r2", store=store)
+    clients = deploy.Clients(FaultyStore(store, lambda _point: None), "", "", random.Random())
+    clients.tried.update({"r1": [1], "r2": [1, 2]})
+    seen = {request_id: status(store, "transfer", request_id) for request_id, _req in requests}
+    assert deploy.verify_versions(requests, clients, seen, {"r3": deploy.WAITING + " (holds 2)"}) == []
+    assert deploy.check_tables(store, opening, requests, seen) == []
+
+    clients.tried["r1"] = [2]
+    seen["r2"] = dataclasses.replace(seen["r2"], result={"transfer": "t", "left": 93})
+    waited = {"r3": None, "r4": "the code of version 1 differs from what the request ran"}
+    assert deploy.verify_versions(requests, clients, seen, waited) == [
+        "r1 runs on version 1, but was submitted on [2]",
+        "r2 claimed on version 2 answered {'transfer': 't', 'left': 93}",
+        "r3 (version 1, only version 2 workers running) waiting None",
+        "r4 (version 1, only version 2 workers running) waiting 'the code of version 1 differs from what "
+        "the request ran'",
+    ]
+    run(atomic(versions.SCREENS, "a", lambda tx: tx.increment("screened")), request_id="x", store=store)
+    seen = {request_id: status(store, "transfer", request_id) for request_id, _req in requests}
+    assert deploy.check_tables(store, opening, requests, seen) == [
+        "account a: screened 1 times, but 0 requests from it were claimed on version 2"
+    ]

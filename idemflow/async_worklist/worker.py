@@ -246,23 +246,26 @@ class Worker:
                 for message in self.queue.consume(wait=self.wait, stop=self._stop):
                     with self._lock:
                         self._busy += 1
+                    progressed = False
                     try:
-                        self.handle(message)
+                        progressed = self.handle(message)
                     finally:
                         with self._lock:
                             self._busy -= 1
-                            self._last_activity = time.monotonic()
+                            if progressed:  # a request only offered back is not activity
+                                self._last_activity = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - a queue that failed to receive: try again shortly
                 _event(logging.WARNING, "receive-failed", error=repr(exc))
                 self._stop.wait(1.0)
 
     # -- one message --------------------------------------------------------
 
-    def handle(self, message: Message) -> None:
+    def handle(self, message: Message) -> bool:
         """Process one message to ack, nack or dead letter; never raises.
 
         If even that fails (the queue or store is down), the message comes
-        back after its visibility timeout and is handled again.
+        back after its visibility timeout and is handled again. False if the
+        request only waits (a version or code this worker does not hold).
         """
         holder = _Holder(message)
         beat = threading.Event()
@@ -270,33 +273,35 @@ class Worker:
         heart.start()
         fields: dict[str, Any] = {"queue_message": message.id, "attempt": message.deliveries}
         try:
-            self._settle(holder, fields)
+            return self._settle(holder, fields)
         except Exception as exc:  # noqa: BLE001 - redelivered after the visibility timeout
             _event(logging.WARNING, "handling-failed", error=repr(exc), **fields)
+            return True
         finally:
             beat.set()
             heart.join()
 
-    def _settle(self, holder: _Holder, fields: dict[str, Any]) -> None:
+    def _settle(self, holder: _Holder, fields: dict[str, Any]) -> bool:
         started = time.monotonic()
         try:
             outcome = self._finish(holder.message, fields)
         except InvalidInputError as invalid:  # MessageRejected too: the same on every delivery
             self._dead_letter(holder, f"rejected: {invalid}", fields)
-            return
+            return True
         except _Wait as wait:
             self._wait(holder, wait, fields)
-            return
+            return False
         except StepFailedError as failed:
             self._step_failed(holder, failed, fields)
-            return
+            return True
         except Exception as exc:  # noqa: BLE001 - the store or queue: retried, never a failed request
             self._retry(holder, exc, fields)
-            return
+            return True
         self._ack(holder)
         self._count(outcome)
         fields["seconds"] = round(time.monotonic() - started, 4)
         _event(logging.INFO, "finished", outcome=outcome, **fields)
+        return True
 
     def _finish(self, message: Message, fields: dict[str, Any]) -> str:
         pointer = decode_pointer(message.body, self.key)

@@ -14,7 +14,7 @@
 - :class:`StoreWrapper` passes every store call through: subclass it to watch
   or change some calls of a real store in your own tests.
 - The chaos suite over the sample applications (``make chaos``) lives in
-  ``samples/chaos.py``: it is an application of this kit, not part of it.
+  ``samples/chaos/``: it is an application of this kit, not part of it.
 
 >>> from idemflow import MemoryStore, atomic, run
 >>> from idemflow.testing import FaultyStore, Fault, SimulatedCrash

@@ -348,3 +348,13 @@ def test_the_relay_drops_an_entry_whose_request_was_never_claimed(store: Store) 
     queue = MemoryQueue(clock=clock)
     assert Worker(V1, store=store, queue=queue, clock=clock).relay() == 0
     assert queue.approximate_size() == 0 and not any(space in key for key in outbox_rows(store))
+
+
+def test_an_idle_worker_returns_while_a_request_waits_for_another_version(store: Store) -> None:
+    space = new_space()
+    queue = MemoryQueue()
+    submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
+    stats = Worker(V2, store=store, queue=queue, wait=0.01, version_wait=0.01, relay_every=None).run(
+        idle_timeout=0.3
+    )
+    assert stats.waiting >= 1 and stats.finished == 0 and queue.approximate_size() == 1

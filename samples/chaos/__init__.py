@@ -1,0 +1,112 @@
+"""The chaos suite: the samples under sustained load while processes are killed and commits misbehave.
+
+``python -m samples.chaos --minutes 10`` (``make chaos``) repeats five
+workloads until the time is up, each checked continuously while it runs and
+exactly at its end:
+
+1. **transfer, killed** (:mod:`samples.chaos.transfer`) — the bank-transfer
+   sample's own harness (:func:`samples.transfer.demo.run_harness`): transfers
+   submitted 2-3 times to worker processes on one SQLite file, workers
+   SIGKILLed at random and replaced; money conserved, every balance and audit
+   row as one replay of the completed transfers, one refund per compensated
+   transfer.
+2. **transfer, faulty store** (:mod:`samples.chaos.transfer`) — the same
+   workflow from threads through a :class:`~idemflow.testing.FaultyStore`
+   that loses commit answers, injects transient errors and conflicts and
+   crashes before and after commits; duplicates and reordered requests. Each
+   copy either runs or is submitted: then the debit runs in the client and the
+   rest after the checkpoint in worker threads, so a transfer to a missing
+   account aborts and refunds its debit in a worker (compensation after a
+   checkpoint) while copies of it run elsewhere. One request in eight carries
+   an input larger than the queue's body limit. A monitor checks while it runs
+   that no money appears and no balance goes negative; at the end the sample's
+   ``check`` and ``ledger``, and nothing may be dead-lettered.
+3. **transfer, deploy** (:mod:`samples.chaos.deploy`) — version 2 of the
+   transfer (:mod:`samples.chaos.versions`: a ``screen`` step first) deployed
+   while version 1 requests are in flight: worker processes on one SQLite
+   store and queue, SIGKILLed at random and exiting after some commits, are
+   replaced by workers holding only version 2 while clients still submit
+   version 1, then the clients switch to version 2, then the workers hold
+   both. Every request must finish on the version it started with (its result
+   and ``status().version`` say which; the screenings per account equal the
+   version 2 requests), version 1 requests wait meanwhile
+   (``status().waiting``), nothing is dead-lettered; oversize inputs and
+   clients that die after their claim (the outbox relay sends) included.
+4. **survey** and 5. **auction**, asynchronous (:mod:`samples.chaos.demos`) —
+   the samples' own demos (:func:`samples.survey.cli.run_demo`,
+   :func:`samples.auction.cli.run_demo`): API servers answering at the
+   checkpoint and worker processes finishing the workflows, on one SQLite
+   store and queue; every request sent 2-4 times, copies racing on different
+   servers and reordered; servers and workers SIGKILLed at random and
+   restarted. Here the servers and workers run over a faulty store
+   (:class:`~samples.chaos.faults.DyingStore`) that loses commit answers and
+   injects transient errors and conflicts, and the workers also exit right
+   after some commits — the one kill point a SIGKILL from outside cannot aim
+   at — to be restarted like a supervisor would. While the load runs, a
+   monitor checks the sample's invariants that hold at every instant
+   (``check(store, settled=False)``: nothing counted twice, no winner charged
+   twice, no money created); at the end the demo checks what the clients saw
+   and ``check`` the tables (every response counted once; one winner per
+   closed auction, charged once; money conserved; every accepted bid counted
+   once in ``popular``), and nothing may be dead-lettered.
+
+The summary table goes to ``benchmarks/results/chaos.md``; the exit status
+is 1 if any anomaly was found. ``--quick`` runs smaller rounds (the test
+suite's short run). It is a tool of this repository, run from its root; the
+child processes are ``python -m samples.chaos serve|worker ...``
+(:mod:`samples.chaos.children`).
+
+>>> from samples.chaos import Totals
+>>> Totals("demo", requests=3, submissions=5).duplicates
+2
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from samples.chaos.cli import WORKLOADS, main, run_chaos
+    from samples.chaos.faults import DIED, DyingStore, random_plan
+    from samples.chaos.monitor import Monitor, money_holds, watching
+    from samples.chaos.report import Options, Totals, render
+
+_HOMES = {
+    "WORKLOADS": "cli",
+    "main": "cli",
+    "run_chaos": "cli",
+    "DIED": "faults",
+    "DyingStore": "faults",
+    "random_plan": "faults",
+    "Monitor": "monitor",
+    "money_holds": "monitor",
+    "watching": "monitor",
+    "Options": "report",
+    "Totals": "report",
+    "render": "report",
+}
+"""Where each name lives: imported on first use, so a child process (``python -m samples.chaos
+worker ...``) imports only what it runs."""
+
+__all__ = [
+    "DIED",
+    "WORKLOADS",
+    "DyingStore",
+    "Monitor",
+    "Options",
+    "Totals",
+    "main",
+    "money_holds",
+    "random_plan",
+    "render",
+    "run_chaos",
+    "watching",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -1,0 +1,97 @@
+"""The chaos run: the workloads repeated until the time is up, and the command line."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from samples.chaos.children import serve_main, worker_main
+from samples.chaos.demos import auction_killed, survey_killed
+from samples.chaos.deploy import transfer_deploy
+from samples.chaos.report import Options, Totals, render
+from samples.chaos.transfer import transfer_faulty, transfer_killed
+
+Workload = Callable[[Options, random.Random, int, Totals], None]
+"""One round of a workload: ``(opts, rng, round_no, totals)``, adding what it did to ``totals``."""
+
+WORKLOADS: list[tuple[str, Workload]] = [
+    ("transfer: SIGKILLed worker processes (samples/transfer harness)", transfer_killed),
+    (
+        "transfer, run and submit: lost answers, transient errors, conflicts, crashes (FaultyStore), "
+        "oversize inputs",
+        transfer_faulty,
+    ),
+    (
+        "transfer, deploy v1 to v2 in flight (async, worker processes): SIGKILLed and exiting workers, "
+        "faulty stores, oversize inputs",
+        transfer_deploy,
+    ),
+    ("survey (async demo): SIGKILLed servers and workers, exits after commits, faulty stores", survey_killed),
+    (
+        "auction (async demo): SIGKILLed servers and workers, exits after commits, faulty stores",
+        auction_killed,
+    ),
+]
+
+
+def run_chaos(opts: Options) -> list[Totals]:
+    """Repeat the workloads until ``opts.seconds`` passed (each at least once)."""
+    rng = random.Random(opts.seed)
+    opts.workdir.mkdir(parents=True, exist_ok=True)
+    totals = [Totals(name) for name, _ in WORKLOADS]
+    deadline = time.monotonic() + opts.seconds
+    round_no = 0
+    while round_no == 0 or time.monotonic() < deadline:
+        for (_name, workload), total in zip(WORKLOADS, totals, strict=True):
+            if round_no > 0 and time.monotonic() >= deadline:
+                break
+            started = time.monotonic()
+            workload(opts, rng, round_no, total)
+            total.rounds += 1
+            print(
+                f"[chaos] {total.workload}: round {round_no} done in {time.monotonic() - started:.1f} s, "
+                f"{total.kills} kills, {len(total.anomalies)} anomalies",
+                flush=True,
+            )
+        round_no += 1
+    return totals
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; exit status 0 when no anomaly was found."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["worker"]:
+        return worker_main(args_list[1:])
+    if args_list[:1] == ["serve"]:
+        return serve_main(args_list[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m samples.chaos",
+        description="The chaos suite: the samples under sustained load while processes are killed "
+        "and commits misbehave.",
+    )
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=float, help="how long to run (default 10)")
+    length.add_argument("--seconds", type=float, help="how long to run, in seconds")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: a new one, printed)")
+    parser.add_argument("--quick", action="store_true", help="smaller rounds (the test suite's short run)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/chaos.md"), help="summary file")
+    parser.add_argument(
+        "--workdir", type=Path, default=Path("demo-data/chaos"), help="where the SQLite files go"
+    )
+    args = parser.parse_args(args_list)
+    seconds = args.seconds if args.seconds is not None else 60.0 * (args.minutes or 10.0)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    opts = Options(seconds=seconds, seed=seed, workdir=args.workdir, out=args.out, quick=args.quick)
+    print(f"[chaos] {seconds:g} s, seed {seed}, files in {opts.workdir}", flush=True)
+    started = time.monotonic()
+    totals = run_chaos(opts)
+    text = render(totals, opts, time.monotonic() - started)
+    if opts.out is not None:
+        opts.out.parent.mkdir(parents=True, exist_ok=True)
+        opts.out.write_text(text)
+    print(text, flush=True)
+    return 1 if any(total.anomalies for total in totals) else 0

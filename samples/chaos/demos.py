@@ -1,0 +1,110 @@
+"""Workloads 4 and 5: the survey and auction samples' asynchronous demos, killed and faulty.
+
+The samples' own demos (:func:`samples.survey.cli.run_demo`, :func:`samples.auction.cli.run_demo`):
+API servers answering at the checkpoint and worker processes finishing the workflows, on one
+SQLite store and queue; every request sent 2-4 times, copies racing on different servers and
+reordered; servers and workers SIGKILLed at random and restarted. The servers and workers run
+over a faulty store (``python -m samples.chaos serve|worker``, :mod:`samples.chaos.children`),
+and the workers also exit right after some commits. :class:`RoundFiles` (fresh files, the
+processes' command lines, the tally) serves the deploy workload too.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from samples._harness import Crashes
+from samples.chaos.faults import DIED
+from samples.chaos.monitor import Monitor, watching
+from samples.chaos.report import Options, Totals
+from samples.transfer.demo import reset
+
+
+@dataclass(frozen=True)
+class RoundFiles:
+    """Fresh files of one round of a sample's demo, and where its servers and workers find them."""
+
+    sample: str
+    path: Path
+    queue: str
+    log: Path
+    seed: int
+
+    @classmethod
+    def fresh(
+        cls, sample: str, opts: Options, rng: random.Random, round_no: int, visibility: float = 2.0
+    ) -> RoundFiles:
+        folder = opts.workdir / f"{sample}-{round_no}"
+        path, queue, log = folder / f"{sample}.sqlite3", folder / "queue.sqlite3", folder / "faults.log"
+        reset(path)
+        reset(queue)
+        log.unlink(missing_ok=True)
+        url = f"sqlite:{queue}?visibility_timeout={visibility:g}"
+        return cls(sample, path, url, log, rng.randrange(1 << 30))
+
+    def processes(self, opts: Options) -> dict[str, Any]:
+        """The :class:`~samples._harness.FleetSettings` fields: one store and queue, faulty servers and
+        workers (``python -m samples.chaos serve|worker``), workers exiting after 1% of their commits."""
+        faults = ("--log", str(self.log), "--fault-rate", str(opts.fault_rate))
+        return {
+            "store": f"sqlite:{self.path}",
+            "queue": self.queue,
+            "kills": 4 if opts.quick else 12,
+            "server": ("-m", "samples.chaos", "serve", self.sample, *faults),
+            "worker": ("-m", "samples.chaos", "worker", self.sample, *faults, "--die", "0.01"),
+        }
+
+    def tally(
+        self,
+        totals: Totals,
+        requests: int,
+        sent: int,
+        crashes: Crashes,
+        monitor: Monitor,
+        problems: list[str],
+    ) -> None:
+        """Add the round to ``totals``; dead letters and processes that exited otherwise are anomalies."""
+        from idemflow.async_worklist import open_queue
+
+        queue = open_queue(self.queue)
+        dead = [f"dead-lettered: {reason}" for _body, reason in queue.dead_letters()]
+        queue.close()
+        odd = [f"a {kind} exited with status {status}" for kind, status in crashes.exits if status != DIED]
+        totals.requests += requests
+        totals.submissions += sent
+        totals.checks += monitor.checks
+        totals.kills += sum(crashes.kills.values()) + sum(crashes.exits.values())
+        totals.faults += self.log.stat().st_size if self.log.exists() else 0
+        prefix = f"{self.sample} round {self.path.parent.name} (seed {self.seed})"
+        problems = [*problems, *monitor.problems, *dead, *odd]
+        totals.anomalies += [f"{prefix}: {problem}" for problem in problems]
+
+
+def survey_killed(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+    from samples.survey import cli, workflows
+
+    files = RoundFiles.fresh("survey", opts, rng, round_no)
+    load = cli.LoadSettings(responses=80 if opts.quick else 300, seed=files.seed)
+    settings = cli.DemoSettings(**files.processes(opts), load=load)
+    with watching(files.path, lambda store: list(workflows.check(store, settled=False).problems)) as monitor:
+        report = cli.run_demo(settings)
+    problems = [*report.load.problems, *report.verdict.problems]
+    files.tally(totals, load.responses, report.load.sent, report.crashes, monitor, problems)
+
+
+def auction_killed(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+    from samples.auction import cli, workflows
+
+    files = RoundFiles.fresh("auction", opts, rng, round_no)
+    if opts.quick:
+        load = cli.LoadSettings(bids=60, items=3, window=2.0, seed=files.seed)
+    else:
+        load = cli.LoadSettings(bids=200, window=3.0, seed=files.seed)
+    settings = cli.DemoSettings(**files.processes(opts), load=load)
+    with watching(files.path, lambda store: list(workflows.check(store, settled=False).problems)) as monitor:
+        report = cli.run_demo(settings)
+    problems = [*report.load.problems, *report.verdict.problems]
+    files.tally(totals, load.bids, report.load.sent, report.crashes, monitor, problems)

@@ -1,0 +1,115 @@
+"""What a chaos run is asked to do (:class:`Options`), what each workload counts (:class:`Totals`)
+and the summary table (:func:`render`).
+
+>>> Totals("demo", requests=3, submissions=5).duplicates
+2
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+@dataclass
+class Totals:
+    """What one workload did and found, summed over its rounds."""
+
+    workload: str
+    rounds: int = 0
+    requests: int = 0
+    submissions: int = 0
+    kills: int = 0
+    faults: int = 0
+    anomalies: list[str] = field(default_factory=list)
+    checks: int = 0
+    """Invariant checks made while the workload ran (besides the checks at the end of each round)."""
+    deploys: int = 0
+    """Worker fleets replaced, while requests were in flight, by workers holding other versions."""
+    oversize: int = 0
+    """Requests whose input is larger than the queue's body limit (only a pointer travels)."""
+
+    @property
+    def duplicates(self) -> int:
+        return self.submissions - self.requests
+
+    def add(self, other: Totals) -> None:
+        """Add ``other``'s counts and anomalies to these.
+
+        >>> both = Totals("both")
+        >>> both.add(Totals("a", 1, 2, 3, deploys=2))
+        >>> both.add(Totals("b", 1, 5, 5, anomalies=["x"], oversize=1))
+        >>> both.rounds, both.requests, both.deploys, both.oversize, both.anomalies
+        (2, 7, 2, 1, ['x'])
+        """
+        for each in fields(self):
+            if each.name != "workload":
+                setattr(self, each.name, getattr(self, each.name) + getattr(other, each.name))
+
+
+@dataclass(frozen=True)
+class Options:
+    """One chaos run (``seconds`` scales nothing: rounds repeat until the time is up)."""
+
+    seconds: float
+    seed: int
+    workdir: Path
+    out: Path | None
+    fault_rate: float = 0.08
+    quick: bool = False
+    """Smaller rounds: the short run of the test suite."""
+
+
+COLUMNS = (
+    "workload",
+    "rounds",
+    "requests",
+    "duplicates",
+    "oversize",
+    "kills",
+    "deploys",
+    "injected faults",
+    "checks while running",
+    "anomalies",
+)
+
+
+def render(totals: Sequence[Totals], opts: Options, seconds: float) -> str:
+    """The summary table (Markdown).
+
+    >>> text = render([Totals("w", 1, 2, 3, deploys=2, oversize=1)], Options(1, 0, Path("."), None), 1)
+    >>> print(next(line for line in text.splitlines() if line.startswith("| **total**")))
+    | **total** | 1 | 2 | 1 | 1 | 0 | 2 | 0 | 0 | 0 |
+    """
+    all_ = Totals("**total**")
+    for total in totals:
+        all_.add(total)
+    quick = " --quick" if opts.quick else ""
+    lines = [
+        "# Chaos run",
+        "",
+        f"`python -m samples.chaos --seconds {opts.seconds:g} --seed {opts.seed}{quick}`: "
+        f"{seconds:.0f} s, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|---" + "|---:" * (len(COLUMNS) - 1) + "|",
+    ]
+    for t in [*totals, all_]:
+        counts = (t.rounds, t.requests, t.duplicates, t.oversize, t.kills, t.deploys, t.faults, t.checks)
+        lines.append(f"| {t.workload} | " + " | ".join(map(str, counts)) + f" | {len(t.anomalies)} |")
+    lines += [
+        "",
+        "Requests are distinct requests (transfers, survey responses, bids), duplicates the extra "
+        "copies sent; oversize, the requests whose input is larger than the queue's 256 KiB body "
+        "limit; kills count SIGKILLs and processes that ended themselves right after a commit; "
+        "deploys, how often the worker processes were replaced by ones holding other versions of "
+        "the workflow while requests were in flight; checks while running, how often a monitor "
+        "checked the invariants that hold at every instant (each round is also checked in full at "
+        "its end).",
+        "",
+        "Anomalies must be 0. " + ("None found." if not all_.anomalies else "Found:"),
+    ]
+    lines += [f"- {anomaly}" for anomaly in all_.anomalies[:50]]
+    return "\n".join(lines) + "\n"
