@@ -30,6 +30,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+from idemflow import telemetry
 from idemflow._limits import check_commit
 from idemflow.errors import (
     CompensationFailed,
@@ -80,7 +81,7 @@ from idemflow.plan import (
     Submission,
 )
 from idemflow.policy import DEFAULT_POLICY, DataConflict, RetryPolicy
-from idemflow.records import MEMO_AT, RUN_AT, Memo, OutboxEntry, RunRecord, RunStatus
+from idemflow.records import MEMO_AT, RUN_AT, Memo, OutboxEntry, RunRecord, RunStatus, memo_row
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import CommitOutcome, Committed, Delete, Insert, Op, Put, Row, RowRef, Store
 from idemflow.tx import StepAborted, Tx
@@ -169,6 +170,9 @@ class Execution:
         self._replaying = plan.resume
         self._done: list[_Done] = []
         self._journal: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
+        self._noting = self._journal is not None or bool(plan.expected)
+        self._traced = telemetry.enabled()
+        """Decided once per execution: the hot path then pays one attribute check."""
         self._run_ref = RowRef(RUNS_TABLE, request_id, run_key(workflow))
         self._memo_prefix = memo_prefix(workflow, request_id)
 
@@ -185,6 +189,14 @@ class Execution:
         Raises :class:`Checkpointed` and :class:`OtherVersion` to the caller,
         and, under ``plan.step_errors``, :class:`StepFailedError` for a step's error.
         """
+        if not self._traced:
+            return self._run(node)
+        with telemetry.span(
+            "idemflow.run", workflow=self.workflow, request_id=self.request_id, version=self.plan.version
+        ):
+            return self._run(node)
+
+    def _run(self, node: Node) -> RunRecord:
         try:
             try:
                 value = self.evaluate(node)
@@ -279,7 +291,8 @@ class Execution:
                 return self._memoized("now", lambda tx: clock())
             case Uuid4() | Random():
                 self._step += 1
-                self._note("", "", type(node).__name__.lower())
+                if self._noting:
+                    self._note("", "", type(node).__name__.lower())
                 digest = _digest(self.workflow, self.request_id, self._step)
                 if isinstance(node, Uuid4):
                     return str(uuid.UUID(bytes=digest[:16], version=4))
@@ -310,7 +323,8 @@ class Execution:
             reason = self.plan.abort.reason
             body = lambda tx: tx.abort(reason)  # noqa: E731
         self._identity = identity
-        self._note(table, partition, identity)
+        if self._noting:
+            self._note(table, partition, identity)
         return self._run_step(table, partition, step_tag(self._step), identity, body, abortable=True)
 
     def _note(self, table: str, partition: str, identity: str) -> None:
@@ -370,6 +384,20 @@ class Execution:
         abortable: bool,
     ) -> Any:
         """Replay the step from its memo, or execute and commit it exactly once."""
+        if not self._traced:
+            return self._step_once(table, partition, tag, identity, body, abortable)
+        fields = {
+            "workflow": self.workflow,
+            "request_id": self.request_id,
+            "step": self._step,
+            "identity": identity,
+        }
+        with telemetry.span("idemflow.step", **fields):
+            return self._step_once(table, partition, tag, identity, body, abortable)
+
+    def _step_once(
+        self, table: str, partition: str, tag: str, identity: str, body: Callable[[Tx], Any], abortable: bool
+    ) -> Any:
         memo_ref = RowRef(table, partition, self._memo_prefix + tag)
         outcome = self._attempt(memo_ref, identity, body, abortable)
         if outcome is not _RETRY:
@@ -378,6 +406,8 @@ class Execution:
         try:
             for attempt in retrying:
                 with attempt:
+                    if self._traced:
+                        telemetry.count(telemetry.CONFLICTS_RETRIED, self.workflow)
                     outcome = self._attempt(memo_ref, identity, body, abortable)
                     if outcome is _RETRY:
                         raise DataConflict
@@ -410,7 +440,7 @@ class Execution:
             except StepAborted as abort:
                 if not abortable:
                     raise
-                memo = Memo(identity, abort.reason, aborted=True)
+                aborted, value = True, abort.reason
                 data_ops = tx.read_checks()
             except Exception:
                 # A replay whose data moved on may fail where the first run
@@ -420,9 +450,9 @@ class Execution:
                     return self._memo_result(row, identity)
                 raise
             else:
-                memo = Memo(identity, result)
+                aborted, value = False, result
                 data_ops = tx.ops()
-            memo_value = memo.to_json()
+            memo_value = memo_row(identity, value, aborted=aborted)
             try:
                 memo_text = encode(memo_value, "", envelope=1)
             except InvalidValueError as bad:  # the place is named only when needed: it costs a format
@@ -437,10 +467,12 @@ class Execution:
             outcome = self._commit(ops, memo_ref)
             if isinstance(outcome, Committed):
                 self._run_known = True
-                if memo.aborted:
-                    raise _AbortWorkflow(memo.value)
+                if self._traced:
+                    telemetry.count(telemetry.STEPS_COMMITTED, self.workflow)
+                if aborted:
+                    raise _AbortWorkflow(value)
                 # Strict encoding guarantees decode(encode(x)) == x: no need to parse it back.
-                return memo.value
+                return value
             by_index = {failure.index: failure for failure in outcome.failures}
             if run_included and RUN_AT in by_index:
                 self._on_run_record(by_index[RUN_AT].existing)
@@ -452,6 +484,8 @@ class Execution:
             return _RETRY
 
     def _memo_result(self, row: Row, identity: str) -> Any:
+        if self._traced:
+            telemetry.count(telemetry.DUPLICATES_ANSWERED, self.workflow)
         memo = Memo.from_json(row.value)
         if memo is None or memo.identity != identity:
             recorded = row.value if memo is None else memo.identity
@@ -596,6 +630,14 @@ class Execution:
 
     def _commit(self, ops: list[Op], where: RowRef) -> CommitOutcome:
         check_commit(ops, self.store.capabilities, lambda: self._place(where))
+        if self._traced:
+            with telemetry.span(
+                "idemflow.commit", workflow=self.workflow, request_id=self.request_id, ops=len(ops)
+            ):
+                return self._send_commit(ops)
+        return self._send_commit(ops)
+
+    def _send_commit(self, ops: list[Op]) -> CommitOutcome:
         try:
             return self.store.commit(ops)
         except TransientStoreError:

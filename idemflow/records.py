@@ -72,9 +72,7 @@ class Memo:
     aborted: bool = False
 
     def to_json(self) -> dict[str, JSON]:
-        if self.aborted:
-            return {"id": self.identity, "abort": self.value}
-        return {"id": self.identity, "v": self.value}
+        return memo_row(self.identity, self.value, aborted=self.aborted)
 
     @classmethod
     def from_json(cls, raw: Any) -> Memo | None:
@@ -84,6 +82,11 @@ class Memo:
         if "abort" in raw:
             return cls(raw["id"], raw["abort"], aborted=True)
         return cls(raw["id"], raw.get("v"))
+
+
+def memo_row(identity: str, value: JSON, *, aborted: bool = False) -> dict[str, JSON]:
+    """``Memo(identity, value, aborted).to_json()`` without building the Memo: every step writes one."""
+    return {"id": identity, "abort": value} if aborted else {"id": identity, "v": value}
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from idemflow import telemetry
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions, run_key
@@ -66,9 +67,11 @@ def relay(
             fields = {"workflow": entry.workflow, "version": entry.version, "request_id": entry.request_id}
             claimed = store.read(RowRef(RUNS_TABLE, entry.request_id, run_key(entry.workflow)))
             if claimed is not None:  # else its submitter died before the claim: nothing to finish
-                queue.send(
-                    encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), signing_key)
-                )
+                body = encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), signing_key)
+                with telemetry.span(
+                    "idemflow.queue.send", workflow=entry.workflow, request_id=entry.request_id
+                ):
+                    queue.send(body)
                 sent += 1
             store.commit([Delete(RowRef(RUNS_TABLE, partition, key), expect=row.version)])
             log.info("relayed a due continuation" if claimed else "dropped an unclaimed entry", extra=fields)

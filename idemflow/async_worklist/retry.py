@@ -17,6 +17,7 @@ idemflow.errors.InvalidInputError: no request 'o-1' of workflow 'checkout' is kn
 
 from __future__ import annotations
 
+from idemflow import telemetry
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Queue
@@ -42,7 +43,7 @@ def retry(
         )
     if record.status is RunStatus.FAILED:
         _runs.reopen(store, workflow, request_id)
-    queue.send(
-        encode_pointer(Pointer(workflow, record.version, request_id), resolve_signing_key(signing_key))
-    )
+    body = encode_pointer(Pointer(workflow, record.version, request_id), resolve_signing_key(signing_key))
+    with telemetry.span("idemflow.queue.send", workflow=workflow, request_id=request_id):
+        queue.send(body)
     return record.status

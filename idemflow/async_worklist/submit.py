@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from idemflow import telemetry
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.base import Queue
@@ -222,7 +223,8 @@ def _send(store: Store, queue: Queue, pointer: Pointer, key: bytes | None) -> No
     if len(body.encode("utf-8")) > queue.max_body_bytes:  # hundreds of long-named steps
         body = encode_pointer(dataclasses.replace(pointer, steps=()), key)
     try:
-        queue.send(body)
+        with telemetry.span("idemflow.queue.send", workflow=pointer.workflow, request_id=pointer.request_id):
+            queue.send(body)
     except StoreError as exc:  # QueueError, TransientStoreError, StoreConfigError
         log.warning(
             "queue send failed; a worker's relay will send the continuation: %s",

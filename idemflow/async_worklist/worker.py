@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from idemflow import telemetry
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import MessageRejected, Pointer, decode_pointer
 from idemflow.async_worklist.outbox import relay
@@ -273,7 +274,10 @@ class Worker:
         heart.start()
         fields: dict[str, Any] = {"queue_message": message.id, "attempt": message.deliveries}
         try:
-            return self._settle(holder, fields)
+            with telemetry.span(
+                "idemflow.queue.receive", queue_message=message.id, attempt=message.deliveries
+            ):
+                return self._settle(holder, fields)
         except Exception as exc:  # noqa: BLE001 - redelivered after the visibility timeout
             _event(logging.WARNING, "handling-failed", error=repr(exc), **fields)
             return True
@@ -312,6 +316,8 @@ class Worker:
             raise MessageRejected(f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted")
         record = found[0]
         fields["version"] = record.version
+        if record.started_at is not None and message.deliveries == 1:
+            telemetry.lag(max(self.clock() - record.started_at, 0.0), pointer.workflow)
         if record.status.final or record.status is RunStatus.FAILED:
             return "duplicate"
         flow = self._flow(pointer.workflow, record.version)

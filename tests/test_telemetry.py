@@ -1,0 +1,88 @@
+"""OpenTelemetry: spans for runs, steps, commits and queue traffic, and the counters, as an
+application's own SDK set-up receives them (the SDK's in-memory exporter and reader)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from idemflow import MemoryStore, run
+from idemflow import telemetry as telemetry_module
+from idemflow.async_worklist import MemoryQueue, Worker, submit
+from tests.checkout_workflows import V1, checkout_v1
+
+EXPORTER = InMemorySpanExporter()
+READER = InMemoryMetricReader()
+
+
+@pytest.fixture
+def telemetry() -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
+    """The process-wide providers, set once as an application does (OpenTelemetry allows one)."""
+    if type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+    telemetry_module.instrument()
+    EXPORTER.clear()
+    yield EXPORTER, READER
+    telemetry_module.uninstrument()  # the rest of the suite runs untraced
+    EXPORTER.clear()
+
+
+def counters(reader: InMemoryMetricReader) -> dict[str, float]:
+    found: dict[str, float] = {}
+    data: Any = reader.get_metrics_data()
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    if point.attributes.get("idemflow.workflow") == "checkout":
+                        found[metric.name] = getattr(point, "value", None) or getattr(point, "count", 0)
+    return found
+
+
+def test_runs_steps_commits_and_queue_traffic_are_traced(telemetry: Any) -> None:
+    exporter, reader = telemetry
+    store, queue = MemoryStore(), MemoryQueue()
+    before = counters(reader)
+    order = {"space": "t-", "id": "o1", "amount": 10}
+    submit(checkout_v1(order), request_id="o1", store=store, queue=queue)
+    Worker(V1, store=store, queue=queue, wait=0.01, relay_every=None).run(idle_timeout=0.1)
+    run(checkout_v1(order), request_id="o1", store=store)  # a duplicate of a finished request
+    run(checkout_v1(order), request_id="o2-dup", store=store)
+    run(checkout_v1(order), request_id="o2-dup", store=store)  # answered by its run record
+    spans = exporter.get_finished_spans()
+    names = [span.name for span in spans]
+    for name in (
+        "idemflow.run",
+        "idemflow.step",
+        "idemflow.commit",
+        "idemflow.queue.send",
+        "idemflow.queue.receive",
+    ):
+        assert name in names, names
+    steps = [span for span in spans if span.name == "idemflow.step"]
+    assert {span.attributes["idemflow.identity"] for span in steps} >= {"atomic debit", "atomic ship"}
+    assert all(span.attributes["idemflow.workflow"] == "checkout" for span in steps)
+    runs = [span for span in spans if span.name == "idemflow.run"]
+    assert {span.attributes["idemflow.request_id"] for span in runs} == {"o1", "o2-dup"}
+    step_ids = {span.context.span_id for span in steps}
+    assert any(
+        span.parent is not None and span.parent.span_id in step_ids
+        for span in spans
+        if span.name == "idemflow.commit"
+    )
+    after = counters(reader)
+    committed = after["idemflow.steps.committed"] - before.get("idemflow.steps.committed", 0)
+    assert committed == 4  # two steps for each of the two requests, once each
+    assert after["idemflow.duplicates.answered"] > before.get("idemflow.duplicates.answered", 0)
+    assert after["idemflow.queue.lag"] >= 1  # one continuation taken up
