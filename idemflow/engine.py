@@ -514,11 +514,12 @@ class Execution:
         value: JSON = record.to_json()
         where = f"input of workflow {self.workflow!r} request {self.request_id!r}"
         text = encode(value, where, envelope=3)
-        size, allowed = len(text.encode("utf-8")), self.store.capabilities.max_value_bytes
-        if submission is not None and size > allowed:
-            raise LimitExceededError(
-                where, f"{size} bytes stored with the request; the backend allows {allowed}"
-            )
+        if submission is not None:  # the input is stored: name it, not the step, when it is too big
+            size, allowed = len(text.encode("utf-8")), self.store.capabilities.max_value_bytes
+            if size > allowed:
+                raise LimitExceededError(
+                    where, f"{size} bytes stored with the request; the backend allows {allowed}"
+                )
         ops: list[Op] = [Insert(self._run_ref, value, text, expires)]
         if submission is not None and with_outbox:
             ops.append(self._outbox_put(submission.outbox, expires))
