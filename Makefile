@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 AZURITE := .tools/node_modules/.bin/azurite
 
-.PHONY: demo test lint typecheck bench chaos clean setup
+.PHONY: demo test lint typecheck docs bench chaos clean setup
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
@@ -20,7 +20,7 @@ $(DEMO_STAMP): pyproject.toml
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(DEMO_STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench,docs]'
 	touch $(STAMP)
 
 $(AZURITE):
@@ -41,7 +41,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict idemflow samples benchmarks
 
-test: setup lint typecheck
+# The documentation site (mkdocs.yml): any warning fails the build. Offline: no plugin
+# fetches anything; NO_MKDOCS_2_WARNING silences mkdocs-material's end-of-life banner.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+
+test: setup lint typecheck docs
 	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 2 -q
 
 bench: setup
@@ -52,4 +57,4 @@ chaos: $(STAMP)
 	$(BIN)/python -m samples.chaos --minutes $(CHAOS_MINUTES)
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .hypothesis site
