@@ -8,6 +8,13 @@ Bytes written are logical: for each written row the UTF-8 bytes of its
 partition, row key and encoded value (an increment counts its partition, key
 and 8 bytes for the number). Baselines count the same way (:class:`Tally`), so
 the two are comparable; neither is wire bytes (SDK envelopes differ by backend).
+
+Backend calls (:func:`backend_calls`, :attr:`CountingStore.backend_calls`)
+are the store's own count of the calls it made to its backend, including
+calls inside one protocol call (the Azure store's read behind an increment)
+and its cache writes. Every idemflow store keeps that count, but it is not
+part of the :class:`~idemflow.stores.base.Store` protocol, so benchmarks
+read it here only.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from idemflow.stores.base import (
     CommitOutcome,
@@ -94,6 +102,25 @@ def counter_bytes(partition: str, key: str) -> int:
     return _utf8(partition) + _utf8(key) + NUMBER_BYTES
 
 
+@runtime_checkable
+class _CountsCalls(Protocol):
+    @property
+    def round_trips(self) -> int: ...
+
+
+def backend_calls(store: Store) -> int:
+    """Backend calls ``store`` has made so far, by its own count (through any :class:`StoreWrapper`).
+
+    Reads a counter outside the Store protocol, so it may be called without a
+    wrapper on the timed path: latency is measured on the bare store.
+    """
+    while isinstance(store, StoreWrapper):
+        store = store.inner
+    if not isinstance(store, _CountsCalls):
+        raise TypeError(f"{type(store).__name__} keeps no count of its backend calls")
+    return store.round_trips
+
+
 class CountingStore(StoreWrapper):
     """Delegates to ``inner`` and tallies reads, commits, cache writes and bytes."""
 
@@ -117,3 +144,8 @@ class CountingStore(StoreWrapper):
     def commit_cache(self, ops: Sequence[Op]) -> None:
         self.tally.cached(sum(op_bytes(op) for op in ops))
         self.inner.commit_cache(ops)
+
+    @property
+    def backend_calls(self) -> int:
+        """Backend calls the wrapped store has made so far (see :func:`backend_calls`)."""
+        return backend_calls(self.inner)

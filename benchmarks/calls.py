@@ -9,8 +9,9 @@ three variants, interleaved round by round:
   worker that finishes the request runs *between* rounds (not timed), so
   this is the client latency without workers competing for the machine.
 
-Calls are backend calls counted by the store (``round_trips``, which
-includes e.g. the Azure store's reads for increments) and by the baselines;
+Calls are backend calls counted by the store (read through
+:func:`benchmarks._counting.backend_calls`, which includes e.g. the Azure
+store's reads for increments) and by the baselines;
 off-path completion writes and the worker's calls are reported apart.
 Bytes are logical (partition + row key + encoded value per written row; see
 :mod:`benchmarks._counting`). A duplicate of a finished request is measured
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._backends import KINDS, LABELS, Backend, open_backend
-from benchmarks._counting import CountingStore
+from benchmarks._counting import CountingStore, backend_calls
 from benchmarks._report import Report, fmt_ratio
 from benchmarks._stats import RESULTS, paired_ratio
 from benchmarks._workloads import WORKLOADS, Workload
@@ -102,15 +103,15 @@ def measure(
         for r in range(rounds):
             order = list(variants)[r % 3 :] + list(variants)[: r % 3]
             for name in order:
-                measured = {"sync": sync_inner, "async": async_inner}.get(name)
-                before = measured.round_trips if measured is not None else 0
+                measured = {"sync": sync, "async": asyn}.get(name)
+                before = measured.backend_calls if measured is not None else 0
                 numbers = [next(counter) for _ in range(per_round)]
                 if name == "sync":
                     finished.extend(numbers)
                 times = [_timed(variants[name], i) for i in numbers]
                 if measured is not None:
                     measured.flush()  # off-path writes of this round counted in this round
-                    trips[name] += measured.round_trips - before
+                    trips[name] += measured.backend_calls - before
                 latencies[name].extend(times)
                 samples[name].append(statistics.median(times))
                 if name == "async":  # finish the requests, untimed, counting the worker apart
@@ -121,12 +122,12 @@ def measure(
                         asyn.tally.rows_written,
                     )
                     cache_before = asyn.tally.cache_writes
-                    before = async_inner.round_trips
+                    before = asyn.backend_calls
                     with Draining(workload.workflows, asyn, queue, 1) as workers:
                         workers.wait(sent.value)
                     async_inner.flush()
                     sent.value = 0
-                    trips["worker"] += async_inner.round_trips - before
+                    trips["worker"] += asyn.backend_calls - before
                     worker_tally["reads"] += asyn.tally.reads - snapshot[0]
                     worker_tally["commits"] += asyn.tally.commits - snapshot[1]
                     worker_tally["bytes"] += asyn.tally.bytes_written - snapshot[2]
@@ -174,11 +175,11 @@ def measure(
 def _duplicate_cost(store: Any, workload: Workload, requests: list[int]) -> float:
     """Backend calls of a duplicate of a finished request, averaged."""
     store.flush()
-    before = store.round_trips
+    before = backend_calls(store)
     for i in requests:
         with contextlib.suppress(WorkflowAborted):
             run(workload.request(i), request_id=f"q{i}", store=store)
-    return float(store.round_trips - before) / len(requests)
+    return float(backend_calls(store) - before) / len(requests)
 
 
 def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool = False) -> Report:

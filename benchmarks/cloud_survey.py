@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
+from benchmarks._counting import backend_calls
 from benchmarks._report import ratio_headline, write_record
 from benchmarks._stats import RESULTS, environment, interleave_samples, paired_ratio, summarize, write
 from idemflow import Idem, Store, Tx, atomic, run, workflow
@@ -217,7 +218,7 @@ def report(
     headlines: dict[str, Any] | None = None,
 ) -> list[str]:
     store: Store = extra["store"]
-    before = store.round_trips
+    before = backend_calls(store)
     samples = interleave_samples(variants, rounds, per_round)
     results = {name: summarize(name, values) for name, values in samples.items()}
     store.flush()
@@ -225,7 +226,7 @@ def report(
     calls = {
         "plain": extra["plain"].calls / runs,
         "minimal exactly-once": extra["minimal"].calls / runs,
-        "idemflow": (store.round_trips - before) / runs,
+        "idemflow": (backend_calls(store) - before) / runs,
     }
     minimal, plain = results["minimal exactly-once"].median, results["plain"].median
     lines = [

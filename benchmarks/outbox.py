@@ -28,9 +28,9 @@ the next submit, to tell the critical path's own cost from the contention
 of that write with the next submit (moto serves one request at a time).
 
 Counted per submit: backend calls on the client's critical path (the store's
-``round_trips``, minus its cache writes, + the queue send), the store API
-calls behind them (reads, commits), rows and logical bytes written, the
-message body, and off the critical path the ``commit_cache`` writes (the
+own count, :func:`benchmarks._counting.backend_calls`, minus its cache writes,
++ the queue send), the store API calls behind them (reads, commits), rows and
+logical bytes written, the message body, and off the critical path the ``commit_cache`` writes (the
 candidate's deletion of the outbox entry: a background thread on DynamoDB and
 Azure, on the caller's thread, un-fsynced, on SQLite — so there it is inside
 the measured latency). Also what the worker does to finish the request and

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._backends import boto_config, create_dynamodb_table, plain_sqlite, prewarm_sqlite
+from benchmarks._counting import backend_calls
 from benchmarks._report import Report, fmt_ratio
 from benchmarks._stats import RESULTS, interleave_samples, paired_ratio, summarize
 from benchmarks.core_overhead import SQLITE_WARMUP
@@ -200,7 +201,7 @@ def powertools_variants(
 
     store = DynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=prefix + "i")
     store.create_tables("responses", "summaries")
-    before = store.round_trips
+    before = backend_calls(store)
 
     def bare_call(i: int) -> None:
         bare({"id": f"q{i}", "user": f"u{i}"})
@@ -301,11 +302,11 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
             variants, extra = powertools_variants(moto.endpoint, moto.region)
             calls = extra["calls"]
             try:
-                before = extra["store"].round_trips
+                before = backend_calls(extra["store"])
                 samples = interleave_samples(variants, args.rounds, args.per_round)
                 bare_calls = calls["bare"] - 2 * args.rounds * args.per_round  # the calibration calls
                 extra["store"].flush()
-                trips = extra["store"].round_trips - before
+                trips = backend_calls(extra["store"]) - before
             finally:
                 extra["store"].close()
                 for client in extra["clients"]:

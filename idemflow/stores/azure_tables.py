@@ -72,11 +72,10 @@ logger = logging.getLogger("idemflow.stores.azure_tables")
 
 AZURE_CAPABILITIES = Capabilities(
     cross_partition_commit=False,
-    server_side_increment=False,
     max_ops_per_commit=ent.MAX_BATCH_OPS,
     max_value_bytes=450_000,
     max_commit_bytes=3_000_000,  # values travel as base64 (4/3) and a batch body is capped at 4 MiB
-    max_key_bytes=512,  # Azure's 1 KiB is UTF-16: 512 bytes of ASCII; escaping may need more.
+    max_key_bytes=ent.MAX_KEY_BYTES // 2,  # 1 KiB of UTF-16: 512 bytes of ASCII; escaping may need more
 )
 
 _TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
@@ -408,6 +407,10 @@ class AzureTableStore:
 
     @property
     def round_trips(self) -> int:
+        """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
+
+        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        """
         with self._lock:
             return self._round_trips
 

@@ -157,8 +157,6 @@ class Capabilities:
     cross_partition_commit: bool
     """A commit may touch several tables and partitions (the run record rides
     along). Where False, a commit touching two partitions raises StoreError."""
-    server_side_increment: bool
-    """:class:`Increment` costs no extra round trip (informational)."""
     max_ops_per_commit: int
     """Operations in one atomic commit."""
     max_value_bytes: int
@@ -226,16 +224,3 @@ class Store(Protocol):
     def close(self) -> None:
         """Release connections and finish deferred writes."""
         ...
-
-    @property
-    def round_trips(self) -> int:
-        """Backend calls made so far (reads, commits, cache writes), for benchmarks."""
-        ...
-
-
-def first_failure_of(conflict: Conflict, index: int) -> OpFailure | None:
-    """The failure reported for operation ``index``, if any."""
-    for failure in conflict.failures:
-        if failure.index == index:
-            return failure
-    return None

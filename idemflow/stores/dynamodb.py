@@ -82,13 +82,14 @@ T = TypeVar("T")
 
 DYNAMODB_CAPABILITIES = Capabilities(
     cross_partition_commit=True,
-    server_side_increment=True,
     max_ops_per_commit=100,
     max_value_bytes=390_000,  # the 400 KB item limit less keys and attributes
     max_commit_bytes=4_000_000,
     max_key_bytes=1024,
 )
-ITEM_LIMIT, PARTITION_LIMIT, SORT_KEY_LIMIT = 400 * 1024, 2048, 1024
+ITEM_LIMIT, PARTITION_LIMIT = 400 * 1024, 2048
+"""DynamoDB's item and partition-key limits, checked for callers of ``commit`` other than the
+engine (the engine's stricter :data:`DYNAMODB_CAPABILITIES` keep every item and partition under them)."""
 _GETS_PER_CALL = 25
 _NUMBER_BYTES = 21  # an N attribute: one byte per two of at most 38 digits, plus one
 _NAMES = {"#pk": "pk", "#val": "v", "#num": "n", "#ver": "ver", "#exp": "expires_at"}
@@ -301,6 +302,10 @@ class DynamoDBStore:
 
     @property
     def round_trips(self) -> int:
+        """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
+
+        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        """
         return self._round_trips
 
     # -- calls and errors --------------------------------------------------------------------------
@@ -384,9 +389,10 @@ class DynamoDBStore:
     def _transaction(self, ops: Sequence[Op]) -> list[TransactWriteItemTypeDef]:
         """Check every limit, then map each operation to one transaction item (same index)."""
         where = f"commit to {ops[0].ref.table}/{ops[0].ref.partition}"
-        if len(ops) > DYNAMODB_CAPABILITIES.max_ops_per_commit:
+        most = DYNAMODB_CAPABILITIES.max_ops_per_commit
+        if len(ops) > most:
             raise LimitExceededError(
-                where, f"{len(ops)} operations; a DynamoDB transaction holds at most 100"
+                where, f"{len(ops)} operations; a DynamoDB transaction holds at most {most}"
             )
         seen: set[tuple[str, str, str]] = set()
         total = 0
@@ -498,10 +504,9 @@ def _key_bytes(ref: RowRef) -> int:
         raise InvalidValueError(where, f"key {ref.key!r} or its partition is not valid unicode") from exc
     if not partition or not key:
         raise InvalidValueError(where, "DynamoDB keys and partitions must not be empty")
-    if partition > PARTITION_LIMIT or key > SORT_KEY_LIMIT:
-        problem = (
-            f"partition of {partition} bytes (max {PARTITION_LIMIT}) or key of {key} (max {SORT_KEY_LIMIT})"
-        )
+    most = DYNAMODB_CAPABILITIES.max_key_bytes  # also DynamoDB's sort-key limit
+    if partition > PARTITION_LIMIT or key > most:
+        problem = f"partition of {partition} bytes (max {PARTITION_LIMIT}) or key of {key} (max {most})"
         raise LimitExceededError(where, f"{problem}: over DynamoDB's key limits")
     return 4 + partition + key
 

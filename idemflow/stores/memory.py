@@ -23,7 +23,6 @@ _UNLIMITED = 1 << 62
 
 MEMORY_CAPABILITIES = Capabilities(
     cross_partition_commit=True,
-    server_side_increment=True,
     max_ops_per_commit=_UNLIMITED,
     max_value_bytes=_UNLIMITED,
     max_commit_bytes=_UNLIMITED,
@@ -99,4 +98,8 @@ class MemoryStore:
 
     @property
     def round_trips(self) -> int:
+        """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
+
+        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        """
         return self._round_trips

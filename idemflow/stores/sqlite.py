@@ -11,7 +11,7 @@ All logical tables live in one physical table keyed by
 >>> import tempfile, os
 >>> from idemflow.stores import SqliteStore
 >>> store = SqliteStore(os.path.join(tempfile.mkdtemp(), "demo.sqlite3"))
->>> store.capabilities.server_side_increment
+>>> store.capabilities.cross_partition_commit
 True
 >>> store.close()
 """
@@ -50,7 +50,6 @@ log = logging.getLogger("idemflow.stores.sqlite")
 
 SQLITE_CAPABILITIES = Capabilities(
     cross_partition_commit=True,
-    server_side_increment=True,
     max_ops_per_commit=10_000,
     max_value_bytes=16 * 1024 * 1024,
     max_commit_bytes=256 * 1024 * 1024,
@@ -257,6 +256,10 @@ class SqliteStore:
 
     @property
     def round_trips(self) -> int:
+        """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
+
+        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        """
         return self._round_trips
 
 
