@@ -49,9 +49,6 @@ from idemflow.keys import (
     RUNS_TABLE,
     compensation_tag,
     memo_prefix,
-    outbox_key,
-    outbox_partition,
-    run_key,
     step_tag,
 )
 from idemflow.monad import (
@@ -81,7 +78,17 @@ from idemflow.plan import (
     Submission,
 )
 from idemflow.policy import DEFAULT_POLICY, DataConflict, RetryPolicy
-from idemflow.records import MEMO_AT, RUN_AT, Memo, OutboxEntry, RunRecord, RunStatus, memo_row
+from idemflow.records import (
+    MEMO_AT,
+    RUN_AT,
+    Memo,
+    OutboxEntry,
+    RunRecord,
+    RunStatus,
+    memo_row,
+    outbox_ref,
+    run_ref,
+)
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import CommitOutcome, Committed, Delete, Insert, Op, Put, Row, RowRef, Store
 from idemflow.tx import StepAborted, Tx
@@ -173,7 +180,7 @@ class Execution:
         self._noting = self._journal is not None or bool(plan.expected)
         self._traced = telemetry.enabled()
         """Decided once per execution: the hot path then pays one attribute check."""
-        self._run_ref = RowRef(RUNS_TABLE, request_id, run_key(workflow))
+        self._run_ref = run_ref(workflow, request_id)
         self._memo_prefix = memo_prefix(workflow, request_id)
 
     @property
@@ -526,9 +533,7 @@ class Execution:
         return ops
 
     def _outbox_ref(self) -> RowRef:
-        return RowRef(
-            RUNS_TABLE, outbox_partition(self.request_id), outbox_key(self.workflow, self.request_id)
-        )
+        return outbox_ref(self.workflow, self.request_id)
 
     def _outbox_put(self, entry: OutboxEntry, expires: float) -> Put:
         value: JSON = entry.to_json()

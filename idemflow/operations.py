@@ -94,6 +94,24 @@ def runs(
     return found[:limit] if limit is not None else found
 
 
+def known_run(store: Store, workflow: str, request_id: str) -> RunRecord:
+    """The run record of a request, or :class:`InvalidInputError` if this store has none."""
+    record = run_status(store, workflow, request_id)
+    if record is None:
+        raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
+    return record
+
+
+def stored_arguments(record: RunRecord, request_id: str) -> tuple[list[Any], dict[str, Any]]:
+    """The input an operator's retry or abort resumes from: ``submit`` stores it, ``run`` does not."""
+    arguments = record.arguments()
+    if arguments is None:
+        raise InvalidInputError(
+            f"request {request_id!r} was started by run(), which stores no input: run it again"
+        )
+    return arguments
+
+
 def abort(
     store: Store,
     workflows: Iterable[Workflow[Any, Any]],
@@ -110,21 +128,14 @@ def abort(
     if a worker commits the last step first, the request ends ``completed``
     and that record is returned.
     """
-    record = run_status(store, workflow, request_id)
-    if record is None:
-        raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
+    record = known_run(store, workflow, request_id)
     if record.status.final:
         return record
     held = {flow.version: flow for flow in workflows if flow.name == workflow}
     flow = held.get(record.version)
     if flow is None:
         raise VersionNotHeldError(workflow, request_id, record.version, tuple(sorted(held)))
-    arguments = record.arguments()
-    if arguments is None:
-        raise InvalidInputError(
-            f"request {request_id!r} was started by run(), which stores no input: run it again"
-        )
-    args, kwargs = arguments
+    args, kwargs = stored_arguments(record, request_id)
     plan = Plan(version=record.version, resume=True, abort=Aborting(reason), durable_outcome=True)
     return execute(
         flow(*args, **kwargs), request_id=request_id, store=store, policy=policy, clock=clock, plan=plan

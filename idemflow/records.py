@@ -34,7 +34,9 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Any
 
+from idemflow.keys import RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON
+from idemflow.stores.base import RowRef
 
 MEMO_AT = 0
 """Position of the memo insert in a step's commit (its failure carries the existing memo)."""
@@ -82,6 +84,16 @@ class Memo:
         if "abort" in raw:
             return cls(raw["id"], raw["abort"], aborted=True)
         return cls(raw["id"], raw.get("v"))
+
+
+def run_ref(workflow: str, request_id: str) -> RowRef:
+    """Where a request's run record lives."""
+    return RowRef(RUNS_TABLE, request_id, run_key(workflow))
+
+
+def outbox_ref(workflow: str, request_id: str) -> RowRef:
+    """Where a submitted request's outbox entry lives."""
+    return RowRef(RUNS_TABLE, outbox_partition(request_id), outbox_key(workflow, request_id))
 
 
 def memo_row(identity: str, value: JSON, *, aborted: bool = False) -> dict[str, JSON]:

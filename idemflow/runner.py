@@ -35,11 +35,11 @@ from returns.result import Failure, Result, Success
 from idemflow import records
 from idemflow.engine import Execution, OtherVersion, Plan
 from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
-from idemflow.keys import RUNS_TABLE, check_request_id, check_workflow_name, run_key
+from idemflow.keys import check_request_id, check_workflow_name
 from idemflow.monad import Bind, Call, Idem
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.serialization import JSON, decode, digest, encode, fingerprint
-from idemflow.stores.base import RowRef, Store
+from idemflow.stores.base import Store
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -295,6 +295,6 @@ def idempotent(
 
 def run_status(store: Store, workflow: str, request_id: str) -> records.RunRecord | None:
     """The run record of a request, or None if no step of it ever committed."""
-    ref = RowRef(RUNS_TABLE, check_request_id(request_id), run_key(check_workflow_name(workflow)))
+    ref = records.run_ref(check_workflow_name(workflow), check_request_id(request_id))
     row = store.read(ref)
     return None if row is None else records.RunRecord.from_json(row.value)

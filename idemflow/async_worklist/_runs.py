@@ -11,20 +11,15 @@ import dataclasses
 import time
 from collections.abc import Mapping
 
-from idemflow.keys import RUNS_TABLE, run_key
 from idemflow.policy import DEFAULT_POLICY
-from idemflow.records import Failure, RunRecord, RunStatus
+from idemflow.records import Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Committed, Put, Row, RowRef, Store
-
-
-def ref(workflow: str, request_id: str) -> RowRef:
-    return RowRef(RUNS_TABLE, request_id, run_key(workflow))
+from idemflow.stores.base import Committed, Put, Row, Store
 
 
 def read(store: Store, workflow: str, request_id: str) -> tuple[RunRecord, Row] | None:
     """The run record and the row it came from (for a conditional write), or None."""
-    row = store.read(ref(workflow, request_id))
+    row = store.read(run_ref(workflow, request_id))
     return None if row is None else (RunRecord.from_json(row.value), row)
 
 
@@ -41,7 +36,7 @@ def _replace_running(store: Store, workflow: str, request_id: str, change: Mappi
         value: JSON = updated.to_json()
         text = encode(value, "run record", envelope=3)
         expires = time.time() + DEFAULT_POLICY.retention
-        put = Put(ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
+        put = Put(run_ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
         if isinstance(store.commit([put]), Committed):
             return True
     return False

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from idemflow import telemetry
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions, run_key
-from idemflow.records import OutboxEntry
+from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
+from idemflow.records import OutboxEntry, run_ref
 from idemflow.stores.base import Delete, RowRef, Store
 
 log = logging.getLogger("idemflow.relay")
@@ -65,7 +65,7 @@ def relay(
             if entry.due > now:
                 continue
             fields = {"workflow": entry.workflow, "version": entry.version, "request_id": entry.request_id}
-            claimed = store.read(RowRef(RUNS_TABLE, entry.request_id, run_key(entry.workflow)))
+            claimed = store.read(run_ref(entry.workflow, entry.request_id))
             if claimed is not None:  # else its submitter died before the claim: nothing to finish
                 body = encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), signing_key)
                 with telemetry.span(

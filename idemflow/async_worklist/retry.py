@@ -22,9 +22,8 @@ from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.submit import resolve_signing_key
-from idemflow.errors import InvalidInputError
+from idemflow.operations import known_run, stored_arguments
 from idemflow.records import RunStatus
-from idemflow.runner import run_status
 from idemflow.stores.base import Store
 
 
@@ -32,15 +31,10 @@ def retry(
     store: Store, queue: Queue, workflow: str, request_id: str, *, signing_key: bytes | str | None = None
 ) -> RunStatus:
     """Resume an unfinished request through the workers; the status it had (final ones are left alone)."""
-    record = run_status(store, workflow, request_id)
-    if record is None:
-        raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
+    record = known_run(store, workflow, request_id)
     if record.status.final:
         return record.status
-    if record.arguments() is None:
-        raise InvalidInputError(
-            f"request {request_id!r} was started by run(), which stores no input: run it again"
-        )
+    stored_arguments(record, request_id)  # the workers resume from it
     if record.status is RunStatus.FAILED:
         _runs.reopen(store, workflow, request_id)
     body = encode_pointer(Pointer(workflow, record.version, request_id), resolve_signing_key(signing_key))

@@ -38,13 +38,13 @@ from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission
 from idemflow.errors import InvalidInputError, RequestFailed, StoreError, VersionNotHeldError, WorkflowAborted
-from idemflow.keys import RUNS_TABLE, check_request_id, outbox_key, outbox_partition
+from idemflow.keys import check_request_id
 from idemflow.monad import Call, Checkpoint, Idem
 from idemflow.policy import RetryPolicy
-from idemflow.records import Failure, OutboxEntry, RunRecord, RunStatus
+from idemflow.records import Failure, OutboxEntry, RunRecord, RunStatus, outbox_ref
 from idemflow.runner import describe_request, execute, run_status
 from idemflow.serialization import JSON
-from idemflow.stores.base import Delete, RowRef, Store
+from idemflow.stores.base import Delete, Store
 
 SIGNING_KEY_ENV = "IDEMFLOW_SIGNING_KEY"
 
@@ -236,7 +236,4 @@ def _send(store: Store, queue: Queue, pointer: Pointer, key: bytes | None) -> No
             },
         )
         return
-    ref = RowRef(
-        RUNS_TABLE, outbox_partition(pointer.request_id), outbox_key(pointer.workflow, pointer.request_id)
-    )
-    store.commit_cache([Delete(ref)])
+    store.commit_cache([Delete(outbox_ref(pointer.workflow, pointer.request_id))])

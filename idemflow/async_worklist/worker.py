@@ -54,12 +54,12 @@ from idemflow.async_worklist.messages import MessageRejected, Pointer, decode_po
 from idemflow.async_worklist.outbox import relay
 from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue, check_seconds
 from idemflow.async_worklist.submit import resolve_signing_key
-from idemflow.engine import Aborting, Plan
+from idemflow.engine import Plan
 from idemflow.errors import InvalidInputError, NonDeterminismError, StepFailedError
-from idemflow.keys import check_request_id
+from idemflow.operations import abort
 from idemflow.policy import RetryPolicy
 from idemflow.records import RunRecord, RunStatus
-from idemflow.runner import Workflow, describe_request, execute
+from idemflow.runner import Workflow, describe_request, execute, run_status
 from idemflow.stores.base import Store
 
 log = logging.getLogger("idemflow.worker")
@@ -309,12 +309,10 @@ class Worker:
 
     def _finish(self, message: Message, fields: dict[str, Any]) -> str:
         pointer = decode_pointer(message.body, self.key)
-        check_request_id(pointer.request_id)
         fields.update(workflow=pointer.workflow, request_id=pointer.request_id, version=pointer.version)
-        found = _runs.read(self.store, pointer.workflow, pointer.request_id)
-        if found is None:
+        record = run_status(self.store, pointer.workflow, pointer.request_id)
+        if record is None:
             raise MessageRejected(f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted")
-        record = found[0]
         fields["version"] = record.version
         if record.started_at is not None and message.deliveries == 1:
             telemetry.lag(max(self.clock() - record.started_at, 0.0), pointer.workflow)
@@ -405,7 +403,15 @@ class Worker:
         if flow.on_failure == "compensate":
             reason = f"step {failed.step} ({failed.identity}) failed: {failed.cause}"
             try:
-                self._abort(flow, failed.request_id, fields["version"], reason)
+                abort(
+                    self.store,
+                    [flow],
+                    flow.name,
+                    failed.request_id,
+                    reason=reason,
+                    policy=self.policy,
+                    clock=self.clock,
+                )
             except Exception as exc:  # noqa: BLE001 - a compensation that fails leaves it failed
                 _event(logging.ERROR, "compensation-failed", error=repr(exc), **fields)
             else:
@@ -415,20 +421,6 @@ class Worker:
                     self.stats.aborted += 1
                 return
         self._fail(holder, failed.cause, failed.step, fields)
-
-    def _abort(self, flow: Workflow[Any, Any], request_id: str, version: int, reason: str) -> RunRecord:
-        found = _runs.read(self.store, flow.name, request_id)
-        assert found is not None
-        args, kwargs = _input_of(Pointer(flow.name, version, request_id), found[0])
-        plan = Plan(version=version, resume=True, abort=Aborting(reason), durable_outcome=True)
-        return execute(
-            flow(*args, **kwargs),
-            request_id=request_id,
-            store=self.store,
-            policy=self.policy,
-            clock=self.clock,
-            plan=plan,
-        )
 
     def _fail(self, holder: _Holder, reason: str, step: int, fields: dict[str, Any]) -> None:
         attempts = holder.message.deliveries
