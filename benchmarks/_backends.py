@@ -9,7 +9,14 @@ that grows with it) and the SDK handles the hand-written baselines use.
   for idemflow, its queue and the baselines alike;
 - ``moto``: one moto server for DynamoDB and another for SQS (a long poll
   would otherwise hold moto's single request thread);
-- ``azurite``: one Azurite for Azure Tables and Queues.
+- ``azurite``: one Azurite for Azure Tables and Queues;
+- ``dynamodb-local``: AWS's own DynamoDB engine (DynamoDB Local, Java), SQS from a moto
+  server started only if a queue is asked for. It serialises transactions like moto, so
+  a benchmark that wants the service's transaction conflicts installs
+  :class:`idemflow.testing.conflicts.DynamoDBConflicts` on the clients itself.
+
+``KINDS`` lists every kind; ``DEFAULT_KINDS`` the ones the store-parametrized benchmarks
+(calls, users, outbox) run when no ``--stores`` is given.
 """
 
 from __future__ import annotations
@@ -27,11 +34,14 @@ from typing import Any
 from idemflow import SqliteStore, Store
 from idemflow.async_worklist import Queue, SqliteQueue
 
-KINDS = ("sqlite", "moto", "azurite")
+KINDS = ("sqlite", "moto", "azurite", "dynamodb-local")
+DEFAULT_KINDS = ("sqlite", "moto", "azurite")
+"""What calls, users and outbox run by default (``dynamodb-local`` only when named)."""
 LABELS = {
     "sqlite": "SQLite (WAL, synchronous=FULL)",
     "moto": "DynamoDB + SQS (moto server)",
     "azurite": "Azure Tables + Queues (Azurite)",
+    "dynamodb-local": "DynamoDB (DynamoDB Local) + SQS (moto server)",
 }
 
 POOL = 64
@@ -96,7 +106,7 @@ class Backend:
     make_store: Callable[[str, tuple[str, ...]], Store]
     make_queue: Callable[[str], Queue]
     dynamodb: Any = None
-    """boto3 DynamoDB client (moto) for baselines."""
+    """boto3 DynamoDB client (moto, DynamoDB Local) for baselines."""
     tables: Any = None
     """azure TableServiceClient (Azurite) for baselines."""
     _counter: Iterator[int] = field(default_factory=itertools.count)
@@ -162,6 +172,9 @@ def open_backend(kind: str) -> Iterator[Backend]:
         elif kind == "azurite":
             with _azurite_backend(folder) as backend:
                 yield backend
+        elif kind == "dynamodb-local":
+            with _dynamodb_local_backend(folder) as backend:
+                yield backend
         else:
             raise ValueError(f"unknown backend {kind!r}; one of {KINDS}")
     finally:
@@ -190,6 +203,40 @@ def _moto_backend(folder: Path) -> Iterator[Backend]:
             "dynamodb", endpoint_url=dynamo.endpoint, region_name=dynamo.region, config=boto_config()
         )
         backend = Backend("moto", folder, make_store, make_queue, dynamodb=client)
+        try:
+            yield backend
+        finally:
+            backend.close()
+            client.close()
+
+
+@contextlib.contextmanager
+def _dynamodb_local_backend(folder: Path) -> Iterator[Backend]:
+    import boto3
+
+    from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.stores.dynamodb import DynamoDBStore
+    from tests.servers import Moto, dynamodb_local_server, moto_server
+
+    with dynamodb_local_server() as dynamo, contextlib.ExitStack() as later:
+        sqs: list[Moto] = []
+
+        def make_store(tag: str, tables: tuple[str, ...]) -> Store:
+            store = DynamoDBStore(endpoint_url=dynamo.endpoint, region_name=dynamo.region, prefix=tag)
+            store.create_tables(*tables)
+            return store
+
+        def make_queue(tag: str) -> Queue:
+            if not sqs:  # DynamoDB Local has no SQS: a moto server for queues, started on demand
+                sqs.append(later.enter_context(moto_server()))
+            return SqsQueue(
+                tag, endpoint_url=sqs[0].endpoint, region_name=sqs[0].region, visibility_timeout=60
+            )
+
+        client = boto3.client(
+            "dynamodb", endpoint_url=dynamo.endpoint, region_name=dynamo.region, config=boto_config()
+        )
+        backend = Backend("dynamodb-local", folder, make_store, make_queue, dynamodb=client)
         try:
             yield backend
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,43 @@ def lines_figure(
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def panels_lines_figure(
+    path: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    panels: dict[str, dict[str, tuple[list[float], list[float]]]],
+    *,
+    logx: bool = True,
+    logy: bool = False,
+    style: Callable[[str], dict[str, Any]] | None = None,
+) -> Path:
+    """Line plots side by side, one panel per ``panels`` key, one line per series ``name -> (x, y)``;
+    ``style(name)`` gives a series' matplotlib keywords (colour, line style, marker)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, (panel, series) in zip(axes[0], panels.items(), strict=True):
+        for name, (x, y) in series.items():
+            ax.plot(x, y, label=name, **(style(name) if style else {"marker": "o"}))
+        ticks = sorted({value for x, _y in series.values() for value in x})
+        if logx:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(panel, fontsize="medium")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

@@ -85,6 +85,8 @@ class Report:
     out: Path
     lines: list[str] = field(default_factory=list)
     headlines: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    """More of the record, beside the headlines (e.g. every cell's numbers); only in the JSON."""
     started: float = field(default_factory=time.time)
     _machine: dict[str, Any] = field(default_factory=machine)
 
@@ -129,7 +131,14 @@ class Report:
         path = self.out / f"{self.name}.md"
         path.write_text("\n".join(head + self.lines).rstrip() + "\n")
         write_record(
-            self.name, self.title, self.params, self.headlines, self.out, self.started, self._machine
+            self.name,
+            self.title,
+            self.params,
+            self.headlines,
+            self.out,
+            self.started,
+            self._machine,
+            data=self.data,
         )
         return path
 
@@ -147,8 +156,11 @@ def write_record(
     out: Path,
     started: float,
     machine_info: dict[str, Any] | None = None,
+    *,
+    data: dict[str, Any] | None = None,
 ) -> Path:
-    """``<name>.json``: what produced the page's numbers, and its headline values."""
+    """``<name>.json``: what produced the page's numbers, its headline values, and ``data``
+    (more numbers, under their own keys: never read by ``summary.md``)."""
     record = {
         "benchmark": name,
         "title": title,
@@ -158,6 +170,7 @@ def write_record(
         "versions": versions(),
         "parameters": params,
         "headlines": headlines,
+        **(data or {}),
     }
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"

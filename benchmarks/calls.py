@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._backends import KINDS, LABELS, Backend, open_backend
+from benchmarks._backends import DEFAULT_KINDS, LABELS, Backend, open_backend
 from benchmarks._counting import CountingStore, backend_calls
 from benchmarks._report import Report, fmt_ratio
 from benchmarks._stats import RESULTS, paired_ratio
@@ -184,7 +184,7 @@ def _duplicate_cost(store: Any, workload: Workload, requests: list[int]) -> floa
 
 def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool = False) -> Report:
     parser = argparse.ArgumentParser(prog="python -m benchmarks calls", description=__doc__)
-    parser.add_argument("--stores", default=",".join(KINDS))
+    parser.add_argument("--stores", default=",".join(DEFAULT_KINDS))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=2 if quick else 6)
     parser.add_argument("--per-round", type=int, default=3 if quick else 12)

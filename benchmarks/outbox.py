@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks._backends import KINDS, LABELS
+from benchmarks._backends import DEFAULT_KINDS, LABELS
 from benchmarks._report import Report, fmt_ratio
 from benchmarks._stats import RESULTS, paired_ratio, percentile
 
@@ -141,7 +141,7 @@ def backend_spec(kind: str) -> Iterator[dict[str, Any]]:
         with azurite_server() as azurite:
             yield {"kind": kind, "connection_string": azurite.connection_string}
     else:
-        raise ValueError(f"unknown backend {kind!r}; one of {KINDS}")
+        raise ValueError(f"unknown backend {kind!r}; one of {DEFAULT_KINDS}")
 
 
 class Child:
@@ -270,7 +270,7 @@ def _n(value: float) -> str:
 
 def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool = False) -> Report:
     parser = argparse.ArgumentParser(prog="python -m benchmarks outbox", description=__doc__)
-    parser.add_argument("--stores", default="sqlite" if quick else ",".join(KINDS))
+    parser.add_argument("--stores", default="sqlite" if quick else ",".join(DEFAULT_KINDS))
     parser.add_argument(
         "--baseline", default=PREVIOUS_RELEASE, help="git revision measured as the previous release"
     )

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks._backends import KINDS, LABELS, Backend, open_backend
+from benchmarks._backends import DEFAULT_KINDS, LABELS, Backend, open_backend
 from benchmarks._report import Report, fmt_ratio
 from benchmarks._stats import RESULTS, Summary, paired_ratio, percentile, summarize
 from benchmarks._workloads import WORKLOADS, Workload
@@ -439,7 +439,9 @@ QUICK = Sizes(users=(1, 2), rounds=2, min_requests=2, per_user=1, workers=1)
 
 def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool = False) -> Report:
     parser = argparse.ArgumentParser(prog="python -m benchmarks users", description=__doc__)
-    parser.add_argument("--stores", default=",".join(KINDS), help="comma-separated: sqlite,moto,azurite")
+    parser.add_argument(
+        "--stores", default=",".join(DEFAULT_KINDS), help="comma-separated: sqlite,moto,azurite"
+    )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--users", default=None, help="comma-separated user counts")
     parser.add_argument("--rounds", type=int, default=None)

@@ -26,6 +26,7 @@ and racing executions then have the effect of one failure-free run.
 from __future__ import annotations
 
 from idemflow._lazy import load_optional
+from idemflow.aggregates import ShardedCounter
 from idemflow.errors import (
     CompensationFailed,
     ConflictError,
@@ -69,6 +70,7 @@ __all__ = [
     "RetryPolicy",
     "RunRecord",
     "RunStatus",
+    "ShardedCounter",
     "SqliteStore",
     "StepFailedError",
     "Store",

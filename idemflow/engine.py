@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from idemflow import telemetry
+from idemflow._gates import GATES
 from idemflow._limits import check_commit
 from idemflow.errors import (
     CompensationFailed,
@@ -90,7 +91,18 @@ from idemflow.records import (
     run_ref,
 )
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import CommitOutcome, Committed, Delete, Insert, Op, Put, Row, RowRef, Store
+from idemflow.stores.base import (
+    CommitOutcome,
+    Committed,
+    Cond,
+    Delete,
+    Insert,
+    Op,
+    Put,
+    Row,
+    RowRef,
+    Store,
+)
 from idemflow.tx import StepAborted, Tx
 
 __all__ = [
@@ -173,6 +185,8 @@ class Execution:
         self.plan = plan
         self._step = 0
         self._identity = ""
+        self._until = policy.until()
+        """When the current step (or the outcome's write) stops retrying: ``time.monotonic()``."""
         self._run_known = plan.resume
         self._replaying = plan.resume
         self._done: list[_Done] = []
@@ -406,16 +420,23 @@ class Execution:
         self, table: str, partition: str, tag: str, identity: str, body: Callable[[Tx], Any], abortable: bool
     ) -> Any:
         memo_ref = RowRef(table, partition, self._memo_prefix + tag)
-        outcome = self._attempt(memo_ref, identity, body, abortable)
+        self._until = self.policy.until()
+        try:
+            outcome = self._attempt(memo_ref, identity, body, abortable)
+        except TransientStoreError:  # the commit's send failed: rerun (the loop re-raises it last)
+            outcome = _RETRY
         if outcome is not _RETRY:
             return outcome
-        retrying = self.policy.conflicts.copy()
+        retrying = self.policy.rerunning(self._until)
         try:
             for attempt in retrying:
                 with attempt:
                     if self._traced:
                         telemetry.count(telemetry.CONFLICTS_RETRIED, self.workflow)
-                    outcome = self._attempt(memo_ref, identity, body, abortable)
+                    with GATES.turn(
+                        self.store, table, partition, self._until
+                    ):  # this process's retries queue
+                        outcome = self._attempt(memo_ref, identity, body, abortable)
                     if outcome is _RETRY:
                         raise DataConflict
         except DataConflict:
@@ -448,13 +469,17 @@ class Execution:
                 if not abortable:
                     raise
                 aborted, value = True, abort.reason
-                data_ops = tx.read_checks()
+                data_ops: list[Op] = [*tx.read_checks()]
+            except TransientStoreError:  # a read met a concurrent transaction, or was throttled
+                return _RETRY
             except Exception:
                 # A replay whose data moved on may fail where the first run
                 # succeeded: the memo, if any, is the answer.
                 row = self._read(memo_ref)
                 if row is not None:
                     return self._memo_result(row, identity)
+                if self._stale(tx):  # reads that were never one snapshot: run it again
+                    return _RETRY
                 raise
             else:
                 aborted, value = False, result
@@ -471,7 +496,7 @@ class Execution:
             if run_included:
                 ops.extend(self._claim_ops(expires, with_outbox=True))
             ops.extend(data_ops)
-            outcome = self._commit(ops, memo_ref)
+            outcome = self._commit(ops, memo_ref, resend=False)  # a failed send reruns the body
             if isinstance(outcome, Committed):
                 self._run_known = True
                 if self._traced:
@@ -489,6 +514,23 @@ class Execution:
             if run_included and RUN_AT in by_index:
                 continue  # replaying now: read the memo first
             return _RETRY
+
+    def _stale(self, tx: Tx) -> bool:
+        """Did a row the body read change before it raised? Then it saw no consistent state.
+
+        Reads inside a body are each strongly consistent but not one snapshot
+        (DynamoDB's are never cancelled by a concurrent commit, Azure's are
+        separate calls); the commit's conditions make a *committed* body
+        serializable, and this check gives the same to a body that raised.
+        """
+        checks = tx.read_checks()
+        if not checks:
+            return False
+        rows = self.store.read_many([check.ref for check in checks])
+        return any(
+            (Cond.ABSENT if row is None else row.version) != check.expect
+            for check, row in zip(checks, rows, strict=True)
+        )
 
     def _memo_result(self, row: Row, identity: str) -> Any:
         if self._traced:
@@ -596,11 +638,14 @@ class Execution:
         self._on_run_record(self._read(self._run_ref))  # adopted, or what came first: check again
 
     def _expiry(self) -> float:
-        return self.clock() + self.policy.retention
+        """When rows written now may expire: from wall time, never from the workflow's clock
+        (a test's fixed clock would write rows that are already expired)."""
+        return time.time() + self.policy.retention
 
     def _finish(self, status: RunStatus, result: JSON = None, reason: JSON = None) -> RunRecord:
         """Record the outcome: durably if no step claimed the request or if ``durable_outcome``,
         else as a cache. Strict encoding guarantees the result equals what duplicates read back."""
+        self._until = self.policy.until()
         record = RunRecord(self.fingerprint, RunStatus.RUNNING, version=self.plan.version).finished(
             status, self.clock(), result=result, reason=reason
         )
@@ -631,17 +676,21 @@ class Execution:
         try:
             return self.store.read(ref)
         except TransientStoreError:
-            row: Row | None = self.policy.transient.copy()(self.store.read, ref)
+            row: Row | None = self.policy.resending(self._until)(self.store.read, ref)
             return row
 
-    def _commit(self, ops: list[Op], where: RowRef) -> CommitOutcome:
+    def _commit(self, ops: list[Op], where: RowRef, *, resend: bool = True) -> CommitOutcome:
+        """Check the limits, then send. A step's own commit is not resent (``resend=False``): its
+        transient error reruns the body, which re-reads what a concurrent commit (DynamoDB's
+        ``TransactionConflict``) most likely changed, and meets the memo if the send did apply."""
         check_commit(ops, self.store.capabilities, lambda: self._place(where))
+        send = self._send_commit if resend else self.store.commit
         if self._traced:
             with telemetry.span(
                 "idemflow.commit", workflow=self.workflow, request_id=self.request_id, ops=len(ops)
             ):
-                return self._send_commit(ops)
-        return self._send_commit(ops)
+                return send(ops)
+        return send(ops)
 
     def _send_commit(self, ops: list[Op]) -> CommitOutcome:
         try:
@@ -649,7 +698,7 @@ class Execution:
         except TransientStoreError:
             # The commit may have been applied with its answer lost: resending
             # the same operations meets the memo and resolves to it.
-            outcome: CommitOutcome = self.policy.transient.copy()(self.store.commit, ops)
+            outcome: CommitOutcome = self.policy.resending(self._until)(self.store.commit, ops)
             return outcome
 
     def _place(self, where: RowRef) -> str:

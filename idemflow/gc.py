@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from idemflow.keys import RUNS_TABLE, parse_memo_key
+from idemflow.policy import resend
 from idemflow.records import RunRecord, RunStatus
 from idemflow.stores.base import Delete, Op, RowRef, Store
 
@@ -61,10 +62,10 @@ def collect(store: Store, *, older_than: float, now: Callable[[], float] = time.
                 doomed.setdefault(partition, []).append(Delete(RowRef(table, partition, key)))
         for ops in doomed.values():  # one partition per commit: every backend allows that
             for start in range(0, len(ops), _BATCH):
-                store.commit(ops[start : start + _BATCH])
+                resend(store.commit, ops[start : start + _BATCH])
                 memo_rows += len(ops[start : start + _BATCH])
     for ref in finished.values():
-        store.commit([Delete(ref)])
+        resend(store.commit, [Delete(ref)])
     return GcReport(requests=len(finished), memo_rows=memo_rows, run_records=len(finished))
 
 

@@ -1,27 +1,75 @@
-"""How executions retry: data conflicts rerun a body, transient store errors resend a commit.
+"""How idemflow retries: until a deadline, never a fixed number of times.
 
-Both are tenacity ``Retrying`` objects, so a caller can pass their own stop,
-wait and sleep (tests inject a sleep that never waits). The defaults are
-shared safely: a ``Retrying`` is only ever used through ``.copy()``.
+Two things are retried. A **data conflict** (a body's reads went stale
+before its commit, or a read inside the body met a concurrent transaction)
+reruns the body; a **transient store error** (throttling, a timeout, a
+transaction conflict the backend reports as such) resends the same call.
+Both keep going, with jittered exponential backoff, until the step's
+deadline (:attr:`RetryPolicy.deadline`, 30 s by default): on a hot
+partition requests queue up and finish at the partition's serial rate
+instead of failing after a few attempts. Only then does the caller get
+:class:`~idemflow.errors.ConflictError` or
+:class:`~idemflow.errors.TransientStoreError`.
+
+Every retry in the library goes through this module: the step engine, the
+worker's bookkeeping writes, status reads and the stores' background cache
+writes (:func:`resend`).
+
+Both retryers are tenacity ``Retrying`` objects, so a caller can pass their
+own wait, stop (combined with the deadline: whichever comes first) and
+sleep (tests inject one that never waits). The defaults are shared safely:
+a ``Retrying`` is only ever used through ``.copy()``.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_never,
+    wait_random_exponential,
+)
+from tenacity.stop import stop_base
 
 from idemflow.errors import TransientStoreError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DEADLINE = 30.0
+"""Seconds a step keeps retrying by default (API gateways commonly give up after 29-30 s)."""
 
 
 class DataConflict(Exception):
     """A body's reads went stale before its commit: run it again."""
 
 
+class _StopAt(stop_base):
+    """A tenacity stop: ``also`` (the caller's own stop), or no attempt after ``deadline``
+    (a ``time.monotonic()`` value). Stops *before* a sleep that would end past the
+    deadline, so the last attempt is never wasted waiting.
+    """
+
+    def __init__(self, deadline: float, also: Callable[[RetryCallState], bool]) -> None:
+        self.deadline = deadline
+        self.also = also
+
+    def __call__(self, state: RetryCallState) -> bool:
+        return self.also(state) or time.monotonic() + (state.upcoming_sleep or 0.0) >= self.deadline
+
+
 def _default_conflict_retrying() -> Retrying:  # copied before every use: never iterated itself
+    # Small waits, a low cap: on a hot row someone is always about to commit, so the
+    # partition stays near its serial rate; the deadline, not the cap, bounds a request.
     return Retrying(
-        stop=stop_after_attempt(16),
-        wait=wait_random_exponential(multiplier=0.002, max=0.5),
+        stop=stop_never,
+        wait=wait_random_exponential(multiplier=0.002, max=0.2),
         retry=retry_if_exception_type(DataConflict),
         reraise=True,
     )
@@ -29,8 +77,8 @@ def _default_conflict_retrying() -> Retrying:  # copied before every use: never 
 
 def _default_transient_retrying() -> Retrying:
     return Retrying(
-        stop=stop_after_attempt(8),
-        wait=wait_random_exponential(multiplier=0.02, max=2.0),
+        stop=stop_never,
+        wait=wait_random_exponential(multiplier=0.01, max=1.0),
         retry=retry_if_exception_type(TransientStoreError),
         reraise=True,
     )
@@ -39,18 +87,54 @@ def _default_transient_retrying() -> Retrying:
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How an execution retries: data conflicts (the body reruns) and
-    transient store errors (the same commit is resent). Pass your own
-    tenacity ``Retrying`` objects to change bounds, waits or the sleep.
+    transient store errors (the same call is resent), both until ``deadline``.
+    Pass your own tenacity ``Retrying`` objects to change waits, add a stop
+    or replace the sleep.
 
-    >>> RetryPolicy().retention / 86400
-    7.0
+    >>> RetryPolicy().deadline, RetryPolicy().retention / 86400
+    (30.0, 7.0)
     """
 
     conflicts: Retrying = field(default_factory=_default_conflict_retrying)
     transient: Retrying = field(default_factory=_default_transient_retrying)
     retention: float = 7 * 24 * 3600.0
-    """Seconds memo and run rows are kept where the backend expires rows (TTL)."""
+    """Seconds memo and run rows are kept where the backend expires rows (TTL), counted from wall time."""
+    deadline: float = DEADLINE
+    """Seconds one step (or one bookkeeping call) keeps retrying before the error reaches the caller."""
+
+    def until(self) -> float:
+        """The ``time.monotonic()`` deadline of a step starting now."""
+        return time.monotonic() + self.deadline
+
+    def rerunning(self, until: float) -> Retrying:
+        """The conflict retryer of one step: reruns on data conflicts and transient errors."""
+        base = self.conflicts
+        return base.copy(
+            stop=_StopAt(until, base.stop),
+            retry=retry_if_exception_type((DataConflict, TransientStoreError)),
+        )
+
+    def resending(self, until: float, give_up: Callable[[], bool] | None = None) -> Retrying:
+        """The transient-error retryer of one call; it also stops once ``give_up()`` is true."""
+        base = self.transient
+        also = base.stop if give_up is None else (lambda state: give_up() or base.stop(state))
+        return base.copy(stop=_StopAt(until, also))
+
+    def resend(self, call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``call(*args, **kwargs)``, resent on transient store errors until the deadline.
+
+        For the library's calls outside a step (status reads, a worker's
+        bookkeeping writes, cache writes): each is safe to resend (a read, or
+        a write whose conditions make a second application a no-op or a conflict).
+        """
+        result: T = self.resending(self.until())(call, *args, **kwargs)
+        return result
 
 
 DEFAULT_POLICY = RetryPolicy()
 """Shared safely: its ``Retrying`` objects are only ever used through ``.copy()``."""
+
+
+def resend(call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """:meth:`RetryPolicy.resend` under :data:`DEFAULT_POLICY`."""
+    return DEFAULT_POLICY.resend(call, *args, **kwargs)

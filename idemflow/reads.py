@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from idemflow.keys import check_key, check_partition, check_table, data_key, user_key
+from idemflow.policy import resend
 from idemflow.serialization import JSON
 from idemflow.stores.base import RowRef, Store
 
@@ -23,7 +24,7 @@ from idemflow.stores.base import RowRef, Store
 def get(store: Store, table: str, partition: str, key: str, default: Any = None) -> Any:
     """The value of one data row, or ``default``."""
     ref = RowRef(check_table(table), check_partition(partition), data_key(check_key(key)))
-    row = store.read(ref)
+    row = resend(store.read, ref)
     return default if row is None else row.value
 
 

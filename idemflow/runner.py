@@ -293,8 +293,10 @@ def idempotent(
     return decorate
 
 
-def run_status(store: Store, workflow: str, request_id: str) -> records.RunRecord | None:
+def run_status(
+    store: Store, workflow: str, request_id: str, *, policy: RetryPolicy = DEFAULT_POLICY
+) -> records.RunRecord | None:
     """The run record of a request, or None if no step of it ever committed."""
     ref = records.run_ref(check_workflow_name(workflow), check_request_id(request_id))
-    row = store.read(ref)
+    row = policy.resend(store.read, ref)
     return None if row is None else records.RunRecord.from_json(row.value)

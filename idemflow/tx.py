@@ -148,7 +148,11 @@ class Tx:
         """Add ``delta`` to a numeric row (absent counts as 0).
 
         Needs no prior read: the backend adds at commit (DynamoDB ``ADD``), so
-        concurrent increments do not conflict with each other.
+        the body never reruns because the counter moved. Concurrent commits to
+        the *same* row still serialise (DynamoDB cancels concurrent
+        transactions on one item; Azure rewrites the entity under its ETag)
+        and are retried until the policy's deadline; for a counter many
+        requests add to at once, use :class:`~idemflow.ShardedCounter`.
         """
         if type(delta) not in (int, float):
             raise InvalidValueError(f"increment of {key!r}", f"delta must be int or float, not {delta!r}")
@@ -199,7 +203,7 @@ class Tx:
                 ops.append(Check(RowRef(table, partition, data_key(key)), version))
         return ops
 
-    def read_checks(self) -> list[Op]:
+    def read_checks(self) -> list[Check]:
         """Checks on everything read, without the writes (an aborting step's commit)."""
         return [
             Check(RowRef(self._table, self._partition, data_key(key)), version)

@@ -14,12 +14,21 @@ import pytest
 
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores import MemoryStore, SqliteStore, Store
-from tests.servers import Azurite, Moto, azurite_server, moto_server
+from tests.servers import (
+    Azurite,
+    DynamoDBLocal,
+    Moto,
+    azurite_server,
+    dynamodb_local_server,
+    moto_server,
+)
 
 pytest_plugins = ["idemflow.testing.plugin"]
 
-STORE_KINDS = ("memory", "sqlite", "dynamodb", "azure")
-CLOUD_KINDS = ("dynamodb", "azure")
+STORE_KINDS = ("memory", "sqlite", "dynamodb", "dynamodb-local", "azure")
+CLOUD_KINDS = ("dynamodb", "dynamodb-local", "azure")
+CONFLICT_RATE = 0.05
+"""How often a DynamoDB Local call meets a phantom transaction (besides the real overlaps)."""
 TEST_TABLES = ("accounts", "ledger", "tablea", "tableb", "items")
 """Logical tables the suite uses; cloud stores need them created up front."""
 
@@ -29,6 +38,12 @@ StoreFactory = Callable[[], Store]
 @pytest.fixture(scope="session")
 def moto() -> Iterator[Moto]:
     with moto_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local() -> Iterator[DynamoDBLocal]:
+    with dynamodb_local_server() as server:
         yield server
 
 
@@ -61,6 +76,9 @@ def make_factory(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> S
 
             server: Moto = request.getfixturevalue("moto")
             store = DynamoDBStore(endpoint_url=server.endpoint, region_name=server.region, prefix=_prefix())
+        elif kind == "dynamodb-local":
+            rate = 0.0 if request.node.get_closest_marker("exact_calls") else CONFLICT_RATE
+            store = dynamodb_local_store(request.getfixturevalue("dynamodb_local"), _prefix(), rate)
         elif kind == "azure":
             from idemflow.stores.azure_tables import AzureTableStore
 
@@ -74,6 +92,17 @@ def make_factory(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> S
 
     request.addfinalizer(lambda: [store.close() for store in created])
     return factory
+
+
+def dynamodb_local_store(server: DynamoDBLocal, prefix: str, phantom_rate: float = CONFLICT_RATE) -> Store:
+    """A DynamoDB store on DynamoDB Local, meeting the service's transaction conflicts:
+    those of overlapping calls, and phantom ones at ``phantom_rate``."""
+    from idemflow.stores.dynamodb import DynamoDBStore
+    from idemflow.testing.conflicts import DynamoDBConflicts
+
+    store = DynamoDBStore(endpoint_url=server.endpoint, region_name=server.region, prefix=prefix)
+    DynamoDBConflicts(store.client, phantom_rate=phantom_rate).install()
+    return store
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -104,4 +133,13 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("idemflow")
 
 
-__all__ = ["CLOUD_KINDS", "RUNS_TABLE", "STORE_KINDS", "TEST_TABLES", "StoreFactory", "make_factory"]
+__all__ = [
+    "CLOUD_KINDS",
+    "CONFLICT_RATE",
+    "RUNS_TABLE",
+    "STORE_KINDS",
+    "TEST_TABLES",
+    "StoreFactory",
+    "dynamodb_local_store",
+    "make_factory",
+]

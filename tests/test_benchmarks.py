@@ -26,6 +26,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
             "core",
             "calls",
             "users",
+            "contention",
             "outbox",
             "--quick",
             "--no-servers",
@@ -49,6 +50,8 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
         "calls.png",
         "users.md",
         "users-sqlite.png",
+        "contention.md",
+        "contention.png",
         "outbox.md",
         "outbox.png",
         "summary.md",
@@ -61,6 +64,11 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
     summary = (out / "summary.md").read_text()
     assert "overhead.fresh.10" in summary
     assert "calls.sqlite.survey.duplicate_calls" in summary
+    contention = json.loads((out / "contention.json").read_text())
+    assert contention["parameters"]["stores"] == ["sqlite"]
+    assert contention["headlines"]["contention.sqlite.idemflow.violations"]["value"] == 0
+    assert contention["results"]["sqlite"]["hot"]["4"]["idemflow"]["failed"] == 0
+    assert "contention.sqlite.idemflow.failed" in summary
     outbox = json.loads((out / "outbox.json").read_text())
     assert outbox["parameters"]["stores"] == ["sqlite"]
     assert outbox["headlines"]["outbox.sqlite.calls_on_path"]["value"]["candidate"] > 0

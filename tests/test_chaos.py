@@ -69,7 +69,7 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
             assert oversize > 0, name
         assert (deploys > 0) is name.startswith(("transfer, deploy", "**total**")), name
     assert "None found." in summary
-    assert time.monotonic() - started < 40
+    assert time.monotonic() - started < 120  # a runaway guard, not a measurement
 
 
 def test_the_summary_table_adds_up(tmp_path: Path) -> None:

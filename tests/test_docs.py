@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "docs" / "deploying.md", *sorted((ROOT / "samples").glob("*/README.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "docs" / "deploying.md",
+    ROOT / "docs" / "contention.md",
+    *sorted((ROOT / "samples").glob("*/README.md")),
+]
 
 
 def python_blocks(path: Path) -> list[str]:

@@ -806,6 +806,7 @@ def test_messages_with_invalid_input_are_rejected_at_first_delivery(
     assert queue.dead_letters()[0][1].startswith("rejected: invalid request id")
 
 
+@pytest.mark.exact_calls
 def test_a_stale_read_cannot_commit_after_delete_and_recreate(store: Store) -> None:
     """A row deleted and created again must not look unchanged to a body that read it before."""
     from idemflow.stores.base import Conflict, Delete, Put

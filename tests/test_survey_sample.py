@@ -32,7 +32,7 @@ from samples.survey.workflows import (
 )
 from tests.conftest import make_factory
 from tests.samples_http import running
-from tests.servers import Moto
+from tests.servers import DynamoDBLocal, Moto
 
 LUNCH: NewSurvey = {
     "id": "lunch",
@@ -359,4 +359,21 @@ def test_demo_with_sigkilled_servers_and_workers_on_moto(moto: Moto) -> None:
     report = cli.run_demo(settings)
     assert report.ok, report.render()
     assert sum(report.crashes.kills.values()) == 3
+    assert report.verdict.recorded == report.verdict.counted == report.load.outcomes["counted"] > 0
+
+
+@pytest.mark.slow
+def test_demo_on_dynamodb_local_under_the_services_conflicts(
+    dynamodb_local: DynamoDBLocal, moto: Moto
+) -> None:
+    """AWS's own engine, every process meeting transaction conflicts (overlaps and 5% phantoms)."""
+    prefix = f"sv{uuid.uuid4().hex[:8]}"
+    settings = cli.DemoSettings(
+        store=f"dynamodb:?endpoint={dynamodb_local.endpoint}&region=us-east-1&prefix={prefix}&conflicts=0.05",
+        queue=f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2",
+        kills=2,
+        load=cli.LoadSettings(responses=60, users=8, seed=13),
+    )
+    report = cli.run_demo(settings)
+    assert report.ok, report.render()
     assert report.verdict.recorded == report.verdict.counted == report.load.outcomes["counted"] > 0

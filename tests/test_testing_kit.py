@@ -239,6 +239,7 @@ def test_check_workflow_validates_its_options() -> None:
 # -- the CONFLICT fault ----------------------------------------------------------------------------
 
 
+@pytest.mark.exact_calls
 def test_conflict_fault_bumps_a_read_row_and_the_body_reruns(store: Store) -> None:
     space = f"c{uuid.uuid4().hex[:6]}"
     run(atomic("accounts", space, lambda tx: tx.put("n", 1)), request_id=space + "seed", store=store)

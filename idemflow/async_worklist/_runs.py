@@ -11,22 +11,26 @@ import dataclasses
 import time
 from collections.abc import Mapping
 
-from idemflow.policy import DEFAULT_POLICY
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Put, Row, Store
 
 
-def read(store: Store, workflow: str, request_id: str) -> tuple[RunRecord, Row] | None:
+def read(
+    store: Store, workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY
+) -> tuple[RunRecord, Row] | None:
     """The run record and the row it came from (for a conditional write), or None."""
-    row = store.read(run_ref(workflow, request_id))
+    row = policy.resend(store.read, run_ref(workflow, request_id))
     return None if row is None else (RunRecord.from_json(row.value), row)
 
 
-def _replace_running(store: Store, workflow: str, request_id: str, change: Mapping[str, object]) -> bool:
+def _replace_running(
+    store: Store, workflow: str, request_id: str, change: Mapping[str, object], policy: RetryPolicy
+) -> bool:
     """Rewrite an unfinished record with ``change``; False if it finished meanwhile or was gone."""
     for _ in range(3):  # only another note or failure can move it: a few tries settle it
-        found = read(store, workflow, request_id)
+        found = read(store, workflow, request_id, policy)
         if found is None or found[0].status.final:
             return False
         record, row = found
@@ -35,28 +39,37 @@ def _replace_running(store: Store, workflow: str, request_id: str, change: Mappi
             return True
         value: JSON = updated.to_json()
         text = encode(value, "run record", envelope=3)
-        expires = time.time() + DEFAULT_POLICY.retention
+        expires = time.time() + policy.retention
         put = Put(run_ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
-        if isinstance(store.commit([put]), Committed):
+        if isinstance(policy.resend(store.commit, [put]), Committed):
             return True
     return False
 
 
-def note_waiting(store: Store, workflow: str, request_id: str, why: str) -> None:
+def note_waiting(
+    store: Store, workflow: str, request_id: str, why: str, policy: RetryPolicy = DEFAULT_POLICY
+) -> None:
     """Say in the run record why no worker could run the request yet."""
-    _replace_running(store, workflow, request_id, {"waiting": why[:500]})
+    _replace_running(store, workflow, request_id, {"waiting": why[:500]}, policy)
 
 
 def mark_failed(
-    store: Store, workflow: str, request_id: str, reason: str, step: int, attempts: int, at: float
+    store: Store,
+    workflow: str,
+    request_id: str,
+    reason: str,
+    step: int,
+    attempts: int,
+    at: float,
+    policy: RetryPolicy = DEFAULT_POLICY,
 ) -> bool:
     """End an unfinished request ``failed``; its input and memos stay for a retry or an abort."""
     failure = Failure(reason[:1000], step, attempts)
     change = {"status": RunStatus.FAILED, "failure": failure, "finished_at": at, "waiting": None}
-    return _replace_running(store, workflow, request_id, change)
+    return _replace_running(store, workflow, request_id, change, policy)
 
 
-def reopen(store: Store, workflow: str, request_id: str) -> bool:
+def reopen(store: Store, workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY) -> bool:
     """Put a ``failed`` request back to ``running`` (its memos are kept: a retry resumes it)."""
     change = {"status": RunStatus.RUNNING, "failure": None, "finished_at": None, "waiting": None}
-    return _replace_running(store, workflow, request_id, change)
+    return _replace_running(store, workflow, request_id, change, policy)

@@ -32,6 +32,7 @@ from idemflow import telemetry
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
+from idemflow.policy import resend
 from idemflow.records import OutboxEntry, run_ref
 from idemflow.stores.base import Delete, RowRef, Store
 
@@ -65,7 +66,7 @@ def relay(
             if entry.due > now:
                 continue
             fields = {"workflow": entry.workflow, "version": entry.version, "request_id": entry.request_id}
-            claimed = store.read(run_ref(entry.workflow, entry.request_id))
+            claimed = resend(store.read, run_ref(entry.workflow, entry.request_id))
             if claimed is not None:  # else its submitter died before the claim: nothing to finish
                 body = encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), signing_key)
                 with telemetry.span(
@@ -73,6 +74,6 @@ def relay(
                 ):
                     queue.send(body)
                 sent += 1
-            store.commit([Delete(RowRef(RUNS_TABLE, partition, key), expect=row.version)])
+            resend(store.commit, [Delete(RowRef(RUNS_TABLE, partition, key), expect=row.version)])
             log.info("relayed a due continuation" if claimed else "dropped an unclaimed entry", extra=fields)
     return sent

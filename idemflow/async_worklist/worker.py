@@ -57,7 +57,7 @@ from idemflow.async_worklist.submit import resolve_signing_key
 from idemflow.engine import Plan
 from idemflow.errors import InvalidInputError, NonDeterminismError, StepFailedError
 from idemflow.operations import abort
-from idemflow.policy import RetryPolicy
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execute, run_status
 from idemflow.stores.base import Store
@@ -155,6 +155,7 @@ class Worker:
         self.key = resolve_signing_key(signing_key)
         self.max_deliveries = max_deliveries
         self.policy = policy
+        self._retries = policy or DEFAULT_POLICY
         self.wait = wait
         self.version_wait = check_seconds(version_wait, "version_wait", high=900.0)  # SQS's longest delay
         self.relay_every = relay_every
@@ -310,7 +311,7 @@ class Worker:
     def _finish(self, message: Message, fields: dict[str, Any]) -> str:
         pointer = decode_pointer(message.body, self.key)
         fields.update(workflow=pointer.workflow, request_id=pointer.request_id, version=pointer.version)
-        record = run_status(self.store, pointer.workflow, pointer.request_id)
+        record = run_status(self.store, pointer.workflow, pointer.request_id, policy=self._retries)
         if record is None:
             raise MessageRejected(f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted")
         fields["version"] = record.version
@@ -382,7 +383,7 @@ class Worker:
         if wait.bounded and holder.message.deliveries >= self.max_deliveries:
             self._fail(holder, wait.why, 0, fields)
             return
-        _runs.note_waiting(self.store, fields["workflow"], fields["request_id"], wait.why)
+        _runs.note_waiting(self.store, fields["workflow"], fields["request_id"], wait.why, self._retries)
         _event(logging.WARNING, "waiting", why=wait.why, **fields)
         if wait.bounded:
             self._nack(holder, self.version_wait)
@@ -425,7 +426,14 @@ class Worker:
     def _fail(self, holder: _Holder, reason: str, step: int, fields: dict[str, Any]) -> None:
         attempts = holder.message.deliveries
         _runs.mark_failed(
-            self.store, fields["workflow"], fields["request_id"], reason, step, attempts, self.clock()
+            self.store,
+            fields["workflow"],
+            fields["request_id"],
+            reason,
+            step,
+            attempts,
+            self.clock(),
+            self._retries,
         )
         _event(logging.ERROR, "failed", reason=reason, **fields)
         self._ack(holder)

@@ -43,7 +43,7 @@ _LAZY = {
 _PARAMETERS: dict[str, set[str]] = {
     "memory": set(),
     "sqlite": set(),
-    "dynamodb": {"endpoint", "region", "prefix"},
+    "dynamodb": {"endpoint", "region", "prefix", "conflicts"},
     "azure": {"connection_string", "prefix"},
 }
 _USAGE = "memory:, sqlite:PATH, dynamodb:?region=R&endpoint=URL&prefix=P, azure:?connection_string=C&prefix=P"
@@ -55,7 +55,9 @@ def __getattr__(name: str) -> Any:
 
 def open_store(url: str, *, create: bool = True) -> Store:
     """A store from a URL: ``memory:``, ``sqlite:PATH``,
-    ``dynamodb:?endpoint=URL&region=R&prefix=P``,
+    ``dynamodb:?endpoint=URL&region=R&prefix=P`` (for tests on DynamoDB Local or moto, add
+    ``&conflicts=RATE`` to meet the service's transaction conflicts: see
+    :mod:`idemflow.testing.conflicts`),
     ``azure:?connection_string=...&prefix=P`` (or ``AZURE_STORAGE_CONNECTION_STRING``).
 
     Query values are percent-decoded with ``+`` kept, as account keys contain
@@ -84,10 +86,18 @@ def open_store(url: str, *, create: bool = True) -> Store:
         return SqliteStore(parsed.target)
     if parsed.scheme == "dynamodb":
         endpoint = parsed.endpoint("endpoint")
+        rate = parsed.seconds("conflicts")  # a number like seconds: the same parsing
+        if rate is not None and not (endpoint and 0.0 <= rate <= 1.0):
+            raise parsed.error("conflicts=RATE needs an endpoint (a local server) and a rate within [0, 1]")
         store_cls = __getattr__("DynamoDBStore")
-        return store_cls(  # type: ignore[no-any-return]
+        store: Store = store_cls(
             endpoint_url=endpoint, region_name=params.get("region"), prefix=params.get("prefix", "")
         )
+        if rate is not None:
+            from idemflow.testing.conflicts import DynamoDBConflicts
+
+            DynamoDBConflicts(store.client, phantom_rate=rate).install()  # type: ignore[attr-defined]
+        return store
     conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if not conn:
         raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")

@@ -7,8 +7,16 @@ does real I/O hands its cache writes to a :class:`CacheWriter`:
 
 - one worker thread, so writes apply in the order they were queued and
   :meth:`CacheWriter.flush` can wait for all earlier ones;
-- a failed write is logged and dropped, never raised: the row it would have
-  written is a cache, and the caller has long returned;
+- a write that meets a transient error (a throttle, a transaction conflict
+  on a hot row) is resent until the policy's deadline
+  (:meth:`idemflow.policy.RetryPolicy.resending`), or until
+  :data:`CLOSE_GRACE` after the store is closed (a process shutting down with
+  its backend unreachable must not hang): a completion record
+  dropped on a conflict would leave ``status`` saying ``running`` for a
+  finished request;
+- a write that still fails is logged and dropped, never raised: the row it
+  would have written is a cache (duplicates replay the memos), and the
+  caller has long returned;
 - the thread is a :class:`~concurrent.futures.ThreadPoolExecutor` worker, so a
   normal interpreter exit still writes what was queued (a killed process loses
   it: its requests' duplicates then replay their memos).
@@ -26,11 +34,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from idemflow.policy import DEFAULT_POLICY
 from idemflow.stores.base import Conflict
+
+CLOSE_GRACE = 2.0
+"""Seconds queued writes keep resending after :meth:`CacheWriter.close`."""
 
 
 class CacheWriter:
@@ -43,6 +56,7 @@ class CacheWriter:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
+        self._closed_at = 0.0
 
     def submit(self, ops: Sequence[Any]) -> None:
         """Queue one write; returns at once. After :meth:`close` the write is dropped (logged)."""
@@ -56,12 +70,16 @@ class CacheWriter:
 
     def _run(self, ops: list[Any]) -> None:
         try:
-            outcome = self._write(ops)
+            retrying = DEFAULT_POLICY.resending(DEFAULT_POLICY.until(), give_up=self._past_grace)
+            outcome = retrying(self._write, ops)
         except Exception as exc:  # noqa: BLE001 - a lost cache write only costs a later replay
             self._log.warning("dropped a cache write (%s, %d operations): %s", self._name, len(ops), exc)
             return
         if isinstance(outcome, Conflict):
             self._log.debug("a cache write (%s) not applied: %s", self._name, outcome)
+
+    def _past_grace(self) -> bool:
+        return self._closed and time.monotonic() > self._closed_at + CLOSE_GRACE
 
     def flush(self) -> None:
         """Wait until every write queued before this call is done."""
@@ -78,6 +96,7 @@ class CacheWriter:
         """Write what is queued, then stop the thread; later writes are dropped."""
         with self._lock:
             self._closed = True
+            self._closed_at = time.monotonic()
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)

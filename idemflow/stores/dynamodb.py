@@ -47,6 +47,7 @@ from idemflow.errors import (
     TransientStoreError,
 )
 from idemflow.keys import RUNS_TABLE, check_table
+from idemflow.policy import resend
 from idemflow.serialization import JSON, decode
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._ops import (
@@ -90,7 +91,7 @@ DYNAMODB_CAPABILITIES = Capabilities(
 ITEM_LIMIT, PARTITION_LIMIT = 400 * 1024, 2048
 """DynamoDB's item and partition-key limits, checked for callers of ``commit`` other than the
 engine (the engine's stricter :data:`DYNAMODB_CAPABILITIES` keep every item and partition under them)."""
-_GETS_PER_CALL = 25
+_GETS_PER_CALL = 100
 _NUMBER_BYTES = 21  # an N attribute: one byte per two of at most 38 digits, plus one
 _NAMES = {"#pk": "pk", "#val": "v", "#num": "n", "#ver": "ver", "#exp": "expires_at"}
 _PLACEHOLDER = re.compile(r"#\w+")
@@ -183,11 +184,15 @@ class DynamoDBStore:
         return None if item is None else _row(item)
 
     def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
-        """One ``TransactGetItems`` per 25 distinct rows (a single row: ``GetItem``).
+        """One strongly consistent ``BatchGetItem`` per 100 distinct rows (a single row: ``GetItem``).
 
-        25 is moto's limit (and AWS's before 2022; AWS now takes 100).
+        Not ``TransactGetItems``: the service cancels a transactional read
+        that meets a commit in flight, and a step's reads need no snapshot
+        (its commit's conditions check every version read; see
+        :mod:`idemflow.tx`). Keys the service leaves unprocessed (throttling)
+        are asked again with backoff until the default deadline.
         """
-        unique = list(dict.fromkeys(refs))  # a transaction reads each item once
+        unique = list(dict.fromkeys(refs))
         if len(unique) == 1:
             return [self.read(unique[0])] * len(refs)
         for ref in unique:
@@ -195,15 +200,28 @@ class DynamoDBStore:
         found: dict[RowRef, Row | None] = {}
         for start in range(0, len(unique), _GETS_PER_CALL):
             chunk = unique[start : start + _GETS_PER_CALL]
-            gets: Any = [{"Get": {"TableName": self.table_name(r.table), "Key": _key(r)}} for r in chunk]
-            tables = [r.table for r in chunk]
-            try:
-                got = self._call("read", tables, partial(self.client.transact_get_items, TransactItems=gets))
-            except ClientError as exc:  # cancelled: a concurrent write, a missing table
-                raise self._cancel_error("read", tables, exc) from exc
-            for ref, response in zip(chunk, got["Responses"], strict=True):
-                found[ref] = _row(response["Item"]) if response.get("Item") else None
-        return [found[ref] for ref in refs]
+            by_key = {(self.table_name(r.table), r.partition, r.key): r for r in chunk}
+            wanted: dict[str, Any] = {}
+            for name, partition, key in by_key:
+                entry = wanted.setdefault(name, {"Keys": [], "ConsistentRead": True})
+                entry["Keys"].append({"pk": {"S": partition}, "sk": {"S": key}})
+            items = resend(self._batch_get, wanted, sorted({r.table for r in chunk}))
+            for name, item in items:
+                found[by_key[(name, item["pk"]["S"], item["sk"]["S"])]] = _row(item)
+        return [found.get(ref) for ref in refs]
+
+    def _batch_get(self, wanted: dict[str, Any], tables: Sequence[str]) -> list[tuple[str, Any]]:
+        """Every item of ``wanted`` (a ``RequestItems``) that exists. Keys left unprocessed are
+        asked again at once while some progress is made, else :class:`TransientStoreError` (resent whole)."""
+        items: list[tuple[str, Any]] = []
+        while wanted:
+            got = self._call("read", tables, partial(self.client.batch_get_item, RequestItems=wanted))
+            items.extend((name, item) for name, found in got.get("Responses", {}).items() for item in found)
+            left = got.get("UnprocessedKeys") or {}
+            if left and left == wanted:  # no progress: let the retry layer back off
+                raise TransientStoreError(f"{self._what('read', tables)}: keys left unprocessed (throttled)")
+            wanted = dict(left)
+        return items
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         if not ops:

@@ -9,9 +9,12 @@ two-step workflow, the steps on different tables and partitions:
 1. **record** the response in ``responses/<survey>`` (key ``r:<respondent>``),
    refusing unknown surveys, invalid answers and a second response from the
    same respondent;
-2. **summarize**: add it to the counters in ``summaries/<survey>`` (one
-   server-side increment per answered option, so concurrent responses never
-   conflict).
+2. **summarize**: add it to the counters in ``summaries/<survey>``. Every
+   response of a survey adds to these counters, so each is a
+   :class:`~idemflow.ShardedCounter`: concurrent responses add to different
+   shard rows and commit without meeting (one row per counter would cap a
+   popular survey at that row's serial rate, with every concurrent
+   response retrying on DynamoDB and Azure).
 
 Between the two sits a ``checkpoint()``: under :func:`idemflow.run` it is a
 no-op; under :func:`idemflow.async_worklist.submit` the client is answered
@@ -41,7 +44,8 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
-from idemflow import Idem, Store, Tx, Workflow, atomic, get, rows, uuid4, workflow
+from idemflow import Idem, ShardedCounter, Store, Tx, Workflow, atomic, get, rows, uuid4, workflow
+from idemflow.aggregates import totals
 from idemflow.async_worklist import checkpoint
 from idemflow.compensation import abort
 
@@ -50,11 +54,14 @@ SURVEYS = "surveys"
 RESPONSES = "responses"
 """Responses: partition = survey id, key ``r:<respondent>``; key ``survey`` holds a copy of the definition."""
 SUMMARIES = "summaries"
-"""Counters: partition = survey id, keys ``responses`` and ``q:<question>:<option>``."""
+"""Counters: partition = survey id, sharded counters ``responses`` and ``q:<question>:<option>``
+(rows ``<counter>#<shard>``; :func:`idemflow.aggregates.totals` folds them)."""
 TABLES = (SURVEYS, RESPONSES, SUMMARIES)
 
 DEFINITION = "survey"
 COUNT = "responses"
+SHARDS = 16
+"""Shard rows per counter: about the number of responses expected to be counted at once."""
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_QUESTIONS = 20
@@ -255,12 +262,17 @@ def _record(response: Response) -> Callable[[Tx], str]:
     return body
 
 
+def counter(key: str) -> ShardedCounter:
+    """The sharded counter of a summary key (``responses`` or an option key)."""
+    return ShardedCounter(key, SHARDS)
+
+
 def _summarize(answers: Mapping[str, str]) -> Callable[[Tx], None]:
-    # Server-side increments only: concurrent responses never make this step retry.
+    # Adds to sharded counters only (no reads): concurrent responses rarely meet.
     def body(tx: Tx) -> None:
-        tx.increment(COUNT)
+        counter(COUNT).add(tx)
         for question, option in answers.items():
-            tx.increment(option_key(question, option))
+            counter(option_key(question, option)).add(tx)
 
     return body
 
@@ -320,7 +332,7 @@ def results(store: Store, survey_id: str) -> dict[str, Any] | None:
     found = survey(store, survey_id)
     if found is None:
         return None
-    counters = {key: value for (_part, key), value in rows(store, SUMMARIES, survey_id).items()}
+    counters = totals({key: value for (_part, key), value in rows(store, SUMMARIES, survey_id).items()})
     return {
         "survey": survey_id,
         "title": found["title"],
@@ -404,7 +416,7 @@ def check(store: Store, *, settled: bool = True) -> Verdict:
             for question, option in given.items():
                 key = option_key(question, option)
                 expected[key] = expected.get(key, 0) + 1
-        found = summaries.get(survey_id, {})
+        found = totals(summaries.get(survey_id, {}))
         counted += found.get(COUNT, 0)
         for key in sorted(set(found) | set(expected)):
             have, want = found.get(key, 0), expected.get(key, 0)

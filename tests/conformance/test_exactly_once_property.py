@@ -188,6 +188,6 @@ def local_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
     return _make(str(request.param), request, tmp_path)
 
 
-@pytest.fixture(params=["dynamodb", "azure"])
+@pytest.fixture(params=["dynamodb", "dynamodb-local", "azure"])
 def cloud_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
     return _make(str(request.param), request, tmp_path)

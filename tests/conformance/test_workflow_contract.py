@@ -329,6 +329,7 @@ def test_duplicate_of_finished_request_costs_one_round_trip(store: Store) -> Non
     assert store.round_trips - before <= limit
 
 
+@pytest.mark.exact_calls
 def test_first_run_costs_one_commit_per_step(store: Store) -> None:
     space = new_space()
     steps = [atomic("items", space + str(i), lambda tx, i=i: tx.put("k", i)) for i in range(4)]
