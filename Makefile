@@ -59,7 +59,7 @@ bench: setup
 	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m benchmarks
 
 CHAOS_MINUTES ?= 10
-chaos: $(STAMP)
+chaos: $(STAMP) $(DYNAMODB_LOCAL)
 	$(BIN)/python -m samples.chaos --minutes $(CHAOS_MINUTES)
 
 clean:

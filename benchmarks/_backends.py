@@ -7,8 +7,9 @@ that grows with it) and the SDK handles the hand-written baselines use.
 
 - ``sqlite``: files in a temporary folder, WAL with ``synchronous=FULL``
   for idemflow, its queue and the baselines alike;
-- ``moto``: one moto server for DynamoDB and another for SQS (a long poll
-  would otherwise hold moto's single request thread);
+- ``moto``: one moto server for DynamoDB and another for SQS, started when a
+  queue is first asked for (a long poll would otherwise hold moto's single
+  request thread);
 - ``azurite``: one Azurite for Azure Tables and Queues;
 - ``dynamodb-local``: AWS's own DynamoDB engine (DynamoDB Local, Java), SQS from a moto
   server started only if a queue is asked for. It serialises transactions like moto, so
@@ -183,60 +184,54 @@ def open_backend(kind: str) -> Iterator[Backend]:
 
 @contextlib.contextmanager
 def _moto_backend(folder: Path) -> Iterator[Backend]:
-    import boto3
-
-    from idemflow.async_worklist.queues.sqs import SqsQueue
-    from idemflow.stores.dynamodb import DynamoDBStore
     from tests.servers import moto_server
 
-    with moto_server() as dynamo, moto_server() as sqs:
-
-        def make_store(tag: str, tables: tuple[str, ...]) -> Store:
-            store = DynamoDBStore(endpoint_url=dynamo.endpoint, region_name=dynamo.region, prefix=tag)
-            store.create_tables(*tables)
-            return store
-
-        def make_queue(tag: str) -> Queue:
-            return SqsQueue(tag, endpoint_url=sqs.endpoint, region_name=sqs.region, visibility_timeout=60)
-
-        client = boto3.client(
-            "dynamodb", endpoint_url=dynamo.endpoint, region_name=dynamo.region, config=boto_config()
-        )
-        backend = Backend("moto", folder, make_store, make_queue, dynamodb=client)
-        try:
-            yield backend
-        finally:
-            backend.close()
-            client.close()
+    with (
+        moto_server() as dynamo,
+        _dynamodb_backend("moto", folder, dynamo.endpoint, dynamo.region) as backend,
+    ):
+        yield backend
 
 
 @contextlib.contextmanager
 def _dynamodb_local_backend(folder: Path) -> Iterator[Backend]:
+    from tests.servers import dynamodb_local_server
+
+    with (
+        dynamodb_local_server() as dynamo,
+        _dynamodb_backend("dynamodb-local", folder, dynamo.endpoint, dynamo.region) as backend,
+    ):
+        yield backend
+
+
+@contextlib.contextmanager
+def _dynamodb_backend(kind: str, folder: Path, endpoint: str, region: str) -> Iterator[Backend]:
+    """Stores on the DynamoDB server at ``endpoint``; queues on SQS of a moto server of their own,
+    started on demand (a long poll would otherwise hold moto's single request thread, and
+    DynamoDB Local has no SQS)."""
     import boto3
 
     from idemflow.async_worklist.queues.sqs import SqsQueue
     from idemflow.stores.dynamodb import DynamoDBStore
-    from tests.servers import Moto, dynamodb_local_server, moto_server
+    from tests.servers import Moto, moto_server
 
-    with dynamodb_local_server() as dynamo, contextlib.ExitStack() as later:
+    with contextlib.ExitStack() as later:
         sqs: list[Moto] = []
 
         def make_store(tag: str, tables: tuple[str, ...]) -> Store:
-            store = DynamoDBStore(endpoint_url=dynamo.endpoint, region_name=dynamo.region, prefix=tag)
+            store = DynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=tag)
             store.create_tables(*tables)
             return store
 
         def make_queue(tag: str) -> Queue:
-            if not sqs:  # DynamoDB Local has no SQS: a moto server for queues, started on demand
+            if not sqs:
                 sqs.append(later.enter_context(moto_server()))
             return SqsQueue(
                 tag, endpoint_url=sqs[0].endpoint, region_name=sqs[0].region, visibility_timeout=60
             )
 
-        client = boto3.client(
-            "dynamodb", endpoint_url=dynamo.endpoint, region_name=dynamo.region, config=boto_config()
-        )
-        backend = Backend("dynamodb-local", folder, make_store, make_queue, dynamodb=client)
+        client = boto3.client("dynamodb", endpoint_url=endpoint, region_name=region, config=boto_config())
+        backend = Backend(kind, folder, make_store, make_queue, dynamodb=client)
         try:
             yield backend
         finally:

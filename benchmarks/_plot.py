@@ -43,12 +43,7 @@ def users_figure(
             ax.grid(True, alpha=0.3)
             ax.legend()
         lat_ax.set_yscale("log")
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def lines_figure(
@@ -111,12 +106,7 @@ def panels_lines_figure(
         ax.set_title(panel, fontsize="medium")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def bars_figure(path: Path, title: str, ylabel: str, bars: dict[str, dict[str, float]]) -> Path:
@@ -162,6 +152,11 @@ def panels_figure(
         ax.set_ylabel(ylabel)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize="small")
+    return _save(plt, fig, path, title)
+
+
+def _save(plt: Any, fig: Any, path: Path, title: str) -> Path:
+    """Title, lay out, write ``path`` (its folder created) and free the figure."""
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

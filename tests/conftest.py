@@ -105,6 +105,18 @@ def dynamodb_local_store(server: DynamoDBLocal, prefix: str, phantom_rate: float
     return store
 
 
+def dynamodb_url(kind: str, request: pytest.FixtureRequest, prefix: str) -> str:
+    """A store URL for other processes: on moto (``dynamodb``), or on DynamoDB Local with every
+    process meeting the service's transaction conflicts (``dynamodb-local``)."""
+    if kind == "dynamodb":
+        moto: Moto = request.getfixturevalue("moto")
+        return f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
+    local: DynamoDBLocal = request.getfixturevalue("dynamodb_local")
+    return (
+        f"dynamodb:?endpoint={local.endpoint}&region={local.region}&prefix={prefix}&conflicts={CONFLICT_RATE}"
+    )
+
+
 @pytest.fixture(params=STORE_KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -141,5 +153,6 @@ __all__ = [
     "TEST_TABLES",
     "StoreFactory",
     "dynamodb_local_store",
+    "dynamodb_url",
     "make_factory",
 ]

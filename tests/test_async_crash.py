@@ -28,8 +28,8 @@ from idemflow import Store, open_store
 from idemflow.async_worklist import Queue, RequestStatus, open_queue, status, submit
 from idemflow.records import RunStatus
 from tests.async_workflows import survey
-from tests.conftest import TEST_TABLES
-from tests.servers import Azurite, DynamoDBLocal, Moto
+from tests.conftest import TEST_TABLES, dynamodb_url
+from tests.servers import Azurite, Moto
 from tests.workflows import rows_of
 
 KEY = "crash-test-key"
@@ -114,28 +114,15 @@ def test_sigkilled_sqlite_workers_lose_and_double_nothing(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_sigkilled_workers_on_moto(moto: Moto) -> None:
+@pytest.mark.parametrize("kind", ["dynamodb", "dynamodb-local"])
+def test_sigkilled_workers_on_dynamodb(kind: str, moto: Moto, request: pytest.FixtureRequest) -> None:
+    """On moto, and on AWS's own engine with the submitter and both workers meeting its conflicts."""
     prefix = f"k{uuid.uuid4().hex[:8]}"
-    store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
+    store_url = dynamodb_url(kind, request, prefix)
     queue_url = f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2"
     store = open_store(store_url)
     store.create_tables(*TEST_TABLES)
     drain_with_kills(store, store_url, queue_url, "m-", requests=60, kills=3, seed=11)
-
-
-@pytest.mark.slow
-def test_sigkilled_workers_on_dynamodb_local_under_conflicts(
-    dynamodb_local: DynamoDBLocal, moto: Moto
-) -> None:
-    """Two workers and the submitter on AWS's engine, each meeting transaction conflicts."""
-    prefix = f"k{uuid.uuid4().hex[:8]}"
-    store_url = (
-        f"dynamodb:?endpoint={dynamodb_local.endpoint}&region=us-east-1&prefix={prefix}&conflicts=0.05"
-    )
-    queue_url = f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2"
-    store = open_store(store_url)
-    store.create_tables(*TEST_TABLES)
-    drain_with_kills(store, store_url, queue_url, "l-", requests=60, kills=3, seed=17)
 
 
 @pytest.mark.slow
@@ -215,14 +202,8 @@ def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
     prefix = f"d{uuid.uuid4().hex[:8]}"
     if backend == "sqlite":
         store_url = f"sqlite:{tmp_path / 'store.sqlite3'}"
-    elif backend == "dynamodb":
-        moto: Moto = request.getfixturevalue("moto")
-        store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
-    elif backend == "dynamodb-local":
-        local: DynamoDBLocal = request.getfixturevalue("dynamodb_local")
-        store_url = (
-            f"dynamodb:?endpoint={local.endpoint}&region={local.region}&prefix={prefix}&conflicts=0.05"
-        )
+    elif backend.startswith("dynamodb"):
+        store_url = dynamodb_url(backend, request, prefix)
     else:
         azurite: Azurite = request.getfixturevalue("azurite")
         monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)

@@ -35,9 +35,9 @@ from samples.auction.workflows import (
     wallets,
     winner_view,
 )
-from tests.conftest import make_factory
+from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import Azurite, DynamoDBLocal, Moto
+from tests.servers import Azurite, Moto
 
 OPENS = 1000.0
 CLOSES = OPENS + 60
@@ -511,12 +511,12 @@ def test_demo_with_sigkilled_servers_and_workers_on_azurite(
 
 @pytest.mark.slow
 def test_demo_on_dynamodb_local_under_the_services_conflicts(
-    dynamodb_local: DynamoDBLocal, moto: Moto
+    moto: Moto, request: pytest.FixtureRequest
 ) -> None:
     """AWS's own engine, every process meeting transaction conflicts (overlaps and 5% phantoms)."""
     prefix = f"au{uuid.uuid4().hex[:8]}"
     settings = cli.DemoSettings(
-        store=f"dynamodb:?endpoint={dynamodb_local.endpoint}&region=us-east-1&prefix={prefix}&conflicts=0.05",
+        store=dynamodb_url("dynamodb-local", request, prefix),
         queue=f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2",
         kills=2,
         load=cli.LoadSettings(bids=60, items=3, bidders=6, users=8, window=2.5, seed=17),

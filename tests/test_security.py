@@ -669,6 +669,9 @@ URL_ERRORS = [
     ("store", "dynamodb:?endpoint=&region=r", "dynamodb", "endpoint must be an http"),
     ("store", f"dynamodb:?endpoint=http://h:99999999/{SECRET}", "dynamodb", "endpoint must be an http"),
     ("store", f"dynamodb:?endpoint=http://[::1/{SECRET}", "dynamodb", "endpoint must be an http"),
+    ("store", f"dynamodb:?region=r&conflicts=0.1&prefix={SECRET}", "dynamodb", "needs an endpoint"),
+    ("store", "dynamodb:?endpoint=http://127.0.0.1:1&region=r&conflicts=2", "dynamodb", "within [0, 1]"),
+    ("store", f"dynamodb:?endpoint=http://127.0.0.1:1&conflicts={SECRET}", "dynamodb", "must be a number"),
     ("store", f"azure:?prefix={SECRET}x&connection-string={SECRET}", "azure", "unknown parameter"),
     ("store", "azure:?prefix=p", "azure", "AZURE_STORAGE_CONNECTION_STRING"),
     ("store", f"azure:?connection_string=AccountKey={SECRET}", None, "malformed"),  # the store's own check

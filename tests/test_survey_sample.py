@@ -30,9 +30,9 @@ from samples.survey.workflows import (
     respond,
     results,
 )
-from tests.conftest import make_factory
+from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import DynamoDBLocal, Moto
+from tests.servers import Moto
 
 LUNCH: NewSurvey = {
     "id": "lunch",
@@ -348,32 +348,19 @@ def test_demo_with_sigkilled_servers_and_workers_on_sqlite(
 
 
 @pytest.mark.slow
-def test_demo_with_sigkilled_servers_and_workers_on_moto(moto: Moto) -> None:
+@pytest.mark.parametrize("kind", ["dynamodb", "dynamodb-local"])
+def test_demo_with_sigkilled_servers_and_workers_on_dynamodb(
+    kind: str, moto: Moto, request: pytest.FixtureRequest
+) -> None:
+    """On moto, and on AWS's own engine with every process meeting the service's conflicts."""
     prefix = f"sv{uuid.uuid4().hex[:8]}"
     settings = cli.DemoSettings(
-        store=f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}",
+        store=dynamodb_url(kind, request, prefix),
         queue=f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2",
         kills=3,
-        load=cli.LoadSettings(responses=40, users=4, seed=11),
+        load=cli.LoadSettings(responses=50, users=6, seed=11),
     )
     report = cli.run_demo(settings)
     assert report.ok, report.render()
     assert sum(report.crashes.kills.values()) == 3
-    assert report.verdict.recorded == report.verdict.counted == report.load.outcomes["counted"] > 0
-
-
-@pytest.mark.slow
-def test_demo_on_dynamodb_local_under_the_services_conflicts(
-    dynamodb_local: DynamoDBLocal, moto: Moto
-) -> None:
-    """AWS's own engine, every process meeting transaction conflicts (overlaps and 5% phantoms)."""
-    prefix = f"sv{uuid.uuid4().hex[:8]}"
-    settings = cli.DemoSettings(
-        store=f"dynamodb:?endpoint={dynamodb_local.endpoint}&region=us-east-1&prefix={prefix}&conflicts=0.05",
-        queue=f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2",
-        kills=2,
-        load=cli.LoadSettings(responses=60, users=8, seed=13),
-    )
-    report = cli.run_demo(settings)
-    assert report.ok, report.render()
     assert report.verdict.recorded == report.verdict.counted == report.load.outcomes["counted"] > 0

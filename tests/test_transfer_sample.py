@@ -34,9 +34,9 @@ from samples.transfer.workflows import (
     total_money,
     transfer,
 )
-from tests.conftest import make_factory
+from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import Azurite
+from tests.servers import Azurite, Moto
 
 OPENING = {"alice": 100, "bob": 0}
 
@@ -377,3 +377,20 @@ def test_demo_with_sigkilled_servers_and_workers_on_azurite(
     assert sum(report.crashes.kills.values()) == 3
     assert report.verdict.audit_rows == report.load.outcomes["completed"] > 0
     assert report.verdict.refunds == report.load.outcomes["no_such_account"] > 0
+
+
+@pytest.mark.slow
+def test_demo_on_dynamodb_local_under_the_services_conflicts(
+    moto: Moto, request: pytest.FixtureRequest
+) -> None:
+    """AWS's own engine, every process meeting transaction conflicts (overlaps and 5% phantoms)."""
+    prefix = f"tr{uuid.uuid4().hex[:8]}"
+    settings = cli.DemoSettings(
+        store=dynamodb_url("dynamodb-local", request, prefix),
+        queue=f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2",
+        kills=2,
+        load=cli.LoadSettings(transfers=50, users=8, seed=19),
+    )
+    report = cli.run_demo(settings)
+    assert report.ok, report.render()
+    assert report.verdict.audit_rows == report.load.outcomes["completed"] > 0

@@ -1,6 +1,6 @@
 """The chaos suite: the samples under sustained load while processes are killed and commits misbehave.
 
-``python -m samples.chaos --minutes 10`` (``make chaos``) repeats five
+``python -m samples.chaos --minutes 10`` (``make chaos``) repeats seven
 workloads until the time is up, each checked continuously while it runs and
 exactly at its end:
 
@@ -49,6 +49,12 @@ exactly at its end:
    and ``check`` the tables (every response counted once; one winner per
    closed auction, charged once; money conserved; every accepted bid counted
    once in ``popular``), and nothing may be dead-lettered.
+6. **survey** and 7. **auction on DynamoDB Local** (:mod:`samples.chaos.demos`)
+   — workloads 4 and 5 with the store on AWS's own engine, which the run
+   starts on a free loopback port (``--no-dynamodb-local`` skips them), and
+   every process meeting the service's transaction conflicts
+   (``conflicts=0.05`` in the store URL: overlapping transactions on an item
+   cancelled, plus 5% phantoms; :mod:`idemflow.testing.conflicts`).
 
 The summary table goes to ``benchmarks/results/chaos.md``; the exit status
 is 1 if any anomaly was found. ``--quick`` runs smaller rounds (the test

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from samples.chaos.children import serve_main, worker_main
-from samples.chaos.demos import auction_killed, survey_killed
+from samples.chaos.demos import auction_killed, auction_on_dynamodb, survey_killed, survey_on_dynamodb
 from samples.chaos.deploy import transfer_deploy
 from samples.chaos.report import Options, Totals, render
 from samples.chaos.transfer import transfer_faulty, transfer_killed
@@ -35,7 +36,16 @@ WORKLOADS: list[tuple[str, Workload]] = [
         "auction (async demo): SIGKILLed servers and workers, exits after commits, faulty stores",
         auction_killed,
     ),
+    (
+        "survey on DynamoDB Local, the service's transaction conflicts: as 4, every process meeting them",
+        survey_on_dynamodb,
+    ),
+    (
+        "auction on DynamoDB Local, the service's transaction conflicts: as 5, every process meeting them",
+        auction_on_dynamodb,
+    ),
 ]
+ON_DYNAMODB = {survey_on_dynamodb, auction_on_dynamodb}
 
 
 def run_chaos(opts: Options) -> list[Totals]:
@@ -49,6 +59,8 @@ def run_chaos(opts: Options) -> list[Totals]:
         for (_name, workload), total in zip(WORKLOADS, totals, strict=True):
             if round_no > 0 and time.monotonic() >= deadline:
                 break
+            if workload in ON_DYNAMODB and opts.dynamodb is None:
+                continue
             started = time.monotonic()
             workload(opts, rng, round_no, total)
             total.rounds += 1
@@ -82,16 +94,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workdir", type=Path, default=Path("demo-data/chaos"), help="where the SQLite files go"
     )
+    parser.add_argument(
+        "--no-dynamodb-local",
+        action="store_true",
+        help="skip the workloads on DynamoDB Local (by default started from .tools, see make setup)",
+    )
     args = parser.parse_args(args_list)
     seconds = args.seconds if args.seconds is not None else 60.0 * (args.minutes or 10.0)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
-    opts = Options(seconds=seconds, seed=seed, workdir=args.workdir, out=args.out, quick=args.quick)
-    print(f"[chaos] {seconds:g} s, seed {seed}, files in {opts.workdir}", flush=True)
+    print(f"[chaos] {seconds:g} s, seed {seed}, files in {args.workdir}", flush=True)
     started = time.monotonic()
-    totals = run_chaos(opts)
+    with _dynamodb_local(not args.no_dynamodb_local) as endpoint:
+        opts = Options(
+            seconds=seconds,
+            seed=seed,
+            workdir=args.workdir,
+            out=args.out,
+            quick=args.quick,
+            dynamodb=endpoint,
+        )
+        totals = run_chaos(opts)
     text = render(totals, opts, time.monotonic() - started)
     if opts.out is not None:
         opts.out.parent.mkdir(parents=True, exist_ok=True)
         opts.out.write_text(text)
     print(text, flush=True)
     return 1 if any(total.anomalies for total in totals) else 0
+
+
+@contextlib.contextmanager
+def _dynamodb_local(wanted: bool) -> Iterator[str | None]:
+    """DynamoDB Local on a free loopback port for the run (the test suite's launcher: this is a
+    tool of the repository), or None when not wanted."""
+    if not wanted:
+        yield None
+        return
+    from tests.servers import dynamodb_local_server
+
+    with dynamodb_local_server() as server:
+        yield server.endpoint

@@ -1,4 +1,5 @@
-"""Workloads 4 and 5: the survey and auction samples' asynchronous demos, killed and faulty.
+"""Workloads 4 to 7: the survey and auction samples' asynchronous demos, killed and faulty,
+on SQLite and (6, 7) on AWS's DynamoDB Local under the service's transaction conflicts.
 
 The samples' own demos (:func:`samples.survey.cli.run_demo`, :func:`samples.auction.cli.run_demo`):
 API servers answering at the checkpoint and worker processes finishing the workflows, on one
@@ -83,19 +84,36 @@ class RoundFiles:
         totals.anomalies += [f"{prefix}: {problem}" for problem in problems]
 
 
-def survey_killed(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+CONFLICT_RATE = 0.05
+"""On DynamoDB Local: the share of calls that also meet a phantom transaction (besides real overlaps)."""
+
+
+def _store(files: RoundFiles, opts: Options, on_dynamodb: bool) -> tuple[dict[str, Any], Path | str]:
+    """The fleet's fields and what the monitor watches: the round's SQLite file, or a fresh
+    prefix on DynamoDB Local with the service's transaction conflicts emulated in every process."""
+    processes = files.processes(opts)
+    if not on_dynamodb:
+        return processes, files.path
+    assert opts.dynamodb is not None
+    prefix = f"ch{files.path.parent.name.replace('-', '')}{files.seed}"
+    url = f"dynamodb:?endpoint={opts.dynamodb}&region=us-east-1&prefix={prefix}&conflicts={CONFLICT_RATE}"
+    return {**processes, "store": url}, url
+
+
+def _survey(opts: Options, rng: random.Random, round_no: int, totals: Totals, on_dynamodb: bool) -> None:
     from samples.survey import cli, workflows
 
     files = RoundFiles.fresh("survey", opts, rng, round_no)
     load = cli.LoadSettings(responses=80 if opts.quick else 300, seed=files.seed)
-    settings = cli.DemoSettings(**files.processes(opts), load=load)
-    with watching(files.path, lambda store: list(workflows.check(store, settled=False).problems)) as monitor:
+    processes, watched = _store(files, opts, on_dynamodb)
+    settings = cli.DemoSettings(**processes, load=load)
+    with watching(watched, lambda store: list(workflows.check(store, settled=False).problems)) as monitor:
         report = cli.run_demo(settings)
     problems = [*report.load.problems, *report.verdict.problems]
     files.tally(totals, load.responses, report.load.sent, report.crashes, monitor, problems)
 
 
-def auction_killed(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+def _auction(opts: Options, rng: random.Random, round_no: int, totals: Totals, on_dynamodb: bool) -> None:
     from samples.auction import cli, workflows
 
     files = RoundFiles.fresh("auction", opts, rng, round_no)
@@ -103,8 +121,25 @@ def auction_killed(opts: Options, rng: random.Random, round_no: int, totals: Tot
         load = cli.LoadSettings(bids=60, items=3, window=2.0, seed=files.seed)
     else:
         load = cli.LoadSettings(bids=200, window=3.0, seed=files.seed)
-    settings = cli.DemoSettings(**files.processes(opts), load=load)
-    with watching(files.path, lambda store: list(workflows.check(store, settled=False).problems)) as monitor:
+    processes, watched = _store(files, opts, on_dynamodb)
+    settings = cli.DemoSettings(**processes, load=load)
+    with watching(watched, lambda store: list(workflows.check(store, settled=False).problems)) as monitor:
         report = cli.run_demo(settings)
     problems = [*report.load.problems, *report.verdict.problems]
     files.tally(totals, load.bids, report.load.sent, report.crashes, monitor, problems)
+
+
+def survey_killed(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+    _survey(opts, rng, round_no, totals, on_dynamodb=False)
+
+
+def auction_killed(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+    _auction(opts, rng, round_no, totals, on_dynamodb=False)
+
+
+def survey_on_dynamodb(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+    _survey(opts, rng, round_no, totals, on_dynamodb=True)
+
+
+def auction_on_dynamodb(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
+    _auction(opts, rng, round_no, totals, on_dynamodb=True)

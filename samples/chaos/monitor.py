@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from idemflow import IdemflowError, SqliteStore, Store
+from idemflow import IdemflowError, SqliteStore, Store, open_store
 
 
 class Monitor:
@@ -19,9 +19,11 @@ class Monitor:
 
 
 @contextlib.contextmanager
-def watching(path: Path, invariants: Callable[[Store], list[str]], every: float = 0.1) -> Iterator[Monitor]:
-    """Check ``invariants`` on the SQLite file ``path`` from a thread, over and over, while the block
-    runs (from when the file exists: the workload creates it).
+def watching(
+    where: Path | str, invariants: Callable[[Store], list[str]], every: float = 0.1
+) -> Iterator[Monitor]:
+    """Check ``invariants`` on the SQLite file ``where`` (or the store at the URL ``where``) from a
+    thread, over and over, while the block runs (from when the file exists: the workload creates it).
 
     >>> import tempfile, time
     >>> path = Path(tempfile.mkdtemp()) / "w.sqlite3"
@@ -36,13 +38,15 @@ def watching(path: Path, invariants: Callable[[Store], list[str]], every: float 
     def run() -> None:
         store: Store | None = None
         while not stop.wait(0 if monitor.checks == 0 else every):
-            if store is None and path.exists():
-                store = SqliteStore(path)
-            if store is None:
-                continue
             try:
+                if store is None and isinstance(where, str):
+                    store = open_store(where)
+                elif store is None and isinstance(where, Path) and where.exists():
+                    store = SqliteStore(where)
+                if store is None:
+                    continue
                 found = invariants(store)
-            except IdemflowError:  # busy: check again next time
+            except IdemflowError:  # busy, or tables not created yet: check again next time
                 continue
             monitor.checks += 1
             for problem in found:

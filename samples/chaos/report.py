@@ -58,6 +58,8 @@ class Options:
     workdir: Path
     out: Path | None
     fault_rate: float = 0.08
+    dynamodb: str | None = None
+    """DynamoDB Local's endpoint for the workloads on AWS's engine (None: they are skipped)."""
     quick: bool = False
     """Smaller rounds: the short run of the test suite."""
 
