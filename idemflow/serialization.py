@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import json.encoder
-from collections.abc import Callable
 from typing import Union
 
 from idemflow.errors import InvalidValueError
@@ -30,26 +28,14 @@ JSON = Union[  # noqa: UP007 - a recursive alias needs the string forward refere
 MAX_DEPTH = 64
 """Deepest nesting accepted; deeper values are refused (stack safety on decode)."""
 
-_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
+_encoder = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=False
+)
+"""No circular-reference markers: a value is walked by :func:`_find_problem` first, and a cycle is
+refused there as too deep."""
 
 
-def _one_shot_encoder() -> Callable[[object], str]:
-    """``_encoder.encode`` without the per-call set-up ``JSONEncoder`` does in Python (it builds
-    a new C encoder each call): a third of its cost on the small values of every step. No
-    circular-reference markers: a value is walked by :func:`_find_problem` first, and a cycle
-    would be refused there as too deep."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # a Python without the C accelerator
-        return _encoder.encode
-    chunks = make(None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
-
-    def one_shot(value: object) -> str:
-        return "".join(chunks(value, 0))
-
-    return one_shot
-
-
-_dumps = _one_shot_encoder()
+_dumps = _encoder.encode
 
 
 def encode(value: object, where: str = "value", *, envelope: int = 0) -> str:
