@@ -325,7 +325,7 @@ class Execution:
                     tx.settle()  # a duplicate of a finished request stops here, not after the call
                     return function(key)
 
-                return self._memoized("effect " + label, call)
+                return self._memoized("effect " + label, call, calls_out=True)
             case Abort(reason):
                 return self._memoized("abort", lambda tx: tx.abort(reason))
             case Checkpoint():
@@ -334,19 +334,22 @@ class Execution:
             case _:
                 assert_never(node)
 
-    def _memoized(self, identity: str, body: Callable[[Tx], Any]) -> Any:
+    def _memoized(self, identity: str, body: Callable[[Tx], Any], *, calls_out: bool = False) -> Any:
         """A step with no table of its own: its memo sits beside the run record."""
         self._step += 1
-        return self._forward(RUNS_TABLE, self.request_id, identity, body)
+        return self._forward(RUNS_TABLE, self.request_id, identity, body, calls_out=calls_out)
 
-    def _forward(self, table: str, partition: str, identity: str, body: Callable[[Tx], Any]) -> Any:
+    def _forward(
+        self, table: str, partition: str, identity: str, body: Callable[[Tx], Any], *, calls_out: bool = False
+    ) -> Any:
         if self.plan.abort is not None:  # memos still win: only a step never committed aborts
             reason = self.plan.abort.reason
             body = lambda tx: tx.abort(reason)  # noqa: E731
         self._identity = identity
         if self._noting:
             self._note(table, partition, identity)
-        return self._run_step(table, partition, step_tag(self._step), identity, body, abortable=True)
+        tag = step_tag(self._step)
+        return self._run_step(table, partition, tag, identity, body, abortable=True, calls_out=calls_out)
 
     def _note(self, table: str, partition: str, identity: str) -> None:
         """Journal a forward step for the continuation, or check it against a resumed one's."""
@@ -403,10 +406,13 @@ class Execution:
         body: Callable[[Tx], Any],
         *,
         abortable: bool,
+        calls_out: bool = False,
     ) -> Any:
-        """Replay the step from its memo, or execute and commit it exactly once."""
+        """Replay the step from its memo, or execute and commit it exactly once. A step whose
+        body ``calls_out`` (an effect) resends its commit on a transient error instead of
+        rerunning the body: a rerun would call the outside service again."""
         if not self._traced:
-            return self._step_once(table, partition, tag, identity, body, abortable)
+            return self._step_once(table, partition, tag, identity, body, abortable, calls_out)
         fields = {
             "workflow": self.workflow,
             "request_id": self.request_id,
@@ -414,16 +420,25 @@ class Execution:
             "identity": identity,
         }
         with telemetry.span("idemflow.step", **fields):
-            return self._step_once(table, partition, tag, identity, body, abortable)
+            return self._step_once(table, partition, tag, identity, body, abortable, calls_out)
 
     def _step_once(
-        self, table: str, partition: str, tag: str, identity: str, body: Callable[[Tx], Any], abortable: bool
+        self,
+        table: str,
+        partition: str,
+        tag: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        calls_out: bool,
     ) -> Any:
         memo_ref = RowRef(table, partition, self._memo_prefix + tag)
         self._until = self.policy.until()
         try:
-            outcome = self._attempt(memo_ref, identity, body, abortable)
+            outcome = self._attempt(memo_ref, identity, body, abortable, calls_out)
         except TransientStoreError:  # the commit's send failed: rerun (the loop re-raises it last)
+            if calls_out:  # resent until the deadline already; a rerun would call out again
+                raise
             outcome = _RETRY
         if outcome is not _RETRY:
             return outcome
@@ -436,7 +451,7 @@ class Execution:
                     with GATES.turn(
                         self.store, table, partition, self._until
                     ):  # this process's retries queue
-                        outcome = self._attempt(memo_ref, identity, body, abortable)
+                        outcome = self._attempt(memo_ref, identity, body, abortable, calls_out)
                     if outcome is _RETRY:
                         raise DataConflict
         except DataConflict:
@@ -446,7 +461,9 @@ class Execution:
             ) from None
         return outcome
 
-    def _attempt(self, memo_ref: RowRef, identity: str, body: Callable[[Tx], Any], abortable: bool) -> Any:
+    def _attempt(
+        self, memo_ref: RowRef, identity: str, body: Callable[[Tx], Any], abortable: bool, calls_out: bool
+    ) -> Any:
         while True:  # loops only when the commit revealed an existing run record
             if self._replaying:
                 row = self._read(memo_ref)
@@ -496,7 +513,7 @@ class Execution:
             if run_included:
                 ops.extend(self._claim_ops(expires, with_outbox=True))
             ops.extend(data_ops)
-            outcome = self._commit(ops, memo_ref, resend=False)  # a failed send reruns the body
+            outcome = self._commit(ops, memo_ref, resend=calls_out)  # else a failed send reruns the body
             if isinstance(outcome, Committed):
                 self._run_known = True
                 if self._traced:

@@ -1,9 +1,11 @@
 """How idemflow retries: until a deadline, never a fixed number of times.
 
 Two things are retried. A **data conflict** (a body's reads went stale
-before its commit, or a read inside the body met a concurrent transaction)
-reruns the body; a **transient store error** (throttling, a timeout, a
-transaction conflict the backend reports as such) resends the same call.
+before its commit) reruns the body, and so does a **transient store error**
+inside a step (throttling, a timeout, a transaction conflict the backend
+reports as such), on a read or on the step's commit — except an effect's
+commit, which is resent as it is. Outside a step, a transient error
+resends the same call (:meth:`RetryPolicy.resend`).
 Both keep going, with jittered exponential backoff, until the step's
 deadline (:attr:`RetryPolicy.deadline`, 30 s by default): on a hot
 partition requests queue up and finish at the partition's serial rate

@@ -368,3 +368,22 @@ def test_read_many_asks_for_up_to_a_hundred_rows_at_once(dynamodb_local: DynamoD
     assert store.round_trips - before == 2
     assert [row.value if row else None for row in rows] == [*range(150), None]
     store.close()
+
+
+def test_an_effect_whose_commit_fails_transiently_is_not_called_again(store_factory: StoreFactory) -> None:
+    """A step's failed send reruns its body, except an effect's: that would call the outside again."""
+    from idemflow import effect
+
+    calls: list[str] = []
+    flaky = FaultyStore(
+        store_factory(), lambda point: Fault.TRANSIENT if point.kind == "commit" and point.index < 2 else None
+    )
+
+    @workflow("notify")
+    def notify(who: str) -> Generator[Idem[Any], Any, str]:
+        sent: str = yield effect(lambda key: calls.append(key) or f"sent to {who}")
+        return sent
+
+    space = f"n{uuid.uuid4().hex[:8]}"
+    assert run(notify("ada"), request_id=space, store=flaky) == "sent to ada"
+    assert len(calls) == 1 and [fault for _point, fault in flaky.injected] == [Fault.TRANSIENT] * 2
