@@ -47,7 +47,6 @@ from idemflow.errors import (
     TransientStoreError,
 )
 from idemflow.keys import RUNS_TABLE, check_table
-from idemflow.policy import resend
 from idemflow.serialization import JSON, decode
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._ops import (
@@ -190,7 +189,8 @@ class DynamoDBStore:
         that meets a commit in flight, and a step's reads need no snapshot
         (its commit's conditions check every version read; see
         :mod:`idemflow.tx`). Keys the service leaves unprocessed (throttling)
-        are asked again with backoff until the default deadline.
+        are asked again while it makes progress, else the read fails
+        transiently and the caller's retry layer backs off.
         """
         unique = list(dict.fromkeys(refs))
         if len(unique) == 1:
@@ -205,14 +205,14 @@ class DynamoDBStore:
             for name, partition, key in by_key:
                 entry = wanted.setdefault(name, {"Keys": [], "ConsistentRead": True})
                 entry["Keys"].append({"pk": {"S": partition}, "sk": {"S": key}})
-            items = resend(self._batch_get, wanted, sorted({r.table for r in chunk}))
+            items = self._batch_get(wanted, sorted({r.table for r in chunk}))
             for name, item in items:
                 found[by_key[(name, item["pk"]["S"], item["sk"]["S"])]] = _row(item)
         return [found.get(ref) for ref in refs]
 
     def _batch_get(self, wanted: dict[str, Any], tables: Sequence[str]) -> list[tuple[str, Any]]:
         """Every item of ``wanted`` (a ``RequestItems``) that exists. Keys left unprocessed are
-        asked again at once while some progress is made, else :class:`TransientStoreError` (resent whole)."""
+        asked again at once while some progress is made, else :class:`TransientStoreError`."""
         items: list[tuple[str, Any]] = []
         while wanted:
             got = self._call("read", tables, partial(self.client.batch_get_item, RequestItems=wanted))
