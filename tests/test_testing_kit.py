@@ -382,3 +382,13 @@ def test_every_guarantee_links_to_a_test_that_exists() -> None:
         current = path or current
         source = (ROOT / current).read_text()
         assert re.search(rf"^def {name}\(", source, flags=re.MULTILINE), f"{current}::{name}"
+
+
+def test_a_crash_after_a_commit_happens_even_when_the_backend_first_refused_it_transiently() -> None:
+    """On DynamoDB a commit may meet a transaction conflict: "crash after" still means after it applied."""
+    refusing = FaultyStore(MemoryStore(), lambda point: Fault.TRANSIENT if point.index == 0 else None)
+    dying = FaultyStore(refusing, lambda point: Fault.CRASH_AFTER if point.index == 0 else None)
+    with pytest.raises(SimulatedCrash):
+        run(atomic("accounts", "a", lambda tx: tx.put("n", 1)), request_id="r", store=dying)
+    assert rows(refusing.inner, "accounts") == {("a", "n"): 1}
+    assert [fault for _point, fault in refusing.injected] == [Fault.TRANSIENT]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from idemflow.errors import TransientStoreError
 from idemflow.keys import DATA
+from idemflow.policy import resend
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
     Capabilities,
@@ -169,7 +170,9 @@ class FaultyStore(StoreWrapper):
             raise SimulatedCrash(f"crash before {point.kind} #{point.index}")
         if fault is Fault.TRANSIENT:
             raise TransientStoreError(f"injected transient error at {point.kind} #{point.index}")
-        call()
+        # The call must reach the backend before the crash or the lost answer: one the backend
+        # refused transiently (a DynamoDB transaction conflict) is sent again until it lands.
+        resend(call)
         if fault is Fault.CRASH_AFTER:
             raise SimulatedCrash(f"crash after {point.kind} #{point.index}")
         raise TransientStoreError(f"injected lost answer at {point.kind} #{point.index}")
@@ -187,11 +190,11 @@ class FaultyStore(StoreWrapper):
             if op.expect is Cond.ABSENT:
                 absent = index if absent is None else absent
             elif op.expect is not Cond.ANY:
-                row = self.inner.read(op.ref)
+                row = resend(self.inner.read, op.ref)
                 if row is None:
                     return Conflict((OpFailure(index),))  # gone already: the commit must fail
                 # Same value, new version; if the row moved meanwhile the commit fails anyway.
-                self.inner.commit([Put(op.ref, row.value, encode(row.value), row.version)])
+                resend(self.inner.commit, [Put(op.ref, row.value, encode(row.value), row.version)])
                 return _SEND
         if absent is not None:
             return Conflict((OpFailure(absent),))
