@@ -258,6 +258,7 @@ def test_a_checkpointed_request_is_not_final_until_a_worker_finished_it(store: S
     assert pending.outcome == RequestStatus(RunStatus.COMPLETED, {"counted": "yes"})  # kept: final
 
 
+@pytest.mark.exact_calls  # its policy resends nothing: only the injected fault may fail a call
 def test_transient_failures_are_retried_and_invalid_input_is_rejected_at_once(store: Store) -> None:
     from tenacity import Retrying, stop_after_attempt
 
