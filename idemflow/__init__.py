@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from idemflow._lazy import load_optional
 from idemflow.aggregates import ShardedCounter
+from idemflow.arunner import arun, arun_result
 from idemflow.errors import (
     CompensationFailed,
     ConflictError,
@@ -45,12 +46,13 @@ from idemflow.errors import (
     VersionNotHeldError,
     WorkflowAborted,
 )
+from idemflow.handlers import idempotent
 from idemflow.helpers import effect, now, random, uuid4
 from idemflow.monad import Idem, atomic, bind, pure
 from idemflow.policy import RetryPolicy
-from idemflow.reads import get, rows
+from idemflow.reads import aget, arows, get, rows
 from idemflow.records import RunRecord, RunStatus
-from idemflow.runner import Workflow, idempotent, run, run_result, workflow
+from idemflow.runner import Workflow, run, run_result, workflow
 from idemflow.stores import _LAZY, MemoryStore, SqliteStore, Store, open_store
 from idemflow.tx import Tx
 
@@ -81,6 +83,10 @@ __all__ = [
     "VersionNotHeldError",
     "Workflow",
     "WorkflowAborted",
+    "aget",
+    "arows",
+    "arun",
+    "arun_result",
     "atomic",
     "bind",
     "effect",

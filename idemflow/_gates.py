@@ -19,10 +19,11 @@ re-entrant for the thread holding it.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _Key = tuple[int, str, str]
@@ -41,6 +42,13 @@ class _Gates:
                 self._gates[key] = gate
             return gate
 
+    def take(self, store: object, table: str, partition: str, until: float) -> Callable[[], None]:
+        """Wait for the partition's gate (at most until ``until``); returns how to give it back."""
+        gate = self._gate((id(store), table, partition))
+        if gate.acquire(timeout=max(until - time.monotonic(), 0.0)):
+            return gate.release
+        return _nothing
+
     @contextmanager
     def turn(self, store: object, table: str, partition: str, until: float) -> Iterator[None]:
         """Hold the partition's gate (waiting at most until ``until``, a ``time.monotonic()`` value)."""
@@ -54,3 +62,35 @@ class _Gates:
 
 
 GATES = _Gates()
+
+
+def _nothing() -> None:
+    pass
+
+
+class _AsyncGates:
+    """The same turns for executions on an event loop: an ``asyncio.Lock`` per loop and partition.
+
+    Not re-entrant (a body cannot await a nested run); a turn not given within
+    the deadline is skipped, as in :class:`_Gates`.
+    """
+
+    def __init__(self) -> None:
+        self._gates: weakref.WeakValueDictionary[tuple[int, int, str, str], asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    async def take(self, store: object, table: str, partition: str, until: float) -> Callable[[], None]:
+        key = (id(asyncio.get_running_loop()), id(store), table, partition)
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = asyncio.Lock()
+            self._gates[key] = gate
+        try:
+            await asyncio.wait_for(gate.acquire(), timeout=max(until - time.monotonic(), 0.0))
+        except TimeoutError:
+            return _nothing
+        return gate.release
+
+
+ASYNC_GATES = _AsyncGates()

@@ -39,10 +39,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from idemflow._adrive import adrive
+from idemflow._drive import drive
+from idemflow._io import ReadMany, Steps
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_key, check_partition, check_table, data_key
-from idemflow.policy import resend
-from idemflow.stores.base import RowRef, Store
+from idemflow.policy import DEFAULT_POLICY, resent
+from idemflow.stores.aio import to_async
+from idemflow.stores.base import AsyncStore, RowRef, Store
 from idemflow.tx import Tx
 
 SEPARATOR = "#"
@@ -91,10 +95,18 @@ class ShardedCounter:
     def read(self, store: Store, table: str, partition: str) -> int | float:
         """The total, read outside a workflow in one batched read (not a snapshot: shards are
         read together, but an add committing meanwhile may or may not be counted)."""
+        return drive(self._read(table, partition), store)
+
+    async def aread(self, store: Store | AsyncStore, table: str, partition: str) -> int | float:
+        """:meth:`read`, awaitable."""
+        target = to_async(store)
+        return await adrive(self._read(table, partition), target)
+
+    def _read(self, table: str, partition: str) -> Steps[int | float]:
         check_table(table)
         check_partition(partition)
         refs = [RowRef(table, partition, data_key(key)) for key in self.keys()]
-        found = resend(store.read_many, refs)
+        found = yield from resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), ReadMany(refs))
         total: int | float = 0
         for row in found:
             if row is not None and isinstance(row.value, (int, float)) and not isinstance(row.value, bool):

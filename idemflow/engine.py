@@ -18,6 +18,11 @@ Every variant (``run``, ``submit``, a worker's resume, an operator's abort)
 is one :class:`Plan` given at construction: the execution alone changes its
 state. Data conflicts rerun the body with jittered exponential backoff
 (tenacity), bounded, then :class:`ConflictError`.
+
+The execution never calls a store: it is a generator that yields requests
+(:mod:`idemflow._io`) and is sent their answers. :func:`idemflow._drive.drive`
+carries them out on a blocking store (``run``), :func:`idemflow._adrive.adrive`
+on an asynchronous one (``arun``): one algorithm for both APIs.
 """
 
 from __future__ import annotations
@@ -26,12 +31,12 @@ import dataclasses
 import hashlib
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
 from idemflow import telemetry
-from idemflow._gates import GATES
+from idemflow._io import CallOut, Commit, CommitCache, NeedRows, Prefetched, Read, ReadMany, Steps, Turn
 from idemflow._limits import check_commit
 from idemflow.errors import (
     CompensationFailed,
@@ -78,7 +83,7 @@ from idemflow.plan import (
     Plan,
     Submission,
 )
-from idemflow.policy import DEFAULT_POLICY, DataConflict, RetryPolicy
+from idemflow.policy import DEFAULT_POLICY, DataConflict, RetryPolicy, resent, retried
 from idemflow.records import (
     MEMO_AT,
     RUN_AT,
@@ -92,6 +97,7 @@ from idemflow.records import (
 )
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
+    Capabilities,
     CommitOutcome,
     Committed,
     Cond,
@@ -101,9 +107,8 @@ from idemflow.stores.base import (
     Put,
     Row,
     RowRef,
-    Store,
 )
-from idemflow.tx import StepAborted, Tx
+from idemflow.tx import Reader, StepAborted, Tx
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -163,26 +168,37 @@ def _digest(workflow: str, request_id: str, step: int) -> bytes:
     return hashlib.sha256(f"{workflow}\x00{request_id}\x00{step}".encode()).digest()
 
 
+def _settle(tx: Tx) -> None:
+    tx.settle()  # a duplicate of a finished request stops here, before the call out
+
+
 class Execution:
-    """One execution of one request: interprets nodes, numbers and commits steps."""
+    """One execution of one request: interprets nodes, numbers and commits steps.
+
+    ``reader`` is where step bodies read: the blocking store itself, or None
+    on an event loop, where a body's reads are fetched by the driver
+    (:class:`~idemflow._io.Prefetched`) and the body runs again.
+    """
 
     def __init__(
         self,
-        store: Store,
+        capabilities: Capabilities,
         workflow: str,
         request_id: str,
         fingerprint: str,
         policy: RetryPolicy = DEFAULT_POLICY,
         clock: Callable[[], float] = time.time,
         plan: Plan = DEFAULT_PLAN,
+        reader: Reader | None = None,
     ) -> None:
-        self.store = store
+        self.capabilities = capabilities
         self.workflow = workflow
         self.request_id = request_id
         self.fingerprint = fingerprint
         self.policy = policy
         self.clock = clock
         self.plan = plan
+        self._reader = reader
         self._step = 0
         self._identity = ""
         self._until = policy.until()
@@ -204,30 +220,33 @@ class Execution:
 
     # -- the whole request ------------------------------------------------
 
-    def run(self, node: Node) -> RunRecord:
+    def run(self, node: Node) -> Steps[RunRecord]:
         """Run to the end (completed, or aborted and compensated) and return the outcome.
 
         Raises :class:`Checkpointed` and :class:`OtherVersion` to the caller,
         and, under ``plan.step_errors``, :class:`StepFailedError` for a step's error.
         """
         if not self._traced:
-            return self._run(node)
+            return self._run(node)  # no generator frame of its own
+        return self._traced_run(node)
+
+    def _traced_run(self, node: Node) -> Steps[RunRecord]:
         with telemetry.span(
             "idemflow.run", workflow=self.workflow, request_id=self.request_id, version=self.plan.version
         ):
-            return self._run(node)
+            return (yield from self._run(node))
 
-    def _run(self, node: Node) -> RunRecord:
+    def _run(self, node: Node) -> Steps[RunRecord]:
         try:
             try:
-                value = self.evaluate(node)
+                value = yield from self.evaluate(node)
             except _AbortWorkflow as abort:
-                self._compensate()
-                return self._finish(RunStatus.ABORTED, reason=abort.reason)
-            return self._finish(RunStatus.COMPLETED, result=value)
+                yield from self._compensate()
+                return (yield from self._finish(RunStatus.ABORTED, reason=abort.reason))
+            return (yield from self._finish(RunStatus.COMPLETED, result=value))
         except Finished as finished:
-            if self.plan.submission is not None and not self.store.capabilities.cross_partition_commit:
-                self.store.commit_cache([Delete(self._outbox_ref())])  # written before the claim
+            if self.plan.submission is not None and not self.capabilities.cross_partition_commit:
+                yield CommitCache([Delete(self._outbox_ref())])  # written before the claim
             return finished.record
         except (NonDeterminismError, *_INFRASTRUCTURE):
             raise
@@ -239,7 +258,7 @@ class Execution:
 
     # -- interpretation -------------------------------------------------
 
-    def evaluate(self, node: Node) -> Any:
+    def evaluate(self, node: Node) -> Steps[Any]:
         """Run a description to its value (an explicit stack keeps long bind chains flat)."""
         stack: list[Callable[[Any], Idem[Any]]] = []
         while True:
@@ -249,13 +268,13 @@ class Execution:
                     node = source
                     continue
                 case Atomic():
-                    value = self._atomic(node)
+                    value = yield from self._atomic(node)
                 case Pure(value):
                     pass
                 case Call():
-                    value = self._call(node)
+                    value = yield from self._call(node)
                 case Now() | Uuid4() | Random() | Effect() | Abort() | Checkpoint():
-                    value = self._table_less(node)
+                    value = yield from self._table_less(node)
                 case _:
                     raise InvalidInputError(
                         f"workflow {self.workflow!r} met {node!r}, not an Idem description"
@@ -270,46 +289,55 @@ class Execution:
                 )
             node = following.node
 
-    def _call(self, node: Call) -> Any:
+    def _call(self, node: Call) -> Steps[Any]:
+        """The workflow's computation (a plain function: no generator frame of its own)."""
         produced = node.function(*node.args, **node.kwargs)
         if isinstance(produced, Idem):
             return self.evaluate(produced.node)
-        if not isinstance(produced, Generator):
+        if not isinstance(produced, Generator | Coroutine):
             raise InvalidInputError(
                 f"workflow {node.name!r} returned {type(produced).__name__}; "
-                "a workflow is a generator function or returns an Idem"
+                "a workflow is a generator function, an async def awaiting steps, or returns an Idem"
             )
         return self._drive(node.name, produced)
 
-    def _drive(self, name: str, generator: Generator[Any, Any, Any]) -> Any:
-        """Feed each yielded computation's value back into the workflow generator."""
+    def _drive(self, name: str, generator: Generator[Any, Any, Any] | Coroutine[Any, Any, Any]) -> Steps[Any]:
+        """Feed each yielded (or awaited) computation's value back into the workflow.
+
+        A generator workflow yields its steps; an ``async def`` one awaits them
+        (``Idem.__await__`` yields the step up here): both are driven alike.
+        """
         try:
-            yielded = next(generator)
+            yielded = generator.send(None)
             while True:
                 if not isinstance(yielded, Idem):
+                    verb = "awaited" if isinstance(generator, Coroutine) else "yielded"
                     raise InvalidInputError(
-                        f"workflow {name!r} yielded {type(yielded).__name__}; yield atomic(...), "
-                        "now(), effect(...) or another Idem"
+                        f"workflow {name!r} {verb} {type(yielded).__name__}; a workflow {verb[:-2]}s only "
+                        "steps: atomic(...), now(), effect(...) (which takes coroutine functions) or "
+                        "another Idem"
                     )
-                yielded = generator.send(self.evaluate(yielded.node))
+                node = yielded.node  # a step directly: one generator frame fewer on the hot path
+                step = self._atomic(node) if type(node) is Atomic else self.evaluate(node)
+                yielded = generator.send((yield from step))
         except StopIteration as stop:
             return stop.value
         finally:
             generator.close()
 
-    def _atomic(self, node: Atomic) -> Any:
+    def _atomic(self, node: Atomic) -> Steps[Any]:
         self._step += 1
         step = self._step
-        value = self._forward(node.table, node.partition, "atomic " + node.name, node.body)
+        value = yield from self._forward(node.table, node.partition, "atomic " + node.name, node.body, None)
         if node.compensate is not None:
             self._done.append(_Done(step, node, value))
         return value
 
-    def _table_less(self, node: TableLess) -> Any:
+    def _table_less(self, node: TableLess) -> Steps[Any]:
         match node:
             case Now():
                 clock = self.clock
-                return self._memoized("now", lambda tx: clock())
+                return (yield from self._memoized("now", lambda tx: clock()))
             case Uuid4() | Random():
                 self._step += 1
                 if self._noting:
@@ -320,36 +348,38 @@ class Execution:
                 return int.from_bytes(digest[:7], "big") / float(1 << 56)
             case Effect(label, function):
                 key = idempotency_key(self.workflow, self.request_id, self._step + 1)
-
-                def call(tx: Tx) -> Any:
-                    tx.settle()  # a duplicate of a finished request stops here, not after the call
-                    return function(key)
-
-                return self._memoized("effect " + label, call, calls_out=True)
+                return (yield from self._memoized("effect " + label, _settle, CallOut(function, key)))
             case Abort(reason):
-                return self._memoized("abort", lambda tx: tx.abort(reason))
+                return (yield from self._memoized("abort", lambda tx: tx.abort(reason)))
             case Checkpoint():
-                self._checkpoint()
+                yield from self._checkpoint()
                 return None
             case _:
                 assert_never(node)
 
-    def _memoized(self, identity: str, body: Callable[[Tx], Any], *, calls_out: bool = False) -> Any:
+    def _memoized(
+        self, identity: str, body: Callable[[Tx], Any], call_out: CallOut | None = None
+    ) -> Steps[Any]:
         """A step with no table of its own: its memo sits beside the run record."""
         self._step += 1
-        return self._forward(RUNS_TABLE, self.request_id, identity, body, calls_out=calls_out)
+        return self._forward(RUNS_TABLE, self.request_id, identity, body, call_out)
 
     def _forward(
-        self, table: str, partition: str, identity: str, body: Callable[[Tx], Any], *, calls_out: bool = False
-    ) -> Any:
+        self,
+        table: str,
+        partition: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
+        """The step's computation (a plain function: no generator frame of its own)."""
         if self.plan.abort is not None:  # memos still win: only a step never committed aborts
             reason = self.plan.abort.reason
-            body = lambda tx: tx.abort(reason)  # noqa: E731
+            body, call_out = (lambda tx: tx.abort(reason)), None
         self._identity = identity
         if self._noting:
             self._note(table, partition, identity)
-        tag = step_tag(self._step)
-        return self._run_step(table, partition, tag, identity, body, abortable=True, calls_out=calls_out)
+        return self._run_step(table, partition, step_tag(self._step), identity, body, True, call_out)
 
     def _note(self, table: str, partition: str, identity: str) -> None:
         """Journal a forward step for the continuation, or check it against a resumed one's."""
@@ -361,7 +391,7 @@ class Execution:
             met = f"{identity} on {table}/{partition}"
             raise NonDeterminismError(self.workflow, self.request_id, self._step, repr(recorded), repr(met))
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self) -> Steps[None]:
         if self.plan.observe_checkpoint is not None:
             self.plan.observe_checkpoint(self._step)
         if self._step < len(self.plan.expected):  # journaled steps the code no longer reaches
@@ -372,10 +402,10 @@ class Execution:
             )
         if self.plan.at_checkpoint is AtCheckpoint.STOP:
             if not self._run_known:
-                self._claim()  # a worker accepts only requests that were submitted
+                yield from self._claim()  # a worker accepts only requests that were submitted
             raise Checkpointed(tuple(self._journal or ()))
 
-    def _compensate(self) -> None:
+    def _compensate(self) -> Steps[None]:
         """Undo the completed steps in reverse order, each an idempotent step of its own."""
         for done in reversed(self._done):
             node, result = done.node, done.result
@@ -388,7 +418,7 @@ class Execution:
             self._step, self._identity = done.step, "compensate " + node.name
             try:
                 tag = compensation_tag(done.step)
-                self._run_step(node.table, node.partition, tag, self._identity, body, abortable=False)
+                yield from self._run_step(node.table, node.partition, tag, self._identity, body, False)
             except IdemflowError:
                 raise
             except (Exception, StepAborted) as exc:
@@ -404,15 +434,27 @@ class Execution:
         tag: str,
         identity: str,
         body: Callable[[Tx], Any],
-        *,
         abortable: bool,
-        calls_out: bool = False,
-    ) -> Any:
-        """Replay the step from its memo, or execute and commit it exactly once. A step whose
-        body ``calls_out`` (an effect) resends its commit on a transient error instead of
-        rerunning the body: a rerun would call the outside service again."""
+        call_out: CallOut | None = None,
+    ) -> Steps[Any]:
+        """The computation that replays the step from its memo, or executes and commits it
+        exactly once (a plain function: no generator frame of its own). A step whose
+        body calls out (an effect) resends its commit on a transient error instead of rerunning:
+        a rerun would call the outside service again."""
+        memo_ref = RowRef(table, partition, self._memo_prefix + tag)
+        self._until = self.policy.until()
         if not self._traced:
-            return self._step_once(table, partition, tag, identity, body, abortable, calls_out)
+            return self._step_once(memo_ref, identity, body, abortable, call_out)
+        return self._traced_step(memo_ref, identity, body, abortable, call_out)
+
+    def _traced_step(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
         fields = {
             "workflow": self.workflow,
             "request_id": self.request_id,
@@ -420,67 +462,93 @@ class Execution:
             "identity": identity,
         }
         with telemetry.span("idemflow.step", **fields):
-            return self._step_once(table, partition, tag, identity, body, abortable, calls_out)
+            return (yield from self._step_once(memo_ref, identity, body, abortable, call_out))
 
     def _step_once(
         self,
-        table: str,
-        partition: str,
-        tag: str,
+        memo_ref: RowRef,
         identity: str,
         body: Callable[[Tx], Any],
         abortable: bool,
-        calls_out: bool,
-    ) -> Any:
-        memo_ref = RowRef(table, partition, self._memo_prefix + tag)
-        self._until = self.policy.until()
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
         try:
-            outcome = self._attempt(memo_ref, identity, body, abortable, calls_out)
+            outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out)
         except TransientStoreError:  # the commit's send failed: rerun (the loop re-raises it last)
-            if calls_out:  # resent until the deadline already; a rerun would call out again
+            if call_out is not None:  # resent until the deadline already; a rerun would call out again
                 raise
             outcome = _RETRY
         if outcome is not _RETRY:
             return outcome
         retrying = self.policy.rerunning(self._until)
         try:
-            for attempt in retrying:
-                with attempt:
-                    if self._traced:
-                        telemetry.count(telemetry.CONFLICTS_RETRIED, self.workflow)
-                    with GATES.turn(
-                        self.store, table, partition, self._until
-                    ):  # this process's retries queue
-                        outcome = self._attempt(memo_ref, identity, body, abortable, calls_out)
-                    if outcome is _RETRY:
-                        raise DataConflict
+            return (
+                yield from retried(
+                    retrying, lambda: self._retry(memo_ref, identity, body, abortable, call_out)
+                )
+            )
         except DataConflict:
             attempts = retrying.statistics.get("attempt_number", 0) + 1
             raise ConflictError(
-                self.workflow, self.request_id, self._step, table, partition, attempts
+                self.workflow, self.request_id, self._step, memo_ref.table, memo_ref.partition, attempts
             ) from None
+
+    def _retry(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
+        """One more attempt, in this process's turn on the partition (see :mod:`idemflow._gates`)."""
+        if self._traced:
+            telemetry.count(telemetry.CONFLICTS_RETRIED, self.workflow)
+        give_back = yield Turn(memo_ref.table, memo_ref.partition, self._until)
+        try:
+            outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out)
+        finally:
+            give_back()
+        if outcome is _RETRY:
+            raise DataConflict
         return outcome
 
     def _attempt(
-        self, memo_ref: RowRef, identity: str, body: Callable[[Tx], Any], abortable: bool, calls_out: bool
-    ) -> Any:
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
         while True:  # loops only when the commit revealed an existing run record
             if self._replaying:
-                row = self._read(memo_ref)
+                row = yield from self._read(memo_ref)
                 if row is not None:
                     return self._memo_result(row, identity)
                 self._replaying = False
             peek = None
             if not self._run_known:
-                if not self._rides_along(memo_ref):
-                    self._claim()
+                if not self.capabilities.cross_partition_commit:
+                    yield from self._claim()
                     continue
                 peek = (self._run_ref, _stop_if_present)
-            tx = Tx(self.store, memo_ref.table, memo_ref.partition, peek)
+            reader = self._reader if self._reader is not None else Prefetched()
+            tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
             try:
-                result = body(tx)
+                while True:  # more than once only where reads are prefetched
+                    try:
+                        result = body(tx)
+                        break
+                    except NeedRows as need:
+                        wanted: Sequence[RowRef] = need.refs
+                    assert isinstance(reader, Prefetched)
+                    reader.add(wanted, (yield ReadMany(wanted)))
+                    tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
+                if call_out is not None:
+                    result = yield call_out
             except _RunRecordSeen as seen:
-                self._on_run_record(seen.row)  # returns only to replay
+                yield from self._on_run_record(seen.row)  # returns only to replay
                 continue
             except StepAborted as abort:
                 if not abortable:
@@ -492,10 +560,10 @@ class Execution:
             except Exception:
                 # A replay whose data moved on may fail where the first run
                 # succeeded: the memo, if any, is the answer.
-                row = self._read(memo_ref)
+                row = yield from self._read(memo_ref)
                 if row is not None:
                     return self._memo_result(row, identity)
-                if self._stale(tx):  # reads that were never one snapshot: run it again
+                if (yield from self._stale(tx)):  # reads that were never one snapshot: run it again
                     return _RETRY
                 raise
             else:
@@ -513,7 +581,11 @@ class Execution:
             if run_included:
                 ops.extend(self._claim_ops(expires, with_outbox=True))
             ops.extend(data_ops)
-            outcome = self._commit(ops, memo_ref, resend=calls_out)  # else a failed send reruns the body
+            if call_out is not None or self._traced:  # an effect's commit is resent as it is
+                outcome = yield from self._commit(ops, memo_ref, resend=call_out is not None)
+            else:  # any other's failed send reruns the body
+                check_commit(ops, self.capabilities, lambda: self._place(memo_ref))
+                outcome = yield Commit(ops)
             if isinstance(outcome, Committed):
                 self._run_known = True
                 if self._traced:
@@ -524,7 +596,7 @@ class Execution:
                 return value
             by_index = {failure.index: failure for failure in outcome.failures}
             if run_included and RUN_AT in by_index:
-                self._on_run_record(by_index[RUN_AT].existing)
+                yield from self._on_run_record(by_index[RUN_AT].existing)
             existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
             if existing_memo is not None:
                 return self._memo_result(existing_memo, identity)
@@ -532,7 +604,7 @@ class Execution:
                 continue  # replaying now: read the memo first
             return _RETRY
 
-    def _stale(self, tx: Tx) -> bool:
+    def _stale(self, tx: Tx) -> Steps[bool]:
         """Did a row the body read change before it raised? Then it saw no consistent state.
 
         Reads inside a body are each strongly consistent but not one snapshot
@@ -543,7 +615,7 @@ class Execution:
         checks = tx.read_checks()
         if not checks:
             return False
-        rows = self.store.read_many([check.ref for check in checks])
+        rows = yield ReadMany([check.ref for check in checks])
         return any(
             (Cond.ABSENT if row is None else row.version) != check.expect
             for check, row in zip(checks, rows, strict=True)
@@ -564,10 +636,6 @@ class Execution:
 
     # -- the run record ---------------------------------------------------
 
-    def _rides_along(self, memo_ref: RowRef) -> bool:
-        """Can the claim (run record, and a submission's outbox entry) ride in this step's commit?"""
-        return self.store.capabilities.cross_partition_commit
-
     def _claim_ops(self, expires: float, *, with_outbox: bool) -> list[Op]:
         submission = self.plan.submission
         record = RunRecord(
@@ -581,7 +649,7 @@ class Execution:
         where = f"input of workflow {self.workflow!r} request {self.request_id!r}"
         text = encode(value, where, envelope=3)
         if submission is not None:  # the input is stored: name it, not the step, when it is too big
-            size, allowed = len(text.encode("utf-8")), self.store.capabilities.max_value_bytes
+            size, allowed = len(text.encode("utf-8")), self.capabilities.max_value_bytes
             if size > allowed:
                 raise LimitExceededError(
                     where, f"{size} bytes stored with the request; the backend allows {allowed}"
@@ -598,7 +666,7 @@ class Execution:
         value: JSON = entry.to_json()
         return Put(self._outbox_ref(), value, encode(value), expires_at=expires)
 
-    def _claim(self) -> None:
+    def _claim(self) -> Steps[None]:
         """Claim the request id (fingerprint, version, a submission's input) with its own commit.
 
         Where one commit cannot span partitions, a submission's outbox entry
@@ -606,20 +674,18 @@ class Execution:
         the relay drops (no run record: nothing to finish).
         """
         expires = self._expiry()
-        cross = self.store.capabilities.cross_partition_commit
+        cross = self.capabilities.cross_partition_commit
         claim = self._claim_ops(expires, with_outbox=cross)
         if self.plan.submission is not None and not cross:
-            check_commit(
-                claim, self.store.capabilities, lambda: self._place(self._run_ref)
-            )  # before any write
-            self._commit([self._outbox_put(self.plan.submission.outbox, expires)], self._run_ref)
-        outcome = self._commit(claim, self._run_ref)
+            check_commit(claim, self.capabilities, lambda: self._place(self._run_ref))  # before any write
+            yield from self._commit([self._outbox_put(self.plan.submission.outbox, expires)], self._run_ref)
+        outcome = yield from self._commit(claim, self._run_ref)
         if not isinstance(outcome, Committed):
-            self._on_run_record(outcome.failures[0].existing)
+            yield from self._on_run_record(outcome.failures[0].existing)
             return
         self._run_known = True
 
-    def _on_run_record(self, existing: Row | None) -> None:
+    def _on_run_record(self, existing: Row | None) -> Steps[None]:
         """Another execution of this request id came first: check, then replay or return."""
         if existing is None:
             return
@@ -631,35 +697,36 @@ class Execution:
         if record.status.final:
             raise Finished(record)
         if self.plan.submission is not None and record.input is None:
-            self._adopt(existing, record)
+            yield from self._adopt(existing, record)
             return
         if record.version != self.plan.version:
             raise OtherVersion(record)
         self._run_known = True
         self._replaying = True
 
-    def _adopt(self, existing: Row, record: RunRecord) -> None:
+    def _adopt(self, existing: Row, record: RunRecord) -> Steps[None]:
         """A submission meets a request that ``run`` claimed: store its input and outbox entry
         in that record, so workers can finish it (conditional: a racing outcome wins)."""
         assert self.plan.submission is not None
         expires = self._expiry()
         value: JSON = dataclasses.replace(record, input=self.plan.submission.input).to_json()
         ops: list[Op] = [Put(self._run_ref, value, encode(value, envelope=3), existing.version, expires)]
-        cross = self.store.capabilities.cross_partition_commit
+        cross = self.capabilities.cross_partition_commit
         outbox = self._outbox_put(self.plan.submission.outbox, expires)
         if cross:
             ops.append(outbox)
         else:  # first, as in a claim
-            self._commit([outbox], self._run_ref)
-        self._commit(ops, self._run_ref)
-        self._on_run_record(self._read(self._run_ref))  # adopted, or what came first: check again
+            yield from self._commit([outbox], self._run_ref)
+        yield from self._commit(ops, self._run_ref)
+        # adopted, or what came first: check again
+        yield from self._on_run_record((yield from self._read(self._run_ref)))
 
     def _expiry(self) -> float:
         """When rows written now may expire: from wall time, never from the workflow's clock
         (a test's fixed clock would write rows that are already expired)."""
         return time.time() + self.policy.retention
 
-    def _finish(self, status: RunStatus, result: JSON = None, reason: JSON = None) -> RunRecord:
+    def _finish(self, status: RunStatus, result: JSON = None, reason: JSON = None) -> Steps[RunRecord]:
         """Record the outcome: durably if no step claimed the request or if ``durable_outcome``,
         else as a cache. Strict encoding guarantees the result equals what duplicates read back."""
         self._until = self.policy.until()
@@ -669,54 +736,58 @@ class Execution:
         value: JSON = record.to_json()
         text = encode(value, f"result of workflow {self.workflow!r}", envelope=1)
         if not self._run_known:
-            outcome = self._commit([Insert(self._run_ref, value, text, self._expiry())], self._run_ref)
+            insert = Insert(self._run_ref, value, text, self._expiry())
+            outcome = yield from self._commit([insert], self._run_ref)
             if isinstance(outcome, Committed):
                 self._run_known = True
                 return record
-            self._on_run_record(outcome.failures[0].existing)
+            yield from self._on_run_record(outcome.failures[0].existing)
         ops: list[Op] = [Put(self._run_ref, value, text, expires_at=self._expiry())]
         cleanup: list[Op] = []
         if self.plan.submission is not None:  # nothing left to relay
-            cross = self.store.capabilities.cross_partition_commit
+            cross = self.capabilities.cross_partition_commit
             (ops if cross and self.plan.durable_outcome else cleanup).append(Delete(self._outbox_ref()))
         if self.plan.durable_outcome:
-            self._commit(ops, self._run_ref)  # Puts and Deletes that expect nothing: applied
+            yield from self._commit(ops, self._run_ref)  # Puts and Deletes that expect nothing: applied
         else:
-            self.store.commit_cache(ops)
+            yield CommitCache(ops)
         if cleanup:
-            self.store.commit_cache(cleanup)
+            yield CommitCache(cleanup)
         return record
 
     # -- store calls ------------------------------------------------------
 
-    def _read(self, ref: RowRef) -> Row | None:
+    def _read(self, ref: RowRef) -> Steps[Row | None]:
+        request = Read(ref)
         try:
-            return self.store.read(ref)
+            row: Row | None = yield request
         except TransientStoreError:
-            row: Row | None = self.policy.resending(self._until)(self.store.read, ref)
-            return row
+            row = yield from resent(self.policy.resending(self._until), request)
+        return row
 
-    def _commit(self, ops: list[Op], where: RowRef, *, resend: bool = True) -> CommitOutcome:
+    def _commit(self, ops: list[Op], where: RowRef, *, resend: bool = True) -> Steps[CommitOutcome]:
         """Check the limits, then send. A step's own commit is not resent (``resend=False``): its
         transient error reruns the body, which re-reads what a concurrent commit (DynamoDB's
         ``TransactionConflict``) most likely changed, and meets the memo if the send did apply."""
-        check_commit(ops, self.store.capabilities, lambda: self._place(where))
-        send = self._send_commit if resend else self.store.commit
+        check_commit(ops, self.capabilities, lambda: self._place(where))
         if self._traced:
             with telemetry.span(
                 "idemflow.commit", workflow=self.workflow, request_id=self.request_id, ops=len(ops)
             ):
-                return send(ops)
-        return send(ops)
+                return (yield from self._send(Commit(ops), resend))
+        return (yield from self._send(Commit(ops), resend))
 
-    def _send_commit(self, ops: list[Op]) -> CommitOutcome:
+    def _send(self, request: Commit, resend: bool) -> Steps[CommitOutcome]:
+        if not resend:
+            first: CommitOutcome = yield request
+            return first
         try:
-            return self.store.commit(ops)
+            outcome: CommitOutcome = yield request
         except TransientStoreError:
             # The commit may have been applied with its answer lost: resending
             # the same operations meets the memo and resolves to it.
-            outcome: CommitOutcome = self.policy.resending(self._until)(self.store.commit, ops)
-            return outcome
+            outcome = yield from resent(self.policy.resending(self._until), request)
+        return outcome
 
     def _place(self, where: RowRef) -> str:
         return (

@@ -23,7 +23,7 @@ and a ``returns`` container, so ``returns.pipeline.flow`` and the pointfree
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from returns.interfaces.bindable import Bindable1
@@ -136,6 +136,16 @@ class Idem(BaseContainer, SupportsKind1["Idem[Any]", T], Bindable1[T], Mappable1
     def then(self, other: Idem[U]) -> Idem[U]:
         """Run ``self`` for its effects, then ``other``."""
         return Idem(Bind(self._inner_value, lambda _value: other))
+
+    def __await__(self) -> Generator[Idem[T], Any, T]:
+        """``await step`` inside an ``async def`` workflow: the engine runs it and sends the value.
+
+        The engine drives the coroutine itself (as it drives a generator
+        workflow), so such a workflow runs under ``run`` and ``arun`` alike;
+        it may await only steps (``atomic``, ``effect``, ``now`` ...).
+        """
+        value: T = yield self
+        return value
 
     def __repr__(self) -> str:
         return f"<Idem {type(self._inner_value).__name__}>"

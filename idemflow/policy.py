@@ -25,12 +25,15 @@ a ``Retrying`` is only ever used through ``.copy()``.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from tenacity import (
+    DoAttempt,
+    DoSleep,
     RetryCallState,
     Retrying,
     retry_if_exception_type,
@@ -39,6 +42,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from idemflow._io import Request, Sleep, Steps
 from idemflow.errors import TransientStoreError
 
 P = ParamSpec("P")
@@ -140,3 +144,39 @@ DEFAULT_POLICY = RetryPolicy()
 def resend(call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """:meth:`RetryPolicy.resend` under :data:`DEFAULT_POLICY`."""
     return DEFAULT_POLICY.resend(call, *args, **kwargs)
+
+
+def retried(retrying: Retrying, attempt: Callable[[], Steps[T]]) -> Steps[T]:
+    """Run the engine computation ``attempt()`` under ``retrying``, yielding its sleeps.
+
+    tenacity's own loop (``Retrying.__call__``) sleeps in place; the engine
+    must *yield* its waits so a blocking run sleeps and an ``arun`` awaits.
+    This is that loop, step for step, over tenacity's public ``iter`` protocol:
+    the same stops, waits, statistics and re-raising.
+    """
+    retrying.begin()
+    state = RetryCallState(retrying, fn=None, args=(), kwargs={})
+    while True:
+        do = retrying.iter(retry_state=state)
+        if isinstance(do, DoAttempt):
+            try:
+                result = yield from attempt()
+            except BaseException:  # noqa: BLE001 - judged by the retry predicate, re-raised by iter
+                state.set_exception(sys.exc_info())  # type: ignore[arg-type]
+            else:
+                state.set_result(result)
+        elif isinstance(do, DoSleep):
+            state.prepare_for_next_attempt()
+            yield Sleep(float(do), retrying.sleep)
+        else:
+            answer: T = do
+            return answer
+
+
+def _once(request: Request) -> Steps[Any]:
+    return (yield request)
+
+
+def resent(retrying: Retrying, request: Request) -> Steps[Any]:
+    """Send ``request`` until it gets an answer or ``retrying`` gives up."""
+    return (yield from retried(retrying, lambda: _once(request)))

@@ -23,8 +23,6 @@ description to one :class:`~idemflow.engine.Execution`, which does the work.
 
 from __future__ import annotations
 
-import functools
-import re
 import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
@@ -33,13 +31,16 @@ from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 from returns.result import Failure, Result, Success
 
 from idemflow import records
+from idemflow._drive import drive
+from idemflow._io import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
 from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
 from idemflow.keys import check_request_id, check_workflow_name
 from idemflow.monad import Bind, Call, Idem
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.serialization import JSON, decode, digest, encode, fingerprint
-from idemflow.stores.base import Store
+from idemflow.stores.base import AsyncStore, Store
+from idemflow.tx import Reader
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -171,9 +172,26 @@ def execute(
     """
     check_request_id(request_id)
     request = request or describe_request(m)
+    steps = execution_steps(m, request, request_id, store, policy, clock, plan, versions, reader=store)
+    return drive(steps, store)
+
+
+def execution_steps(
+    m: Idem[Any],
+    request: Request,
+    request_id: str,
+    store: Store | AsyncStore,
+    policy: RetryPolicy | None,
+    clock: Callable[[], float],
+    plan: Plan | None,
+    versions: Iterable[Workflow[Any, Any]],
+    *,
+    reader: Reader | None,
+) -> Steps[records.RunRecord]:
+    """The engine's computation for :func:`execute` and :func:`aexecute` (one algorithm)."""
     base = plan or Plan(version=request.version)
     try:
-        return _execution(request, request_id, store, policy, clock, base).run(m.node)
+        return (yield from _execution(request, request_id, store, policy, clock, base, reader).run(m.node))
     except OtherVersion as other:
         started = other.record.version
         held = {flow.version: flow for flow in versions if flow.name == request.workflow}
@@ -184,19 +202,29 @@ def execute(
             ) from None
         again = flow(*request.call.args, **request.call.kwargs)
         plan = Plan(version=started, durable_outcome=base.durable_outcome, step_errors=base.step_errors)
-        return _execution(request, request_id, store, policy, clock, plan).run(again.node)
+        return (
+            yield from _execution(request, request_id, store, policy, clock, plan, reader).run(again.node)
+        )
 
 
 def _execution(
     request: Request,
     request_id: str,
-    store: Store,
+    store: Store | AsyncStore,
     policy: RetryPolicy | None,
     clock: Callable[[], float],
     plan: Plan,
+    reader: Reader | None,
 ) -> Execution:
     return Execution(
-        store, request.workflow, request_id, request.fingerprint, policy or DEFAULT_POLICY, clock, plan
+        store.capabilities,
+        request.workflow,
+        request_id,
+        request.fingerprint,
+        policy or DEFAULT_POLICY,
+        clock,
+        plan,
+        reader,
     )
 
 
@@ -246,57 +274,15 @@ def run_result(
         return Failure(aborted)
 
 
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
-
-
-def _derived_name(handler: Callable[..., Any]) -> str:
-    name = _NAME_CHARS.sub("_", f"{handler.__module__}.{handler.__qualname__}")
-    return name[:100] if name[0].isalpha() or name[0] == "_" else ("_" + name)[:100]
-
-
-def idempotent(
-    store: Store,
-    *,
-    key: Callable[..., str],
-    name: str | None = None,
-    policy: RetryPolicy | None = None,
-) -> Callable[[Callable[P, Any]], Callable[P, Any]]:
-    """Make a handler exactly-once per request id ``key(*args, **kwargs)``.
-
-    The handler is a ``@workflow``-style generator, a function returning an
-    ``Idem`` or a :class:`Workflow`; duplicates return the first call's result.
-
-    >>> from idemflow import MemoryStore, atomic
-    >>> store = MemoryStore()
-    >>> @idempotent(store, key=lambda order: order["id"])
-    ... def place(order):
-    ...     yield atomic("orders", order["id"], lambda tx: tx.increment("placed"))
-    ...     return "placed"
-    >>> place({"id": "o-1"}), place({"id": "o-1"})
-    ('placed', 'placed')
-    """
-
-    def decorate(handler: Callable[P, Any]) -> Callable[P, Any]:
-        if isinstance(handler, Workflow):
-            flow: Workflow[P, Any] = handler
-        else:
-            flow = Workflow(name or _derived_name(handler), handler)
-        if not isinstance(handler, Workflow) and not callable(handler):
-            raise InvalidInputError(f"@idempotent needs a callable, not {type(handler).__name__}")
-
-        @functools.wraps(handler)
-        def handle(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return run(flow(*args, **kwargs), request_id=key(*args, **kwargs), store=store, policy=policy)
-
-        return handle
-
-    return decorate
-
-
 def run_status(
     store: Store, workflow: str, request_id: str, *, policy: RetryPolicy = DEFAULT_POLICY
 ) -> records.RunRecord | None:
     """The run record of a request, or None if no step of it ever committed."""
+    return drive(status_steps(workflow, request_id, policy), store)
+
+
+def status_steps(workflow: str, request_id: str, policy: RetryPolicy) -> Steps[records.RunRecord | None]:
+    """Read a request's run record, resent on transient errors (for both APIs)."""
     ref = records.run_ref(check_workflow_name(workflow), check_request_id(request_id))
-    row = policy.resend(store.read, ref)
+    row = yield from resent(policy.resending(policy.until()), Read(ref))
     return None if row is None else records.RunRecord.from_json(row.value)

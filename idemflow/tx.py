@@ -18,8 +18,8 @@ locks, and a body whose reads went stale is simply run again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, Protocol
 
 from idemflow.errors import InvalidValueError
 from idemflow.keys import check_key, data_key
@@ -34,8 +34,15 @@ from idemflow.stores.base import (
     Put,
     Row,
     RowRef,
-    Store,
 )
+
+
+class Reader(Protocol):
+    """Where a body's reads go: a store (blocking runs) or the rows prefetched so far (``arun``)."""
+
+    def read(self, ref: RowRef) -> Row | None: ...
+
+    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]: ...
 
 
 class StepAborted(BaseException):
@@ -71,7 +78,7 @@ class Tx:
 
     def __init__(
         self,
-        store: Store,
+        store: Reader,
         table: str,
         partition: str,
         peek: tuple[RowRef, Callable[[Row | None], None]] | None = None,

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [
     ROOT / "README.md",
     ROOT / "docs" / "deploying.md",
+    ROOT / "docs" / "asyncio.md",
     ROOT / "docs" / "contention.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]

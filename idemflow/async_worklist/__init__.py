@@ -14,18 +14,41 @@ from typing import TYPE_CHECKING, Any
 from idemflow._lazy import load_optional
 from idemflow.async_worklist.messages import MessageRejected
 from idemflow.async_worklist.outbox import relay
-from idemflow.async_worklist.queues import _LAZY, DeadLetter, Message, MessageLostError, Queue, open_queue
+from idemflow.async_worklist.queues import (
+    _LAZY,
+    AsyncQueue,
+    DeadLetter,
+    Message,
+    MessageLostError,
+    Queue,
+    ThreadedQueue,
+    open_async_queue,
+    open_queue,
+)
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.async_worklist.retry import retry
-from idemflow.async_worklist.submit import Pending, RequestStatus, checkpoint, status, submit
+from idemflow.async_worklist.submit import (
+    Pending,
+    RequestStatus,
+    astatus,
+    asubmit,
+    checkpoint,
+    status,
+    submit,
+)
 from idemflow.async_worklist.worker import Worker, WorkerStats
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
+    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
     from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
 
 __all__ = [
+    "AsyncAzureQueue",
+    "AsyncQueue",
+    "AsyncSqsQueue",
     "AzureQueue",
     "DeadLetter",
     "MemoryQueue",
@@ -37,9 +60,13 @@ __all__ = [
     "RequestStatus",
     "SqliteQueue",
     "SqsQueue",
+    "ThreadedQueue",
     "Worker",
     "WorkerStats",
+    "astatus",
+    "asubmit",
     "checkpoint",
+    "open_async_queue",
     "open_queue",
     "relay",
     "retry",

@@ -24,6 +24,7 @@ workers treat as a duplicate.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -33,8 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from idemflow import telemetry
+from idemflow._adrive import adrive
+from idemflow._drive import drive
+from idemflow._io import CommitCache, Send, Steps
+from idemflow.arunner import arun_status
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
+from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission
 from idemflow.errors import InvalidInputError, RequestFailed, StoreError, VersionNotHeldError, WorkflowAborted
@@ -42,9 +48,11 @@ from idemflow.keys import check_request_id
 from idemflow.monad import Call, Checkpoint, Idem
 from idemflow.policy import RetryPolicy
 from idemflow.records import Failure, OutboxEntry, RunRecord, RunStatus, outbox_ref
-from idemflow.runner import describe_request, execute, run_status
+from idemflow.runner import Request, describe_request, execution_steps, run_status
 from idemflow.serialization import JSON
-from idemflow.stores.base import Delete, Store
+from idemflow.stores.aio import is_async, to_async
+from idemflow.stores.base import AsyncStore, Delete, Store
+from idemflow.tx import Reader
 
 SIGNING_KEY_ENV = "IDEMFLOW_SIGNING_KEY"
 
@@ -89,10 +97,19 @@ class RequestStatus:
 
 def status(store: Store, workflow: str, request_id: str) -> RequestStatus:
     """The status of a request as its run record tells (``unknown`` if it has none)."""
-    record = run_status(store, workflow, request_id)
-    if record is None:
-        return RequestStatus(RunStatus.UNKNOWN)
-    return RequestStatus.of(record)
+    return _status_of(run_status(store, workflow, request_id))
+
+
+async def astatus(store: Store | AsyncStore, workflow: str, request_id: str) -> RequestStatus:
+    """:func:`status`, awaitable."""
+    return _status_of(await arun_status(store, workflow, request_id))
+
+
+def _status_of(record: RunRecord | None) -> RequestStatus:
+    return RequestStatus(RunStatus.UNKNOWN) if record is None else RequestStatus.of(record)
+
+
+_NOT_YET = object()
 
 
 class Pending:
@@ -102,12 +119,14 @@ class Pending:
     asking the store: ``submit`` saw the request finish (it completed or
     aborted before any checkpoint, or was a duplicate of a finished request),
     or this handle already read a final status. ``sleep`` and ``clock``
-    (monotonic seconds) pace :meth:`result`'s polling.
+    (monotonic seconds) pace :meth:`result`'s polling; :meth:`aresult` waits
+    with ``asyncio.sleep``. A handle from :func:`asubmit` holds an
+    asynchronous store: ask it with :meth:`aresult` and :meth:`astatus`.
     """
 
     def __init__(
         self,
-        store: Store,
+        store: Store | AsyncStore,
         workflow: str,
         request_id: str,
         *,
@@ -122,17 +141,36 @@ class Pending:
         self._sleep = sleep
         self._clock = clock
 
+    def _blocking(self) -> Store:
+        if is_async(self.store) or not isinstance(self.store, Store):
+            raise InvalidInputError(
+                f"request {self.request_id!r} was submitted on an asynchronous store: "
+                "await pending.aresult() or pending.astatus()"
+            )
+        return self.store
+
     def _current(self) -> RequestStatus:
         if self.outcome is None:
-            current = status(self.store, self.workflow, self.request_id)
-            if not current.status.final:
-                return current
-            self.outcome = current  # final: it never changes again
+            return self._seen(status(self._blocking(), self.workflow, self.request_id))
         return self.outcome
+
+    async def _acurrent(self) -> RequestStatus:
+        if self.outcome is None:
+            return self._seen(await astatus(self.store, self.workflow, self.request_id))
+        return self.outcome
+
+    def _seen(self, current: RequestStatus) -> RequestStatus:
+        if current.status.final:
+            self.outcome = current  # final: it never changes again
+        return current
 
     def status(self) -> RunStatus:
         """``unknown | running | completed | aborted | failed``."""
         return self._current().status
+
+    async def astatus(self) -> RunStatus:
+        """:meth:`status`, awaitable."""
+        return (await self._acurrent()).status
 
     def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
         """Wait for the workers to finish; the result, or :class:`WorkflowAborted`.
@@ -143,19 +181,34 @@ class Pending:
         """
         deadline = None if timeout is None else self._clock() + timeout
         while True:
-            current = self._current()
-            if current.status is RunStatus.COMPLETED:
-                return current.result
-            if current.status is RunStatus.ABORTED:
-                raise WorkflowAborted(current.reason, self.workflow, self.request_id)
-            if current.status is RunStatus.FAILED and current.failure is not None:
-                failure = current.failure
-                raise RequestFailed(
-                    self.workflow, self.request_id, failure.step, failure.reason, failure.attempts
-                )
-            if deadline is not None and self._clock() >= deadline:
-                raise TimeoutError(f"request {self.request_id!r} of {self.workflow!r} not finished")
+            answer = self._answer(self._current(), deadline)
+            if answer is not _NOT_YET:
+                return answer
             self._sleep(poll)
+
+    async def aresult(self, timeout: float | None = None, poll: float = 0.05) -> Any:
+        """:meth:`result`, awaitable: polls the store without blocking the loop."""
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            answer = self._answer(await self._acurrent(), deadline)
+            if answer is not _NOT_YET:
+                return answer
+            await asyncio.sleep(poll)
+
+    def _answer(self, current: RequestStatus, deadline: float | None) -> Any:
+        """The result of a finished request (or its error raised), else ``_NOT_YET``."""
+        if current.status is RunStatus.COMPLETED:
+            return current.result
+        if current.status is RunStatus.ABORTED:
+            raise WorkflowAborted(current.reason, self.workflow, self.request_id)
+        if current.status is RunStatus.FAILED and current.failure is not None:
+            failure = current.failure
+            raise RequestFailed(
+                self.workflow, self.request_id, failure.step, failure.reason, failure.attempts
+            )
+        if deadline is not None and self._clock() >= deadline:
+            raise TimeoutError(f"request {self.request_id!r} of {self.workflow!r} not finished")
+        return _NOT_YET
 
     def __repr__(self) -> str:
         return f"<Pending {self.workflow}/{self.request_id}>"
@@ -190,11 +243,62 @@ def submit(
     ``now()`` values, retention expiry, the outbox due time), ``time.time``
     by default, as in :func:`idemflow.run`.
     """
+    request = _submission(m, request_id)
+    steps = submission_steps(
+        m, request, request_id, store, queue.max_body_bytes, signing_key, policy, clock, grace, reader=store
+    )
+    outcome = drive(steps, store, queue)
+    return Pending(store, request.workflow, request_id, outcome=outcome)
+
+
+async def asubmit(
+    m: Idem[Any],
+    *,
+    request_id: str,
+    store: Store | AsyncStore,
+    queue: Queue | AsyncQueue,
+    signing_key: bytes | str | None = None,
+    policy: RetryPolicy | None = None,
+    clock: Callable[[], float] | None = None,
+    grace: float = DEFAULT_GRACE,
+) -> Pending:
+    """:func:`submit`, awaitable: the same steps, claim, outbox and pointer, on the event loop.
+
+    ``store`` and ``queue`` are asynchronous (``AsyncDynamoDBStore``,
+    ``AsyncSqsQueue``, ...) or blocking ones, then used from threads of their own.
+    The :class:`Pending` returned answers :meth:`Pending.aresult` and :meth:`Pending.astatus`.
+    """
+    request = _submission(m, request_id)
+    target, sink = to_async(store), to_async_queue(queue)
+    steps = submission_steps(
+        m, request, request_id, target, sink.max_body_bytes, signing_key, policy, clock, grace, reader=None
+    )
+    outcome = await adrive(steps, target, sink)
+    return Pending(target, request.workflow, request_id, outcome=outcome)
+
+
+def _submission(m: Idem[Any], request_id: str) -> Request:
     call = m.node if isinstance(m, Idem) else None
     if not isinstance(call, Call):
         raise InvalidInputError("submit() needs a @workflow call, e.g. submit(my_workflow(input), ...)")
     check_request_id(request_id)
-    request = describe_request(m)
+    return describe_request(m)
+
+
+def submission_steps(
+    m: Idem[Any],
+    request: Request,
+    request_id: str,
+    store: Store | AsyncStore,
+    max_body_bytes: int,
+    signing_key: bytes | str | None,
+    policy: RetryPolicy | None,
+    clock: Callable[[], float] | None,
+    grace: float,
+    *,
+    reader: Reader | None,
+) -> Steps[RequestStatus | None]:
+    """What ``submit`` and ``asubmit`` do (one computation): the outcome, if known already."""
     wall = time.time if clock is None else clock
     entry = OutboxEntry(request.workflow, request.version, request_id, wall() + grace)
     plan = Plan(
@@ -205,26 +309,27 @@ def submit(
     )
     key = resolve_signing_key(signing_key)
     try:
-        record = execute(
-            m, request_id=request_id, store=store, policy=policy, clock=wall, plan=plan, request=request
+        record = yield from execution_steps(
+            m, request, request_id, store, policy, wall, plan, (), reader=reader
         )
     except Checkpointed as reached:
-        _send(store, queue, Pointer(request.workflow, request.version, request_id, reached.journal), key)
-        return Pending(store, request.workflow, request_id)
+        pointer = Pointer(request.workflow, request.version, request_id, reached.journal)
+        yield from _send(pointer, key, max_body_bytes)
+        return None
     except VersionNotHeldError as other:  # a duplicate after a deploy: its own version finishes it
-        _send(store, queue, Pointer(request.workflow, other.version, request_id), key)
-        return Pending(store, request.workflow, request_id)
-    return Pending(store, request.workflow, request_id, outcome=RequestStatus.of(record))
+        yield from _send(Pointer(request.workflow, other.version, request_id), key, max_body_bytes)
+        return None
+    return RequestStatus.of(record)
 
 
-def _send(store: Store, queue: Queue, pointer: Pointer, key: bytes | None) -> None:
+def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int) -> Steps[None]:
     """Send the pointer and clear the outbox entry; a queue that fails leaves it to the relay."""
     body = encode_pointer(pointer, key)
-    if len(body.encode("utf-8")) > queue.max_body_bytes:  # hundreds of long-named steps
+    if len(body.encode("utf-8")) > max_body_bytes:  # hundreds of long-named steps
         body = encode_pointer(dataclasses.replace(pointer, steps=()), key)
     try:
         with telemetry.span("idemflow.queue.send", workflow=pointer.workflow, request_id=pointer.request_id):
-            queue.send(body)
+            yield Send(body)
     except StoreError as exc:  # QueueError, TransientStoreError, StoreConfigError
         log.warning(
             "queue send failed; a worker's relay will send the continuation: %s",
@@ -236,4 +341,4 @@ def _send(store: Store, queue: Queue, pointer: Pointer, key: bytes | None) -> No
             },
         )
         return
-    store.commit_cache([Delete(outbox_ref(pointer.workflow, pointer.request_id))])
+    yield CommitCache([Delete(outbox_ref(pointer.workflow, pointer.request_id))])

@@ -27,6 +27,7 @@ request then ends the same way: :class:`WorkflowAborted` from ``run``, or
 
 from __future__ import annotations
 
+from idemflow.arunner import arun_result
 from idemflow.errors import CompensationFailed, WorkflowAborted
 from idemflow.monad import Abort, Idem
 from idemflow.runner import run_result
@@ -39,4 +40,4 @@ def abort(reason: JSON = None) -> Idem[None]:
     return Idem(Abort(reason))
 
 
-__all__ = ["CompensationFailed", "WorkflowAborted", "abort", "run_result"]
+__all__ = ["CompensationFailed", "WorkflowAborted", "abort", "arun_result", "run_result"]

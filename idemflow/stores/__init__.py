@@ -16,15 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
 from idemflow._urls import parse_url
-from idemflow.stores.base import Capabilities, Row, RowRef, Store
+from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
+from idemflow.stores.base import AsyncStore, Capabilities, Row, RowRef, Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.stores.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from idemflow.stores.azure_tables import AzureTableStore
+    from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
     from idemflow.stores.dynamodb import DynamoDBStore
+    from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
 
 __all__ = [
+    "AsyncAzureTableStore",
+    "AsyncDynamoDBStore",
+    "AsyncStore",
     "AzureTableStore",
     "Capabilities",
     "DynamoDBStore",
@@ -33,12 +39,16 @@ __all__ = [
     "RowRef",
     "SqliteStore",
     "Store",
+    "open_async_store",
     "open_store",
+    "to_async",
 ]
 
 _LAZY = {
     "DynamoDBStore": ("idemflow.stores.dynamodb", "aws"),
     "AzureTableStore": ("idemflow.stores.azure_tables", "azure"),
+    "AsyncDynamoDBStore": ("idemflow.stores.dynamodb_aio", "aio"),
+    "AsyncAzureTableStore": ("idemflow.stores.azure_tables_aio", "aio"),
 }
 _PARAMETERS: dict[str, set[str]] = {
     "memory": set(),
@@ -103,3 +113,33 @@ def open_store(url: str, *, create: bool = True) -> Store:
         raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
     store_cls = __getattr__("AzureTableStore")
     return store_cls(connection_string=conn, prefix=params.get("prefix", ""))  # type: ignore[no-any-return]
+
+
+def open_async_store(url: str, *, create: bool = True) -> AsyncStore:
+    """The :class:`~idemflow.stores.base.AsyncStore` a URL names (the URLs of :func:`open_store`).
+
+    DynamoDB and Azure get their SDKs' asynchronous clients
+    (:class:`AsyncDynamoDBStore`, :class:`AsyncAzureTableStore`, the ``aio``
+    extra); SQLite runs on threads of its own, memory on the loop. Create it
+    on the event loop that uses it, and ``await store.close()`` when done.
+    The test-only ``conflicts=`` emulator exists for the blocking DynamoDB client only.
+    """
+    parsed = parse_url(url, "store", _PARAMETERS, _USAGE)
+    params = parsed.params
+    if parsed.scheme == "dynamodb":
+        if "conflicts" in params:
+            raise parsed.error("conflicts=RATE works on the blocking store only (open_store)")
+        store_cls = __getattr__("AsyncDynamoDBStore")
+        return store_cls(  # type: ignore[no-any-return]
+            endpoint_url=parsed.endpoint("endpoint"),
+            region_name=params.get("region"),
+            prefix=params.get("prefix", ""),
+        )
+    if parsed.scheme == "azure":
+        conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+        if not conn:
+            raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
+        store_cls = __getattr__("AsyncAzureTableStore")
+        return store_cls(connection_string=conn, prefix=params.get("prefix", ""))  # type: ignore[no-any-return]
+    blocking = open_store(url, create=create)
+    return InlineStore(blocking) if isinstance(blocking, MemoryStore) else ThreadedStore(blocking)

@@ -1,6 +1,6 @@
 """How a commit becomes an Azure entity group transaction.
 
-Pure functions, apart from :mod:`idemflow.stores.azure_tables` (which sends
+Pure functions, apart from :mod:`idemflow.stores._azure_calls` (which sends
 the batch and reads rows): :func:`plan` validates a commit before anything is
 sent; :func:`operation` maps each op to a batch operation, given what the
 store learned between attempts (:class:`Learned`):

@@ -28,93 +28,56 @@ the protocol allows that.
 
 from __future__ import annotations
 
-import http.client
 import logging
-import random
-import re
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
-from azure.core.exceptions import (
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceNotFoundError,
-    ServiceRequestError,
-    ServiceResponseError,
-)
-from azure.data.tables import TableClient, TableServiceClient, TableTransactionError
+from azure.core.exceptions import ResourceExistsError
+from azure.data.tables import TableClient, TableServiceClient
 
-from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
 from idemflow.keys import RUNS_TABLE
-from idemflow.serialization import decode
-from idemflow.stores import _azure_entity as ent
-from idemflow.stores._azure_batch import Learned, Operation, Raw, escaped, expects_absent, operation, plan
-from idemflow.stores._cache_writer import CacheWriter
-from idemflow.stores.base import (
-    COMMITTED,
-    Capabilities,
-    CommitOutcome,
-    Cond,
-    Conflict,
-    Delete,
-    Increment,
-    Insert,
-    Op,
-    OpFailure,
-    Row,
-    RowRef,
+from idemflow.stores._azure_calls import (
+    AZURE_CAPABILITIES,
+    AzureCalls,
+    Calls,
+    Pause,
+    assemble,
+    open_service,
+    read_jobs,
 )
+from idemflow.stores._cache_writer import CacheWriter
+from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
+
+__all__ = ["AZURE_CAPABILITIES", "AzureTableStore"]
 
 logger = logging.getLogger("idemflow.stores.azure_tables")
 
-AZURE_CAPABILITIES = Capabilities(
-    cross_partition_commit=False,
-    max_ops_per_commit=ent.MAX_BATCH_OPS,
-    max_value_bytes=450_000,
-    max_commit_bytes=3_000_000,  # values travel as base64 (4/3) and a batch body is capped at 4 MiB
-    max_key_bytes=ent.MAX_KEY_BYTES // 2,  # 1 KiB of UTF-16: 512 bytes of ASCII; escaping may need more
-)
-
-_TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
-_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-_CONDITION_CODES = frozenset({"UpdateConditionNotSatisfied", "EntityAlreadyExists", "ResourceNotFound"})
-_KEYS_PER_QUERY = 14
-_MAX_ATTEMPTS = 20
-"""Batches one commit may send while resolving tombstones and increments."""
-_MAX_HINTS = 10_000
-"""Tombstone ETags remembered, so writing over a tombstone costs no extra round trip."""
+T = TypeVar("T")
 
 
-class AzureTableStore:
+class AzureTableStore(AzureCalls):
     """A :class:`~idemflow.stores.base.Store` on Azure Table Storage (or Azurite).
 
     ``client_options`` go to ``TableServiceClient.from_connection_string``
-    (``retry_total``, ``connection_timeout``, ``read_timeout``, …).
+    (``retry_total``, ``connection_timeout``, ``read_timeout``, …). Its
+    per-call logic lives in :mod:`idemflow.stores._azure_calls`, shared with
+    :class:`~idemflow.stores.azure_tables_aio.AsyncAzureTableStore`; this
+    class carries the calls out with the blocking SDK.
     """
 
-    capabilities = AZURE_CAPABILITIES
-
     def __init__(self, *, connection_string: str, prefix: str = "", **client_options: Any) -> None:
-        if prefix and not prefix.isalnum():
-            raise StoreConfigError(f"Azure table prefix must be ASCII letters and digits, not {prefix!r}")
-        try:
-            self._service = TableServiceClient.from_connection_string(connection_string, **client_options)
-        except ValueError as exc:
-            # The SDK's message is generic; the string itself (it holds the key) is never shown.
-            raise StoreConfigError(
-                "malformed Azure connection string (expected AccountName=...;AccountKey=...;"
-                "TableEndpoint=... or UseDevelopmentStorage=true)"
-            ) from exc
-        self.prefix = prefix
+        super().__init__(prefix)
+        self._service = open_service(
+            TableServiceClient.from_connection_string, connection_string, client_options
+        )
+        # For AsyncAzureTableStore.twin_of; never shown (the string holds the account key).
+        self._connection_string = connection_string
+        self._client_options = dict(client_options)
         self._clients: dict[str, TableClient] = {}
-        self._lock = threading.Lock()
-        self._round_trips = 0
         self._cache = CacheWriter("azure", self.commit, logger)
         self._readers: ThreadPoolExecutor | None = None  # read_many's concurrent groups
-        self._tombstones: dict[tuple[str, str, str], str] = {}  # (table, partition, key) -> ETag
         self._closed = False
 
     # -- plumbing ---------------------------------------------------------------
@@ -124,13 +87,7 @@ class AzureTableStore:
         with self._lock:
             client = self._clients.get(table)
             if client is None:
-                physical = self.prefix + table
-                if not _TABLE.fullmatch(physical):
-                    raise StoreConfigError(
-                        f"Azure table name {physical!r} (prefix {self.prefix!r} + table {table!r}) must be "
-                        "3-63 ASCII letters and digits, starting with a letter"
-                    )
-                client = self._clients[table] = self._service.get_table_client(physical)
+                client = self._clients[table] = self._service.get_table_client(self.physical(table))
             return client
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -142,91 +99,32 @@ class AzureTableStore:
                 self._readers = ThreadPoolExecutor(8, thread_name_prefix="idemflow-azure-read")
             return self._readers
 
-    def _hint(self, table: str, partition: str, key: str, raw: Raw | None) -> None:
-        """Remember the ETag of a tombstone just seen (forget any other row), so an
-        insert over it can go straight to "update If-Match" (a stale hint only
-        costs the resolution a failed batch already pays)."""
-        with self._lock:
-            self._tombstones.pop((table, partition, key), None)
-            if raw is not None and raw[1] is None:
-                self._tombstones[(table, partition, key)] = raw[0]
-                if len(self._tombstones) > _MAX_HINTS:
-                    del self._tombstones[next(iter(self._tombstones))]
-
-    def _count(self) -> None:
-        with self._lock:
-            self._round_trips += 1
-
-    def _error(self, exc: Exception, table: str, what: str) -> StoreError:
-        """The idemflow error for an SDK failure on logical ``table``."""
-        physical = self.prefix + table
-        if isinstance(exc, (ServiceRequestError, ServiceResponseError, http.client.HTTPException, OSError)):
-            return TransientStoreError(
-                f"{what} on Azure table {physical!r}: connection failed or its answer was lost "
-                f"({type(exc).__name__}); the outcome is unknown, retry"
-            )
-        if not isinstance(exc, HttpResponseError):
-            return StoreError(f"{what} on Azure table {physical!r} failed: {type(exc).__name__}")
-        status, code = exc.status_code, _code(exc)
-        if code == "TableNotFound":
-            return StoreError(
-                f"Azure table {physical!r} does not exist: create it with "
-                f"`idemflow tables create --store URL {table}` or store.create_tables({table!r})"
-            )
-        if status in (401, 403) or code in ("AuthenticationFailed", "AuthorizationFailure"):
-            return StoreError(
-                f"{what} on Azure table {physical!r} was refused (HTTP {status} {code}): check the "
-                "AccountName and AccountKey (or SAS token) of the connection string"
-            )
-        if status in _TRANSIENT_STATUS:
-            return TransientStoreError(f"{what} on Azure table {physical!r}: HTTP {status} {code}, retry")
-        return StoreError(f"{what} on Azure table {physical!r} failed: HTTP {status} {code}")
-
-    def _get(self, ref: RowRef, partition: str, key: str) -> Raw | None:
-        """One point read of escaped keys: ETag and text, or None when absent."""
-        client = self.table_client(ref.table)
-        self._count()
-        try:
-            entity = client.get_entity(partition, key)
-        except ResourceNotFoundError as exc:
-            if _code(exc) == "TableNotFound":
-                raise self._error(exc, ref.table, "read") from exc
-            self._hint(ref.table, partition, key, None)
-            return None
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, ref.table, "read") from exc
-        try:
-            raw = str(entity.metadata["etag"]), ent.entity_text(entity)
-        except (KeyError, ValueError) as exc:
-            raise StoreError(
-                f"entity {ref.table}/{ref.partition}/{ref.key[:40]!r} was not written by idemflow"
-            ) from exc
-        self._hint(ref.table, partition, key, raw)
-        return raw
-
-    def _submit(self, table: str, batch: list[Operation]) -> None:
-        client = self.table_client(table)
-        self._count()
-        kind = batch[0][0]
-        if len(batch) == 1 and kind in _SINGLE:
-            # One write needs no entity group transaction: the plain call is
-            # atomic by itself and about 3x cheaper (the run-record insert).
-            answers: list[Mapping[str, Any]] = [_single(client, batch[0])]
-        else:
-            answers = client.submit_transaction(batch)
-        for (_, entity, _), answer in zip(batch, answers, strict=False):
-            etag = answer.get("etag") if entity.get(ent.TOMB) else None
-            raw = None if etag is None else (str(etag), None)
-            self._hint(table, entity["PartitionKey"], entity["RowKey"], raw)
+    def _drive(self, steps: Calls[T]) -> T:
+        """Carry out ``steps``' SDK calls on this thread, to their value."""
+        answer: Any = None
+        failure: Exception | None = None
+        while True:
+            try:
+                request = steps.send(answer) if failure is None else steps.throw(failure)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer = failure = None
+            if isinstance(request, Pause):
+                time.sleep(request.seconds)
+                continue
+            client = self.table_client(request.table)
+            self._count()
+            try:
+                found = getattr(client, request.method)(*request.args, **request.kwargs)
+                answer = list(found) if request.collect else found
+            except Exception as exc:  # noqa: BLE001 - thrown back where the call was asked for
+                failure = exc
 
     # -- the protocol -----------------------------------------------------------
 
     def read(self, ref: RowRef) -> Row | None:
-        partition, key = escaped(ref)
-        raw = self._get(ref, partition, key)
-        if raw is None or raw[1] is None:
-            return None
-        return Row(decode(raw[1]), raw[0])
+        return self._drive(self._read(ref))
 
     def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
         """One call per (table, partition) group, the groups read concurrently.
@@ -235,128 +133,22 @@ class AzureTableStore:
         one query (``RowKey eq`` alternatives, at most 14 per query: Azure
         allows 15 comparisons in a filter).
         """
-        groups: dict[tuple[str, str], list[int]] = {}
-        for index, ref in enumerate(refs):
-            groups.setdefault((ref.table, ref.partition), []).append(index)
-        jobs = [
-            indexes[start : start + _KEYS_PER_QUERY]
-            for indexes in groups.values()
-            for start in range(0, len(indexes), _KEYS_PER_QUERY)
-        ]
+        jobs = read_jobs(refs)
         if len(jobs) == 1:
-            found = [self._read_group([refs[i] for i in jobs[0]])]
+            found = [self._drive(self._read_group([refs[i] for i in jobs[0]]))]
         else:
             pool = self._pool()
-            found = list(pool.map(lambda job: self._read_group([refs[i] for i in job]), jobs))
-        rows: list[Row | None] = [None] * len(refs)
-        for job, raws in zip(jobs, found, strict=True):
-            for index, raw in zip(job, raws, strict=True):
-                rows[index] = None if raw is None or raw[1] is None else Row(decode(raw[1]), raw[0])
-        return rows
-
-    def _read_group(self, refs: list[RowRef]) -> list[Raw | None]:
-        """Rows of one table and partition in one round trip."""
-        first = refs[0]
-        partition, key = escaped(first)
-        if len(refs) == 1:
-            return [self._get(first, partition, key)]
-        keys = [escaped(ref)[1] for ref in refs]
-        params = {"pk": partition} | {f"k{i}": row_key for i, row_key in enumerate(keys)}
-        # The SDK substitutes @names between spaces only, hence "( ... )" spaced out.
-        query = " or ".join(f"RowKey eq @k{i}" for i in range(len(keys)))
-        client = self.table_client(first.table)
-        self._count()
-        try:
-            found = {
-                entity["RowKey"]: (str(entity.metadata["etag"]), ent.entity_text(entity))
-                for entity in client.query_entities(f"PartitionKey eq @pk and ( {query} )", parameters=params)
-            }
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, first.table, "read") from exc
-        for row_key in keys:
-            self._hint(first.table, partition, row_key, found.get(row_key))
-        return [found.get(row_key) for row_key in keys]
+            found = list(pool.map(lambda job: self._drive(self._read_group([refs[i] for i in job])), jobs))
+        return assemble(len(refs), jobs, found)
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        if not ops:
-            return COMMITTED
-        planned = plan(ops)
-        partition, keys, first = planned.partition, planned.keys, ops[0].ref
-        learned = Learned()
-        with self._lock:
-            for index, op in enumerate(ops):
-                hint = self._tombstones.get((first.table, partition, keys[index]))
-                if hint is not None and expects_absent(op):
-                    learned.tomb_etags[index] = hint
-        for index, op in enumerate(ops):
-            if isinstance(op, Increment):
-                learned.counters[index] = self._get(op.ref, partition, keys[index])
-        for attempt in range(_MAX_ATTEMPTS):
-            now = time.time()
-            entries = [(index, operation(op, index, planned, learned, now)) for index, op in enumerate(ops)]
-            batch = [entry for _, entry in entries if entry is not None]
-            positions = [index for index, entry in entries if entry is not None]
-            if not batch:
-                return COMMITTED
-            try:
-                self._submit(first.table, batch)
-                return COMMITTED
-            except TableTransactionError as exc:
-                code = _code(exc)
-                if code not in _CONDITION_CODES or not 0 <= exc.index < len(positions):
-                    raise self._error(exc, first.table, "commit") from exc
-                index = positions[exc.index]
-            except _SingleFailed:
-                index = positions[0]
-            except Exception as exc:  # every SDK failure becomes a StoreError
-                raise self._error(exc, first.table, "commit") from exc
-            op = ops[index]
-            if isinstance(op, Increment):  # no read dependency of the caller: read again, retry
-                learned.counters[index] = self._get(op.ref, partition, keys[index])
-                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # let the other writer finish
-            elif isinstance(op, Delete) and op.expect is Cond.ANY:
-                learned.blind_absent.add(index)  # nothing to delete: make it absent with a tombstone
-            elif expects_absent(op):
-                raw = self._get(op.ref, partition, keys[index])
-                if raw is not None and raw[1] is not None:
-                    existing = Row(decode(raw[1]), raw[0]) if isinstance(op, Insert) else None
-                    return Conflict((OpFailure(index, existing),))
-                if raw is None:
-                    learned.tomb_etags.pop(index, None)
-                else:  # a tombstone: absent all the same, overwrite it under its ETag
-                    learned.tomb_etags[index] = raw[0]
-            else:
-                return Conflict((OpFailure(index),))
-        raise TransientStoreError(
-            f"commit on Azure table {self.prefix + first.table!r} partition {first.partition!r}: rows kept "
-            f"changing under it for {_MAX_ATTEMPTS} attempts, retry"
-        )
+        return self._drive(self._commit(ops))
 
     def commit_cache(self, ops: Sequence[Op]) -> None:
         self._cache.submit(ops)
 
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
-        client = self.table_client(table)
-        if partition is None:
-            found = client.list_entities()
-        else:
-            found = client.query_entities("PartitionKey eq @pk", parameters={"pk": ent.escape_key(partition)})
-        rows: list[tuple[str, str, Row]] = []
-        try:
-            for page in found.by_page():
-                self._count()
-                for entity in page:
-                    text = ent.entity_text(entity)
-                    if text is not None:
-                        part, key = (
-                            ent.unescape_key(entity["PartitionKey"]),
-                            ent.unescape_key(entity["RowKey"]),
-                        )
-                        rows.append((part, key, Row(decode(text), str(entity.metadata["etag"]))))
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, table, "scan") from exc
-        rows.sort(key=lambda item: (item[0], item[1]))
-        yield from rows
+        yield from self._drive(self._scan(table, partition))
 
     def tables(self) -> list[str]:
         """Logical names of the Azure tables under this store's prefix (a range query on
@@ -404,46 +196,3 @@ class AzureTableStore:
         for client in clients:
             client.close()
         self._service.close()
-
-    @property
-    def round_trips(self) -> int:
-        """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
-
-        This store's own count, not part of the Store protocol: code given any Store must not use it.
-        """
-        with self._lock:
-            return self._round_trips
-
-
-_SINGLE = frozenset({"create", "upsert", "update"})
-
-
-class _SingleFailed(Exception):
-    """A single-entity write's condition failed (as a batch's would have, at index 0)."""
-
-
-def _single(client: TableClient, operation: Operation) -> dict[str, Any]:
-    kind, entity, options = operation
-    try:
-        if kind == "create":
-            answer: dict[str, Any] = client.create_entity(entity)
-        elif kind == "upsert":
-            answer = client.upsert_entity(entity, **options)
-        else:
-            answer = client.update_entity(entity, **options)
-    except ResourceExistsError as exc:
-        raise _SingleFailed("EntityAlreadyExists") from exc
-    except ResourceNotFoundError as exc:
-        if _code(exc) == "TableNotFound":
-            raise
-        raise _SingleFailed("ResourceNotFound") from exc
-    except HttpResponseError as exc:
-        if exc.status_code == 412:
-            raise _SingleFailed("UpdateConditionNotSatisfied") from exc
-        raise
-    return answer
-
-
-def _code(exc: HttpResponseError) -> str:
-    code = getattr(exc, "error_code", None)
-    return str(getattr(code, "value", code))

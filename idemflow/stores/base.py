@@ -224,3 +224,43 @@ class Store(Protocol):
     def close(self) -> None:
         """Release connections and finish deferred writes."""
         ...
+
+
+class AsyncStore(Protocol):
+    """The same store contract for an event loop: every call that may wait is awaited.
+
+    Stores on the SDKs' own asynchronous clients (aiobotocore, the Azure SDK's
+    ``aio`` clients) implement it, and :func:`idemflow.stores.aio.to_async`
+    gives it to any blocking :class:`Store` (SQLite, memory) on threads of
+    its own. ``arun``, ``asubmit`` and the asyncio worker take one.
+    """
+
+    capabilities: Capabilities
+
+    async def read(self, ref: RowRef) -> Row | None:
+        """One strongly consistent point read."""
+        ...
+
+    async def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        """Strongly consistent point reads, batched where the backend can."""
+        ...
+
+    async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        """Apply all ``ops`` atomically or none (see :meth:`Store.commit`)."""
+        ...
+
+    async def commit_cache(self, ops: Sequence[Op]) -> None:
+        """Best-effort cache write, deferred off the caller's path where possible. Never raises."""
+        ...
+
+    async def scan(self, table: str, partition: str | None = None) -> list[tuple[str, str, Row]]:
+        """Every row of a logical table (or one partition), sorted: for reads and tools, not steps."""
+        ...
+
+    async def flush(self) -> None:
+        """Wait until deferred cache writes are done."""
+        ...
+
+    async def close(self) -> None:
+        """Finish deferred writes and release connections."""
+        ...

@@ -19,6 +19,9 @@ from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
 
+BOTH_APIS = True
+"""Every test runs with ``submit``/``status`` and with ``asubmit``/``astatus`` (conftest)."""
+
 KEY = b"test-signing-key"
 
 

@@ -16,6 +16,9 @@ from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
 
+BOTH_APIS = True
+"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
+
 
 def add(key: str, amount: int) -> Any:
     def add_body(tx: Tx) -> int:

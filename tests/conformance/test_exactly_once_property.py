@@ -29,6 +29,10 @@ from tests.workflows import rows_of
 Step = tuple[str, str, str, int]
 
 
+BOTH_APIS = True
+"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
+
+
 def step_body(kind: str, token: str, amount: int) -> Any:
     def body(tx: Tx) -> Any:
         if kind == "count":

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import idemflow
 from idemflow import (
     ConflictError,
     Idem,
@@ -38,6 +39,10 @@ from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.workflows import rows_of, setup_accounts, transfer
 
 _spaces = itertools.count()
+
+
+BOTH_APIS = True
+"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
 
 
 def new_space() -> str:
@@ -314,6 +319,7 @@ def test_idempotent_handler(store: Store) -> None:
     assert rows_of(store, space) == {("items", "orders", "placed"): 2}
 
 
+@pytest.mark.blocking_api
 def test_duplicate_of_finished_request_costs_one_round_trip(store: Store) -> None:
     space = new_space()
     m = atomic("items", space + "a", lambda tx: tx.put("k", 1)).then(
@@ -330,6 +336,7 @@ def test_duplicate_of_finished_request_costs_one_round_trip(store: Store) -> Non
 
 
 @pytest.mark.exact_calls
+@pytest.mark.blocking_api
 def test_first_run_costs_one_commit_per_step(store: Store) -> None:
     space = new_space()
     steps = [atomic("items", space + str(i), lambda tx, i=i: tx.put("k", i)) for i in range(4)]
@@ -445,7 +452,8 @@ def test_bounded_conflicts_raise_conflict_error(store: Store) -> None:
 
     def body(tx: Tx) -> None:
         tx.get("v")
-        run(meddler, request_id=str(uuid.uuid4()), store=store)  # a writer sneaks in every time
+        # a writer sneaks in every time (blocking: a body cannot await, on either API)
+        idemflow.run(meddler, request_id=str(uuid.uuid4()), store=store)
         tx.put("w", 1)
 
     policy = RetryPolicy(

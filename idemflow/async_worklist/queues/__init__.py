@@ -16,15 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
 from idemflow._urls import parse_url
+from idemflow.async_worklist.queues.aio import AsyncQueue, ThreadedQueue
 from idemflow.async_worklist.queues.base import DeadLetter, Message, MessageLostError, Queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
+    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
     from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
 
 __all__ = [
+    "AsyncAzureQueue",
+    "AsyncQueue",
+    "AsyncSqsQueue",
     "AzureQueue",
     "DeadLetter",
     "MemoryQueue",
@@ -33,12 +39,16 @@ __all__ = [
     "Queue",
     "SqliteQueue",
     "SqsQueue",
+    "ThreadedQueue",
+    "open_async_queue",
     "open_queue",
 ]
 
 _LAZY = {
     "SqsQueue": ("idemflow.async_worklist.queues.sqs", "aws"),
     "AzureQueue": ("idemflow.async_worklist.queues.azure_queue", "azure"),
+    "AsyncSqsQueue": ("idemflow.async_worklist.queues.sqs_aio", "aio"),
+    "AsyncAzureQueue": ("idemflow.async_worklist.queues.azure_queue_aio", "aio"),
 }
 _PARAMETERS = {
     "memory": {"visibility_timeout"},
@@ -71,6 +81,29 @@ def open_queue(url: str) -> Queue:
     >>> queue.name, queue.visibility_timeout
     ('jobs', 60.0)
     """
+    kind, args, options = _parsed(url)
+    if kind in ("MemoryQueue", "SqliteQueue"):
+        return MemoryQueue(**options) if kind == "MemoryQueue" else SqliteQueue(*args, **options)
+    queue_cls = __getattr__(kind)
+    return queue_cls(*args, **options)  # type: ignore[no-any-return]
+
+
+def open_async_queue(url: str) -> AsyncQueue:
+    """The :class:`~idemflow.async_worklist.queues.aio.AsyncQueue` a URL names (``open_queue``'s URLs).
+
+    SQS and Azure Queue get their SDKs' asynchronous clients (the ``aio``
+    extra); SQLite and memory queues run on threads of their own. Create it on
+    the event loop that uses it; ``await queue.close()`` when done.
+    """
+    kind, args, options = _parsed(url)
+    if kind in ("MemoryQueue", "SqliteQueue"):
+        return ThreadedQueue(open_queue(url))
+    queue_cls = __getattr__("Async" + kind)
+    return queue_cls(*args, **options)  # type: ignore[no-any-return]
+
+
+def _parsed(url: str) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+    """The queue class a URL names, with its arguments (checked before anything is opened)."""
     parsed = parse_url(url, "queue", _PARAMETERS, _USAGE)
     scheme, target, params = parsed.scheme, parsed.target, parsed.params
     options: dict[str, Any] = {}
@@ -81,19 +114,22 @@ def open_queue(url: str) -> Queue:
     if create is not None:
         options["create"] = create
     if scheme == "memory":
-        return MemoryQueue(**options)
+        return "MemoryQueue", (), options
     if not target:
         raise parsed.error(f"needs a {'path' if scheme == 'sqlite' else 'queue name'}")
     if scheme == "sqlite":
-        return SqliteQueue(target, name=params.get("name", "default"), **options)
+        return "SqliteQueue", (target,), {"name": params.get("name", "default"), **options}
     if scheme == "sqs":
-        endpoint = parsed.endpoint("endpoint")
-        queue_cls = __getattr__("SqsQueue")
-        return queue_cls(  # type: ignore[no-any-return]
-            target, endpoint_url=endpoint, region_name=params.get("region"), **options
+        return (
+            "SqsQueue",
+            (target,),
+            {
+                "endpoint_url": parsed.endpoint("endpoint"),
+                "region_name": params.get("region"),
+                **options,
+            },
         )
     conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if not conn:
         raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
-    queue_cls = __getattr__("AzureQueue")
-    return queue_cls(target, connection_string=conn, **options)  # type: ignore[no-any-return]
+    return "AzureQueue", (target,), {"connection_string": conn, **options}

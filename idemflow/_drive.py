@@ -1,0 +1,101 @@
+"""Carry out the engine's requests on a blocking store, in the caller's thread (``run``).
+
+The engine (:mod:`idemflow.engine`) yields what it needs (:mod:`idemflow._io`);
+this loop answers each request with the store's call, or throws the store's
+exception back in where the engine asked, so the engine handles it exactly
+as if it had made the call itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from idemflow._gates import GATES
+from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Sleep, Steps, Turn
+from idemflow.stores.base import Store
+
+if TYPE_CHECKING:
+    from idemflow.async_worklist.queues.base import Queue
+
+T = TypeVar("T")
+
+
+def drive(steps: Steps[T], store: Store, queue: Queue | None = None) -> T:
+    """Run ``steps`` to their value on ``store`` (and ``queue``, for ``submit``)."""
+    value: Any = None
+    failure: BaseException | None = None
+    while True:
+        try:
+            request = steps.send(value) if failure is None else steps.throw(failure)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        value = failure = None
+        try:  # the most frequent first
+            kind = type(request)
+            if kind is Commit:
+                value = store.commit(request.ops)  # type: ignore[union-attr]
+            elif kind is Read:
+                value = store.read(request.ref)  # type: ignore[union-attr]
+            elif kind is ReadMany:
+                value = store.read_many(request.refs)  # type: ignore[union-attr]
+            elif kind is CommitCache:
+                store.commit_cache(request.ops)  # type: ignore[union-attr]
+            else:
+                value = _other(request, store, queue)
+        except BaseException as exc:  # noqa: BLE001 - thrown back where the engine asked
+            failure = exc
+
+
+def _other(request: object, store: Store, queue: Queue | None) -> Any:
+    match request:
+        case Scan(table, partition):
+            return list(store.scan(table, partition))
+        case Send(body):
+            assert queue is not None, "a computation that sends needs a queue"
+            return queue.send(body)
+        case Sleep(seconds, sleep):
+            return sleep(seconds)
+        case Turn(table, partition, until):
+            return GATES.take(store, table, partition, until)
+        case CallOut(function, key):
+            return call_out(function, key)
+    raise TypeError(f"not an engine request: {request!r}")
+
+
+def call_out(function: Callable[[str], Any], key: str) -> Any:
+    """An effect in a blocking run: a coroutine function is run to completion on its own loop."""
+    result = function(key)
+    if inspect.isawaitable(result):
+        return _wait(result)
+    return result
+
+
+def _wait(awaitable: Awaitable[Any]) -> Any:
+    async def waited() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: the usual case for run()
+        return asyncio.run(waited())
+    # run() called from a thread that runs an event loop: finish it on another thread
+    box: list[Any] = []
+    errors: list[BaseException] = []
+
+    def runner() -> None:
+        try:
+            box.append(asyncio.run(waited()))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+
+    thread = threading.Thread(target=runner, name="idemflow-effect")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return box[0]

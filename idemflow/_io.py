@@ -1,0 +1,144 @@
+"""What the step engine asks of the outside world, as values: one algorithm, two drivers.
+
+The engine (:mod:`idemflow.engine`) is a generator: instead of calling a
+store, it *yields* one of the requests below and is sent the answer (or has
+the store's exception thrown in at the ``yield``). :mod:`idemflow._drive`
+answers them with a blocking store on the caller's thread; :mod:`idemflow._adrive`
+awaits an asynchronous store on the event loop. So ``run`` and ``arun`` share
+every decision (replay, claim, conflicts, retries, compensation) and differ
+only in how a request is carried out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from idemflow.stores.base import Op, Row, RowRef
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One strongly consistent point read: answered with ``Row | None``."""
+
+    ref: RowRef
+
+
+@dataclass(frozen=True, slots=True)
+class ReadMany:
+    """Point reads in one round trip where the backend can: answered with ``list[Row | None]``."""
+
+    refs: Sequence[RowRef]
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One atomic commit: answered with a ``CommitOutcome``."""
+
+    ops: Sequence[Op]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitCache:
+    """A best-effort cache write (completion records, outbox clean-up): answered with None."""
+
+    ops: Sequence[Op]
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds`` between retries; ``sleep`` is the retryer's own (tests inject one)."""
+
+    seconds: float
+    sleep: Callable[[float], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """Wait for this process's turn on a hot partition, at most until ``until`` (monotonic).
+
+    Answered with a function that gives the turn back (call it exactly once).
+    """
+
+    table: str
+    partition: str
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class CallOut:
+    """Call ``function(key)`` outside the store (an effect): answered with its result.
+
+    ``function`` may be a coroutine function; the drivers await it (``arun``) or
+    run it to completion (``run``).
+    """
+
+    function: Callable[[str], Any]
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Every row of a table (or one partition), sorted: answered with ``list[(partition, key, Row)]``."""
+
+    table: str
+    partition: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``body`` to the driver's queue (``submit``'s continuation pointer): answered with None."""
+
+    body: str
+
+
+Request = Read | ReadMany | Commit | CommitCache | Sleep | Turn | CallOut | Scan | Send
+
+Steps = Generator[Request, Any, T]
+"""A computation of the engine that yields requests and returns a ``T``."""
+
+
+class NeedRows(BaseException):
+    """A body read rows not fetched yet (asynchronous runs): fetch them, run the body again.
+
+    A ``BaseException`` so a body's ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, refs: Sequence[RowRef]) -> None:
+        super().__init__(len(refs))
+        self.refs = refs
+
+
+class Prefetched:
+    """The reads of a body that cannot block: rows fetched so far, or :class:`NeedRows`.
+
+    Bodies are plain functions of ``Tx``; on an event loop their reads cannot
+    wait for the store. So a body runs against the rows fetched so far, the
+    first missing read stops it, the driver awaits that read, and the body
+    runs again from the start (bodies may always run more than once). A body
+    that reads ``k`` rows runs ``k + 1`` times, each run a few microseconds.
+    """
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows: dict[RowRef, Row | None] = {}
+
+    def read(self, ref: RowRef) -> Row | None:
+        try:
+            return self.rows[ref]
+        except KeyError:
+            raise NeedRows((ref,)) from None
+
+    def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        rows = self.rows
+        missing = [ref for ref in refs if ref not in rows]
+        if missing:
+            raise NeedRows(missing)
+        return [rows[ref] for ref in refs]
+
+    def add(self, refs: Sequence[RowRef], found: Sequence[Row | None]) -> None:
+        self.rows.update(zip(refs, found, strict=True))

@@ -1,0 +1,219 @@
+"""``Idempotency-Key`` for Starlette and FastAPI: run or submit a workflow per key, answer in HTTP.
+
+:class:`Idempotency` holds a store (and a queue, for requests answered at
+their checkpoint). Its :meth:`~Idempotency.key` reads and checks the
+request's ``Idempotency-Key`` header (a FastAPI dependency as it is:
+``key: str = Depends(idem.key)``); :meth:`~Idempotency.run` and
+:meth:`~Idempotency.submit` await the workflow under that key; and
+:meth:`~Idempotency.install` maps the library's errors to answers, so a
+route only says what to run:
+
+==============================================  =====================================================
+what happened                                    answer
+==============================================  =====================================================
+no ``Idempotency-Key``, or one no store holds    400 ``missing_idempotency_key`` / ``invalid_input``
+input not JSON, too large, a bad name            400 ``invalid_input`` (before anything is written)
+the key was used for another request             422 ``idempotency_key_reused``
+submitted, workers still running it              202 ``{"status": "running", "status_url"}`` + ``Location``
+the workflow aborted (a refusal)                 409 ``aborted`` (or the status its reason's code maps to)
+a step kept failing (worklist)                   500 ``failed``
+a hot partition or the store is busy             503 ``busy`` + ``Retry-After`` (retry with the same key)
+==============================================  =====================================================
+
+Errors are ``{"error": code, "detail": message}``. Needs Starlette (the
+``asgi`` extra); FastAPI is Starlette underneath.
+
+>>> from starlette.applications import Starlette
+>>> from idemflow import MemoryStore, atomic, workflow
+>>> @workflow("order")
+... def order(body):
+...     yield atomic("orders", body["id"], lambda tx: tx.increment("placed"))
+...     return {"placed": body["id"]}
+>>> idem = Idempotency(MemoryStore())
+>>> async def place(request):
+...     return JSONResponse(await idem.run(order(await request.json()), request_id=await idem.key(request)))
+>>> app = Starlette()
+>>> app.add_route("/orders", place, methods=["POST"])
+>>> idem.install(app)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from idemflow.arunner import arun
+from idemflow.async_worklist.queues.aio import AsyncQueue
+from idemflow.async_worklist.queues.base import Queue
+from idemflow.async_worklist.submit import astatus, asubmit
+from idemflow.errors import (
+    ConflictError,
+    IdemflowError,
+    IdempotencyKeyReuseError,
+    InvalidInputError,
+    RequestFailed,
+    TransientStoreError,
+    VersionNotHeldError,
+    WorkflowAborted,
+)
+from idemflow.keys import check_request_id
+from idemflow.monad import Idem
+from idemflow.policy import RetryPolicy
+from idemflow.records import RunStatus
+from idemflow.stores.base import AsyncStore, Store
+
+KEY_HEADER = "Idempotency-Key"
+
+
+class MissingIdempotencyKey(InvalidInputError):
+    """The request has no ``Idempotency-Key`` header (400)."""
+
+
+def error(status: int, code: str, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """A JSON error answer: ``{"error": code, "detail": detail}``."""
+    return JSONResponse({"error": code, "detail": detail}, status, headers=headers)
+
+
+def answer(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Response | None:
+    """The HTTP answer for one of the library's errors, or None for one that is the server's fault.
+
+    ``refusals`` maps an abort reason's ``"code"`` (``tx.abort({"code": "sold_out", ...})``)
+    to its status; other aborts answer 409.
+    """
+    match exc:
+        case MissingIdempotencyKey():
+            return error(400, "missing_idempotency_key", str(exc))
+        case InvalidInputError():
+            return error(400, "invalid_input", str(exc))
+        case IdempotencyKeyReuseError():
+            return error(422, "idempotency_key_reused", str(exc))
+        case WorkflowAborted(reason=reason):
+            if isinstance(reason, dict) and isinstance(reason.get("code"), str):
+                code = reason["code"]
+                return error((refusals or {}).get(code, 409), code, str(reason.get("message", "")))
+            return error(409, "aborted", str(reason))
+        case RequestFailed():
+            return error(500, "failed", str(exc))
+        case ConflictError() | TransientStoreError() | VersionNotHeldError():
+            return error(503, "busy", f"{exc}; retry with the same {KEY_HEADER}", {"Retry-After": "1"})
+    return None
+
+
+class Idempotency:
+    """Idempotency-Key handling for the routes of one Starlette or FastAPI app.
+
+    ``store`` (and ``queue``, for :meth:`submit`) are asynchronous ones or
+    blocking ones used from threads of their own. ``status_url`` formats
+    where a submitted request's status is (``{workflow}`` and
+    ``{request_id}``, URL-quoted); :meth:`status_endpoint` serves it.
+    ``refusals`` maps abort reason codes to statuses (see :func:`answer`).
+    """
+
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        *,
+        queue: Queue | AsyncQueue | None = None,
+        signing_key: bytes | str | None = None,
+        status_url: str = "/requests/{workflow}/{request_id}",
+        refusals: Mapping[str, int] | None = None,
+        policy: RetryPolicy | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.queue = queue
+        self.signing_key = signing_key
+        self.status_url = status_url
+        self.refusals = dict(refusals or {})
+        self.policy = policy
+        self.clock = clock
+
+    async def key(self, request: Request) -> str:
+        """The request's ``Idempotency-Key``, checked (a FastAPI dependency: ``Depends(idem.key)``).
+
+        Raises :class:`MissingIdempotencyKey` or :class:`~idemflow.errors.InvalidInputError`
+        (400 once :meth:`install` ed).
+        """
+        raw = request.headers.get(KEY_HEADER)
+        if not raw:
+            raise MissingIdempotencyKey(f"send your request id in the {KEY_HEADER} header")
+        return check_request_id(raw)
+
+    async def run(self, m: Idem[Any], *, request_id: str) -> Any:
+        """Await ``m`` under ``request_id`` to its result (duplicates get the first answer)."""
+        return await arun(m, request_id=request_id, store=self.store, policy=self.policy, clock=self.clock)
+
+    async def submit(
+        self, m: Idem[Any], *, request_id: str, accepted: Mapping[str, Any] | None = None
+    ) -> Any:
+        """Submit ``m``: its result if it already finished, else a 202 answer with the status URL.
+
+        The 202 body is ``{"request_id", "status": "running", "status_url", **accepted}``
+        and its ``Location`` header the status URL. A refusal before the checkpoint
+        raises :class:`~idemflow.errors.WorkflowAborted` (answered 409).
+        """
+        if self.queue is None:
+            raise InvalidInputError("Idempotency.submit needs a queue: Idempotency(store, queue=...)")
+        pending = await asubmit(
+            m,
+            request_id=request_id,
+            store=self.store,
+            queue=self.queue,
+            signing_key=self.signing_key,
+            policy=self.policy,
+            clock=self.clock,
+        )
+        now = pending.outcome  # final when submit saw the request finish; else workers have it
+        if now is not None and now.status is RunStatus.ABORTED:
+            raise WorkflowAborted(now.reason, pending.workflow, request_id)
+        if now is not None and now.status is RunStatus.COMPLETED:
+            return now.result
+        url = self.status_url.format(
+            workflow=quote(pending.workflow, safe=""), request_id=quote(request_id, safe="")
+        )
+        body = {"request_id": request_id, "status": "running", "status_url": url, **(accepted or {})}
+        return JSONResponse(body, 202, headers={"Location": url})
+
+    async def status(self, workflow: str, request_id: str) -> Response:
+        """Where a request stands: 200 once final (result, reason or failure), 202 while
+        running, 404 if no request ``request_id`` of ``workflow`` exists."""
+        found = await astatus(self.store, workflow, request_id)
+        if found.status is RunStatus.UNKNOWN:
+            return error(404, "not_found", f"no request {request_id!r} of {workflow!r}")
+        body: dict[str, Any] = {"request_id": request_id, "status": found.status.value}
+        if found.status is RunStatus.COMPLETED:
+            body["result"] = found.result
+        elif found.status is RunStatus.ABORTED:
+            body["reason"] = found.reason
+        elif found.status is RunStatus.FAILED and found.failure is not None:
+            body["failure"] = found.failure.to_json()
+        elif found.waiting is not None:
+            body["waiting"] = found.waiting
+        return JSONResponse(body, 202 if found.status is RunStatus.RUNNING else 200)
+
+    def status_endpoint(self) -> Callable[[Request], Awaitable[Response]]:
+        """A Starlette endpoint for :attr:`status_url` (path parameters ``workflow``, ``request_id``)."""
+
+        async def endpoint(request: Request) -> Response:
+            return await self.status(request.path_params["workflow"], request.path_params["request_id"])
+
+        return endpoint
+
+    def install(self, app: Any) -> None:
+        """Answer the library's errors raised by ``app``'s routes (Starlette or FastAPI)."""
+        app.add_exception_handler(IdemflowError, self.handle)
+
+    async def handle(self, _request: Request, exc: Exception) -> Response:
+        """The exception handler :meth:`install` adds; an error that is the server's fault re-raises."""
+        found = answer(exc, self.refusals) if isinstance(exc, IdemflowError) else None
+        if found is None:
+            raise exc
+        return found
+
+
+__all__ = ["KEY_HEADER", "Idempotency", "MissingIdempotencyKey", "answer", "error"]

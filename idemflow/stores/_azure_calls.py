@@ -1,0 +1,380 @@
+"""What an Azure table store does per call, once for the blocking and the asyncio store.
+
+Sans-IO: the logic of a read, a ``read_many`` group and a commit (entity
+mapping, tombstone hints, error mapping, the increment re-read loop) is a
+generator that *yields* a :class:`Call` (one SDK call on a logical table's
+``TableClient``) or a :class:`Pause` (a wait before resending) and is sent
+the answer, or has the SDK's exception thrown in at the ``yield``.
+:class:`~idemflow.stores.azure_tables.AzureTableStore` carries the calls out
+with the blocking ``TableClient`` and ``time.sleep``;
+:class:`~idemflow.stores.azure_tables_aio.AsyncAzureTableStore` awaits them
+on ``azure.data.tables.aio`` clients and ``asyncio.sleep``. A call whose
+``collect`` is set returns a query's pages: the driver answers with its
+entities as a list (the aio client's are iterated asynchronously).
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.data.tables import TableTransactionError
+
+from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
+from idemflow.serialization import decode
+from idemflow.stores import _azure_entity as ent
+from idemflow.stores._azure_batch import Learned, Operation, Raw, escaped, expects_absent, operation, plan
+from idemflow.stores.base import (
+    COMMITTED,
+    Capabilities,
+    CommitOutcome,
+    Cond,
+    Conflict,
+    Delete,
+    Increment,
+    Insert,
+    Op,
+    OpFailure,
+    Row,
+    RowRef,
+)
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+AZURE_CAPABILITIES = Capabilities(
+    cross_partition_commit=False,
+    max_ops_per_commit=ent.MAX_BATCH_OPS,
+    max_value_bytes=450_000,
+    max_commit_bytes=3_000_000,  # values travel as base64 (4/3) and a batch body is capped at 4 MiB
+    max_key_bytes=ent.MAX_KEY_BYTES // 2,  # 1 KiB of UTF-16: 512 bytes of ASCII; escaping may need more
+)
+
+_TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_CONDITION_CODES = frozenset({"UpdateConditionNotSatisfied", "EntityAlreadyExists", "ResourceNotFound"})
+_KEYS_PER_QUERY = 14
+_MAX_ATTEMPTS = 20
+"""Batches one commit may send while resolving tombstones and increments."""
+_MAX_HINTS = 10_000
+"""Tombstone ETags remembered, so writing over a tombstone costs no extra round trip."""
+_SINGLE = {"create": "create_entity", "upsert": "upsert_entity", "update": "update_entity"}
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """``TableClient(prefix + table).method(*args, **kwargs)``: answered with its result,
+    or (``collect``) with the entities of the query it returns, as a list."""
+
+    table: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    collect: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait ``seconds`` (answered with None)."""
+
+    seconds: float
+
+
+Calls = Generator[Call | Pause, Any, T]
+"""A computation of a store that yields SDK calls and returns a ``T``."""
+
+
+def open_service(from_connection_string: Callable[..., S], connection_string: str, options: Any) -> S:
+    """The SDK's service client (blocking or aio), a malformed string reported without its key."""
+    try:
+        return from_connection_string(connection_string, **options)
+    except ValueError as exc:
+        # The SDK's message is generic; the string itself (it holds the key) is never shown.
+        raise StoreConfigError(
+            "malformed Azure connection string (expected AccountName=...;AccountKey=...;"
+            "TableEndpoint=... or UseDevelopmentStorage=true)"
+        ) from exc
+
+
+def read_jobs(refs: Sequence[RowRef]) -> list[list[int]]:
+    """Indexes of ``refs`` by (table, partition) group, at most 14 per query (Azure
+    allows 15 comparisons in a filter): one round trip each."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index, ref in enumerate(refs):
+        groups.setdefault((ref.table, ref.partition), []).append(index)
+    return [
+        indexes[start : start + _KEYS_PER_QUERY]
+        for indexes in groups.values()
+        for start in range(0, len(indexes), _KEYS_PER_QUERY)
+    ]
+
+
+def assemble(count: int, jobs: list[list[int]], found: Sequence[list[Raw | None]]) -> list[Row | None]:
+    """``read_many``'s answer from each job's entities (tombstones are absent rows)."""
+    rows: list[Row | None] = [None] * count
+    for job, raws in zip(jobs, found, strict=True):
+        for index, raw in zip(job, raws, strict=True):
+            rows[index] = None if raw is None or raw[1] is None else Row(decode(raw[1]), raw[0])
+    return rows
+
+
+class AzureCalls:
+    """The state and per-call logic both Azure table stores share."""
+
+    capabilities = AZURE_CAPABILITIES
+
+    def __init__(self, prefix: str) -> None:
+        if prefix and not prefix.isalnum():
+            raise StoreConfigError(f"Azure table prefix must be ASCII letters and digits, not {prefix!r}")
+        self.prefix = prefix
+        self._lock = threading.Lock()
+        self._round_trips = 0
+        self._tombstones: dict[tuple[str, str, str], str] = {}  # (table, partition, key) -> ETag
+
+    def physical(self, table: str) -> str:
+        """The Azure table name of logical ``table``, refused unless Azure accepts it."""
+        physical = self.prefix + table
+        if not _TABLE.fullmatch(physical):
+            raise StoreConfigError(
+                f"Azure table name {physical!r} (prefix {self.prefix!r} + table {table!r}) must be "
+                "3-63 ASCII letters and digits, starting with a letter"
+            )
+        return physical
+
+    def _hint(self, table: str, partition: str, key: str, raw: Raw | None) -> None:
+        """Remember the ETag of a tombstone just seen (forget any other row), so an
+        insert over it can go straight to "update If-Match" (a stale hint only
+        costs the resolution a failed batch already pays)."""
+        with self._lock:
+            self._tombstones.pop((table, partition, key), None)
+            if raw is not None and raw[1] is None:
+                self._tombstones[(table, partition, key)] = raw[0]
+                if len(self._tombstones) > _MAX_HINTS:
+                    del self._tombstones[next(iter(self._tombstones))]
+
+    def _count(self) -> None:
+        with self._lock:
+            self._round_trips += 1
+
+    @property
+    def round_trips(self) -> int:
+        """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
+
+        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        """
+        with self._lock:
+            return self._round_trips
+
+    def _error(self, exc: Exception, table: str, what: str) -> StoreError:
+        """The idemflow error for an SDK failure on logical ``table``."""
+        physical = self.prefix + table
+        if isinstance(exc, (ServiceRequestError, ServiceResponseError, http.client.HTTPException, OSError)):
+            return TransientStoreError(
+                f"{what} on Azure table {physical!r}: connection failed or its answer was lost "
+                f"({type(exc).__name__}); the outcome is unknown, retry"
+            )
+        if not isinstance(exc, HttpResponseError):
+            return StoreError(f"{what} on Azure table {physical!r} failed: {type(exc).__name__}")
+        status, code = exc.status_code, _code(exc)
+        if code == "TableNotFound":
+            return StoreError(
+                f"Azure table {physical!r} does not exist: create it with "
+                f"`idemflow tables create --store URL {table}` or store.create_tables({table!r})"
+            )
+        if status in (401, 403) or code in ("AuthenticationFailed", "AuthorizationFailure"):
+            return StoreError(
+                f"{what} on Azure table {physical!r} was refused (HTTP {status} {code}): check the "
+                "AccountName and AccountKey (or SAS token) of the connection string"
+            )
+        if status in _TRANSIENT_STATUS:
+            return TransientStoreError(f"{what} on Azure table {physical!r}: HTTP {status} {code}, retry")
+        return StoreError(f"{what} on Azure table {physical!r} failed: HTTP {status} {code}")
+
+    # -- reads ------------------------------------------------------------------
+
+    def _get(self, ref: RowRef, partition: str, key: str) -> Calls[Raw | None]:
+        """One point read of escaped keys: ETag and text, or None when absent."""
+        try:
+            entity = yield Call(ref.table, "get_entity", (partition, key))
+        except ResourceNotFoundError as exc:
+            if _code(exc) == "TableNotFound":
+                raise self._error(exc, ref.table, "read") from exc
+            self._hint(ref.table, partition, key, None)
+            return None
+        except Exception as exc:  # every SDK failure becomes a StoreError
+            raise self._error(exc, ref.table, "read") from exc
+        try:
+            raw = str(entity.metadata["etag"]), ent.entity_text(entity)
+        except (KeyError, ValueError) as exc:
+            raise StoreError(
+                f"entity {ref.table}/{ref.partition}/{ref.key[:40]!r} was not written by idemflow"
+            ) from exc
+        self._hint(ref.table, partition, key, raw)
+        return raw
+
+    def _scan(self, table: str, partition: str | None) -> Calls[list[tuple[str, str, Row]]]:
+        """Every row of a logical table (or one partition), sorted (tools and reads, not steps)."""
+        if partition is None:
+            call = Call(table, "list_entities", (), {}, collect=True)
+        else:
+            query = {"parameters": {"pk": ent.escape_key(partition)}}
+            call = Call(table, "query_entities", ("PartitionKey eq @pk",), query, collect=True)
+        try:
+            entities = yield call
+        except Exception as exc:  # every SDK failure becomes a StoreError
+            raise self._error(exc, table, "scan") from exc
+        rows: list[tuple[str, str, Row]] = []
+        for entity in entities:
+            text = ent.entity_text(entity)
+            if text is not None:
+                part, key = ent.unescape_key(entity["PartitionKey"]), ent.unescape_key(entity["RowKey"])
+                rows.append((part, key, Row(decode(text), str(entity.metadata["etag"]))))
+        rows.sort(key=lambda item: (item[0], item[1]))
+        return rows
+
+    def _read(self, ref: RowRef) -> Calls[Row | None]:
+        partition, key = escaped(ref)
+        raw = yield from self._get(ref, partition, key)
+        if raw is None or raw[1] is None:
+            return None
+        return Row(decode(raw[1]), raw[0])
+
+    def _read_group(self, refs: list[RowRef]) -> Calls[list[Raw | None]]:
+        """Rows of one table and partition in one round trip."""
+        first = refs[0]
+        partition, key = escaped(first)
+        if len(refs) == 1:
+            return [(yield from self._get(first, partition, key))]
+        keys = [escaped(ref)[1] for ref in refs]
+        params = {"pk": partition} | {f"k{i}": row_key for i, row_key in enumerate(keys)}
+        # The SDK substitutes @names between spaces only, hence "( ... )" spaced out.
+        query = " or ".join(f"RowKey eq @k{i}" for i in range(len(keys)))
+        try:
+            entities = yield Call(
+                first.table,
+                "query_entities",
+                (f"PartitionKey eq @pk and ( {query} )",),
+                {"parameters": params},
+                collect=True,
+            )
+            found = {
+                entity["RowKey"]: (str(entity.metadata["etag"]), ent.entity_text(entity))
+                for entity in entities
+            }
+        except Exception as exc:  # every SDK failure becomes a StoreError
+            raise self._error(exc, first.table, "read") from exc
+        for row_key in keys:
+            self._hint(first.table, partition, row_key, found.get(row_key))
+        return [found.get(row_key) for row_key in keys]
+
+    # -- commits ----------------------------------------------------------------
+
+    def _submit(self, table: str, batch: list[Operation]) -> Calls[None]:
+        self.physical(table)  # a bad name fails this commit like the SDK's errors
+        kind = batch[0][0]
+        if len(batch) == 1 and kind in _SINGLE:
+            # One write needs no entity group transaction: the plain call is
+            # atomic by itself and about 3x cheaper (the run-record insert).
+            answers: list[Mapping[str, Any]] = [(yield from _single(table, batch[0]))]
+        else:
+            answers = yield Call(table, "submit_transaction", (batch,))
+        for (_, entity, _), answer in zip(batch, answers, strict=False):
+            etag = answer.get("etag") if entity.get(ent.TOMB) else None
+            raw = None if etag is None else (str(etag), None)
+            self._hint(table, entity["PartitionKey"], entity["RowKey"], raw)
+
+    def _commit(self, ops: Sequence[Op]) -> Calls[CommitOutcome]:
+        if not ops:
+            return COMMITTED
+        planned = plan(ops)
+        partition, keys, first = planned.partition, planned.keys, ops[0].ref
+        learned = Learned()
+        with self._lock:
+            for index, op in enumerate(ops):
+                hint = self._tombstones.get((first.table, partition, keys[index]))
+                if hint is not None and expects_absent(op):
+                    learned.tomb_etags[index] = hint
+        for index, op in enumerate(ops):
+            if isinstance(op, Increment):
+                learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
+        for attempt in range(_MAX_ATTEMPTS):
+            now = time.time()
+            entries = [(index, operation(op, index, planned, learned, now)) for index, op in enumerate(ops)]
+            batch = [entry for _, entry in entries if entry is not None]
+            positions = [index for index, entry in entries if entry is not None]
+            if not batch:
+                return COMMITTED
+            try:
+                yield from self._submit(first.table, batch)
+                return COMMITTED
+            except TableTransactionError as exc:
+                code = _code(exc)
+                if code not in _CONDITION_CODES or not 0 <= exc.index < len(positions):
+                    raise self._error(exc, first.table, "commit") from exc
+                index = positions[exc.index]
+            except _SingleFailed:
+                index = positions[0]
+            except Exception as exc:  # every SDK failure becomes a StoreError
+                raise self._error(exc, first.table, "commit") from exc
+            op = ops[index]
+            if isinstance(op, Increment):  # no read dependency of the caller: read again, retry
+                learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
+                yield Pause(random.uniform(0, 0.002 * (attempt + 1)))  # let the other writer finish
+            elif isinstance(op, Delete) and op.expect is Cond.ANY:
+                learned.blind_absent.add(index)  # nothing to delete: make it absent with a tombstone
+            elif expects_absent(op):
+                raw = yield from self._get(op.ref, partition, keys[index])
+                if raw is not None and raw[1] is not None:
+                    existing = Row(decode(raw[1]), raw[0]) if isinstance(op, Insert) else None
+                    return Conflict((OpFailure(index, existing),))
+                if raw is None:
+                    learned.tomb_etags.pop(index, None)
+                else:  # a tombstone: absent all the same, overwrite it under its ETag
+                    learned.tomb_etags[index] = raw[0]
+            else:
+                return Conflict((OpFailure(index),))
+        raise TransientStoreError(
+            f"commit on Azure table {self.prefix + first.table!r} partition {first.partition!r}: rows kept "
+            f"changing under it for {_MAX_ATTEMPTS} attempts, retry"
+        )
+
+
+class _SingleFailed(Exception):
+    """A single-entity write's condition failed (as a batch's would have, at index 0)."""
+
+
+def _single(table: str, operation: Operation) -> Calls[dict[str, Any]]:
+    kind, entity, options = operation
+    try:
+        answer: dict[str, Any] = yield Call(
+            table, _SINGLE[kind], (entity,), {} if kind == "create" else options
+        )
+    except ResourceExistsError as exc:
+        raise _SingleFailed("EntityAlreadyExists") from exc
+    except ResourceNotFoundError as exc:
+        if _code(exc) == "TableNotFound":
+            raise
+        raise _SingleFailed("ResourceNotFound") from exc
+    except HttpResponseError as exc:
+        if exc.status_code == 412:
+            raise _SingleFailed("UpdateConditionNotSatisfied") from exc
+        raise
+    return answer
+
+
+def _code(exc: HttpResponseError) -> str:
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code))

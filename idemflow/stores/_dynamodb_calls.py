@@ -1,0 +1,353 @@
+"""The DynamoDB stores' calls, sans I/O: one copy for the blocking and the asyncio store.
+
+Each store operation is a generator that *yields* an :class:`SdkCall` (a client
+method's name and its arguments) and is sent the response, or has the SDK's
+exception thrown in at the ``yield``; it returns the operation's result.
+:class:`~idemflow.stores.dynamodb.DynamoDBStore` answers the calls on a boto3
+client (:func:`drive`), :class:`~idemflow.stores.dynamodb_aio.AsyncDynamoDBStore`
+awaits them on an aiobotocore client (:func:`adrive`). So requests, limits,
+responses, batching and the mapping of SDK errors onto idemflow's exist once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from idemflow.errors import InvalidNameError, LimitExceededError, StoreError, TransientStoreError
+from idemflow.keys import RUNS_TABLE, check_table
+from idemflow.stores._dynamodb_items import key, key_bytes, row, transaction
+from idemflow.stores._ops import not_a_number
+from idemflow.stores.base import (
+    COMMITTED,
+    CommitOutcome,
+    Conflict,
+    Increment,
+    Insert,
+    Op,
+    OpFailure,
+    Row,
+    RowRef,
+)
+
+T = TypeVar("T")
+
+CONFIG = Config(retries={"mode": "standard"}, connect_timeout=5, read_timeout=20, max_pool_connections=32)
+"""The botocore configuration of both stores' clients."""
+_GETS_PER_CALL = 100
+_TRANSIENT = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingError",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "TransactionConflict",
+        "ProvisionedThroughputExceeded",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+    }
+)
+_AUTH = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "AccessDeniedException",
+        "AccessDenied",
+        "MissingAuthenticationTokenException",
+        "ExpiredTokenException",
+        "InvalidClientTokenId",
+        "IncompleteSignature",
+        "SignatureDoesNotMatch",
+    }
+)
+_SCHEMA: Any = {
+    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+    "AttributeDefinitions": [{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],
+    "BillingMode": "PAY_PER_REQUEST",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SdkCall:
+    """One call of the low-level client: ``client.<operation>(**kwargs)``, or with ``waiter``
+    set, ``client.get_waiter(operation).wait(**kwargs)``. Each counts as one round trip."""
+
+    operation: str
+    kwargs: dict[str, Any]
+    waiter: bool = False
+
+
+Calls = Generator[SdkCall, Any, T]
+"""A store operation that yields SDK calls and returns a ``T``."""
+
+
+def drive(calls: Calls[T], invoke: Callable[[SdkCall], Any]) -> T:
+    """Run ``calls`` to their value, answering each with ``invoke`` (a blocking client)."""
+    answer: Any = None
+    failure: Exception | None = None
+    while True:
+        try:
+            call = calls.send(answer) if failure is None else calls.throw(failure)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        answer = failure = None
+        try:
+            answer = invoke(call)
+        except Exception as exc:  # noqa: BLE001 - thrown back at the yield, mapped there
+            failure = exc
+
+
+async def adrive(calls: Calls[T], invoke: Callable[[SdkCall], Awaitable[Any]]) -> T:
+    """:func:`drive`, each call awaited (an asynchronous client)."""
+    answer: Any = None
+    failure: Exception | None = None
+    while True:
+        try:
+            call = calls.send(answer) if failure is None else calls.throw(failure)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        answer = failure = None
+        try:
+            answer = await invoke(call)
+        except Exception as exc:  # noqa: BLE001 - thrown back at the yield, mapped there
+            failure = exc
+
+
+class DynamoDBCalls:
+    """The operations of a DynamoDB store on tables ``prefix`` + logical name, as :data:`Calls`.
+
+    ``url`` is the store's URL, named in the advice of a missing table's error.
+    """
+
+    def __init__(self, prefix: str, url: str) -> None:
+        self.prefix = prefix
+        self.url = url
+
+    def table_name(self, table: str) -> str:
+        return self.prefix + table
+
+    # -- operations --------------------------------------------------------------------------------
+
+    def read(self, ref: RowRef) -> Calls[Row | None]:
+        key_bytes(ref)
+        args = {"TableName": self.table_name(ref.table), "Key": key(ref), "ConsistentRead": True}
+        found = yield from self.call("read", [ref.table], "get_item", args)
+        item = found.get("Item")
+        return None if item is None else row(item)
+
+    def read_many(self, refs: Sequence[RowRef]) -> Calls[list[Row | None]]:
+        """One strongly consistent ``BatchGetItem`` per 100 distinct rows (a single row: ``GetItem``)."""
+        unique = list(dict.fromkeys(refs))
+        if len(unique) == 1:
+            return [(yield from self.read(unique[0]))] * len(refs)
+        for ref in unique:
+            key_bytes(ref)
+        found: dict[RowRef, Row | None] = {}
+        for start in range(0, len(unique), _GETS_PER_CALL):
+            chunk = unique[start : start + _GETS_PER_CALL]
+            by_key = {(self.table_name(r.table), r.partition, r.key): r for r in chunk}
+            wanted: dict[str, Any] = {}
+            for name, partition, sort in by_key:
+                entry = wanted.setdefault(name, {"Keys": [], "ConsistentRead": True})
+                entry["Keys"].append({"pk": {"S": partition}, "sk": {"S": sort}})
+            items = yield from self._batch_get(wanted, sorted({r.table for r in chunk}))
+            for name, item in items:
+                found[by_key[(name, item["pk"]["S"], item["sk"]["S"])]] = row(item)
+        return [found.get(ref) for ref in refs]
+
+    def _batch_get(self, wanted: dict[str, Any], tables: Sequence[str]) -> Calls[list[tuple[str, Any]]]:
+        """Every item of ``wanted`` (a ``RequestItems``) that exists. Keys left unprocessed are
+        asked again at once while some progress is made, else :class:`TransientStoreError`."""
+        items: list[tuple[str, Any]] = []
+        while wanted:
+            got = yield from self.call("read", tables, "batch_get_item", {"RequestItems": wanted})
+            items.extend((name, item) for name, found in got.get("Responses", {}).items() for item in found)
+            left = got.get("UnprocessedKeys") or {}
+            if left and left == wanted:  # no progress: let the retry layer back off
+                raise TransientStoreError(f"{self._what('read', tables)}: keys left unprocessed (throttled)")
+            wanted = dict(left)
+        return items
+
+    def commit(self, ops: Sequence[Op]) -> Calls[CommitOutcome]:
+        if not ops:
+            return COMMITTED
+        items = transaction(ops, self.table_name)
+        tables = [op.ref.table for op in ops]
+        try:
+            yield from self.call("commit", tables, "transact_write_items", {"TransactItems": items})
+        except ClientError as exc:  # only TransactionCanceledException gets through call()
+            return (yield from self._cancelled(ops, exc, tables))
+        return COMMITTED
+
+    def scan(self, table: str, partition: str | None = None) -> Calls[list[tuple[str, str, Row]]]:
+        """Every row of ``table`` (in ``partition``) as ``(partition, key, row)``, sorted."""
+        rows: list[tuple[str, str, Row]] = []
+        args: dict[str, Any] = {"TableName": self.table_name(table), "ConsistentRead": True}
+        if partition is not None:
+            args["KeyConditionExpression"] = "#pk = :p"
+            args["ExpressionAttributeNames"] = {"#pk": "pk"}
+            args["ExpressionAttributeValues"] = {":p": {"S": partition}}
+        start: Mapping[str, Any] | None = None
+        while True:
+            extra: dict[str, Any] = {} if start is None else {"ExclusiveStartKey": start}
+            operation = "scan" if partition is None else "query"
+            page = yield from self.call("scan", [table], operation, {**args, **extra})
+            rows.extend((item["pk"]["S"], item["sk"]["S"], row(item)) for item in page.get("Items", []))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                break
+        rows.sort(key=lambda found: (found[0], found[1]))
+        return rows
+
+    def tables(self) -> Calls[list[str]]:
+        """Logical tables under this prefix: ``ListTables``, keeping valid logical names."""
+        names: list[str] = []
+        start: dict[str, Any] = {}
+        while True:
+            page = yield from self.call("list tables", [], "list_tables", start)
+            names.extend(page.get("TableNames", []))
+            if not page.get("LastEvaluatedTableName"):
+                break
+            start = {"ExclusiveStartTableName": page["LastEvaluatedTableName"]}
+        cut = len(self.prefix)
+        return sorted(name[cut:] for name in names if name.startswith(self.prefix) and _logical(name[cut:]))
+
+    def create_tables(self, *names: str) -> Calls[None]:
+        """Create each table and the runs table (existing ones are fine), wait until ACTIVE, enable TTL."""
+        tables = list(dict.fromkeys((*names, RUNS_TABLE)))
+        for table in tables:  # every creation first: on AWS they become ACTIVE in parallel
+            create = {"TableName": self.table_name(table), **_SCHEMA}
+            yield from self.call("create table", [table], "create_table", create, _exists)
+        for table in tables:
+            name = self.table_name(table)
+            wait = {"TableName": name, "WaiterConfig": {"Delay": 1, "MaxAttempts": 120}}
+            yield from self.call("wait for table", [table], "table_exists", wait, waiter=True)
+            ttl = yield from self.call("describe TTL", [table], "describe_time_to_live", {"TableName": name})
+            if ttl.get("TimeToLiveDescription", {}).get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+                spec = {"Enabled": True, "AttributeName": "expires_at"}
+                enable = {"TableName": name, "TimeToLiveSpecification": spec}
+                yield from self.call("enable TTL", [table], "update_time_to_live", enable, _ttl_on)
+
+    # -- calls and errors --------------------------------------------------------------------------
+
+    def call(
+        self,
+        action: str,
+        tables: Sequence[str],
+        operation: str,
+        kwargs: dict[str, Any],
+        fine: Callable[[ClientError], bool] | None = None,
+        *,
+        waiter: bool = False,
+    ) -> Calls[Any]:
+        """One SDK call, its failure mapped onto the idemflow error tree (a ``ClientError`` that
+        ``fine`` accepts answers ``{}``; a ``TransactionCanceledException`` is raised as it is)."""
+        try:
+            return (yield SdkCall(operation, kwargs, waiter))
+        except ClientError as exc:
+            if fine is not None and fine(exc):
+                return {}
+            if _code(exc) == "TransactionCanceledException":
+                raise
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            raise self._error(action, tables, _code(exc), _message(exc), status) from exc
+        except (BotoConnectionError, HTTPClientError) as exc:  # refused, reset, timed out
+            raise TransientStoreError(f"{self._what(action, tables)} failed, worth retrying: {exc}") from exc
+        except BotoCoreError as exc:
+            hint = "; configure AWS credentials" if "Credential" in type(exc).__name__ else ""
+            raise StoreError(f"{self._what(action, tables)} failed: {exc}{hint}") from exc
+
+    def _what(self, action: str, tables: Sequence[str]) -> str:
+        physical = sorted({self.table_name(table) for table in tables})
+        return f"DynamoDB {action}" + (f" on {', '.join(physical)}" if physical else "")
+
+    def _error(
+        self, action: str, tables: Sequence[str], code: str, message: str, status: int = 0
+    ) -> Exception:
+        """The idemflow error for a DynamoDB error code (of a call or of a cancellation reason)."""
+        what = self._what(action, tables)
+        if code == "ResourceNotFoundException":
+            logical = sorted(set(tables))
+            return StoreError(
+                f"{what}: table not found or not active; create it with `idemflow tables create --store "
+                f"'{self.url}' {' '.join(logical)}` or store.create_tables({', '.join(map(repr, logical))})"
+            )
+        if code in _TRANSIENT or status >= 500:
+            return TransientStoreError(f"{what} failed, worth retrying: {code}: {message}")
+        if code in _AUTH:
+            fix = "configure AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+            return StoreError(f"{what}: credentials refused ({code}: {message}); {fix} allowed these tables")
+        if code.startswith("Validation") and re.search(r"size|length", message, re.IGNORECASE):
+            return LimitExceededError(what, f"{code}: {message}")
+        return StoreError(f"{what} failed: {code}: {message}")
+
+    def _cancelled(self, ops: Sequence[Op], exc: ClientError, tables: Sequence[str]) -> Calls[Conflict]:
+        """A cancelled transaction as a Conflict naming every failed condition, or the error it was."""
+        reasons: list[Mapping[str, Any]] = list(exc.response.get("CancellationReasons") or [])
+        failures: list[OpFailure] = []
+        not_numbers: list[tuple[Increment, Mapping[str, Any] | None]] = []
+        for index, (op, reason) in enumerate(zip(ops, reasons, strict=False)):
+            if reason.get("Code") != "ConditionalCheckFailed":
+                continue
+            item = reason.get("Item")
+            if isinstance(op, Increment):  # its only condition: the row holds no JSON text
+                not_numbers.append((op, item))
+            elif isinstance(op, Insert):
+                failures.append(OpFailure(index, row(item) if item else (yield from self.read(op.ref))))
+            else:
+                failures.append(OpFailure(index))
+        if failures:  # a definite answer even if another item also met a transient failure
+            return Conflict(tuple(failures))
+        if not_numbers:
+            op, item = not_numbers[0]
+            held = type(row(item).value).__name__ if item else "JSON text"
+            raise not_a_number(op.ref, held, " DynamoDB can add") from exc
+        raise self._cancel_error("commit", tables, exc) from exc
+
+    def _cancel_error(self, action: str, tables: Sequence[str], exc: ClientError) -> Exception:
+        """The error of a transaction cancelled for no failed condition: a permanent reason wins."""
+        reasons = [
+            r for r in exc.response.get("CancellationReasons") or [] if r.get("Code") not in (None, "None")
+        ]
+        if not reasons:
+            return TransientStoreError(f"{self._what(action, tables)} cancelled: {_message(exc)}")
+        worst = next((reason for reason in reasons if reason["Code"] not in _TRANSIENT), reasons[0])
+        return self._error(action, tables, str(worst["Code"]), str(worst.get("Message", "")))
+
+
+def _exists(exc: ClientError) -> bool:
+    """A table creation refused because the table exists already."""
+    return _code(exc) == "ResourceInUseException"
+
+
+def _ttl_on(exc: ClientError) -> bool:
+    """Enabling TTL refused because it is enabled already."""
+    return _code(exc) == "ValidationException" and "already" in _message(exc).lower()
+
+
+def _logical(name: str) -> bool:
+    try:
+        check_table(name)
+    except InvalidNameError:
+        return False
+    return True
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message", ""))

@@ -1,0 +1,184 @@
+"""DynamoDB items and transactions, built from store operations and read back: no I/O here.
+
+Shared by :class:`~idemflow.stores.dynamodb.DynamoDBStore` and
+:class:`~idemflow.stores.dynamodb_aio.AsyncDynamoDBStore` (through
+:mod:`idemflow.stores._dynamodb_calls`); the item layout is described in
+:mod:`idemflow.stores.dynamodb`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from idemflow.errors import InvalidValueError, LimitExceededError, StoreError
+from idemflow.serialization import JSON, decode
+from idemflow.stores._ops import expectation, fresh_version, increment_where, version_after
+from idemflow.stores.base import Capabilities, Cond, Delete, Expect, Increment, Insert, Op, Put, Row, RowRef
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef, TransactWriteItemTypeDef
+
+DYNAMODB_CAPABILITIES = Capabilities(
+    cross_partition_commit=True,
+    max_ops_per_commit=100,
+    max_value_bytes=390_000,  # the 400 KB item limit less keys and attributes
+    max_commit_bytes=4_000_000,
+    max_key_bytes=1024,
+)
+ITEM_LIMIT, PARTITION_LIMIT = 400 * 1024, 2048
+"""DynamoDB's item and partition-key limits, checked for callers of ``commit`` other than the
+engine (the engine's stricter :data:`DYNAMODB_CAPABILITIES` keep every item and partition under them)."""
+_NUMBER_BYTES = 21  # an N attribute: one byte per two of at most 38 digits, plus one
+_NAMES = {"#pk": "pk", "#val": "v", "#num": "n", "#ver": "ver", "#exp": "expires_at"}
+_PLACEHOLDER = re.compile(r"#\w+")
+_ONE: AttributeValueTypeDef = {"N": "1"}
+_BUMP = "#ver = if_not_exists(#ver, :was) + :one"
+"""The version after a write whose row may not exist: version_after() server-side."""
+_ANY_ROW = "attribute_exists(#pk) OR attribute_not_exists(#pk)"
+
+
+def transaction(ops: Sequence[Op], table_name: Callable[[str], str]) -> list[TransactWriteItemTypeDef]:
+    """Check every limit, then map each operation to one transaction item (same index)."""
+    where = f"commit to {ops[0].ref.table}/{ops[0].ref.partition}"
+    most = DYNAMODB_CAPABILITIES.max_ops_per_commit
+    if len(ops) > most:
+        raise LimitExceededError(where, f"{len(ops)} operations; a DynamoDB transaction holds at most {most}")
+    seen: set[tuple[str, str, str]] = set()
+    total = 0
+    for op in ops:
+        ref = op.ref
+        if (ref.table, ref.partition, ref.key) in seen:
+            problem = "appears twice (a DynamoDB transaction takes one operation per item)"
+            raise StoreError(f"commit to {ref.table}/{ref.partition}: row {ref.key!r} {problem}")
+        seen.add((ref.table, ref.partition, ref.key))
+        size = key_bytes(ref)
+        if isinstance(op, (Put, Insert)):
+            size += 1 + (_NUMBER_BYTES if number(op.value) else len(op.text.encode("utf-8")))
+            size += 3 + _NUMBER_BYTES + (0 if op.expires_at is None else 10 + _NUMBER_BYTES)
+            if size > ITEM_LIMIT:
+                problem = f"item of {size} bytes exceeds DynamoDB's 400 KB item limit"
+                raise LimitExceededError(f"{ref.table}/{ref.partition}", problem)
+        total += size
+    if total > DYNAMODB_CAPABILITIES.max_commit_bytes:
+        raise LimitExceededError(where, f"{total} bytes exceed DynamoDB's 4 MB transaction limit")
+    return [_item(op, table_name(op.ref.table)) for op in ops]
+
+
+def _item(op: Op, table: str) -> TransactWriteItemTypeDef:
+    target: dict[str, Any] = {"TableName": table, "Key": key(op.ref)}
+    if isinstance(op, (Insert, Put)) and not (isinstance(op, Put) and op.expect is Cond.ANY):
+        expect = expectation(op)  # a version (then the row holds it) or no row
+        version = version_after(expect if isinstance(expect, int) else None, fresh_version())
+        put = {"TableName": target["TableName"], **_condition(expect)}
+        put["Item"] = {**target["Key"], **_value(op.value, op.text, version, op.expires_at)}
+        if isinstance(op, Insert):  # a memo hit returns the stored memo: no extra read
+            put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        return {"Put": _named(put)}
+    if isinstance(op, Put):  # a blind write: the version is unknown, so the server adds 1
+        attr, other = ("#num", "#val") if number(op.value) else ("#val", "#num")
+        values = {":x": _value(op.value, op.text, 0, None)[_NAMES[attr]], **_bump_values()}
+        sets, removes = [f"{attr} = :x", _BUMP], [other]
+        if op.expires_at is None:
+            removes.append("#exp")
+        else:
+            sets.append("#exp = :e")
+            values[":e"] = {"N": str(int(op.expires_at))}
+        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
+        return {"Update": _named({**target, "UpdateExpression": update, "ExpressionAttributeValues": values})}
+    if isinstance(op, Increment):
+        delta = number(op.delta)
+        if delta is None:
+            problem = f"delta {op.delta!r} is not a DynamoDB number"
+            raise InvalidValueError(increment_where(op.ref), problem)
+        return {
+            "Update": _named(
+                {
+                    **target,
+                    "UpdateExpression": f"SET {_BUMP} ADD #num :d",
+                    "ConditionExpression": "attribute_not_exists(#val)",
+                    "ExpressionAttributeValues": {":d": {"N": delta}, **_bump_values()},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            )
+        }
+    if isinstance(op, Delete) and op.expect is not Cond.ABSENT:
+        return {"Delete": _named({**target, **_condition(op.expect)})}
+    # A Check, or a Delete expecting no row (so deleting nothing): a bare condition.
+    return {"ConditionCheck": _named({"ConditionExpression": _ANY_ROW, **target, **_condition(op.expect)})}
+
+
+def _named(action: dict[str, Any]) -> Any:
+    """Add the ``#name`` placeholders the expressions use (DynamoDB refuses unused ones)."""
+    used = _PLACEHOLDER.findall(action.get("ConditionExpression", "") + action.get("UpdateExpression", ""))
+    if used:
+        action["ExpressionAttributeNames"] = {name: _NAMES[name] for name in used}
+    return action
+
+
+def _bump_values() -> dict[str, AttributeValueTypeDef]:
+    """The values of :data:`_BUMP`: a new row gets a :func:`fresh_version`."""
+    return {":was": {"N": str(fresh_version() - 1)}, ":one": _ONE}
+
+
+def _condition(expect: Expect) -> dict[str, Any]:
+    if expect is Cond.ANY:
+        return {}
+    if expect is Cond.ABSENT:
+        return {"ConditionExpression": "attribute_not_exists(#pk)"}
+    version = {":ver": {"N": str(int(expect))}}
+    return {"ConditionExpression": "#ver = :ver", "ExpressionAttributeValues": version}
+
+
+def key(ref: RowRef) -> dict[str, AttributeValueTypeDef]:
+    return {"pk": {"S": ref.partition}, "sk": {"S": ref.key}}
+
+
+def key_bytes(ref: RowRef) -> int:
+    """Bytes of the key attributes, refusing keys DynamoDB would refuse."""
+    where = f"{ref.table}/{ref.partition}"
+    try:
+        partition, sort = len(ref.partition.encode("utf-8")), len(ref.key.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidValueError(where, f"key {ref.key!r} or its partition is not valid unicode") from exc
+    if not partition or not sort:
+        raise InvalidValueError(where, "DynamoDB keys and partitions must not be empty")
+    most = DYNAMODB_CAPABILITIES.max_key_bytes  # also DynamoDB's sort-key limit
+    if partition > PARTITION_LIMIT or sort > most:
+        problem = f"partition of {partition} bytes (max {PARTITION_LIMIT}) or key of {sort} (max {most})"
+        raise LimitExceededError(where, f"{problem}: over DynamoDB's key limits")
+    return 4 + partition + sort
+
+
+def number(value: object) -> str | None:
+    """The N text of an int/float DynamoDB can hold (38 digits, 1E-130..1E+126), else None."""
+    if type(value) is int:
+        text = str(value)
+        return text if len(text.lstrip("-")) <= 38 else None
+    if type(value) is float:
+        exact = Decimal(repr(value))  # the shortest text that reads back as the same float
+        return str(exact) if not exact or -130 <= exact.adjusted() <= 125 else None
+    return None
+
+
+def _value(
+    value: JSON, text: str, version: int, expires_at: float | None
+) -> dict[str, AttributeValueTypeDef]:
+    held = number(value)
+    attrs: dict[str, AttributeValueTypeDef] = {"n": {"N": held}} if held else {"v": {"S": text}}
+    attrs["ver"] = {"N": str(version)}
+    if expires_at is not None:
+        attrs["expires_at"] = {"N": str(int(expires_at))}
+    return attrs
+
+
+def row(item: Mapping[str, Any]) -> Row:
+    value: JSON
+    if "n" in item:
+        held = Decimal(item["n"]["N"])
+        value = int(held) if held == held.to_integral_value() else float(held)
+    else:
+        value = decode(item["v"]["S"])
+    return Row(value, int(item["ver"]["N"]))

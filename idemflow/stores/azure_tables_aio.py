@@ -1,0 +1,121 @@
+"""The Azure Table Storage store for event loops, on the SDK's own ``azure.data.tables.aio`` clients.
+
+The same rows, batches, tombstones, errors and increments as
+:class:`~idemflow.stores.azure_tables.AzureTableStore`: both carry out the
+per-call logic of :mod:`idemflow.stores._azure_calls`, this one awaiting
+each SDK call (and ``asyncio.sleep`` between an increment's attempts), so
+nothing blocks the loop. Tools' calls (``scan``, ``tables``,
+``create_tables``) stay on the blocking store: :meth:`AsyncAzureTableStore.twin_of`
+gives the asynchronous twin of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from azure.data.tables.aio import TableClient, TableServiceClient
+
+from idemflow.stores._async_cache import AsyncCacheWriter
+from idemflow.stores._azure_calls import AzureCalls, Calls, Pause, assemble, open_service, read_jobs
+from idemflow.stores.azure_tables import AzureTableStore
+from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
+
+logger = logging.getLogger("idemflow.stores.azure")
+
+T = TypeVar("T")
+
+
+class AsyncAzureTableStore(AzureCalls):
+    """An :class:`~idemflow.stores.base.AsyncStore` on Azure Table Storage (or Azurite).
+
+    ``client_options`` go to the aio ``TableServiceClient.from_connection_string``
+    (``retry_total``, ``connection_timeout``, ``read_timeout``, …). Use it on
+    one event loop: its table clients are created there, on first use.
+    """
+
+    def __init__(self, *, connection_string: str, prefix: str = "", **client_options: Any) -> None:
+        super().__init__(prefix)
+        self._service = open_service(
+            TableServiceClient.from_connection_string, connection_string, client_options
+        )
+        self._clients: dict[str, TableClient] = {}
+        self._cache = AsyncCacheWriter("azure", self, logger)
+
+    @classmethod
+    def twin_of(cls, store: AzureTableStore) -> AsyncAzureTableStore:
+        """The asynchronous store on the same account, prefix and client options as ``store``."""
+        return cls(
+            connection_string=store._connection_string,  # kept on the blocking store for its twin
+            prefix=store.prefix,
+            **store._client_options,
+        )
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def table_client(self, table: str) -> TableClient:
+        """The cached aio client of logical ``table`` (created on first use, on the loop)."""
+        client = self._clients.get(table)
+        if client is None:
+            client = self._clients[table] = self._service.get_table_client(self.physical(table))
+        return client
+
+    async def _drive(self, steps: Calls[T]) -> T:
+        """Carry out ``steps``' SDK calls on the loop, to their value."""
+        answer: Any = None
+        failure: Exception | None = None
+        while True:
+            try:
+                request = steps.send(answer) if failure is None else steps.throw(failure)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer = failure = None
+            if isinstance(request, Pause):
+                await asyncio.sleep(request.seconds)
+                continue
+            client = self.table_client(request.table)
+            self._count()
+            try:
+                found = getattr(client, request.method)(*request.args, **request.kwargs)
+                answer = [item async for item in found] if request.collect else await found
+            except Exception as exc:  # noqa: BLE001 - thrown back where the call was asked for
+                failure = exc
+
+    # -- the protocol -----------------------------------------------------------
+
+    async def read(self, ref: RowRef) -> Row | None:
+        return await self._drive(self._read(ref))
+
+    async def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        """One call per (table, partition) group (at most 14 rows a query), the groups awaited together."""
+        jobs = read_jobs(refs)
+        found = await asyncio.gather(*(self._drive(self._read_group([refs[i] for i in job])) for job in jobs))
+        return assemble(len(refs), jobs, found)
+
+    async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        return await self._drive(self._commit(ops))
+
+    async def scan(self, table: str, partition: str | None = None) -> list[tuple[str, str, Row]]:
+        """Every row of a logical table (or one partition) as ``(partition, key, row)``, sorted."""
+        return await self._drive(self._scan(table, partition))
+
+    async def commit_cache(self, ops: Sequence[Op]) -> None:
+        """Start the write as a task and return at once (see :mod:`idemflow.stores._async_cache`)."""
+        self._cache.submit(ops)
+
+    async def flush(self) -> None:
+        """Wait until every cache write started before this call is done."""
+        await self._cache.flush()
+
+    async def close(self) -> None:
+        """Finish the cache writes under way, then close the clients; a second call does nothing."""
+        if self._cache.closed:
+            return
+        await self._cache.close()
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+        await self._service.close()

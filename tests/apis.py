@@ -1,0 +1,137 @@
+"""The asyncio API behind the blocking API's names, so one conformance suite runs on both.
+
+A conformance module that sets ``BOTH_APIS = True`` runs each test twice
+(``tests/conformance/conftest.py``): once as written, once with its ``run``
+and ``run_result`` replaced by :func:`arun_blocking` / :func:`arun_result_blocking`,
+which await :func:`idemflow.arun` on one event loop shared by the session (a
+test's threads then race on that loop, as an ASGI server's requests do).
+DynamoDB and Azure stores are replaced by their twins on the SDKs' own
+asynchronous clients; wrapped stores (fault injection) run on threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from returns.result import Result
+
+from idemflow import Idem, arun, arun_result
+from idemflow.errors import WorkflowAborted
+from idemflow.stores.aio import to_async
+from idemflow.stores.base import AsyncStore, Store
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop on a daemon thread, for blocking callers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="idemflow-test-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+LOOP = LoopThread()
+_TWINS: dict[int, tuple[Store, AsyncStore]] = {}
+_TWINS_LOCK = threading.Lock()
+
+
+def async_twin(store: Store) -> AsyncStore:
+    """The store on its SDK's asynchronous client (same tables), or on threads of its own."""
+    with _TWINS_LOCK:
+        known = _TWINS.get(id(store))
+        if known is not None and known[0] is store:
+            return known[1]
+        twin: AsyncStore
+        kind = type(store).__name__
+        if kind == "DynamoDBStore":
+            from idemflow.stores.dynamodb import DynamoDBStore
+            from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+
+            assert isinstance(store, DynamoDBStore)
+            twin = AsyncDynamoDBStore.twin_of(store)
+        elif kind == "AzureTableStore":
+            from idemflow.stores.azure_tables import AzureTableStore
+            from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+
+            assert isinstance(store, AzureTableStore)
+            twin = AsyncAzureTableStore.twin_of(store)
+        else:
+            twin = to_async(store)
+        _TWINS[id(store)] = (store, twin)
+        return twin
+
+
+def close_twins() -> None:
+    """Close the asynchronous twins made so far (their clients belong to the shared loop)."""
+    with _TWINS_LOCK:
+        twins = list(_TWINS.values())
+        _TWINS.clear()
+    for store, twin in twins:
+        if type(store).__name__ in ("DynamoDBStore", "AzureTableStore"):
+            LOOP.run(twin.close())
+
+
+async def _flushed(store: AsyncStore, coroutine: Coroutine[Any, Any, T]) -> T:
+    try:
+        return await coroutine
+    finally:  # the test may then flush() the blocking store, not this twin: flush it here
+        await store.flush()
+
+
+def arun_blocking(m: Idem[T], *, request_id: str, store: Store, **options: Any) -> T:
+    twin = async_twin(store)
+    return LOOP.run(_flushed(twin, arun(m, request_id=request_id, store=twin, **options)))
+
+
+def arun_result_blocking(
+    m: Idem[T], *, request_id: str, store: Store, **options: Any
+) -> Result[T, WorkflowAborted]:
+    twin = async_twin(store)
+    return LOOP.run(_flushed(twin, arun_result(m, request_id=request_id, store=twin, **options)))
+
+
+def async_queue_twin(queue: Any) -> Any:
+    """The queue on its SDK's asynchronous client (same queue), or on threads of its own."""
+    from idemflow.async_worklist.queues.aio import to_async_queue
+
+    kind = type(queue).__name__
+    if kind == "SqsQueue":
+        from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+
+        return AsyncSqsQueue.twin_of(queue)
+    if kind == "AzureQueue":
+        from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+
+        return AsyncAzureQueue.twin_of(queue)
+    return to_async_queue(queue)
+
+
+def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any, **options: Any) -> Any:
+    """``asubmit`` on the shared loop; the handle it gives is asked through the blocking store."""
+    from idemflow.async_worklist import Pending, asubmit
+
+    twin, sink = async_twin(store), async_queue_twin(queue)
+
+    async def submitted() -> Pending:
+        try:
+            return await asubmit(m, request_id=request_id, store=twin, queue=sink, **options)
+        finally:
+            if sink is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue"):
+                await sink.close()
+
+    pending = LOOP.run(_flushed(twin, submitted()))
+    return Pending(store, pending.workflow, request_id, outcome=pending.outcome)
+
+
+def astatus_blocking(store: Store, workflow: str, request_id: str) -> Any:
+    from idemflow.async_worklist import astatus
+
+    return LOOP.run(astatus(async_twin(store), workflow, request_id))

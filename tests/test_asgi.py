@@ -1,0 +1,241 @@
+"""``idemflow.asgi`` in a FastAPI app and a Starlette app: keys, answers, and nothing blocking."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from fastapi import Depends, FastAPI
+from fastapi.testclient import TestClient
+from pydantic import Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from idemflow import MemoryStore, SqliteStore, Tx, atomic, idempotent, workflow
+from idemflow.asgi import Idempotency
+from idemflow.async_worklist import SqliteQueue, Worker, checkpoint
+from idemflow.testing import data_rows
+
+
+def charge(amount: int) -> Any:
+    def body(tx: Tx) -> int:
+        if amount > 100:
+            tx.abort({"code": "over_limit", "message": f"{amount} is over the limit"})
+        tx.increment("charged", amount)
+        return amount
+
+    return body
+
+
+@workflow("checkout")
+def checkout(order: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:
+    charged = yield atomic("accounts", order["customer"], charge(order["amount"]))
+    yield checkpoint()
+    yield atomic("orders", order["customer"], lambda tx: tx.increment("shipped"))
+    return {"charged": charged}
+
+
+def fastapi_app(idem: Idempotency) -> FastAPI:
+    app = FastAPI()
+    idem.install(app)
+
+    @app.post("/orders")
+    async def place(order: dict[str, Any], key: str = Depends(idem.key)) -> Any:
+        return await idem.run(checkout(order), request_id=key)
+
+    @app.post("/orders/later")
+    async def place_later(order: dict[str, Any], key: str = Depends(idem.key)) -> Any:
+        return await idem.submit(checkout(order), request_id=key, accepted={"customer": order["customer"]})
+
+    @app.get("/requests/{workflow}/{request_id}")
+    async def where(workflow: str, request_id: str) -> Response:
+        return await idem.status(workflow, request_id)
+
+    @app.get("/probe")
+    async def probe() -> dict[str, bool]:
+        return {"ok": True}
+
+    return app
+
+
+@pytest.fixture
+def sqlite_idem(tmp_path: Path) -> Iterator[Idempotency]:
+    yield Idempotency(
+        SqliteStore(tmp_path / "shop.sqlite3"),
+        queue=SqliteQueue(tmp_path / "queue.sqlite3"),
+        refusals={"over_limit": 402},
+    )
+
+
+def test_a_fastapi_route_runs_once_per_key_and_answers_duplicates_alike(sqlite_idem: Idempotency) -> None:
+    with TestClient(fastapi_app(sqlite_idem)) as client:
+        order = {"customer": "ann", "amount": 30}
+        answers = [client.post("/orders", json=order, headers={"Idempotency-Key": "o-1"}) for _ in range(3)]
+    assert [(a.status_code, a.json()) for a in answers] == [(200, {"charged": 30})] * 3
+    assert data_rows(sqlite_idem.store, "accounts") == {("accounts", "ann", "charged"): 30}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "code"),
+    [
+        ({}, {"customer": "ann", "amount": 1}, 400, "missing_idempotency_key"),
+        ({"Idempotency-Key": "x" * 300}, {"customer": "ann", "amount": 1}, 400, "invalid_input"),
+        ({"Idempotency-Key": "k"}, {"customer": "c" * 2000, "amount": 1}, 400, "invalid_input"),
+        ({"Idempotency-Key": "k"}, {"customer": "", "amount": 1}, 400, "invalid_input"),
+        ({"Idempotency-Key": "k"}, {"customer": "ann", "amount": 500}, 402, "over_limit"),
+    ],
+)
+def test_bad_requests_are_answered_before_anything_is_written(
+    headers: dict[str, str], body: dict[str, Any], status: int, code: str
+) -> None:
+    store = MemoryStore()
+    with TestClient(fastapi_app(Idempotency(store, refusals={"over_limit": 402}))) as client:
+        answer = client.post("/orders", json=body, headers=headers)
+    assert (answer.status_code, answer.json()["error"]) == (status, code)
+    assert data_rows(store, "accounts", "orders") == {}
+
+
+def test_a_key_reused_for_another_request_is_422() -> None:
+    with TestClient(fastapi_app(Idempotency(MemoryStore()))) as client:
+        first = client.post(
+            "/orders", json={"customer": "ann", "amount": 1}, headers={"Idempotency-Key": "k"}
+        )
+        again = client.post(
+            "/orders", json={"customer": "ann", "amount": 2}, headers={"Idempotency-Key": "k"}
+        )
+    assert first.status_code == 200
+    assert (again.status_code, again.json()["error"]) == (422, "idempotency_key_reused")
+
+
+def test_a_submitted_request_is_202_with_a_status_url_until_workers_finish_it(
+    sqlite_idem: Idempotency,
+) -> None:
+    with TestClient(fastapi_app(sqlite_idem)) as client:
+        order = {"customer": "bob", "amount": 20}
+        accepted = client.post("/orders/later", json=order, headers={"Idempotency-Key": "o-2"})
+        assert accepted.status_code == 202
+        url = accepted.headers["Location"]
+        assert accepted.json() == {
+            "request_id": "o-2",
+            "status": "running",
+            "status_url": url,
+            "customer": "bob",
+        }
+        assert url == "/requests/checkout/o-2" and client.get(url).status_code == 202
+        assert isinstance(sqlite_idem.store, SqliteStore) and isinstance(sqlite_idem.queue, SqliteQueue)
+        Worker([checkout], store=sqlite_idem.store, queue=sqlite_idem.queue, wait=0.01).run(idle_timeout=0.2)
+        done = client.get(url)
+        assert (done.status_code, done.json()) == (
+            200,
+            {"request_id": "o-2", "status": "completed", "result": {"charged": 20}},
+        )
+        duplicate = client.post("/orders/later", json=order, headers={"Idempotency-Key": "o-2"})
+        assert (duplicate.status_code, duplicate.json()) == (200, {"charged": 20})
+        assert client.get("/requests/checkout/nobody").status_code == 404
+
+
+def test_a_sync_fastapi_route_under_idempotent_answers_json_not_a_stream() -> None:
+    store = MemoryStore()
+    app = FastAPI()
+
+    @app.post("/add")
+    @idempotent(store, key=lambda amount: f"add-{amount}")
+    def add(amount: int) -> Generator[Any, Any, dict[str, int]]:
+        yield atomic("accounts", "pot", lambda tx: tx.increment("n", amount))
+        return {"added": amount}
+
+    with TestClient(app) as client:
+        answer = client.post("/add", params={"amount": 5})
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json() == {"added": 5}
+
+
+def test_an_async_fastapi_route_under_idempotent() -> None:
+    store = MemoryStore()
+    app = FastAPI()
+
+    @app.post("/add")
+    @idempotent(store, key=lambda amount: f"add-{amount}")
+    async def add(amount: int) -> dict[str, int]:
+        await atomic("accounts", "pot", lambda tx: tx.increment("n", amount))
+        return {"added": amount}
+
+    with TestClient(app) as client:
+        answers = [client.post("/add", params={"amount": 7}).json() for _ in range(2)]
+    assert answers == [{"added": 7}] * 2
+    assert data_rows(store, "accounts") == {("accounts", "pot", "n"): 7}
+
+
+def test_a_starlette_app_and_a_busy_store_answer_503_with_retry_after() -> None:
+    from idemflow.errors import TransientStoreError
+    from idemflow.testing import Fault, FaultyStore
+
+    store = FaultyStore(MemoryStore(), lambda point: Fault.TRANSIENT)
+    idem = Idempotency(store)
+
+    async def place(request: Request) -> Response:
+        result = await idem.run(checkout(await request.json()), request_id=await idem.key(request))
+        return JSONResponse(result)
+
+    app = Starlette(routes=[Route("/orders", place, methods=["POST"])])
+    idem.install(app)
+    from idemflow.policy import RetryPolicy
+
+    idem.policy = RetryPolicy(deadline=0.05)
+    with TestClient(app) as client:
+        answer = client.post(
+            "/orders", json={"customer": "ann", "amount": 1}, headers={"Idempotency-Key": "b"}
+        )
+    assert (answer.status_code, answer.json()["error"], answer.headers["Retry-After"]) == (503, "busy", "1")
+    assert issubclass(TransientStoreError, Exception)
+
+
+def test_the_loop_serves_other_requests_while_a_workflow_waits_on_the_store() -> None:
+    """A route awaiting a slow store never holds up a probe on the same loop."""
+    from tests.test_asyncio import GatedStore
+
+    gated = GatedStore()
+    from idemflow.stores.aio import ThreadedStore
+
+    app = fastapi_app(Idempotency(ThreadedStore(gated)))
+
+    async def main() -> tuple[int, int]:
+        import httpx
+
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            slow = asyncio.create_task(
+                client.post("/orders", json={"customer": "c", "amount": 1}, headers={"Idempotency-Key": "s"})
+            )
+            await asyncio.to_thread(gated.entered.wait, 10)  # the workflow's commit is blocked
+            probe = await client.get("/probe")  # answered meanwhile
+            gated.release.set()
+            return probe.status_code, (await slow).status_code
+
+    assert asyncio.run(main()) == (200, 200)
+
+
+Amount = Annotated[int, Field(gt=0, le=1000)]
+"""A parameter type defined in the route's module (annotations are strings here: PEP 563)."""
+
+
+def test_an_idempotent_route_whose_annotations_name_types_of_its_own_module() -> None:
+    store = MemoryStore()
+    app = FastAPI()
+
+    @app.post("/pay")
+    @idempotent(store, key=lambda customer, amount: f"{customer}-{amount}")
+    async def pay(customer: str, amount: Amount) -> dict[str, Any]:
+        charged = await atomic("accounts", customer, charge(amount))
+        return {"charged": charged}
+
+    with TestClient(app) as client:
+        paid = client.post("/pay", params={"customer": "dee", "amount": 9})
+        refused = client.post("/pay", params={"customer": "dee", "amount": 0})  # FastAPI validates Amount
+    assert (paid.status_code, paid.json()) == (200, {"charged": 9})
+    assert refused.status_code == 422
