@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import tenacity
 
 from idemflow._gates import ASYNC_GATES
-from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Sleep, Steps, Turn
+from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow.stores.base import AsyncStore
 
 if TYPE_CHECKING:
@@ -60,9 +60,15 @@ async def _other(request: object, store: AsyncStore, queue: AsyncQueue | None) -
     match request:
         case Scan(table, partition):
             return await store.scan(table, partition)
-        case Send(body):
+        case Send(body, delay):
             assert queue is not None, "a computation that sends needs a queue"
-            return await queue.send(body)
+            return await queue.send(body, delay=delay)
+        case Settle(holder, action, options):
+            assert queue is not None, "a computation that settles a message needs a queue"
+            async with holder.alock:
+                if not holder.lost:
+                    await getattr(queue, action)(holder.message, **options)
+            return None
         case Sleep(seconds, sleep):
             if sleep in _BLOCKING_SLEEPS:
                 await asyncio.sleep(seconds)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from idemflow._gates import GATES
-from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Sleep, Steps, Turn
+from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow.stores.base import Store
 
 if TYPE_CHECKING:
@@ -55,9 +55,15 @@ def _other(request: object, store: Store, queue: Queue | None) -> Any:
     match request:
         case Scan(table, partition):
             return list(store.scan(table, partition))
-        case Send(body):
+        case Send(body, delay):
             assert queue is not None, "a computation that sends needs a queue"
-            return queue.send(body)
+            return queue.send(body, delay=delay)
+        case Settle(holder, action, options):
+            assert queue is not None, "a computation that settles a message needs a queue"
+            with holder.lock:
+                if not holder.lost:
+                    getattr(queue, action)(holder.message, **options)
+            return None
         case Sleep(seconds, sleep):
             return sleep(seconds)
         case Turn(table, partition, until):

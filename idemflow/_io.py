@@ -11,8 +11,8 @@ only in how a request is carried out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from idemflow.stores.base import Op, Row, RowRef
@@ -90,12 +90,27 @@ class Scan:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send ``body`` to the driver's queue (``submit``'s continuation pointer): answered with None."""
+    """Send ``body`` to the driver's queue, visible after ``delay`` seconds: answered with None."""
 
     body: str
+    delay: float = 0.0
 
 
-Request = Read | ReadMany | Commit | CommitCache | Sleep | Turn | CallOut | Scan | Send
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """``ack``, ``nack`` (``options``: its ``delay``) or ``dead_letter`` (its ``reason``) the message
+    a worker holds, unless another worker took it meanwhile: answered with None.
+
+    ``holder`` has ``message``, ``lost`` and the locks its heartbeat takes (``lock`` for a
+    thread, ``alock`` for a task), so an ack never races an extension of the same receipt.
+    """
+
+    holder: Any
+    action: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+Request = Read | ReadMany | Commit | CommitCache | Sleep | Turn | CallOut | Scan | Send | Settle
 
 Steps = Generator[Request, Any, T]
 """A computation of the engine that yields requests and returns a ``T``."""

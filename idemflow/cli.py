@@ -7,7 +7,7 @@
     idemflow retry --store URL --queue URL WORKFLOW REQUEST_ID
     idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
-    idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N
+    idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
 
 Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
@@ -18,6 +18,7 @@ as ``python -m`` does, so a project's workflows need not be installed.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import logging
@@ -25,15 +26,18 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from idemflow.errors import IdemflowError, InvalidInputError
 from idemflow.gc import collect, parse_duration
 from idemflow.keys import check_table
 from idemflow.operations import abort, runs
 from idemflow.records import RunStatus
-from idemflow.runner import run_status
-from idemflow.stores import Store, open_store
+from idemflow.runner import Workflow, run_status
+from idemflow.stores import Store, open_async_store, open_store
+
+if TYPE_CHECKING:
+    from idemflow.async_worklist import WorkerStats
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,7 +100,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--store", required=True)
     worker.add_argument("--queue", required=True, help="queue URL, e.g. sqs:jobs?region=eu-west-1")
-    worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--concurrency", type=int, default=1, help="threads, or tasks with --asyncio")
+    worker.add_argument(
+        "--asyncio",
+        action="store_true",
+        help="run on an event loop: the stores' and queues' asynchronous clients, concurrency as tasks",
+    )
     worker.add_argument("--idle-timeout", type=float, default=None, help="exit after this many idle seconds")
     worker.add_argument("--max-deliveries", type=int, default=5, help="attempts before a request fails")
     worker.add_argument(
@@ -252,21 +261,18 @@ def _load_workflows(spec: str) -> list[Any]:
 
 
 def _worker(args: argparse.Namespace, store: Store) -> int:
-    from idemflow.async_worklist import Worker, WorkerStats, open_queue
+    from idemflow.async_worklist import Worker, open_queue
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     for sdk in ("azure", "botocore", "boto3", "urllib3"):  # their INFO is one line per HTTP call
         logging.getLogger(sdk).setLevel(logging.WARNING)
-    queue = open_queue(args.queue)
-    worker = Worker(
-        [flow for spec in args.workflows for flow in _load_workflows(spec)],
-        store=store,
-        queue=queue,
-        concurrency=args.concurrency,
-        max_deliveries=args.max_deliveries,
-        version_wait=args.version_wait,
-        relay_every=args.relay_every,
-    )
+    workflows = [flow for spec in args.workflows for flow in _load_workflows(spec)]
+    options: dict[str, Any] = {
+        "concurrency": args.concurrency,
+        "max_deliveries": args.max_deliveries,
+        "version_wait": args.version_wait,
+        "relay_every": args.relay_every,
+    }
 
     def progress(stats: WorkerStats) -> None:
         elapsed = max(time.monotonic() - stats.started, 1e-9)
@@ -277,12 +283,36 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
             flush=True,
         )
 
-    try:
-        stats = worker.run(idle_timeout=args.idle_timeout, on_progress=progress)
-    finally:
-        queue.close()
+    if args.asyncio:
+        stats = asyncio.run(_async_worker(args, workflows, options, progress))
+    else:
+        queue = open_queue(args.queue)
+        try:
+            worker = Worker(workflows, store=store, queue=queue, **options)
+            stats = worker.run(idle_timeout=args.idle_timeout, on_progress=progress)
+        finally:
+            queue.close()
     progress(stats)
     return 0
+
+
+async def _async_worker(
+    args: argparse.Namespace,
+    workflows: list[Workflow[Any, Any]],
+    options: dict[str, Any],
+    progress: Callable[[WorkerStats], None],
+) -> WorkerStats:
+    """``idemflow worker --asyncio``: the store and queue on their asynchronous clients."""
+    from idemflow.async_worklist import AsyncWorker, open_async_queue
+
+    store = open_async_store(args.store)
+    queue = open_async_queue(args.queue)
+    try:
+        worker = AsyncWorker(workflows, store=store, queue=queue, **options)
+        return await worker.run(idle_timeout=args.idle_timeout, on_progress=progress)
+    finally:
+        await queue.close()
+        await store.close()
 
 
 if __name__ == "__main__":

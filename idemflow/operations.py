@@ -25,14 +25,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from idemflow._drive import drive
+from idemflow._io import Steps
 from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.plan import Aborting, Plan
-from idemflow.policy import RetryPolicy
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import RunRecord, RunStatus
-from idemflow.runner import Workflow, execute, run_status
+from idemflow.runner import Workflow, describe_request, execution_steps, run_status, status_steps
 from idemflow.serialization import JSON
-from idemflow.stores.base import Store
+from idemflow.stores.base import AsyncStore, Store
+from idemflow.tx import Reader
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +131,26 @@ def abort(
     if a worker commits the last step first, the request ends ``completed``
     and that record is returned.
     """
-    record = known_run(store, workflow, request_id)
+    steps = abort_steps(store, workflows, workflow, request_id, reason, policy, clock, reader=store)
+    return drive(steps, store)
+
+
+def abort_steps(
+    store: Store | AsyncStore,
+    workflows: Iterable[Workflow[Any, Any]],
+    workflow: str,
+    request_id: str,
+    reason: JSON,
+    policy: RetryPolicy | None,
+    clock: Callable[[], float],
+    *,
+    reader: Reader | None,
+) -> Steps[RunRecord]:
+    """:func:`abort` as the engine's computation (the blocking and the asyncio worker); ``store``
+    gives its capabilities, ``reader`` is the blocking store or None (see :class:`Execution`)."""
+    record = yield from status_steps(workflow, request_id, policy or DEFAULT_POLICY)
+    if record is None:
+        raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
     if record.status.final:
         return record
     held = {flow.version: flow for flow in workflows if flow.name == workflow}
@@ -136,7 +158,7 @@ def abort(
     if flow is None:
         raise VersionNotHeldError(workflow, request_id, record.version, tuple(sorted(held)))
     args, kwargs = stored_arguments(record, request_id)
+    m = flow(*args, **kwargs)
     plan = Plan(version=record.version, resume=True, abort=Aborting(reason), durable_outcome=True)
-    return execute(
-        flow(*args, **kwargs), request_id=request_id, store=store, policy=policy, clock=clock, plan=plan
-    )
+    request = describe_request(m)
+    return (yield from execution_steps(m, request, request_id, store, policy, clock, plan, (), reader=reader))

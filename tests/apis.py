@@ -135,3 +135,39 @@ def astatus_blocking(store: Store, workflow: str, request_id: str) -> Any:
     from idemflow.async_worklist import astatus
 
     return LOOP.run(astatus(async_twin(store), workflow, request_id))
+
+
+class AsyncWorkerBlocking:
+    """An :class:`~idemflow.async_worklist.AsyncWorker` behind ``Worker``'s blocking methods.
+
+    Built from ``Worker``'s arguments; its store and queue are the asynchronous twins of the
+    ones given, and its calls run on the shared loop.
+    """
+
+    def __init__(self, workflows: Any, *, store: Store, queue: Any, **options: Any) -> None:
+        from idemflow.async_worklist import AsyncWorker
+
+        self._queue = async_queue_twin(queue)
+        self._own_queue = self._queue is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue")
+        self._twin = async_twin(store)
+        self.inner = AsyncWorker(workflows, store=self._twin, queue=self._queue, **options)
+
+    @property
+    def stats(self) -> Any:
+        return self.inner.stats
+
+    def run(self, idle_timeout: float | None = None, **options: Any) -> Any:
+        return LOOP.run(_flushed(self._twin, self.inner.run(idle_timeout, **options)))
+
+    def handle(self, message: Any) -> bool:
+        return LOOP.run(_flushed(self._twin, self.inner.handle(message)))
+
+    def relay(self) -> int:
+        return LOOP.run(self.inner.relay())
+
+    def stop(self) -> None:
+        LOOP.loop.call_soon_threadsafe(self.inner.stop)
+
+    def __del__(self) -> None:
+        if self._own_queue and not LOOP.loop.is_closed():
+            asyncio.run_coroutine_threadsafe(self._queue.close(), LOOP.loop)

@@ -1,6 +1,6 @@
 """Worker processes killed with SIGKILL while draining a queue: nothing lost, nothing doubled.
 
-Real ``idemflow worker`` processes (the CLI) drain a queue of checkpointed
+Real ``idemflow worker`` processes (the CLI: one on threads, one ``--asyncio``) drain a queue of checkpointed
 survey workflows; the test kills random workers at random moments and starts
 replacements until every request completed, then checks that each response
 was counted exactly once. Runs on SQLite (store + queue in files) and on the
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -36,8 +37,13 @@ KEY = "crash-test-key"
 ANSWERS = ("red", "green", "blue")
 
 
-def start_worker(store_url: str, queue_url: str) -> subprocess.Popen[bytes]:
+def start_worker(store_url: str, queue_url: str, *, asyncio: bool = False) -> subprocess.Popen[bytes]:
+    """An ``idemflow worker`` process: on threads, or on an event loop (``--asyncio``, whose
+    store on DynamoDB Local meets the real overlaps of the processes but no emulated phantoms:
+    the emulator hooks the blocking client only)."""
     env = {**os.environ, "IDEMFLOW_SIGNING_KEY": KEY}
+    if asyncio:
+        store_url = re.sub(r"&conflicts=[^&]*", "", store_url)
     command = [
         sys.executable,
         "-m",
@@ -52,6 +58,7 @@ def start_worker(store_url: str, queue_url: str) -> subprocess.Popen[bytes]:
         "2",
         "--idle-timeout",
         "3",
+        *(["--asyncio"] if asyncio else []),
     ]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -69,7 +76,9 @@ def drain_with_kills(
         for _ in range(1 + (n % 4 == 0)):  # every fourth request submitted twice
             submit(survey(response), request_id=f"{space}{n}", store=store, queue=queue, signing_key=KEY)
     queue.close()
-    workers = [start_worker(store_url, queue_url) for _ in range(2)]
+    # One worker on threads, one on an event loop: each slot restarts as what it was.
+    flavours = (False, True)
+    workers = [start_worker(store_url, queue_url, asyncio=flavour) for flavour in flavours]
     killed = 0
     deadline = time.monotonic() + 240
     try:
@@ -85,10 +94,13 @@ def drain_with_kills(
                 workers[victim].send_signal(signal.SIGKILL)
                 workers[victim].wait()
                 killed += 1
-                workers[victim] = start_worker(store_url, queue_url)
+                workers[victim] = start_worker(store_url, queue_url, asyncio=flavours[victim])
             else:
                 time.sleep(0.2)
-                workers = [w if w.poll() is None else start_worker(store_url, queue_url) for w in workers]
+                workers = [
+                    w if w.poll() is None else start_worker(store_url, queue_url, asyncio=flavour)
+                    for w, flavour in zip(workers, flavours, strict=True)
+                ]
         else:
             raise AssertionError(f"only {done} of {requests} finished")
     finally:

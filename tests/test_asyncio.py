@@ -338,3 +338,29 @@ def test_reads_outside_a_workflow_on_the_asynchronous_stores(store: Store) -> No
         close_twins()
     assert (title, missing, total) == ("poll", "default", 3)
     assert found[(space, "title")] == "poll" and sum(v for (_p, k), v in found.items() if k != "title") == 3
+
+
+def test_an_asyncio_worker_finishes_requests_with_tasks_and_can_run_again(tmp_path: Path) -> None:
+    from idemflow.async_worklist import AsyncWorker, SqliteQueue, checkpoint, submit
+
+    @workflow("tally")
+    def tally(vote: dict[str, str]) -> Generator[Any, Any, str]:
+        yield atomic("tablea", "votes", lambda tx: tx.put(vote["who"], vote["choice"]))
+        yield checkpoint()
+        yield atomic("tableb", "totals", lambda tx: tx.increment(vote["choice"]))
+        return "counted"
+
+    store = SqliteStore(tmp_path / "tally.sqlite3")
+    queue = SqliteQueue(tmp_path / "queue.sqlite3")
+    for n in range(40):
+        vote = {"who": f"v{n}", "choice": "yes" if n % 4 else "no"}
+        for _ in range(1 + (n % 5 == 0)):  # some submitted twice
+            submit(tally(vote), request_id=f"t{n}", store=store, queue=queue)
+    worker = AsyncWorker([tally], store=store, queue=queue, concurrency=8, wait=0.01, relay_every=None)
+    first = asyncio.run(worker.run(idle_timeout=0.3))
+    assert first.finished == 48  # a copy met while its twin runs races it harmlessly: "completed" too
+    assert data_rows(store, "tableb") == {("tableb", "totals", "yes"): 30, ("tableb", "totals", "no"): 10}
+    again = asyncio.run(worker.run(idle_timeout=0.1))  # a fresh loop: the worker runs again
+    assert again is first and first.finished == 48
+    worker.stop()
+    assert asyncio.run(worker.run()) is first  # stopped before it started: returns at once

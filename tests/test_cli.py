@@ -11,6 +11,8 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from idemflow import Idem, SqliteStore, atomic, run, workflow
 from idemflow.async_worklist import SqliteQueue, checkpoint, status, submit
 from idemflow.records import RunStatus
@@ -86,8 +88,10 @@ def greeting(name: str) -> Generator[Idem[Any], Any, Any]:
     return (yield atomic("items", name, lambda tx: tx.put("greeted", True) or "hello " + name))
 
 
-def test_worker_imports_workflows_from_the_current_directory(tmp_path: Path) -> None:
-    """`idemflow worker myapp.workflows:WORKFLOWS` in a project directory, nothing installed."""
+@pytest.mark.parametrize("flavour", [[], ["--asyncio"]], ids=["threads", "asyncio"])
+def test_worker_imports_workflows_from_the_current_directory(tmp_path: Path, flavour: list[str]) -> None:
+    """`idemflow worker myapp.workflows:WORKFLOWS` in a project directory, nothing installed;
+    on threads, or on an event loop (``--asyncio``)."""
     project = tmp_path / "project"
     (project / "myapp").mkdir(parents=True)
     (project / "myapp" / "__init__.py").write_text("")
@@ -107,7 +111,7 @@ def test_worker_imports_workflows_from_the_current_directory(tmp_path: Path) -> 
     ]
     env = {**os.environ, "IDEMFLOW_SIGNING_KEY": "k", "PYTHONPATH": ""}
     worker = subprocess.run(
-        [*command, "worker", "myapp.workflows:WORKFLOWS", *urls, "--idle-timeout", "0.5"],
+        [*command, "worker", "myapp.workflows:WORKFLOWS", *urls, "--idle-timeout", "0.5", *flavour],
         cwd=project,
         env=env,
         capture_output=True,

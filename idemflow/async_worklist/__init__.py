@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
+from idemflow.async_worklist.aworker import AsyncWorker
 from idemflow.async_worklist.messages import MessageRejected
 from idemflow.async_worklist.outbox import relay
 from idemflow.async_worklist.queues import (
@@ -49,6 +50,7 @@ __all__ = [
     "AsyncAzureQueue",
     "AsyncQueue",
     "AsyncSqsQueue",
+    "AsyncWorker",
     "AzureQueue",
     "DeadLetter",
     "MemoryQueue",

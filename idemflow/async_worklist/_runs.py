@@ -11,7 +11,9 @@ import dataclasses
 import time
 from collections.abc import Mapping
 
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow._drive import drive
+from idemflow._io import Commit, Read, Steps
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.records import Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Put, Row, Store
@@ -21,16 +23,20 @@ def read(
     store: Store, workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY
 ) -> tuple[RunRecord, Row] | None:
     """The run record and the row it came from (for a conditional write), or None."""
-    row = policy.resend(store.read, run_ref(workflow, request_id))
+    return drive(_read(workflow, request_id, policy), store)
+
+
+def _read(workflow: str, request_id: str, policy: RetryPolicy) -> Steps[tuple[RunRecord, Row] | None]:
+    row = yield from resent(policy.resending(policy.until()), Read(run_ref(workflow, request_id)))
     return None if row is None else (RunRecord.from_json(row.value), row)
 
 
 def _replace_running(
-    store: Store, workflow: str, request_id: str, change: Mapping[str, object], policy: RetryPolicy
-) -> bool:
+    workflow: str, request_id: str, change: Mapping[str, object], policy: RetryPolicy
+) -> Steps[bool]:
     """Rewrite an unfinished record with ``change``; False if it finished meanwhile or was gone."""
     for _ in range(3):  # only another note or failure can move it: a few tries settle it
-        found = read(store, workflow, request_id, policy)
+        found = yield from _read(workflow, request_id, policy)
         if found is None or found[0].status.final:
             return False
         record, row = found
@@ -41,16 +47,38 @@ def _replace_running(
         text = encode(value, "run record", envelope=3)
         expires = time.time() + policy.retention
         put = Put(run_ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
-        if isinstance(policy.resend(store.commit, [put]), Committed):
+        if isinstance((yield from resent(policy.resending(policy.until()), Commit([put]))), Committed):
             return True
     return False
+
+
+def waiting_steps(
+    workflow: str, request_id: str, why: str, policy: RetryPolicy = DEFAULT_POLICY
+) -> Steps[bool]:
+    """Say in the run record why no worker could run the request yet."""
+    return _replace_running(workflow, request_id, {"waiting": why[:500]}, policy)
+
+
+def failed_steps(
+    workflow: str,
+    request_id: str,
+    reason: str,
+    step: int,
+    attempts: int,
+    at: float,
+    policy: RetryPolicy = DEFAULT_POLICY,
+) -> Steps[bool]:
+    """End an unfinished request ``failed``; its input and memos stay for a retry or an abort."""
+    failure = Failure(reason[:1000], step, attempts)
+    change = {"status": RunStatus.FAILED, "failure": failure, "finished_at": at, "waiting": None}
+    return _replace_running(workflow, request_id, change, policy)
 
 
 def note_waiting(
     store: Store, workflow: str, request_id: str, why: str, policy: RetryPolicy = DEFAULT_POLICY
 ) -> None:
-    """Say in the run record why no worker could run the request yet."""
-    _replace_running(store, workflow, request_id, {"waiting": why[:500]}, policy)
+    """:func:`waiting_steps` on a blocking store."""
+    drive(waiting_steps(workflow, request_id, why, policy), store)
 
 
 def mark_failed(
@@ -63,13 +91,11 @@ def mark_failed(
     at: float,
     policy: RetryPolicy = DEFAULT_POLICY,
 ) -> bool:
-    """End an unfinished request ``failed``; its input and memos stay for a retry or an abort."""
-    failure = Failure(reason[:1000], step, attempts)
-    change = {"status": RunStatus.FAILED, "failure": failure, "finished_at": at, "waiting": None}
-    return _replace_running(store, workflow, request_id, change, policy)
+    """:func:`failed_steps` on a blocking store."""
+    return drive(failed_steps(workflow, request_id, reason, step, attempts, at, policy), store)
 
 
 def reopen(store: Store, workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY) -> bool:
     """Put a ``failed`` request back to ``running`` (its memos are kept: a retry resumes it)."""
     change = {"status": RunStatus.RUNNING, "failure": None, "finished_at": None, "waiting": None}
-    return _replace_running(store, workflow, request_id, change, policy)
+    return drive(_replace_running(workflow, request_id, change, policy), store)

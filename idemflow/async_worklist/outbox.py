@@ -29,10 +29,12 @@ import time
 from collections.abc import Callable
 
 from idemflow import telemetry
+from idemflow._drive import drive
+from idemflow._io import Commit, Read, Scan, Send, Steps
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
-from idemflow.policy import resend
+from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.records import OutboxEntry, run_ref
 from idemflow.stores.base import Delete, RowRef, Store
 
@@ -52,10 +54,15 @@ def relay(
     clock: Callable[[], float] = time.time,
 ) -> int:
     """Send every due continuation still in the outbox; the number sent."""
+    return drive(relay_steps(signing_key, clock), store, queue)
+
+
+def relay_steps(signing_key: bytes | None, clock: Callable[[], float]) -> Steps[int]:
+    """:func:`relay` as the engine's computation, for the blocking and the asyncio worker."""
     now = clock()
     sent = 0
     for partition in outbox_partitions():
-        for _, key, row in store.scan(RUNS_TABLE, partition):
+        for _, key, row in (yield Scan(RUNS_TABLE, partition)):
             if not key.startswith(OUTBOX):
                 continue  # a request whose id names this partition keeps its own rows here
             try:
@@ -66,14 +73,16 @@ def relay(
             if entry.due > now:
                 continue
             fields = {"workflow": entry.workflow, "version": entry.version, "request_id": entry.request_id}
-            claimed = resend(store.read, run_ref(entry.workflow, entry.request_id))
+            resending = DEFAULT_POLICY.resending(DEFAULT_POLICY.until())
+            claimed = yield from resent(resending, Read(run_ref(entry.workflow, entry.request_id)))
             if claimed is not None:  # else its submitter died before the claim: nothing to finish
                 body = encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), signing_key)
                 with telemetry.span(
                     "idemflow.queue.send", workflow=entry.workflow, request_id=entry.request_id
                 ):
-                    queue.send(body)
+                    yield Send(body)
                 sent += 1
-            resend(store.commit, [Delete(RowRef(RUNS_TABLE, partition, key), expect=row.version)])
+            delete = Delete(RowRef(RUNS_TABLE, partition, key), expect=row.version)
+            yield from resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), Commit([delete]))
             log.info("relayed a due continuation" if claimed else "dropped an unclaimed entry", extra=fields)
     return sent

@@ -1,9 +1,10 @@
 """Run a conformance module on both APIs: blocking (``run``) and asyncio (``arun``).
 
 A module opts in with ``BOTH_APIS = True``; each of its tests then runs once
-as written and once with the module's ``run``, ``run_result``, ``submit`` and
-``status`` awaiting the asyncio twins (``tests/apis.py``). A test that measures the blocking API
-itself (calls counted on the blocking store) is marked ``blocking_api``.
+as written and once with the module's ``run``, ``run_result``, ``submit``,
+``status`` and ``Worker`` replaced by the asyncio twins (``tests/apis.py``).
+A test that measures the blocking API itself (calls counted on the blocking
+store) is marked ``blocking_api``.
 """
 
 from __future__ import annotations
@@ -12,13 +13,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.apis import arun_blocking, arun_result_blocking, astatus_blocking, asubmit_blocking, close_twins
+from tests.apis import (
+    AsyncWorkerBlocking,
+    arun_blocking,
+    arun_result_blocking,
+    astatus_blocking,
+    asubmit_blocking,
+    close_twins,
+)
 
 TWINS = {
     "run": arun_blocking,
     "run_result": arun_result_blocking,
     "submit": asubmit_blocking,
     "status": astatus_blocking,
+    "Worker": AsyncWorkerBlocking,
 }
 
 

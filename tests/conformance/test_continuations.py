@@ -33,6 +33,9 @@ from tests.checkout_workflows import (
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
 
+BOTH_APIS = True
+"""Every test runs with the blocking and the asyncio API and worker (conftest)."""
+
 KEY = b"continuation-key"
 
 

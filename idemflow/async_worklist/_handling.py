@@ -1,0 +1,289 @@
+"""What a worker does with one message, once for the thread worker and the asyncio worker.
+
+Every decision of :mod:`idemflow.async_worklist.worker` about a received
+message (reject, wait for a version, finish on the version it started with,
+retry, fail or compensate after ``max_deliveries``) is written here as the
+engine's computation: it yields store requests and the queue requests
+:class:`~idemflow._io.Settle` (ack, nack, dead-letter the held message) and
+:class:`~idemflow._io.Send`. :class:`~idemflow.async_worklist.worker.Worker`
+drives it with a blocking store and queue on threads,
+:class:`~idemflow.async_worklist.aworker.AsyncWorker` awaits it on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from idemflow import telemetry
+from idemflow._io import Send, Settle, Steps
+from idemflow.async_worklist import _runs
+from idemflow.async_worklist.messages import MessageRejected, Pointer, decode_pointer
+from idemflow.async_worklist.queues.base import Message, check_seconds
+from idemflow.async_worklist.submit import resolve_signing_key
+from idemflow.engine import Plan
+from idemflow.errors import InvalidInputError, NonDeterminismError, StepFailedError
+from idemflow.operations import abort_steps
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.records import RunRecord, RunStatus
+from idemflow.runner import Workflow, describe_request, execution_steps, status_steps
+from idemflow.stores.base import AsyncStore, Store
+from idemflow.tx import Reader
+
+log = logging.getLogger("idemflow.worker")
+
+
+def event(level: int, name: str, **fields: Any) -> None:
+    """One log event: JSON text for people and log shippers, the same fields as ``extra``."""
+    log.log(level, json.dumps({"event": name, **fields}, default=str), extra=fields)
+
+
+@dataclass
+class WorkerStats:
+    """Counts since the worker started (read them after ``run`` returns)."""
+
+    completed: int = 0
+    aborted: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    retried: int = 0
+    failed: int = 0
+    waiting: int = 0
+    relayed: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def finished(self) -> int:
+        return self.completed + self.aborted + self.duplicates
+
+
+class Holder:
+    """The message being worked on; the heartbeat swaps in each extended receipt.
+
+    ``lock`` (a thread's heartbeat) or ``alock`` (a task's) keeps an ack from racing an extension.
+    """
+
+    def __init__(self, message: Message) -> None:
+        self.message = message
+        self.lost = False
+        self.lock = threading.Lock()
+        self.alock = asyncio.Lock()
+
+
+class Wait(Exception):
+    """This worker cannot run the request now (version not held, code that differs)."""
+
+    def __init__(self, why: str, *, bounded: bool = False) -> None:
+        super().__init__(why)
+        self.why = why
+        self.bounded = bounded
+        """Counts toward ``max_deliveries`` (a workflow nobody here holds), then fails."""
+
+
+class Handling:
+    """The per-message computation both workers share (see the module docstring).
+
+    ``reader`` is where step bodies read: the blocking store, or None on an event loop.
+    """
+
+    def __init__(
+        self,
+        workflows: Iterable[Workflow[Any, Any]],
+        *,
+        store: Store | AsyncStore,
+        reader: Reader | None,
+        signing_key: bytes | str | None,
+        max_deliveries: int,
+        policy: RetryPolicy | None,
+        version_wait: float,
+        clock: Callable[[], float] | None,
+    ) -> None:
+        self.registry: dict[str, dict[int, Workflow[Any, Any]]] = {}
+        for flow in workflows:
+            if not isinstance(flow, Workflow):
+                raise TypeError(f"a worker needs @workflow functions, got {flow!r}")
+            self.registry.setdefault(flow.name, {})[flow.version] = flow
+        self.key = resolve_signing_key(signing_key)
+        self.max_deliveries = max_deliveries
+        self.policy = policy
+        self._retries = policy or DEFAULT_POLICY
+        self.version_wait = check_seconds(version_wait, "version_wait", high=900.0)  # SQS's longest delay
+        self.clock: Callable[[], float] = time.time if clock is None else clock
+        self.stats = WorkerStats()
+        self._lock = threading.Lock()
+        self._target = store
+        self._reader = reader
+
+    def _settle(self, holder: Holder, fields: dict[str, Any]) -> Steps[bool]:
+        """Process one message to ack, nack or dead letter. False if the request only waits."""
+        started = time.monotonic()
+        try:
+            outcome = yield from self._finish(holder.message, fields)
+        except InvalidInputError as invalid:  # MessageRejected too: the same on every delivery
+            yield from self._dead_letter(holder, f"rejected: {invalid}", fields)
+            return True
+        except Wait as wait:
+            yield from self._wait(holder, wait, fields)
+            return False
+        except StepFailedError as failed:
+            yield from self._step_failed(holder, failed, fields)
+            return True
+        except Exception as exc:  # noqa: BLE001 - the store or queue: retried, never a failed request
+            yield from self._retry(holder, exc, fields)
+            return True
+        yield Settle(holder, "ack")
+        self._count(outcome)
+        fields["seconds"] = round(time.monotonic() - started, 4)
+        event(logging.INFO, "finished", outcome=outcome, **fields)
+        return True
+
+    def _finish(self, message: Message, fields: dict[str, Any]) -> Steps[str]:
+        pointer = decode_pointer(message.body, self.key)
+        fields.update(workflow=pointer.workflow, request_id=pointer.request_id, version=pointer.version)
+        record = yield from status_steps(pointer.workflow, pointer.request_id, self._retries)
+        if record is None:
+            raise MessageRejected(f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted")
+        fields["version"] = record.version
+        if record.started_at is not None and message.deliveries == 1:
+            telemetry.lag(max(self.clock() - record.started_at, 0.0), pointer.workflow)
+        if record.status.final or record.status is RunStatus.FAILED:
+            return "duplicate"
+        flow = self._flow(pointer.workflow, record.version)
+        args, kwargs = _input_of(pointer, record)
+        m = flow(*args, **kwargs)
+        request = describe_request(m)
+        if request.fingerprint != record.fingerprint:
+            raise MessageRejected(f"input does not match the submitted request {pointer.request_id!r}")
+        plan = Plan(
+            version=record.version,
+            resume=True,
+            durable_outcome=True,
+            step_errors=True,
+            expected=pointer.steps,
+        )
+        try:
+            done = yield from execution_steps(
+                m,
+                request,
+                pointer.request_id,
+                self._target,
+                self.policy,
+                self.clock,
+                plan,
+                (),
+                reader=self._reader,
+            )
+        except NonDeterminismError as exc:
+            raise Wait(
+                f"the code of version {record.version} differs from what the request ran: {exc}"
+            ) from exc
+        return done.status.value  # its completion record is durable: the caller may ack
+
+    def _flow(self, name: str, version: int) -> Workflow[Any, Any]:
+        versions = self.registry.get(name)
+        if not versions:
+            raise Wait(f"no worker here holds workflow {name!r}", bounded=True)
+        flow = versions.get(version)
+        if flow is None:
+            held = ", ".join(str(v) for v in sorted(versions))
+            raise Wait(f"waiting for a worker holding version {version} of {name!r} (this one holds {held})")
+        return flow
+
+    # -- outcomes -------------------------------------------------------------
+
+    def _count(self, outcome: str) -> None:
+        with self._lock:
+            if outcome == "duplicate":
+                self.stats.duplicates += 1
+            elif outcome == RunStatus.ABORTED.value:
+                self.stats.aborted += 1
+            else:
+                self.stats.completed += 1
+
+    def _wait(self, holder: Holder, wait: Wait, fields: dict[str, Any]) -> Steps[None]:
+        if wait.bounded and holder.message.deliveries >= self.max_deliveries:
+            yield from self._fail(holder, wait.why, 0, fields)
+            return
+        yield from _runs.waiting_steps(fields["workflow"], fields["request_id"], wait.why, self._retries)
+        event(logging.WARNING, "waiting", why=wait.why, **fields)
+        if wait.bounded:
+            yield Settle(holder, "nack", {"delay": self.version_wait})
+        elif not holder.lost:  # another worker holds it now
+            # A fresh message, so waiting out a deploy never counts as a failed attempt (nor
+            # against a queue's own redrive limit); a crash before the ack only duplicates it.
+            yield Send(holder.message.body, self.version_wait)
+            yield Settle(holder, "ack")
+        with self._lock:
+            self.stats.waiting += 1
+
+    def _step_failed(self, holder: Holder, failed: StepFailedError, fields: dict[str, Any]) -> Steps[None]:
+        fields["step"] = failed.step
+        if holder.message.deliveries < self.max_deliveries:
+            yield from self._retry(holder, failed, fields)
+            return
+        flow = self._flow(failed.workflow, fields["version"])
+        if flow.on_failure == "compensate":
+            reason = f"step {failed.step} ({failed.identity}) failed: {failed.cause}"
+            try:
+                yield from abort_steps(
+                    self._target,
+                    [flow],
+                    flow.name,
+                    failed.request_id,
+                    reason,
+                    self.policy,
+                    self.clock,
+                    reader=self._reader,
+                )
+            except Exception as exc:  # noqa: BLE001 - a compensation that fails leaves it failed
+                event(logging.ERROR, "compensation-failed", error=repr(exc), **fields)
+            else:
+                event(logging.WARNING, "compensated", reason=reason, **fields)
+                yield Settle(holder, "ack")
+                with self._lock:
+                    self.stats.aborted += 1
+                return
+        yield from self._fail(holder, failed.cause, failed.step, fields)
+
+    def _fail(self, holder: Holder, reason: str, step: int, fields: dict[str, Any]) -> Steps[None]:
+        attempts = holder.message.deliveries
+        yield from _runs.failed_steps(
+            fields["workflow"], fields["request_id"], reason, step, attempts, self.clock(), self._retries
+        )
+        event(logging.ERROR, "failed", reason=reason, **fields)
+        yield Settle(holder, "ack")
+        with self._lock:
+            self.stats.failed += 1
+
+    def _retry(self, holder: Holder, exc: Exception, fields: dict[str, Any]) -> Steps[None]:
+        event(logging.WARNING, "retry", error=repr(exc), **fields)
+        yield Settle(holder, "nack", {"delay": min(2.0**holder.message.deliveries * 0.1, 30.0)})
+        with self._lock:
+            self.stats.retried += 1
+
+    def _dead_letter(self, holder: Holder, reason: str, fields: dict[str, Any]) -> Steps[None]:
+        event(logging.WARNING, "dead-letter", reason=reason, **fields)
+        yield Settle(holder, "dead_letter", {"reason": reason})
+        with self._lock:
+            self.stats.dead_lettered += 1
+
+    def _relayed(self, sent: int) -> None:
+        if sent:
+            with self._lock:
+                self.stats.relayed += sent
+
+
+def _input_of(pointer: Pointer, record: RunRecord) -> tuple[list[Any], dict[str, Any]]:
+    """The request's input: stored with its claim, or carried by a format-1 message."""
+    legacy = dataclasses.replace(record, input=pointer.legacy_input)
+    arguments = record.arguments() or legacy.arguments()
+    if arguments is None:
+        raise MessageRejected(f"request {pointer.request_id!r} has no stored input to resume from")
+    return arguments
