@@ -19,6 +19,7 @@ import tenacity
 
 from idemflow._gates import ASYNC_GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
+from idemflow._trampoline import atrampoline
 from idemflow.stores.base import AsyncStore
 
 if TYPE_CHECKING:
@@ -30,30 +31,21 @@ _BLOCKING_SLEEPS = (tenacity.nap.sleep, time.sleep)
 
 
 async def adrive(steps: Steps[T], store: AsyncStore, queue: AsyncQueue | None = None) -> T:
-    """Run ``steps`` to their value on ``store`` (and ``queue``, for ``asubmit``) without blocking."""
-    value: Any = None
-    failure: BaseException | None = None
-    while True:
-        try:
-            request = steps.send(value) if failure is None else steps.throw(failure)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        value = failure = None
-        try:
-            kind = type(request)
-            if kind is Commit:
-                value = await store.commit(request.ops)  # type: ignore[union-attr]
-            elif kind is Read:
-                value = await store.read(request.ref)  # type: ignore[union-attr]
-            elif kind is ReadMany:
-                value = await store.read_many(request.refs)  # type: ignore[union-attr]
-            elif kind is CommitCache:
-                await store.commit_cache(request.ops)  # type: ignore[union-attr]
-            else:
-                value = await _other(request, store, queue)
-        except BaseException as exc:  # noqa: BLE001 - thrown back where the engine asked (cancellation too)
-            failure = exc
+    """Run ``steps`` to their value on ``store`` (and ``queue``) without blocking the loop."""
+
+    async def answer(request: object) -> Any:
+        kind = type(request)
+        if kind is Commit:
+            return await store.commit(request.ops)  # type: ignore[attr-defined]
+        if kind is Read:
+            return await store.read(request.ref)  # type: ignore[attr-defined]
+        if kind is ReadMany:
+            return await store.read_many(request.refs)  # type: ignore[attr-defined]
+        if kind is CommitCache:
+            return await store.commit_cache(request.ops)  # type: ignore[attr-defined]
+        return await _other(request, store, queue)
+
+    return await atrampoline(steps, answer)
 
 
 async def _other(request: object, store: AsyncStore, queue: AsyncQueue | None) -> Any:

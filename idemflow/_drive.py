@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from idemflow._gates import GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
+from idemflow._trampoline import trampoline
 from idemflow.stores.base import Store
 
 if TYPE_CHECKING:
@@ -25,30 +26,21 @@ T = TypeVar("T")
 
 
 def drive(steps: Steps[T], store: Store, queue: Queue | None = None) -> T:
-    """Run ``steps`` to their value on ``store`` (and ``queue``, for ``submit``)."""
-    value: Any = None
-    failure: BaseException | None = None
-    while True:
-        try:
-            request = steps.send(value) if failure is None else steps.throw(failure)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        value = failure = None
-        try:  # the most frequent first
-            kind = type(request)
-            if kind is Commit:
-                value = store.commit(request.ops)  # type: ignore[union-attr]
-            elif kind is Read:
-                value = store.read(request.ref)  # type: ignore[union-attr]
-            elif kind is ReadMany:
-                value = store.read_many(request.refs)  # type: ignore[union-attr]
-            elif kind is CommitCache:
-                store.commit_cache(request.ops)  # type: ignore[union-attr]
-            else:
-                value = _other(request, store, queue)
-        except BaseException as exc:  # noqa: BLE001 - thrown back where the engine asked
-            failure = exc
+    """Run ``steps`` to their value on ``store`` (and ``queue``, for ``submit`` and workers)."""
+
+    def answer(request: object) -> Any:
+        kind = type(request)  # the most frequent first
+        if kind is Commit:
+            return store.commit(request.ops)  # type: ignore[attr-defined]
+        if kind is Read:
+            return store.read(request.ref)  # type: ignore[attr-defined]
+        if kind is ReadMany:
+            return store.read_many(request.refs)  # type: ignore[attr-defined]
+        if kind is CommitCache:
+            return store.commit_cache(request.ops)  # type: ignore[attr-defined]
+        return _other(request, store, queue)
+
+    return trampoline(steps, answer)
 
 
 def _other(request: object, store: Store, queue: Queue | None) -> Any:

@@ -20,6 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from idemflow._trampoline import atrampoline, trampoline
 from idemflow.errors import InvalidNameError, LimitExceededError, StoreError, TransientStoreError
 from idemflow.keys import RUNS_TABLE, check_table
 from idemflow.stores._dynamodb_items import key, key_bytes, row, transaction
@@ -93,36 +94,12 @@ Calls = Generator[SdkCall, Any, T]
 
 def drive(calls: Calls[T], invoke: Callable[[SdkCall], Any]) -> T:
     """Run ``calls`` to their value, answering each with ``invoke`` (a blocking client)."""
-    answer: Any = None
-    failure: Exception | None = None
-    while True:
-        try:
-            call = calls.send(answer) if failure is None else calls.throw(failure)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        answer = failure = None
-        try:
-            answer = invoke(call)
-        except Exception as exc:  # noqa: BLE001 - thrown back at the yield, mapped there
-            failure = exc
+    return trampoline(calls, invoke)
 
 
 async def adrive(calls: Calls[T], invoke: Callable[[SdkCall], Awaitable[Any]]) -> T:
     """:func:`drive`, each call awaited (an asynchronous client)."""
-    answer: Any = None
-    failure: Exception | None = None
-    while True:
-        try:
-            call = calls.send(answer) if failure is None else calls.throw(failure)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        answer = failure = None
-        try:
-            answer = await invoke(call)
-        except Exception as exc:  # noqa: BLE001 - thrown back at the yield, mapped there
-            failure = exc
+    return await atrampoline(calls, invoke)
 
 
 class DynamoDBCalls:

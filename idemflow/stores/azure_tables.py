@@ -37,10 +37,12 @@ from typing import Any, TypeVar
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient, TableServiceClient
 
+from idemflow._trampoline import trampoline
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores._azure_calls import (
     AZURE_CAPABILITIES,
     AzureCalls,
+    Call,
     Calls,
     Pause,
     assemble,
@@ -101,25 +103,16 @@ class AzureTableStore(AzureCalls):
 
     def _drive(self, steps: Calls[T]) -> T:
         """Carry out ``steps``' SDK calls on this thread, to their value."""
-        answer: Any = None
-        failure: Exception | None = None
-        while True:
-            try:
-                request = steps.send(answer) if failure is None else steps.throw(failure)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            answer = failure = None
-            if isinstance(request, Pause):
-                time.sleep(request.seconds)
-                continue
-            client = self.table_client(request.table)
-            self._count()
-            try:
-                found = getattr(client, request.method)(*request.args, **request.kwargs)
-                answer = list(found) if request.collect else found
-            except Exception as exc:  # noqa: BLE001 - thrown back where the call was asked for
-                failure = exc
+        return trampoline(steps, self._answer)
+
+    def _answer(self, request: Call | Pause) -> Any:
+        if isinstance(request, Pause):
+            time.sleep(request.seconds)
+            return None
+        client = self.table_client(request.table)
+        self._count()
+        found = getattr(client, request.method)(*request.args, **request.kwargs)
+        return list(found) if request.collect else found
 
     # -- the protocol -----------------------------------------------------------
 

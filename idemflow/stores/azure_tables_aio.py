@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from idemflow._trampoline import atrampoline
 from idemflow.stores._async_cache import AsyncCacheWriter
-from idemflow.stores._azure_calls import AzureCalls, Calls, Pause, assemble, open_service, read_jobs
+from idemflow.stores._azure_calls import AzureCalls, Call, Calls, Pause, assemble, open_service, read_jobs
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
 
@@ -64,25 +65,16 @@ class AsyncAzureTableStore(AzureCalls):
 
     async def _drive(self, steps: Calls[T]) -> T:
         """Carry out ``steps``' SDK calls on the loop, to their value."""
-        answer: Any = None
-        failure: Exception | None = None
-        while True:
-            try:
-                request = steps.send(answer) if failure is None else steps.throw(failure)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            answer = failure = None
-            if isinstance(request, Pause):
-                await asyncio.sleep(request.seconds)
-                continue
-            client = self.table_client(request.table)
-            self._count()
-            try:
-                found = getattr(client, request.method)(*request.args, **request.kwargs)
-                answer = [item async for item in found] if request.collect else await found
-            except Exception as exc:  # noqa: BLE001 - thrown back where the call was asked for
-                failure = exc
+        return await atrampoline(steps, self._answer)
+
+    async def _answer(self, request: Call | Pause) -> Any:
+        if isinstance(request, Pause):
+            await asyncio.sleep(request.seconds)
+            return None
+        client = self.table_client(request.table)
+        self._count()
+        found = getattr(client, request.method)(*request.args, **request.kwargs)
+        return [item async for item in found] if request.collect else await found
 
     # -- the protocol -----------------------------------------------------------
 

@@ -38,10 +38,12 @@ from azure.core.exceptions import (
 )
 from azure.storage.queue import QueueClient
 
+from idemflow._trampoline import trampoline
 from idemflow.async_worklist.queues._azure_queue_calls import (
     AZURE_MAX_BODY_BYTES,
     MAX_SECONDS,
     AzureQueueCalls,
+    Call,
     Calls,
     Pause,
     code_of,
@@ -128,24 +130,15 @@ class AzureQueue(AzureQueueCalls, Queue):
 
     def _drive(self, steps: Calls[T]) -> T:
         """Carry out ``steps``' SDK calls on this thread, to their value."""
-        answer: Any = None
-        failure: BaseException | None = None
-        while True:
-            try:
-                request = steps.send(answer) if failure is None else steps.throw(failure)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            answer = failure = None
-            if isinstance(request, Pause):
-                self._sleep(request.seconds)
-                continue
-            client = self._dlq if request.which == "dlq" else self._client
-            try:
-                found = getattr(client, request.method)(*request.args, **request.kwargs)
-                answer = list(found) if request.collect else found
-            except BaseException as exc:  # noqa: BLE001 - thrown in where the call was asked for
-                failure = exc
+        return trampoline(steps, self._answer)
+
+    def _answer(self, request: Call | Pause) -> Any:
+        if isinstance(request, Pause):
+            self._sleep(request.seconds)
+            return None
+        client = self._dlq if request.which == "dlq" else self._client
+        found = getattr(client, request.method)(*request.args, **request.kwargs)
+        return list(found) if request.collect else found
 
     def send(self, body: str, *, delay: float = 0.0) -> None:
         self._drive(self._send(body, delay))
