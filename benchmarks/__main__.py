@@ -6,10 +6,10 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 (a smoke test, under a minute) and writes to ``benchmarks/results-quick/``
 unless ``--out`` is given, so it never overwrites the committed results.
 
-Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, summary.
-``--stores`` limits the store-parametrized benchmarks (calls, users, outbox, and
-contention, which runs sqlite,dynamodb-local,azurite unless told); ``cloud`` and
-``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
+Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
+summary. ``--stores`` limits the store-parametrized benchmarks (calls, users, outbox,
+asyncio_api, and contention, which runs sqlite,dynamodb-local,azurite unless told); ``cloud``
+and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
 server stores, leaving only the pure-Python and SQLite parts).
 """
 
@@ -24,14 +24,35 @@ from typing import Any
 
 from benchmarks._stats import RESULTS
 
-ORDER = ("overhead", "messages", "core", "calls", "peers", "cloud", "users", "contention", "outbox")
+ORDER = (
+    "overhead",
+    "messages",
+    "core",
+    "calls",
+    "peers",
+    "cloud",
+    "users",
+    "contention",
+    "outbox",
+    "asyncio_api",
+)
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
 
 
 def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
     """Each benchmark's entry point, imported only when it runs."""
-    if name in ("overhead", "messages", "calls", "peers", "users", "contention", "outbox", "summary"):
+    if name in (
+        "overhead",
+        "messages",
+        "calls",
+        "peers",
+        "users",
+        "contention",
+        "outbox",
+        "asyncio_api",
+        "summary",
+    ):
         import importlib
 
         module = importlib.import_module(f"benchmarks.{name}")
@@ -63,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: {' '.join(ORDER)})")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
-    parser.add_argument("--stores", default=None, help="comma-separated stores for calls, users, outbox")
+    parser.add_argument(
+        "--stores", default=None, help="comma-separated stores for calls, users, outbox, asyncio_api"
+    )
     parser.add_argument("--no-servers", action="store_true", help="skip moto and Azurite (and the peers)")
     args = parser.parse_args(argv)
     out: Path = args.out or (QUICK_OUT if args.quick else RESULTS)
@@ -78,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         if name == "summary":
             continue
-        extra = ["--stores", stores] if name in ("calls", "users", "outbox") else []
+        extra = ["--stores", stores] if name in ("calls", "users", "outbox", "asyncio_api") else []
         if name == "contention" and (args.stores or args.no_servers):  # else its own stores
             extra = ["--stores", stores]
         print(f"== {name}{' (quick)' if args.quick else ''} -> {out}", flush=True)

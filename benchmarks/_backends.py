@@ -110,6 +110,8 @@ class Backend:
     """boto3 DynamoDB client (moto, DynamoDB Local) for baselines."""
     tables: Any = None
     """azure TableServiceClient (Azurite) for baselines."""
+    make_url: Callable[[str], str] | None = None
+    """The ``open_store`` / ``open_async_store`` URL of the stores ``make_store`` gives a tag."""
     _counter: Iterator[int] = field(default_factory=itertools.count)
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
@@ -125,6 +127,12 @@ class Backend:
         store = self.make_store(tag, tables)
         self._closers.append(store.close)
         return store
+
+    def url(self, tag: str) -> str:
+        """The URL reaching the tables (or file) of ``store(tag, ...)``, e.g. for ``open_async_store``."""
+        if self.make_url is None:
+            raise ValueError(f"{self.kind}: no store URL")
+        return self.make_url(tag)
 
     def queue(self, tag: str) -> Queue:
         queue = self.make_queue(tag)
@@ -162,6 +170,7 @@ def open_backend(kind: str) -> Iterator[Backend]:
                 make_queue=lambda tag: SqliteQueue(
                     _warm(folder / f"{tag}-queue.sqlite3"), visibility_timeout=60
                 ),
+                make_url=lambda tag: f"sqlite:{folder / f'{tag}.sqlite3'}",
             )
             try:
                 yield backend
@@ -230,8 +239,11 @@ def _dynamodb_backend(kind: str, folder: Path, endpoint: str, region: str) -> It
                 tag, endpoint_url=sqs[0].endpoint, region_name=sqs[0].region, visibility_timeout=60
             )
 
+        def make_url(tag: str) -> str:
+            return f"dynamodb:?endpoint={endpoint}&region={region}&prefix={tag}"
+
         client = boto3.client("dynamodb", endpoint_url=endpoint, region_name=region, config=boto_config())
-        backend = Backend(kind, folder, make_store, make_queue, dynamodb=client)
+        backend = Backend(kind, folder, make_store, make_queue, dynamodb=client, make_url=make_url)
         try:
             yield backend
         finally:
@@ -241,6 +253,8 @@ def _dynamodb_backend(kind: str, folder: Path, endpoint: str, region: str) -> It
 
 @contextlib.contextmanager
 def _azurite_backend(folder: Path) -> Iterator[Backend]:
+    from urllib.parse import quote
+
     from azure.data.tables import TableServiceClient
 
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -258,8 +272,11 @@ def _azurite_backend(folder: Path) -> Iterator[Backend]:
         def make_queue(tag: str) -> Queue:
             return AzureQueue(tag.lower(), connection_string=conn, visibility_timeout=60)
 
+        def make_url(tag: str) -> str:
+            return f"azure:?connection_string={quote(conn, safe='')}&prefix={tag}"
+
         service = TableServiceClient.from_connection_string(conn)
-        backend = Backend("azurite", folder, make_store, make_queue, tables=service)
+        backend = Backend("azurite", folder, make_store, make_queue, tables=service, make_url=make_url)
         try:
             yield backend
         finally:

@@ -39,6 +39,18 @@ TARGETS: list[tuple[str, str, float, str]] = [
     ),
     (r"contention\.[\w-]+\.idemflow\.failed", "<=", 0.0, "no request fails under contention"),
     (r"contention\.[\w-]+\.\w+\.violations", "<=", 0.0, "exactly once under contention"),
+    (
+        r"asyncio_api\.[\w-]+\.async_over_sync_latency",
+        "<=",
+        1.05,
+        "arun / run latency ≤ 1.05 (2-step workflow, 1 client)",
+    ),
+    (
+        r"asyncio_api\.[\w-]+\.async\.probe_p99_ms\.128",
+        "<=",
+        20.0,
+        "probe p99 ≤ 20 ms at 128 clients: the loop is never blocked",
+    ),
 ]
 
 SECTIONS = [
@@ -50,6 +62,7 @@ SECTIONS = [
     ("Pure library overhead (MemoryStore)", r"^overhead\."),
     ("Checkpoint messages", r"^messages\."),
     ("Transactional outbox: submit against the previous release", r"^outbox\."),
+    ("asyncio API: arun against run in a threadpool", r"^asyncio_api\."),
 ]
 
 

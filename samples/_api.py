@@ -1,206 +1,182 @@
-"""The HTTP plumbing the samples' APIs share (Starlette on uvicorn).
+"""The HTTP plumbing the samples' APIs share (Starlette on uvicorn, asyncio throughout).
 
-Each sample's API is a plain service class whose methods return
-:class:`Answer` values (usable without HTTP: the load generators call them
-directly against a store), and a thin Starlette app over it built from
-:func:`post` and :func:`get_`. What is common lives here:
+Each sample's API is a service class whose ``async`` methods run the
+workflows through :class:`idemflow.asgi.Idempotency` (``arun`` and
+``asubmit`` under the client's ``Idempotency-Key``) and read with the
+awaitable reads, answering Starlette responses; its Starlette app is a thin
+layer of routes over it. Nothing runs on a thread per request: the store is
+an asynchronous one (``open_async_store``), opened in the app's lifespan.
+:mod:`idemflow.asgi` reads the key, answers the library's errors, the ``202``
+of a submitted request and its status URL; what it does not do lives here:
 
-- :class:`Answer` and :func:`error`, the answers as data;
-- :class:`Service`: what a sample's service holds (store, queue, signing key, clock);
-- :func:`guarded`: runs a request under the client's ``Idempotency-Key`` and
-  turns what may be raised into the documented HTTP errors (400 no or bad
-  key, 409 key reused or refused, 422 invalid, 503 store busy);
-- :func:`answer_at_checkpoint`: the asynchronous variant, ``submit`` and
-  answer ``202`` once the workflow reached its checkpoint (or its final
-  answer, if it finished or was refused before);
-- :func:`run_status_answer`: ``GET`` where a submitted request stands;
-- :func:`post`, :func:`get_`, :func:`healthz` and :func:`serve`.
+- :class:`Service`: what a sample's service holds (store, queue, signing key,
+  clock, the :class:`~idemflow.asgi.Idempotency` over them); given URLs, it
+  opens them on the loop (:meth:`Service.connect`) and closes them;
+  :meth:`Service.failure` answers what a method raised: the sample's
+  exception for a body of the wrong shape ``422 invalid``, the library's
+  errors as :func:`idemflow.asgi.answer` does with the sample's refusal statuses;
+- :func:`application`: the Starlette app of a service's routes (lifespan,
+  error handlers, ``/healthz``), built from :func:`post` and :func:`get_`;
+- :class:`Answer` and :class:`Direct`: an answer as data, what the load
+  generators compare, and a service's methods called from the load's threads
+  without HTTP (``load --store``);
+- :func:`serve`.
 
+>>> import asyncio
 >>> from idemflow import MemoryStore, WorkflowAborted
->>> def refuse(key):
-...     raise WorkflowAborted({"code": "too_low", "message": "bid 5 does not beat 7"}, "bid", key)
->>> by_code = lambda aborted: refused(aborted, {"too_low": 409})
->>> guarded("k1", refuse, by_code, ValueError)
-Answer(status=409, body={'error': 'too_low', 'detail': 'bid 5 does not beat 7'})
->>> guarded(None, refuse, by_code, ValueError).body["error"]
-'missing_idempotency_key'
+>>> service = Service(MemoryStore())
+>>> refused = WorkflowAborted({"code": "too_low", "message": "5 does not beat 7"}, "bid", "k")
+>>> answer_of(service.failure(refused))
+Answer(status=409, body={'error': 'too_low', 'detail': '5 does not beat 7'})
+>>> answer_of(service.failure(ValueError("'amount' must be a number")))
+Answer(status=422, body={'error': 'invalid', 'detail': "'amount' must be a number"})
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
 
 import uvicorn
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
-from idemflow import (
-    ConflictError,
-    Idem,
-    IdemflowError,
-    IdempotencyKeyReuseError,
-    InvalidInputError,
-    RunStatus,
-    Store,
-    TransientStoreError,
-    WorkflowAborted,
-)
-from idemflow.async_worklist import Queue, status, submit
+from idemflow import Idem, IdemflowError
+from idemflow.asgi import Idempotency, answer, error
+from idemflow.async_worklist import AsyncQueue, Queue, open_async_queue
+from idemflow.stores import AsyncStore, Store, open_async_store
 
-KEY_HEADER = "Idempotency-Key"
+P = ParamSpec("P")
+S = TypeVar("S", bound="Service")
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """An HTTP answer as data: what the API sends and what the load generator compares."""
+    """An HTTP answer as data: what the load generator compares (copies of a request must agree)."""
 
     status: int
     body: dict[str, Any] = field(default_factory=dict)
 
 
-def error(status: int, code: str, detail: str) -> Answer:
-    return Answer(status, {"error": code, "detail": detail})
-
-
-MISSING_KEY = error(400, "missing_idempotency_key", f"send your request id in the {KEY_HEADER} header")
-
-
-def refused(aborted: WorkflowAborted, statuses: Mapping[str, int]) -> Answer:
-    """The answer for a workflow that refused the request: its reason's code decides the status."""
-    reason = aborted.reason
-    if isinstance(reason, dict) and isinstance(reason.get("code"), str):
-        return error(statuses.get(reason["code"], 409), reason["code"], str(reason.get("message", "")))
-    return error(409, "aborted", str(reason))
-
-
-def guarded(
-    key: str | None,
-    action: Callable[[str], Answer],
-    refuse: Callable[[WorkflowAborted], Answer],
-    invalid: type[Exception],
-) -> Answer:
-    """Run ``action(key)`` and turn what it may raise into the documented HTTP errors.
-
-    ``refuse`` answers a workflow's refusal (an abort, however the sample words
-    its reasons); ``invalid`` is the sample's exception for a body of the wrong
-    shape (422).
-    """
-    if not key:
-        return MISSING_KEY
-    try:
-        return action(key)
-    except invalid as exc:
-        return error(422, "invalid", str(exc))
-    except WorkflowAborted as aborted:
-        return refuse(aborted)
-    except IdempotencyKeyReuseError as exc:
-        return error(409, "idempotency_key_reused", str(exc))
-    except InvalidInputError as exc:  # e.g. an empty or 300-character key
-        return error(400, "invalid_input", str(exc))
-    except (ConflictError, TransientStoreError) as exc:
-        return error(503, "busy", f"{exc}; retry with the same {KEY_HEADER}")
+def answer_of(response: Response) -> Answer:
+    """A JSON response as an :class:`Answer`."""
+    return Answer(response.status_code, json.loads(bytes(response.body)))
 
 
 class Service:
-    """The base of the samples' services: the ``store``; a ``queue`` for the asynchronous
-    variant (submitted requests are answered at their checkpoint, workers finish them) and the
-    ``signing_key`` of its messages; the ``clock`` the workflows run by. A sample sets its
-    refusal codes' HTTP ``statuses`` (or overrides :meth:`refuse`, if its abort reasons are
-    not ``{"code", "message"}``) and its ``invalid`` exception (a body of the wrong shape)."""
+    """The base of the samples' services.
+
+    ``store`` is an asynchronous store, a blocking one (its calls then run on
+    threads of its own) or a store URL, opened with ``open_async_store`` by
+    :meth:`connect` (the app's lifespan) on the loop that uses it; its tables
+    must exist (``serve`` creates them). ``queue``, for the asynchronous
+    variant (submitted requests are answered at their checkpoint, workers
+    finish them), is likewise a queue or a URL; ``signing_key`` signs its
+    messages; ``clock`` is the time the workflows run by. A sample sets its
+    refusal codes' HTTP ``statuses``, its ``invalid`` exception (a body of the
+    wrong shape, 422) and the ``status_url`` of its submitted requests.
+    """
 
     statuses: ClassVar[Mapping[str, int]] = {}
     invalid: ClassVar[type[Exception]] = ValueError
+    status_url: ClassVar[str] = "/requests/{workflow}/{request_id}"
 
     def __init__(
         self,
-        store: Store,
-        queue: Queue | None = None,
+        store: str | Store | AsyncStore,
+        queue: str | Queue | AsyncQueue | None = None,
         *,
         signing_key: bytes | str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
-        self.queue = queue
         self.signing_key = signing_key
         self.clock = clock
+        self._given = (store, queue)
+        self._opened: list[AsyncStore | AsyncQueue] = []
+        self._idem: Idempotency | None = None
+        if not isinstance(store, str) and not isinstance(queue, str):
+            self._connect(store, queue)
 
-    def guarded(self, key: str | None, action: Callable[[str], Answer]) -> Answer:
-        """:func:`guarded` with the sample's refusals and invalid-body exception."""
-        return guarded(key, action, self.refuse, self.invalid)
-
-    def refuse(self, aborted: WorkflowAborted) -> Answer:
-        """The answer to a refusal: by the reason's code, through :attr:`statuses`."""
-        return refused(aborted, self.statuses)
-
-    def submitted(
-        self, m: Idem[Any], key: str, status_url: str, *, done: int, accepted: Mapping[str, Any] | None = None
-    ) -> Answer:
-        """:func:`answer_at_checkpoint` on this service's store and queue."""
-        if self.queue is None:
-            raise ValueError("submitted() needs a service with a queue")
-        return answer_at_checkpoint(
-            m,
-            key,
-            store=self.store,
-            queue=self.queue,
+    def _connect(self, store: Store | AsyncStore, queue: Queue | AsyncQueue | None) -> None:
+        self._idem = Idempotency(
+            store,
+            queue=queue,
             signing_key=self.signing_key,
-            status_url=status_url,
-            done=done,
-            accepted=accepted,
+            status_url=self.status_url,
+            refusals=self.statuses,
+            clock=self.clock,
         )
 
-    def request_status(self, workflow: str, request_id: str) -> Answer:
-        """:func:`run_status_answer` on this service's store."""
-        return run_status_answer(self.store, workflow, request_id)
+    async def connect(self) -> None:
+        """Open the store and queue given as URLs, on the running loop (nothing if given as objects)."""
+        if self._idem is not None:
+            return
+        store, queue = self._given
+        if isinstance(store, str):
+            store = open_async_store(store)
+            self._opened.append(store)
+        if isinstance(queue, str):
+            queue = open_async_queue(queue)
+            self._opened.append(queue)
+        self._connect(store, queue)
 
+    async def disconnect(self) -> None:
+        """Close what :meth:`connect` opened (the completion records still being written finish first)."""
+        opened, self._opened = self._opened, []
+        for resource in reversed(opened):
+            await resource.close()
+        if opened:
+            self._idem = None
 
-def answer_at_checkpoint(
-    m: Idem[Any],
-    key: str,
-    *,
-    store: Store,
-    queue: Queue,
-    signing_key: bytes | str | None,
-    status_url: str,
-    done: int = 200,
-    accepted: Mapping[str, Any] | None = None,
-) -> Answer:
-    """The asynchronous variant: ``submit`` ``m``, answer once it reached its checkpoint.
+    @property
+    def idem(self) -> Idempotency:
+        """The ``Idempotency-Key`` handling over this service's store and queue."""
+        if self._idem is None:
+            raise RuntimeError(
+                "the service's store is a URL: await service.connect() first (the app's lifespan)"
+            )
+        return self._idem
 
-    ``202 {"request_id", "status": "running", "status_url", **accepted}`` while
-    workers finish it; ``done`` with the result if it already finished (a
-    duplicate of a finished request); a refusal before the checkpoint raises
-    :class:`~idemflow.WorkflowAborted`, for :func:`guarded` to answer.
-    """
-    pending = submit(m, request_id=key, store=store, queue=queue, signing_key=signing_key)
-    now = pending.outcome  # final when submit saw the request finish, else None: workers have it
-    if now is not None and now.status is RunStatus.ABORTED:
-        raise WorkflowAborted(now.reason, pending.workflow, key)
-    if now is not None and now.status is RunStatus.COMPLETED:
-        return Answer(done, dict(now.result) if isinstance(now.result, dict) else {})
-    return Answer(202, {"request_id": key, "status": "running", "status_url": status_url, **(accepted or {})})
+    @property
+    def store(self) -> Store | AsyncStore:
+        return self.idem.store
 
+    @property
+    def queue(self) -> str | Queue | AsyncQueue | None:
+        """The queue of the asynchronous variant (its URL until :meth:`connect`), or None."""
+        return self._given[1] if self._idem is None else self.idem.queue
 
-def run_status_answer(store: Store, workflow: str, request_id: str) -> Answer:
-    """``GET`` the status of a request: 404 if no such request was ever submitted."""
-    try:
-        found = status(store, workflow, request_id)
-    except InvalidInputError as exc:
-        return error(400, "invalid_input", str(exc))
-    if found.status is RunStatus.UNKNOWN:
-        return error(404, "not_found", f"no request {request_id!r} was submitted")
-    body: dict[str, Any] = {"request_id": request_id, "status": found.status.value}
-    if found.status is RunStatus.COMPLETED:
-        body["result"] = found.result
-    elif found.status is RunStatus.ABORTED:
-        body["reason"] = found.reason
-    return Answer(200, body)
+    async def run(self, m: Idem[Any], key: str) -> Any:
+        """Await ``m`` under the client's key (a duplicate gets the first answer)."""
+        return await self.idem.run(m, request_id=key)
+
+    async def submit(
+        self, m: Idem[Any], key: str, *, done: int, accepted: Mapping[str, Any] | None = None
+    ) -> Response:
+        """The asynchronous variant: submit ``m`` and answer once it reached its checkpoint.
+
+        ``202 {"request_id", "status": "running", "status_url", **accepted}`` while workers
+        finish it; ``done`` with the result if it had already finished (a duplicate).
+        """
+        found = await self.idem.submit(m, request_id=key, accepted=accepted)
+        return found if isinstance(found, Response) else JSONResponse(found, done)
+
+    def failure(self, exc: Exception) -> Response | None:
+        """The answer to what a method raised, or None for an error that is the server's fault."""
+        if isinstance(exc, IdemflowError):  # first: InvalidInputError is a ValueError too
+            return answer(exc, self.statuses)
+        if isinstance(exc, self.invalid):
+            return error(422, "invalid", str(exc))
+        return None
 
 
 # -- Starlette plumbing -------------------------------------------------------------------
@@ -208,16 +184,11 @@ def run_status_answer(store: Store, workflow: str, request_id: str) -> Answer:
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def respond_with(answer: Answer) -> Response:
-    headers = {"Retry-After": "1"} if answer.status == 503 else None
-    return JSONResponse(answer.body, answer.status, headers=headers)
+def post(service: Service, call: Callable[[str, Mapping[str, str], object], Awaitable[Response]]) -> Endpoint:
+    """An endpoint taking a JSON body: ``call(idempotency key, path params, body)``.
 
-
-def post(call: Callable[[str | None, Mapping[str, str], object], Answer]) -> Endpoint:
-    """An endpoint taking a JSON body: ``call(idempotency key, path params, body)`` in a worker thread.
-
-    The workflow runs on a thread of the pool (store calls block), so the
-    event loop keeps accepting requests meanwhile.
+    :meth:`idemflow.asgi.Idempotency.key` reads the key: a missing one is
+    answered ``400 missing_idempotency_key``, one no store can hold ``400 invalid_input``.
     """
 
     async def endpoint(request: Request) -> Response:
@@ -225,27 +196,17 @@ def post(call: Callable[[str | None, Mapping[str, str], object], Answer]) -> End
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
-            return respond_with(error(400, "invalid_json", "the request body is not JSON"))
-        key = request.headers.get(KEY_HEADER)
-        return respond_with(await run_in_threadpool(call, key, dict(request.path_params), body))
+            return error(400, "invalid_json", "the request body is not JSON")
+        return await call(await service.idem.key(request), request.path_params, body)
 
     return endpoint
 
 
-def get_(call: Callable[[Mapping[str, str], Mapping[str, str]], Answer]) -> Endpoint:
-    """A read endpoint: ``call(path params, query params)`` in a worker thread."""
-
-    def guarded_read(path: Mapping[str, str], query: Mapping[str, str]) -> Answer:
-        try:
-            return call(path, query)
-        except InvalidInputError as exc:  # an id the store cannot hold (empty, too long)
-            return error(400, "invalid_input", str(exc))
-        except IdemflowError as exc:
-            return error(503, "busy", str(exc))
+def get_(call: Callable[[Mapping[str, str], Mapping[str, str]], Awaitable[Response]]) -> Endpoint:
+    """A read endpoint: ``call(path params, query params)``."""
 
     async def endpoint(request: Request) -> Response:
-        answer = await run_in_threadpool(guarded_read, dict(request.path_params), dict(request.query_params))
-        return respond_with(answer)
+        return await call(request.path_params, request.query_params)
 
     return endpoint
 
@@ -254,25 +215,111 @@ async def healthz(_request: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
+def application(service: Service, routes: Sequence[BaseRoute]) -> Starlette:
+    """The ASGI app of ``routes`` over ``service``: its lifespan opens and closes the service's
+    store and queue, what a route raises is answered by :meth:`Service.failure`, and
+    ``GET /healthz`` answers 200 once the app is up."""
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await service.connect()
+        try:
+            yield
+        finally:
+            await service.disconnect()
+
+    async def handle(_request: Request, exc: Exception) -> Response:
+        found = service.failure(exc)
+        if found is None:
+            raise exc
+        return found
+
+    return Starlette(
+        routes=[Route("/healthz", healthz), *routes],
+        lifespan=lifespan,
+        exception_handlers={IdemflowError: handle, service.invalid: handle},
+    )
+
+
 def serve(app: Starlette, host: str, port: int) -> None:
     """Run ``app`` on uvicorn until interrupted (access log off: the load generator is chatty)."""
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 
+# -- without HTTP -------------------------------------------------------------------------------
+
+
+class Direct(Generic[S], AbstractContextManager["Direct[S]"]):
+    """A service's methods called from threads, as the load generators call an API.
+
+    Inside ``with Direct(service) as call:``, ``call(service.method, *args)``
+    awaits the method on an event loop of its own (a thread, the service's
+    store and queue opened there) and gives what it answered, or raised, as
+    an :class:`Answer`. Thread-safe: the load's users call it at once.
+
+    >>> from idemflow import MemoryStore, atomic, workflow
+    >>> @workflow("count")
+    ... def count(_body):
+    ...     return (yield atomic("counts", "all", lambda tx: tx.increment("n") or tx.get("n")))
+    >>> class Counting(Service):
+    ...     async def count(self, key):
+    ...         return JSONResponse({"n": await self.run(count({}), key)})
+    >>> service = Counting(MemoryStore())
+    >>> with Direct(service) as call:
+    ...     for key in ("a", "a", "b", ""):
+    ...         call(service.count, key)
+    Answer(status=200, body={'n': 1})
+    Answer(status=200, body={'n': 1})
+    Answer(status=200, body={'n': 2})
+    Answer(status=400, body={'error': 'invalid_input', 'detail': "invalid request id '': must not be empty"})
+    """
+
+    def __init__(self, service: S) -> None:
+        self.service = service
+        self._portal: BlockingPortal | None = None
+        self._running: AbstractContextManager[BlockingPortal] | None = None
+
+    def __enter__(self) -> Direct[S]:
+        self._running = start_blocking_portal()
+        self._portal = self._running.__enter__()
+        self._portal.call(self.service.connect)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        assert self._portal is not None and self._running is not None
+        try:
+            self._portal.call(self.service.disconnect)
+        finally:
+            self._running.__exit__(kind, exc, trace)
+            self._portal = self._running = None
+
+    def __call__(self, method: Callable[P, Awaitable[Response]], *args: P.args, **kwargs: P.kwargs) -> Answer:
+        if self._portal is None:
+            raise RuntimeError("call a Direct inside its with block")
+        return self._portal.call(self._answer, functools.partial(method, *args, **kwargs))
+
+    async def _answer(self, call: Callable[[], Awaitable[Response]]) -> Answer:
+        try:
+            response = await call()
+        except Exception as exc:
+            found = self.service.failure(exc)
+            if found is None:
+                raise
+            response = found
+        return answer_of(response)
+
+
 __all__ = [
-    "KEY_HEADER",
-    "MISSING_KEY",
     "Answer",
+    "Direct",
     "Endpoint",
     "Service",
-    "answer_at_checkpoint",
-    "error",
+    "answer_of",
+    "application",
     "get_",
-    "guarded",
     "healthz",
     "post",
-    "refused",
-    "respond_with",
-    "run_status_answer",
     "serve",
 ]

@@ -44,8 +44,9 @@ from typing import IO, Any, Generic, Protocol, TypeVar
 import httpx
 
 from idemflow import IdemflowError, Store, open_store
-from idemflow.async_worklist import Queue, open_queue
-from samples._api import Answer, serve
+from idemflow.async_worklist import AsyncQueue, Queue
+from idemflow.stores import AsyncStore
+from samples._api import Answer, Direct, Service, serve
 from samples.transfer.demo import reset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -602,13 +603,16 @@ class Sample(Generic[ApiT]):
 
     name: str
     tables: Sequence[str]
-    app: Callable[[Store, Queue | None], Any]
-    """The ASGI app of the sample's API over a store (asynchronous with a queue)."""
+    app: Callable[[str | Store | AsyncStore, str | Queue | AsyncQueue | None], Any]
+    """The ASGI app of the sample's API over a store (asynchronous with a queue); URLs are opened
+    in its lifespan, an asynchronous store with ``open_async_store``."""
+    service: Callable[[str, str | None], Service]
+    """The sample's service over a store URL (and queue URL, if any)."""
     check: Callable[[Store], Verdict]
     http: Callable[[HttpClient], ApiT]
     """What the load calls, over HTTP ..."""
-    direct: Callable[[Store, Queue | None], ApiT]
-    """... or directly against a store (submitting to the queue, if any)."""
+    direct: Callable[[Direct[Any]], ApiT]
+    """... or the service's methods without HTTP (submitting to the queue, if any)."""
     load: Callable[[argparse.Namespace, ApiT], LoadReport[Any]]
     demo: Callable[[argparse.Namespace], int]
     help: Mapping[str, str]
@@ -628,8 +632,8 @@ class Sample(Generic[ApiT]):
     def _command(self, args: argparse.Namespace) -> int:
         name = self.name
         if args.command == "serve":
-            queue = open_queue(args.queue) if args.queue else None
-            serve(self.app(open_with(args.store, self.tables), queue), args.host, args.port)
+            open_with(args.store, self.tables).close()  # the tables; the app opens an asynchronous store
+            serve(self.app(args.store, args.queue), args.host, args.port)
             return 0
         if args.command == "check":
             verdict = self.check(open_with(args.store, self.tables))
@@ -638,15 +642,14 @@ class Sample(Generic[ApiT]):
         if args.command == "demo":
             return self.demo(args)
         if args.url:
-            api = self.http(HttpClient(args.url))
+            report = self.load(args, self.http(HttpClient(args.url)))
         elif args.store:
-            api = self.direct(
-                open_with(args.store, self.tables), open_queue(args.queue) if args.queue else None
-            )
+            open_with(args.store, self.tables).close()
+            with Direct(self.service(args.store, args.queue)) as call:
+                report = self.load(args, self.direct(call))
         else:
             print("load needs --url (an API server) or --store (direct calls)", file=sys.stderr)
             return 2
-        report = self.load(args, api)
         problems = [f"  - {problem}" for problem in report.problems[:20]]
         print("\n".join([f"idemflow {name} load", *report.lines(), *problems]))
         return 0 if not report.problems else 1

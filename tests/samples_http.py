@@ -2,6 +2,8 @@
 
 Tests then talk to it with a real HTTP client (httpx) over a real socket:
 what a browser or a retrying client would see, not an in-process shortcut.
+The app's lifespan runs, as under ``serve``: a sample's app given a store URL
+opens its asynchronous store there, on the server's loop, and closes it at the end.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def running(app: ASGIApp) -> Iterator[str]:
     """Serve ``app`` until the block ends; yields its base URL (``http://127.0.0.1:PORT``)."""
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -38,12 +37,8 @@ ANSWERS = ("red", "green", "blue")
 
 
 def start_worker(store_url: str, queue_url: str, *, asyncio: bool = False) -> subprocess.Popen[bytes]:
-    """An ``idemflow worker`` process: on threads, or on an event loop (``--asyncio``, whose
-    store on DynamoDB Local meets the real overlaps of the processes but no emulated phantoms:
-    the emulator hooks the blocking client only)."""
+    """An ``idemflow worker`` process: on threads, or on an event loop (``--asyncio``)."""
     env = {**os.environ, "IDEMFLOW_SIGNING_KEY": KEY}
-    if asyncio:
-        store_url = re.sub(r"&conflicts=[^&]*", "", store_url)
     command = [
         sys.executable,
         "-m",

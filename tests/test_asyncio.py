@@ -267,8 +267,8 @@ def test_async_store_urls(tmp_path: Path) -> None:
         await threaded.close()
         with pytest.raises(StoreConfigError, match="no database file"):
             open_async_store(f"sqlite:{tmp_path / 'missing.db'}", create=False)
-        with pytest.raises(StoreConfigError, match="blocking store only"):
-            open_async_store("dynamodb:?endpoint=http://127.0.0.1:1&region=us-east-1&conflicts=0.1")
+        emulated = open_async_store("dynamodb:?endpoint=http://127.0.0.1:1&region=us-east-1&conflicts=0.1")
+        assert isinstance(emulated, ThreadedStore)  # the emulator hooks the blocking client
 
     asyncio.run(main())
 

@@ -340,9 +340,11 @@ def test_the_sample_docstrings_run() -> None:
 
 
 def test_the_http_api(tmp_path: Path) -> None:
-    store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
+    store_url = f"sqlite:{tmp_path / 'api.sqlite3'}"
+    store = cli._open(store_url)
     clock = Clock()
-    with running(create_app(AuctionService(store, clock=clock))) as url, httpx.Client(base_url=url) as http:
+    service = AuctionService(store_url, clock=clock)
+    with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
 
         def post(path: str, body: Any, key: str | None) -> httpx.Response:
             return http.post(path, json=body, headers={"Idempotency-Key": key} if key else {})
@@ -354,7 +356,8 @@ def test_the_http_api(tmp_path: Path) -> None:
         item = {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60}
         listed = post("/items", item, "i1")
         assert (listed.status_code, listed.json()["closes_at"]) == (201, CLOSES)
-        assert post("/items", {**item, "min_price": 11}, "i1").json()["error"] == "idempotency_key_reused"
+        reused = post("/items", {**item, "min_price": 11}, "i1")
+        assert (reused.status_code, reused.json()["error"]) == (422, "idempotency_key_reused")
         assert post("/items", {"title": "x"}, "i2").status_code == 422
         assert http.post("/items", content=b"[", headers={"Idempotency-Key": "i3"}).status_code == 400
 
@@ -397,17 +400,20 @@ def test_the_http_api(tmp_path: Path) -> None:
 
 
 def test_the_http_api_with_a_queue_answers_bids_202_and_workers_lead_and_count(tmp_path: Path) -> None:
-    store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
-    queue = MemoryQueue()
-    service = AuctionService(store, queue, signing_key=KEY)  # a submitted bid reads the real clock
-    service.deposit("w1", {"owner": "sam", "amount": 0})
-    service.register("i1", {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60})
+    store_url = f"sqlite:{tmp_path / 'api.sqlite3'}"
+    store = cli._open(store_url)
+    queue = MemoryQueue()  # shared with the worker below; the server calls it from threads
+    service = AuctionService(store_url, queue, signing_key=KEY)  # a submitted bid reads the real clock
     with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
+        lamp = {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60}
+        http.post("/wallets", json={"owner": "sam", "amount": 0}, headers={"Idempotency-Key": "w1"})
+        assert http.post("/items", json=lamp, headers={"Idempotency-Key": "i1"}).status_code == 201
 
         def post(body: Any, key: str) -> httpx.Response:
             return http.post("/items/lamp/bids", json=body, headers={"Idempotency-Key": key})
 
         accepted = post({"bidder": "ada", "amount": 15}, "b1")
+        assert accepted.headers["Location"] == "/bids/b1"
         assert (accepted.status_code, accepted.json()) == (
             202,
             {
@@ -437,13 +443,13 @@ def test_the_http_api_with_a_queue_answers_bids_202_and_workers_lead_and_count(t
 
 
 def test_a_failed_payment_over_http_answers_unsold(tmp_path: Path) -> None:
-    store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
-    clock = Clock()
-    service = AuctionService(store, clock=clock)
-    service.deposit("w1", {"owner": "sam", "amount": 0})
-    service.register("i1", {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60})
-    service.bid("b1", "lamp", {"bidder": "pauper", "amount": 99})
-    clock.now = CLOSES
+    store_url = f"sqlite:{tmp_path / 'api.sqlite3'}"
+    store = cli._open(store_url)
+    lamp: Any = {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60}
+    go(store, deposit({"owner": "sam", "amount": 0}), "w1")
+    go(store, register(lamp), "i1")
+    go(store, bid({"item": "lamp", "bidder": "pauper", "amount": 99}), "b1", OPENS + 1)
+    service = AuctionService(store_url, clock=Clock(CLOSES))
     with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
         for _ in range(2):
             answer = http.post("/items/lamp/close", json={}, headers={"Idempotency-Key": "c1"})

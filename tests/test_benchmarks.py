@@ -73,3 +73,43 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
     assert outbox["parameters"]["stores"] == ["sqlite"]
     assert outbox["headlines"]["outbox.sqlite.calls_on_path"]["value"]["candidate"] > 0
     assert "outbox.sqlite.candidate_over_baseline_latency" in summary
+
+
+def test_quick_asyncio_api_writes_its_results(tmp_path: Path) -> None:
+    """The asyncio API benchmark at tiny sizes: both uvicorn apps on moto, the in-process pairs."""
+    pytest.importorskip("matplotlib", reason="the plots need the 'bench' extra: pip install -e '.[bench]'")
+    pytest.importorskip("aiobotocore", reason="the asynchronous store needs the 'aio' extra")
+    out = tmp_path / "results"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "asyncio_api",
+            "--quick",
+            "--stores",
+            "sqlite,moto",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for name in ("asyncio_api.md", "asyncio_api.png", "asyncio_api.json", "summary.md"):
+        assert (out / name).stat().st_size > 0, name
+    record = json.loads((out / "asyncio_api.json").read_text())
+    assert record["parameters"]["stores (HTTP)"] == ["moto"]
+    for clients in ("1", "8"):
+        for variant in ("threadpool", "async"):
+            cells = record["http"]["moto"][clients][variant]
+            assert len(cells) == 2, (clients, variant)
+            for cell in cells:
+                assert cell["answered"] > 0 and cell["probes"] > 0 and not cell["failed"], cell
+    assert set(record["one_client_seconds"]) == {"sqlite", "moto"}
+    summary = (out / "summary.md").read_text()
+    assert "asyncio_api.sqlite.async_over_sync_latency" in summary
+    assert "asyncio_api.moto.async.probe_p99_ms.8" in summary

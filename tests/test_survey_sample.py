@@ -14,6 +14,7 @@ import pytest
 
 from idemflow import IdempotencyKeyReuseError, RunStatus, Store, Tx, WorkflowAborted, atomic, run
 from idemflow.async_worklist import MemoryQueue, Worker, status, submit
+from idemflow.stores.aio import is_async
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from samples import _api, _harness
 from samples.survey import api as survey_api
@@ -237,8 +238,11 @@ def test_the_sample_docstrings_run() -> None:
 
 
 def test_the_http_api(tmp_path: Path) -> None:
-    store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
-    with running(create_app(SurveyService(store))) as url, httpx.Client(base_url=url) as http:
+    store_url = f"sqlite:{tmp_path / 'api.sqlite3'}"
+    store = cli._open(store_url)  # the tables; the app opens its own asynchronous store from the URL
+    service = SurveyService(store_url)
+    with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
+        assert is_async(service.store)  # opened in the lifespan, on the server's loop
         assert http.post("/surveys", json=LUNCH).json()["error"] == "missing_idempotency_key"
         assert http.post("/surveys", json=LUNCH).status_code == 400
         bad = http.post("/surveys", content=b"{not json", headers={"Idempotency-Key": "c0"})
@@ -250,7 +254,7 @@ def test_the_http_api(tmp_path: Path) -> None:
             assert (made.status_code, made.json()) == (201, {"survey": "lunch"})
         assert http.get("/surveys/lunch").json()["questions"] == LUNCH["questions"]
         other = http.post("/surveys", json={**LUNCH, "title": "Other"}, headers={"Idempotency-Key": "c1"})
-        assert (other.status_code, other.json()["error"]) == (409, "idempotency_key_reused")
+        assert (other.status_code, other.json()["error"]) == (422, "idempotency_key_reused")
         again = http.post("/surveys", json=LUNCH, headers={"Idempotency-Key": "c2"})
         assert (again.status_code, again.json()["error"]) == (409, "exists")
 
@@ -280,20 +284,24 @@ def test_the_http_api(tmp_path: Path) -> None:
             "result": first.json(),
         }
         assert http.get("/responses/nobody").status_code == 404
+        assert http.get("/healthz").json() == {"ok": True}
     assert check(store).ok
 
 
 def test_the_http_api_with_a_queue_answers_202_and_workers_count(tmp_path: Path) -> None:
-    store = cli._open(f"sqlite:{tmp_path / 'api.sqlite3'}")
-    queue = MemoryQueue()
+    store_url = f"sqlite:{tmp_path / 'api.sqlite3'}"
+    store = cli._open(store_url)
+    queue = MemoryQueue()  # shared with the worker below; the server calls it from threads
     run(create_survey(LUNCH), request_id="c", store=store)
-    service = SurveyService(store, queue, signing_key=KEY)
+    service = SurveyService(store_url, queue, signing_key=KEY)
     body = {"respondent": "ada", "answers": {"main": "soup", "drink": "tea"}}
     with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
         accepted = http.post("/surveys/lunch/responses", json=body, headers={"Idempotency-Key": "r1"})
         assert accepted.status_code == 202
         assert accepted.json() == {"request_id": "r1", "status": "running", "status_url": "/responses/r1"}
-        assert http.get("/responses/r1").json()["status"] == "running"
+        assert accepted.headers["Location"] == "/responses/r1"
+        running_now = http.get("/responses/r1")
+        assert (running_now.status_code, running_now.json()["status"]) == (202, "running")
         assert http.get("/surveys/lunch/results").json()["responses"] == 0
         Worker(workflows.WORKFLOWS, store=store, queue=queue, signing_key=KEY, wait=0.01).run(
             idle_timeout=0.1
@@ -324,8 +332,9 @@ def test_load_and_check_commands(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_load_through_the_api(tmp_path: Path) -> None:
-    store = cli._open(f"sqlite:{tmp_path / 'http.sqlite3'}")
-    with running(create_app(SurveyService(store))) as url:
+    store_url = f"sqlite:{tmp_path / 'http.sqlite3'}"
+    store = cli._open(store_url)
+    with running(create_app(SurveyService(store_url))) as url:
         report = cli.run_load(
             cli.SurveyHttp(_harness.HttpClient([url])), cli.LoadSettings(users=4, responses=40)
         )

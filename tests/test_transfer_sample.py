@@ -21,6 +21,7 @@ from idemflow.async_worklist import MemoryQueue, Worker
 from idemflow.compensation import run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from samples import _harness
+from samples.transfer import api as transfer_api
 from samples.transfer import cli, workflows
 from samples.transfer.api import TransferService, create_app
 from samples.transfer.workflows import (
@@ -216,16 +217,18 @@ def test_check_catches_a_completed_request_that_left_no_trace(store: Store) -> N
 
 
 def test_the_sample_docstrings_run() -> None:
-    failed, attempted = doctest.testmod(workflows)
-    assert attempted > 0 and failed == 0
+    for module in (workflows, transfer_api):
+        failed, attempted = doctest.testmod(module)
+        assert attempted > 0 and failed == 0
 
 
 # -- the HTTP API, through a real HTTP client against a running server --------------------------------
 
 
 def test_the_http_api(tmp_path: Path) -> None:
-    store = _harness.open_with(f"sqlite:{tmp_path / 'bank.sqlite3'}", workflows.TABLES)
-    with running(create_app(TransferService(store))) as url, httpx.Client(base_url=url) as http:
+    store_url = f"sqlite:{tmp_path / 'bank.sqlite3'}"
+    store = _harness.open_with(store_url, workflows.TABLES)
+    with running(create_app(TransferService(store_url))) as url, httpx.Client(base_url=url) as http:
 
         def post(path: str, body: object, key: str | None) -> httpx.Response:
             return http.post(path, json=body, headers={"Idempotency-Key": key} if key else {})
@@ -244,7 +247,7 @@ def test_the_http_api(tmp_path: Path) -> None:
         assert first.status_code == 200 and first.json()["left"] == 70
         assert post("/transfers", body, "t1").json() == first.json()
         other = post("/transfers", {**body, "amount": 31}, "t1")
-        assert (other.status_code, other.json()["error"]) == (409, "idempotency_key_reused")
+        assert (other.status_code, other.json()["error"]) == (422, "idempotency_key_reused")
         broke = post("/transfers", {**body, "amount": 1000}, "t2")
         assert broke.json() == {"error": "insufficient_funds", "detail": "insufficient funds"}
         nowhere = post("/transfers", {**body, "dst": "cyd"}, "t3")  # debited, then refunded
@@ -267,11 +270,12 @@ def test_the_http_api(tmp_path: Path) -> None:
 
 
 def test_the_http_api_with_a_queue_answers_once_debited_and_workers_finish(tmp_path: Path) -> None:
-    store = _harness.open_with(f"sqlite:{tmp_path / 'bank.sqlite3'}", workflows.TABLES)
+    store_url = f"sqlite:{tmp_path / 'bank.sqlite3'}"
+    store = _harness.open_with(store_url, workflows.TABLES)
     for name, balance in OPENING.items():
         run(open_account({"account": name, "balance": balance}), request_id=f"open-{name}", store=store)
-    queue = MemoryQueue()
-    service = TransferService(store, queue, signing_key=b"k")
+    queue = MemoryQueue()  # shared with the worker below; the server calls it from threads
+    service = TransferService(store_url, queue, signing_key=b"k")
     with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
         moved = http.post("/transfers", json=req(30), headers={"Idempotency-Key": "t1"})
         lost = http.post("/transfers", json=req(20, dst="cyd"), headers={"Idempotency-Key": "t2"})
@@ -337,8 +341,9 @@ def test_the_ledger_catches_a_transfer_applied_twice_or_half(store: Store) -> No
 
 
 def test_load_through_the_api(tmp_path: Path) -> None:
-    store = _harness.open_with(f"sqlite:{tmp_path / 'http.sqlite3'}", workflows.TABLES)
-    with running(create_app(TransferService(store))) as url:
+    store_url = f"sqlite:{tmp_path / 'http.sqlite3'}"
+    store = _harness.open_with(store_url, workflows.TABLES)
+    with running(create_app(TransferService(store_url))) as url:
         report = cli.run_load(
             cli.BankHttp(_harness.HttpClient([url])), cli.LoadSettings(users=4, transfers=40)
         )

@@ -128,7 +128,7 @@ def open_async_store(url: str, *, create: bool = True) -> AsyncStore:
     params = parsed.params
     if parsed.scheme == "dynamodb":
         if "conflicts" in params:
-            raise parsed.error("conflicts=RATE works on the blocking store only (open_store)")
+            return ThreadedStore(open_store(url, create=create))
         store_cls = __getattr__("AsyncDynamoDBStore")
         return store_cls(  # type: ignore[no-any-return]
             endpoint_url=parsed.endpoint("endpoint"),

@@ -4,7 +4,7 @@ Every ``POST`` takes the client's request id in an ``Idempotency-Key``
 header (required) and runs its workflow under it: a bidder whose connection
 dropped sends the same bid again with the same key and gets the first
 answer; the bid is recorded, led and counted once. Reusing a key for a
-different body is refused (409).
+different body is refused (422).
 
 =======================================  ==========================================================
 ``POST /wallets``                        deposit ``{"owner", "amount"}`` (opens the wallet): 200
@@ -14,7 +14,8 @@ different body is refused (409).
 ``GET  /items/{item}``                   terms, status, leader, result
 ``POST /items/{item}/bids``              bid ``{"bidder", "amount"}``: 201 with the recorded bid, or
                                          with a queue 202 ``{"status": "running", "status_url", ...}``
-``GET  /bids/{request_id}``              where a submitted bid stands (asynchronous variant)
+``GET  /bids/{request_id}``              where a submitted bid stands (asynchronous variant): 202
+                                         while running, 200 once final
 ``GET  /items/{item}/winner``            what the front end polls: the leader, then the result
 ``POST /items/{item}/close``             close: 200 ``{"status": "sold" | "unsold", ...}``
 ``GET  /popular?limit=10``               the most-bid items
@@ -22,10 +23,10 @@ different body is refused (409).
 =======================================  ==========================================================
 
 Refusals are JSON ``{"error": code, "detail": message}``: 404 ``not_found``;
-409 ``closed``, ``too_low``, ``exists``, ``still_open``, ``already_closed``,
-``idempotency_key_reused``; 422 ``invalid``, ``below_minimum``, ``own_item``,
-``no_wallet``; 400 for a missing key or a body that is not JSON; 503 when
-the store is busy (retry with the same key). A close whose winner cannot
+409 ``closed``, ``too_low``, ``exists``, ``still_open``, ``already_closed``;
+422 ``invalid``, ``below_minimum``, ``own_item``, ``no_wallet``,
+``idempotency_key_reused``; 400 for a missing key or a body that is not
+JSON; 503 when the store is busy (retry with the same key). A close whose winner cannot
 pay is not an error: it answers 200 with ``"status": "unsold"`` and the
 reason, after the compensations ran.
 
@@ -39,20 +40,20 @@ in the server.
 
 The time comes from an injectable ``clock`` (tests move it past closing
 time); workflows read it once per request through ``now()``. A submitted
-bid reads the real clock (``submit`` takes none). The plumbing (answers,
-error mapping, endpoints) is :mod:`samples._api`.
+bid reads the real clock (``submit`` takes none). Everything runs on the
+event loop (:mod:`idemflow.asgi` runs the workflows and answers the errors,
+the reads are awaited); the plumbing the samples share is :mod:`samples._api`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import quote
-
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from idemflow import WorkflowAborted, run
-from samples._api import Answer, Service, error, get_, healthz, post
+from idemflow import WorkflowAborted
+from idemflow.asgi import error
+from samples._api import Service, application, get_, post
 from samples.auction import workflows
 
 STATUSES = {
@@ -71,113 +72,104 @@ STATUSES = {
 
 
 class AuctionService(Service):
-    """What the API does, as plain calls returning :class:`Answer` (usable without HTTP).
+    """What the API does, as ``async`` calls answering responses (usable without HTTP).
 
     With a ``queue``, bids are submitted asynchronously: the bidder is
     answered at the workflow's checkpoint (after the bid is placed) and
     ``idemflow worker samples.auction.workflows:WORKFLOWS`` leads and counts it.
 
     >>> from idemflow import MemoryStore
+    >>> from samples._api import Direct
     >>> service = AuctionService(MemoryStore(), clock=lambda: 1000.0)
-    >>> service.deposit("k1", {"owner": "sam", "amount": 0}).status
-    200
     >>> vase = {"id": "vase", "title": "Vase", "seller": "sam", "min_price": 5, "closes_in": 60}
-    >>> service.register("k2", vase).body["closes_at"]
+    >>> with Direct(service) as call:
+    ...     call(service.deposit, "k1", {"owner": "sam", "amount": 0}).status
+    ...     call(service.register, "k2", vase).body["closes_at"]
+    ...     call(service.bid, "k3", "vase", {"bidder": "ada", "amount": 4}).body["error"]
+    200
     1060.0
-    >>> service.bid("k3", "vase", {"bidder": "ada", "amount": 4}).body["error"]
     'below_minimum'
-    >>> service.bid(None, "vase", {"bidder": "ada", "amount": 6}).status
-    400
     """
 
     statuses = STATUSES
     invalid = workflows.Invalid
+    status_url = "/bids/{request_id}"
 
-    def _run(self, m: Any, key: str) -> Any:
-        return run(m, request_id=key, store=self.store, clock=self.clock)
+    async def deposit(self, key: str, body: object) -> Response:
+        parsed = workflows.parse_deposit(body)
+        await self.run(workflows.deposit(parsed), key)
+        return JSONResponse({"owner": parsed["owner"], "deposited": parsed["amount"]})
 
-    def deposit(self, key: str | None, body: object) -> Answer:
-        def action(key: str) -> Answer:
-            parsed = workflows.parse_deposit(body)
-            self._run(workflows.deposit(parsed), key)
-            return Answer(200, {"owner": parsed["owner"], "deposited": parsed["amount"]})
+    async def register(self, key: str, body: object) -> Response:
+        return JSONResponse(await self.run(workflows.register(workflows.parse_item(body)), key), 201)
 
-        return self.guarded(key, action)
+    async def bid(self, key: str, item: str, body: object) -> Response:
+        req = workflows.parse_bid(item, body)
+        if self.queue is None:
+            return JSONResponse(await self.run(workflows.bid(req), key), 201)
+        return await self.submit(workflows.bid(req), key, done=201, accepted=req)
 
-    def register(self, key: str | None, body: object) -> Answer:
-        def action(key: str) -> Answer:
-            return Answer(201, self._run(workflows.register(workflows.parse_item(body)), key))
+    async def bid_status(self, request_id: str) -> Response:
+        return await self.idem.status("bid", request_id)
 
-        return self.guarded(key, action)
+    async def close(self, key: str, item: str) -> Response:
+        try:
+            return JSONResponse(await self.run(workflows.close({"item": item}), key))
+        except WorkflowAborted as aborted:
+            reason = aborted.reason
+            if isinstance(reason, dict) and reason.get("code") == "payment_failed":
+                return JSONResponse({"item": item, "status": "unsold", "reason": reason["message"]})
+            raise
 
-    def bid(self, key: str | None, item: str, body: object) -> Answer:
-        def action(key: str) -> Answer:
-            req = workflows.parse_bid(item, body)
-            if self.queue is None:
-                return Answer(201, self._run(workflows.bid(req), key))
-            return self.submitted(
-                workflows.bid(req), key, "/bids/" + quote(key, safe=""), done=201, accepted=req
-            )
+    async def item(self, item: str) -> Response:
+        found = await workflows.aitem_view(self.store, item)
+        return JSONResponse(found) if found else error(404, "not_found", f"no item {item!r}")
 
-        return self.guarded(key, action)
+    async def winner(self, item: str) -> Response:
+        return JSONResponse(await workflows.awinner_view(self.store, item))
 
-    def bid_status(self, request_id: str) -> Answer:
-        return self.request_status("bid", request_id)
-
-    def close(self, key: str | None, item: str) -> Answer:
-        def action(key: str) -> Answer:
-            try:
-                return Answer(200, self._run(workflows.close({"item": item}), key))
-            except WorkflowAborted as aborted:
-                reason = aborted.reason
-                if isinstance(reason, dict) and reason.get("code") == "payment_failed":
-                    return Answer(200, {"item": item, "status": "unsold", "reason": reason["message"]})
-                raise
-
-        return self.guarded(key, action)
-
-    def item(self, item: str) -> Answer:
-        found = workflows.item_view(self.store, item)
-        return Answer(200, found) if found else error(404, "not_found", f"no item {item!r}")
-
-    def winner(self, item: str) -> Answer:
-        return Answer(200, workflows.winner_view(self.store, item))
-
-    def wallet(self, owner: str) -> Answer:
-        found = workflows.wallets(self.store).get(owner)
+    async def wallet(self, owner: str) -> Response:
+        found = await workflows.awallet(self.store, owner)
         return (
-            Answer(200, {"owner": owner, **found})
+            JSONResponse({"owner": owner, **found})
             if found
             else error(404, "not_found", f"no wallet {owner!r}")
         )
 
-    def popular(self, limit: str) -> Answer:
+    async def popular(self, limit: str) -> Response:
         if not limit.isdigit() or not 1 <= int(limit) <= 100:
             return error(422, "invalid", "limit must be a whole number from 1 to 100")
-        return Answer(200, {"items": workflows.popular(self.store, int(limit))})
+        return JSONResponse({"items": await workflows.apopular(self.store, int(limit))})
 
 
 def create_app(service: AuctionService) -> Starlette:
     """The ASGI application over ``service`` (see the module docstring for the routes)."""
-    routes = [
-        Route("/healthz", healthz),
-        Route("/wallets", post(lambda key, _p, body: service.deposit(key, body)), methods=["POST"]),
-        Route("/wallets/{owner}", get_(lambda p, _q: service.wallet(p["owner"]))),
-        Route("/items", post(lambda key, _p, body: service.register(key, body)), methods=["POST"]),
-        Route("/items/{item}", get_(lambda p, _q: service.item(p["item"]))),
-        Route(
-            "/items/{item}/bids",
-            post(lambda key, p, body: service.bid(key, p["item"], body)),
-            methods=["POST"],
-        ),
-        Route("/items/{item}/winner", get_(lambda p, _q: service.winner(p["item"]))),
-        Route(
-            "/items/{item}/close", post(lambda key, p, _body: service.close(key, p["item"])), methods=["POST"]
-        ),
-        Route("/bids/{request_id}", get_(lambda p, _q: service.bid_status(p["request_id"]))),
-        Route("/popular", get_(lambda _p, q: service.popular(q.get("limit", "10")))),
-    ]
-    return Starlette(routes=routes)
+    return application(
+        service,
+        [
+            Route(
+                "/wallets", post(service, lambda key, _p, body: service.deposit(key, body)), methods=["POST"]
+            ),
+            Route("/wallets/{owner}", get_(lambda p, _q: service.wallet(p["owner"]))),
+            Route(
+                "/items", post(service, lambda key, _p, body: service.register(key, body)), methods=["POST"]
+            ),
+            Route("/items/{item}", get_(lambda p, _q: service.item(p["item"]))),
+            Route(
+                "/items/{item}/bids",
+                post(service, lambda key, p, body: service.bid(key, p["item"], body)),
+                methods=["POST"],
+            ),
+            Route("/items/{item}/winner", get_(lambda p, _q: service.winner(p["item"]))),
+            Route(
+                "/items/{item}/close",
+                post(service, lambda key, p, _body: service.close(key, p["item"])),
+                methods=["POST"],
+            ),
+            Route("/bids/{request_id}", get_(lambda p, _q: service.bid_status(p["request_id"]))),
+            Route("/popular", get_(lambda _p, q: service.popular(q.get("limit", "10")))),
+        ],
+    )
 
 
 __all__ = ["STATUSES", "AuctionService", "create_app"]

@@ -35,19 +35,19 @@ from typing import Any, Protocol
 
 from idemflow import Store
 from samples import _harness as harness
-from samples._api import Answer
+from samples._api import Answer, Direct
 from samples.auction import workflows
 from samples.auction.api import AuctionService, create_app
 
 
 class AuctionApi(Protocol):
-    """What the load calls: :class:`~samples.auction.api.AuctionService` directly, or :class:`AuctionHttp`."""
+    """What the load calls: :class:`AuctionHttp`, or :class:`AuctionDirect` (no HTTP)."""
 
-    def deposit(self, key: str | None, body: object) -> Answer: ...
-    def register(self, key: str | None, body: object) -> Answer: ...
-    def bid(self, key: str | None, item: str, body: object) -> Answer: ...
+    def deposit(self, key: str, body: object) -> Answer: ...
+    def register(self, key: str, body: object) -> Answer: ...
+    def bid(self, key: str, item: str, body: object) -> Answer: ...
     def bid_status(self, request_id: str) -> Answer: ...
-    def close(self, key: str | None, item: str) -> Answer: ...
+    def close(self, key: str, item: str) -> Answer: ...
     def winner(self, item: str) -> Answer: ...
     def popular(self, limit: str) -> Answer: ...
 
@@ -58,19 +58,19 @@ class AuctionHttp:
     def __init__(self, client: harness.HttpClient) -> None:
         self.client = client
 
-    def deposit(self, key: str | None, body: object) -> Answer:
+    def deposit(self, key: str, body: object) -> Answer:
         return self.client.request("POST", "/wallets", key=key, body=body)
 
-    def register(self, key: str | None, body: object) -> Answer:
+    def register(self, key: str, body: object) -> Answer:
         return self.client.request("POST", "/items", key=key, body=body)
 
-    def bid(self, key: str | None, item: str, body: object) -> Answer:
+    def bid(self, key: str, item: str, body: object) -> Answer:
         return self.client.request("POST", f"/items/{item}/bids", key=key, body=body)
 
     def bid_status(self, request_id: str) -> Answer:
         return self.client.request("GET", f"/bids/{request_id}")
 
-    def close(self, key: str | None, item: str) -> Answer:
+    def close(self, key: str, item: str) -> Answer:
         return self.client.request("POST", f"/items/{item}/close", key=key, body={})
 
     def winner(self, item: str) -> Answer:
@@ -78,6 +78,35 @@ class AuctionHttp:
 
     def popular(self, limit: str) -> Answer:
         return self.client.request("GET", "/popular", params={"limit": limit})
+
+
+class AuctionDirect:
+    """:class:`AuctionApi` without HTTP: :class:`~samples.auction.api.AuctionService`'s methods,
+    awaited on the event loop of a :class:`~samples._api.Direct`."""
+
+    def __init__(self, call: Direct[AuctionService]) -> None:
+        self.call, self.service = call, call.service
+
+    def deposit(self, key: str, body: object) -> Answer:
+        return self.call(self.service.deposit, key, body)
+
+    def register(self, key: str, body: object) -> Answer:
+        return self.call(self.service.register, key, body)
+
+    def bid(self, key: str, item: str, body: object) -> Answer:
+        return self.call(self.service.bid, key, item, body)
+
+    def bid_status(self, request_id: str) -> Answer:
+        return self.call(self.service.bid_status, request_id)
+
+    def close(self, key: str, item: str) -> Answer:
+        return self.call(self.service.close, key, item)
+
+    def winner(self, item: str) -> Answer:
+        return self.call(self.service.winner, item)
+
+    def popular(self, limit: str) -> Answer:
+        return self.call(self.service.popular, limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,9 +361,10 @@ SAMPLE = harness.Sample[AuctionApi](
     "auction",
     workflows.TABLES,
     app=lambda store, queue: create_app(AuctionService(store, queue)),
+    service=AuctionService,
     check=workflows.check,
     http=AuctionHttp,
-    direct=AuctionService,
+    direct=AuctionDirect,
     load=_load,
     demo=_demo,
     help={
@@ -356,6 +386,7 @@ main = SAMPLE.main
 
 __all__ = [
     "AuctionApi",
+    "AuctionDirect",
     "AuctionHttp",
     "DemoReport",
     "DemoSettings",

@@ -4,7 +4,7 @@ Every ``POST`` takes the client's request id in an ``Idempotency-Key``
 header (required) and runs the workflow under it, so a client that timed
 out, lost the connection or saw the server die just sends the same request
 again with the same key — it gets the first answer, and the survey counts
-the response once. Reusing a key for a different body is refused (409).
+the response once. Reusing a key for a different body is refused (422).
 
 ==========================================  ==========================================================
 ``POST /surveys``                           create a survey: 201 ``{"survey": id}``
@@ -12,31 +12,34 @@ the response once. Reusing a key for a different body is refused (409).
 ``POST /surveys/{id}/responses``            submit a response: 200 ``{"counted": true, ...}``, or with a
                                             queue 202 ``{"status": "running", "status_url": ...}``
 ``GET  /surveys/{id}/results``              the summary: counts per option
-``GET  /responses/{request_id}``            where a submitted response stands (asynchronous variant)
+``GET  /responses/{request_id}``            where a submitted response stands (asynchronous variant):
+                                            202 while running, 200 once final
 ``GET  /healthz``                           200 when the server is up
 ==========================================  ==========================================================
 
 Errors are JSON ``{"error": code, "detail": message}``: 400 (no key, not
-JSON, bad key), 404 (no such survey), 409 (key reused, survey exists,
-already responded), 422 (invalid survey or answers), 503 (store busy or
-unavailable: retry with the same key).
+JSON, bad key), 404 (no such survey), 409 (survey exists, already
+responded), 422 (key reused for another request, invalid survey or answers),
+503 (store busy or unavailable: retry with the same key).
 
-The request handling is a plain class, :class:`SurveyService`, returning
-:class:`~samples._api.Answer` values; the Starlette app is a thin layer over
-it, so the load generator can call the same code directly against a store.
-The plumbing both samples share (answers, error mapping, endpoints, the
-asynchronous answer at the checkpoint, ``serve``) is :mod:`samples._api`.
+The request handling is a class, :class:`SurveyService`, whose ``async``
+methods answer Starlette responses; the app is a thin layer of routes over
+it, so the load generator can call the same code without HTTP
+(:class:`~samples._api.Direct`). It runs on the event loop throughout:
+:mod:`idemflow.asgi` runs the workflows (``arun``, ``asubmit``) and answers
+the errors, the reads are awaited, and the store is an asynchronous one
+opened in the app's lifespan. The plumbing the samples share is
+:mod:`samples._api`.
 """
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from idemflow import run
-from samples._api import Answer, Service, error, get_, healthz, post
+from idemflow.asgi import error
+from samples._api import Service, application, get_, post
 from samples.survey import workflows
 from samples.survey.workflows import Invalid
 
@@ -45,73 +48,69 @@ STATUSES = {"not_found": 404, "invalid": 422, "exists": 409, "already_responded"
 
 
 class SurveyService(Service):
-    """What the API does, as plain calls returning :class:`Answer` (usable without HTTP).
+    """What the API does, as ``async`` calls answering responses (usable without HTTP).
 
     With a ``queue``, responses are submitted asynchronously: the client is
     answered at the workflow's checkpoint (after the response is recorded)
     and ``idemflow worker samples.survey.workflows:WORKFLOWS`` counts it.
 
     >>> from idemflow import MemoryStore
+    >>> from samples._api import Direct
     >>> service = SurveyService(MemoryStore())
-    >>> service.create_survey("k1", {"id": "s", "title": "T", "questions": [
-    ...     {"id": "q", "text": "?", "options": ["a", "b"]}]})
+    >>> lunch = {"id": "s", "title": "T", "questions": [{"id": "q", "text": "?", "options": ["a", "b"]}]}
+    >>> with Direct(service) as call:
+    ...     call(service.create_survey, "k1", lunch)
+    ...     call(service.respond, "k2", "s", {"respondent": "ada", "answers": {"q": "c"}}).status
     Answer(status=201, body={'survey': 's'})
-    >>> service.respond("k2", "s", {"respondent": "ada", "answers": {"q": "c"}}).status
     422
     """
 
     statuses = STATUSES
     invalid = Invalid
+    status_url = "/responses/{request_id}"
 
-    def create_survey(self, key: str | None, body: object) -> Answer:
-        def action(key: str) -> Answer:
-            created = run(
-                workflows.create_survey(workflows.parse_survey(body)),
-                request_id=key,
-                store=self.store,
-                clock=self.clock,
-            )
-            return Answer(201, dict(created))
+    async def create_survey(self, key: str, body: object) -> Response:
+        created = await self.run(workflows.create_survey(workflows.parse_survey(body)), key)
+        return JSONResponse(created, 201)
 
-        return self.guarded(key, action)
+    async def respond(self, key: str, survey_id: str, body: object) -> Response:
+        m = workflows.respond(workflows.parse_response(survey_id, body))
+        if self.queue is None:
+            return JSONResponse(await self.run(m, key))
+        return await self.submit(m, key, done=200)
 
-    def respond(self, key: str | None, survey_id: str, body: object) -> Answer:
-        def action(key: str) -> Answer:
-            m = workflows.respond(workflows.parse_response(survey_id, body))
-            if self.queue is None:
-                counted = run(m, request_id=key, store=self.store, clock=self.clock)
-                return Answer(200, {**counted})
-            return self.submitted(m, key, "/responses/" + quote(key, safe=""), done=200)
+    async def response_status(self, request_id: str) -> Response:
+        return await self.idem.status("respond", request_id)
 
-        return self.guarded(key, action)
+    async def survey(self, survey_id: str) -> Response:
+        found = await workflows.asurvey(self.store, survey_id)
+        return JSONResponse(found) if found else error(404, "not_found", f"no survey {survey_id!r}")
 
-    def response_status(self, request_id: str) -> Answer:
-        return self.request_status("respond", request_id)
-
-    def survey(self, survey_id: str) -> Answer:
-        found = workflows.survey(self.store, survey_id)
-        return Answer(200, {**found}) if found else error(404, "not_found", f"no survey {survey_id!r}")
-
-    def results(self, survey_id: str) -> Answer:
-        found = workflows.results(self.store, survey_id)
-        return Answer(200, found) if found else error(404, "not_found", f"no survey {survey_id!r}")
+    async def results(self, survey_id: str) -> Response:
+        found = await workflows.aresults(self.store, survey_id)
+        return JSONResponse(found) if found else error(404, "not_found", f"no survey {survey_id!r}")
 
 
 def create_app(service: SurveyService) -> Starlette:
     """The ASGI application over ``service`` (see the module docstring for the routes)."""
-    routes = [
-        Route("/healthz", healthz),
-        Route("/surveys", post(lambda key, _p, body: service.create_survey(key, body)), methods=["POST"]),
-        Route("/surveys/{survey}", get_(lambda p, _q: service.survey(p["survey"]))),
-        Route(
-            "/surveys/{survey}/responses",
-            post(lambda key, p, body: service.respond(key, p["survey"], body)),
-            methods=["POST"],
-        ),
-        Route("/surveys/{survey}/results", get_(lambda p, _q: service.results(p["survey"]))),
-        Route("/responses/{request_id}", get_(lambda p, _q: service.response_status(p["request_id"]))),
-    ]
-    return Starlette(routes=routes)
+    return application(
+        service,
+        [
+            Route(
+                "/surveys",
+                post(service, lambda key, _p, body: service.create_survey(key, body)),
+                methods=["POST"],
+            ),
+            Route("/surveys/{survey}", get_(lambda p, _q: service.survey(p["survey"]))),
+            Route(
+                "/surveys/{survey}/responses",
+                post(service, lambda key, p, body: service.respond(key, p["survey"], body)),
+                methods=["POST"],
+            ),
+            Route("/surveys/{survey}/results", get_(lambda p, _q: service.results(p["survey"]))),
+            Route("/responses/{request_id}", get_(lambda p, _q: service.response_status(p["request_id"]))),
+        ],
+    )
 
 
 __all__ = ["STATUSES", "SurveyService", "create_app"]

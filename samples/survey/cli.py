@@ -8,7 +8,7 @@
 ``load`` simulates ``--users`` concurrent users (threads). Every request is
 sent 2-4 times under the same request id — duplicate retries, some racing
 each other — through the HTTP API (``--url``, repeatable: each retry goes
-to the next server) or straight against the store (``--store``). It then
+to the next server) or to the API's service methods on a store (``--store``). It then
 verifies what the clients saw: every copy of a request got the same answer,
 and each survey counted exactly the responses its clients were told were
 accepted. ``check`` verifies the tables alone and exits 1 on any violation.
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from idemflow import Store
 from samples import _harness as harness
-from samples._api import Answer
+from samples._api import Answer, Direct
 from samples.survey import workflows
 from samples.survey.api import SurveyService, create_app
 
@@ -37,10 +37,10 @@ from samples.survey.api import SurveyService, create_app
 
 
 class SurveyApi(Protocol):
-    """What the load calls: :class:`~samples.survey.api.SurveyService` directly, or :class:`SurveyHttp`."""
+    """What the load calls: :class:`SurveyHttp`, or :class:`SurveyDirect` (no HTTP)."""
 
-    def create_survey(self, key: str | None, body: object) -> Answer: ...
-    def respond(self, key: str | None, survey_id: str, body: object) -> Answer: ...
+    def create_survey(self, key: str, body: object) -> Answer: ...
+    def respond(self, key: str, survey_id: str, body: object) -> Answer: ...
     def response_status(self, request_id: str) -> Answer: ...
     def results(self, survey_id: str) -> Answer: ...
 
@@ -51,10 +51,10 @@ class SurveyHttp:
     def __init__(self, client: harness.HttpClient) -> None:
         self.client = client
 
-    def create_survey(self, key: str | None, body: object) -> Answer:
+    def create_survey(self, key: str, body: object) -> Answer:
         return self.client.request("POST", "/surveys", key=key, body=body)
 
-    def respond(self, key: str | None, survey_id: str, body: object) -> Answer:
+    def respond(self, key: str, survey_id: str, body: object) -> Answer:
         return self.client.request("POST", f"/surveys/{survey_id}/responses", key=key, body=body)
 
     def response_status(self, request_id: str) -> Answer:
@@ -62,6 +62,26 @@ class SurveyHttp:
 
     def results(self, survey_id: str) -> Answer:
         return self.client.request("GET", f"/surveys/{survey_id}/results")
+
+
+class SurveyDirect:
+    """:class:`SurveyApi` without HTTP: :class:`~samples.survey.api.SurveyService`'s methods,
+    awaited on the event loop of a :class:`~samples._api.Direct`."""
+
+    def __init__(self, call: Direct[SurveyService]) -> None:
+        self.call, self.service = call, call.service
+
+    def create_survey(self, key: str, body: object) -> Answer:
+        return self.call(self.service.create_survey, key, body)
+
+    def respond(self, key: str, survey_id: str, body: object) -> Answer:
+        return self.call(self.service.respond, key, survey_id, body)
+
+    def response_status(self, request_id: str) -> Answer:
+        return self.call(self.service.response_status, request_id)
+
+    def results(self, survey_id: str) -> Answer:
+        return self.call(self.service.results, survey_id)
 
 
 COLOURS = ["red", "green", "blue", "yellow"]
@@ -235,9 +255,10 @@ SAMPLE = harness.Sample[SurveyApi](
     "survey",
     workflows.TABLES,
     app=lambda store, queue: create_app(SurveyService(store, queue)),
+    service=SurveyService,
     check=workflows.check,
     http=SurveyHttp,
-    direct=SurveyService,
+    direct=SurveyDirect,
     load=_load,
     demo=_demo,
     help={
@@ -258,6 +279,7 @@ __all__ = [
     "LoadReport",
     "LoadSettings",
     "SurveyApi",
+    "SurveyDirect",
     "SurveyHttp",
     "main",
     "run_demo",

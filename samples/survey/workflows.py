@@ -39,15 +39,30 @@ True
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
-from idemflow import Idem, ShardedCounter, Store, Tx, Workflow, atomic, get, rows, uuid4, workflow
+from idemflow import (
+    Idem,
+    ShardedCounter,
+    Store,
+    Tx,
+    Workflow,
+    aget,
+    arows,
+    atomic,
+    get,
+    rows,
+    uuid4,
+    workflow,
+)
 from idemflow.aggregates import totals
 from idemflow.async_worklist import checkpoint
 from idemflow.compensation import abort
+from idemflow.stores import AsyncStore
 
 SURVEYS = "surveys"
 """Survey definitions: partition = survey id, key ``survey``."""
@@ -319,6 +334,33 @@ WORKFLOWS: list[Workflow[Any, Any]] = [create_survey, respond]
 
 
 # -- reads: for the API, tools and the checker (not steps: nothing is memoized) ---------------
+# Each read is a pure fold over the rows it needs (:func:`summary`), fetched by a blocking
+# function for tools and checks, or awaited by its ``a``-twin for the API.
+
+
+def summary(survey_id: str, definition: Survey | None, counters: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The results of a survey from its definition and its ``summaries`` rows (None: no such survey).
+
+    >>> definition = {"id": "s", "title": "T", "questions": [{"id": "q", "text": "?", "options": ["a", "b"]}]}
+    >>> summary("s", definition, {"responses#3": 2, "q:q:a#0": 1, "q:q:a#5": 1})
+    {'survey': 's', 'title': 'T', 'responses': 2, 'questions': {'q': {'a': 2, 'b': 0}}}
+    """
+    if definition is None:
+        return None
+    found = totals(counters)
+    return {
+        "survey": survey_id,
+        "title": definition["title"],
+        "responses": found.get(COUNT, 0),
+        "questions": {
+            q["id"]: {option: found.get(option_key(q["id"], option), 0) for option in q["options"]}
+            for q in definition["questions"]
+        },
+    }
+
+
+def _counters(found: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
+    return {key: value for (_part, key), value in found.items()}
 
 
 def survey(store: Store, survey_id: str) -> Survey | None:
@@ -327,21 +369,21 @@ def survey(store: Store, survey_id: str) -> Survey | None:
     return found
 
 
+async def asurvey(store: Store | AsyncStore, survey_id: str) -> Survey | None:
+    """:func:`survey`, awaitable."""
+    found: Survey | None = await aget(store, SURVEYS, survey_id, DEFINITION)
+    return found
+
+
 def results(store: Store, survey_id: str) -> dict[str, Any] | None:
     """How many responses were counted, and how many chose each option (None: no such survey)."""
-    found = survey(store, survey_id)
-    if found is None:
-        return None
-    counters = totals({key: value for (_part, key), value in rows(store, SUMMARIES, survey_id).items()})
-    return {
-        "survey": survey_id,
-        "title": found["title"],
-        "responses": counters.get(COUNT, 0),
-        "questions": {
-            q["id"]: {option: counters.get(option_key(q["id"], option), 0) for option in q["options"]}
-            for q in found["questions"]
-        },
-    }
+    return summary(survey_id, survey(store, survey_id), _counters(rows(store, SUMMARIES, survey_id)))
+
+
+async def aresults(store: Store | AsyncStore, survey_id: str) -> dict[str, Any] | None:
+    """:func:`results`, awaitable (the definition and the counters read at once)."""
+    definition, counters = await asyncio.gather(asurvey(store, survey_id), arows(store, SUMMARIES, survey_id))
+    return summary(survey_id, definition, _counters(counters))
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,6 +491,8 @@ __all__ = [
     "Survey",
     "Verdict",
     "answer_problem",
+    "aresults",
+    "asurvey",
     "check",
     "create_survey",
     "parse_response",
@@ -456,5 +500,6 @@ __all__ = [
     "refusal",
     "respond",
     "results",
+    "summary",
     "survey",
 ]

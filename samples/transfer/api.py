@@ -12,28 +12,33 @@ the first answer, and the money moves once.
                                             with a queue 202 ``{"status": "running", "status_url", ...}``
                                             once the money left ``src`` (a worker credits ``dst`` or
                                             refunds)
-``GET  /transfers/{request_id}``            where a submitted transfer stands (asynchronous variant)
+``GET  /transfers/{request_id}``            where a submitted transfer stands (asynchronous variant):
+                                            202 while running, 200 once final
 ``GET  /healthz``                           200 when the server is up
 ==========================================  ==========================================================
 
 Refusals are JSON ``{"error": code, "detail": reason}``, ``reason`` being the
 workflow's own abort reason: 404 ``no_such_account``, 409
 ``insufficient_funds`` and ``account_exists``, 422 ``invalid`` (a body of the
-wrong shape, a non-positive amount); plus the shared 400, 409
-``idempotency_key_reused`` and 503 (busy: retry with the same key).
+wrong shape, a non-positive amount); plus :mod:`idemflow.asgi`'s 400 (no
+or bad key; ``invalid_json`` here), 422 ``idempotency_key_reused`` and 503
+(busy: retry with the same key). Everything runs on the event loop: the
+workflows through :mod:`idemflow.asgi`, the balance read awaited, the store
+an asynchronous one opened in the app's lifespan (:mod:`samples._api`).
 """
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from idemflow import Idem, get, run
+from idemflow import Idem, aget
+from idemflow.asgi import error
 from idemflow.compensation import WorkflowAborted
-from samples._api import Answer, Service, error, get_, healthz, post
+from samples._api import Service, application, get_, post
 from samples.transfer import workflows
 from samples.transfer.workflows import OpenRequest, TransferRequest
 
@@ -42,7 +47,7 @@ class Invalid(ValueError):
     """A request body of the wrong shape (422)."""
 
 
-def refusal(reason: object) -> Answer:
+def refusal(reason: object) -> Response:
     """The answer for a workflow's abort ``reason`` (the transfer sample's reasons are text)."""
     text = str(reason)
     if text.startswith(workflows.missing("")):
@@ -73,7 +78,7 @@ def parse_transfer(body: object) -> TransferRequest:
 
 
 class TransferService(Service):
-    """What the API does, as plain calls returning :class:`Answer` (usable without HTTP).
+    """What the API does, as ``async`` calls answering responses (usable without HTTP).
 
     With a ``queue``, transfers are submitted asynchronously: the client is
     answered at the workflow's checkpoint, once the debit committed, and
@@ -81,58 +86,65 @@ class TransferService(Service):
     destination (or refunds the debit if there is no such account).
 
     >>> from idemflow import MemoryStore
+    >>> from samples._api import Direct
     >>> bank = TransferService(MemoryStore())
-    >>> bank.open_account("k1", {"account": "ada", "balance": 10}).status
+    >>> with Direct(bank) as call:
+    ...     call(bank.open_account, "k1", {"account": "ada", "balance": 10}).status
+    ...     call(bank.transfer, "k2", {"src": "ada", "dst": "bob", "amount": 3})
+    ...     call(bank.account, "ada").body
     201
-    >>> bank.transfer("k2", {"src": "ada", "dst": "bob", "amount": 3})
     Answer(status=404, body={'error': 'no_such_account', 'detail': 'no such account: bob'})
-    >>> bank.account("ada").body
     {'account': 'ada', 'balance': 10}
     """
 
     invalid = Invalid
+    status_url = "/transfers/{request_id}"
 
-    def refuse(self, aborted: WorkflowAborted) -> Answer:
-        return refusal(aborted.reason)  # the transfer's reasons are text, not {"code", "message"}
+    def failure(self, exc: Exception) -> Response | None:
+        if isinstance(exc, WorkflowAborted):  # the transfer's reasons are text, not {"code", "message"}
+            return refusal(exc.reason)
+        return super().failure(exc)
 
-    def open_account(self, key: str | None, body: object) -> Answer:
-        def action(key: str) -> Answer:
-            req = parse_open(body)
-            balance = run(workflows.open_account(req), request_id=key, store=self.store, clock=self.clock)
-            return Answer(201, {"account": req["account"], "balance": balance})
+    async def open_account(self, key: str, body: object) -> Response:
+        req = parse_open(body)
+        balance = await self.run(workflows.open_account(req), key)
+        return JSONResponse({"account": req["account"], "balance": balance}, 201)
 
-        return self.guarded(key, action)
+    async def transfer(self, key: str, body: object) -> Response:
+        m: Idem[Any] = workflows.transfer(parse_transfer(body))
+        if self.queue is None:
+            return JSONResponse(await self.run(m, key))
+        return await self.submit(m, key, done=200)
 
-    def transfer(self, key: str | None, body: object) -> Answer:
-        def action(key: str) -> Answer:
-            m: Idem[Any] = workflows.transfer(parse_transfer(body))
-            if self.queue is None:
-                receipt = run(m, request_id=key, store=self.store, clock=self.clock)
-                return Answer(200, dict(receipt))
-            return self.submitted(m, key, "/transfers/" + quote(key, safe=""), done=200)
+    async def transfer_status(self, request_id: str) -> Response:
+        return await self.idem.status("transfer", request_id)
 
-        return self.guarded(key, action)
-
-    def transfer_status(self, request_id: str) -> Answer:
-        return self.request_status("transfer", request_id)
-
-    def account(self, name: str) -> Answer:
-        balance = get(self.store, workflows.ACCOUNTS, name, "balance")
+    async def account(self, name: str) -> Response:
+        balance = await aget(self.store, workflows.ACCOUNTS, name, "balance")
         if balance is None:
             return error(404, "no_such_account", workflows.missing(name))
-        return Answer(200, {"account": name, "balance": balance})
+        return JSONResponse({"account": name, "balance": balance})
 
 
 def create_app(service: TransferService) -> Starlette:
     """The ASGI application over ``service`` (see the module docstring for the routes)."""
-    routes = [
-        Route("/healthz", healthz),
-        Route("/accounts", post(lambda key, _p, body: service.open_account(key, body)), methods=["POST"]),
-        Route("/accounts/{account}", get_(lambda p, _q: service.account(p["account"]))),
-        Route("/transfers", post(lambda key, _p, body: service.transfer(key, body)), methods=["POST"]),
-        Route("/transfers/{request_id}", get_(lambda p, _q: service.transfer_status(p["request_id"]))),
-    ]
-    return Starlette(routes=routes)
+    return application(
+        service,
+        [
+            Route(
+                "/accounts",
+                post(service, lambda key, _p, body: service.open_account(key, body)),
+                methods=["POST"],
+            ),
+            Route("/accounts/{account}", get_(lambda p, _q: service.account(p["account"]))),
+            Route(
+                "/transfers",
+                post(service, lambda key, _p, body: service.transfer(key, body)),
+                methods=["POST"],
+            ),
+            Route("/transfers/{request_id}", get_(lambda p, _q: service.transfer_status(p["request_id"]))),
+        ],
+    )
 
 
 __all__ = ["Invalid", "TransferService", "create_app", "parse_open", "parse_transfer", "refusal"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from samples import _harness as harness
-from samples._api import Answer
+from samples._api import Answer, Direct, answer_of
 from samples.transfer import workflows
 from samples.transfer.api import TransferService, create_app, refusal
 
@@ -35,10 +35,10 @@ from samples.transfer.api import TransferService, create_app, refusal
 
 
 class BankApi(Protocol):
-    """What the load calls: :class:`~samples.transfer.api.TransferService` directly, or :class:`BankHttp`."""
+    """What the load calls: :class:`BankHttp`, or :class:`BankDirect` (no HTTP)."""
 
-    def open_account(self, key: str | None, body: object) -> Answer: ...
-    def transfer(self, key: str | None, body: object) -> Answer: ...
+    def open_account(self, key: str, body: object) -> Answer: ...
+    def transfer(self, key: str, body: object) -> Answer: ...
     def transfer_status(self, request_id: str) -> Answer: ...
     def account(self, name: str) -> Answer: ...
 
@@ -49,10 +49,10 @@ class BankHttp:
     def __init__(self, client: harness.HttpClient) -> None:
         self.client = client
 
-    def open_account(self, key: str | None, body: object) -> Answer:
+    def open_account(self, key: str, body: object) -> Answer:
         return self.client.request("POST", "/accounts", key=key, body=body)
 
-    def transfer(self, key: str | None, body: object) -> Answer:
+    def transfer(self, key: str, body: object) -> Answer:
         return self.client.request("POST", "/transfers", key=key, body=body)
 
     def transfer_status(self, request_id: str) -> Answer:
@@ -60,6 +60,26 @@ class BankHttp:
 
     def account(self, name: str) -> Answer:
         return self.client.request("GET", f"/accounts/{name}")
+
+
+class BankDirect:
+    """:class:`BankApi` without HTTP: :class:`~samples.transfer.api.TransferService`'s methods,
+    awaited on the event loop of a :class:`~samples._api.Direct`."""
+
+    def __init__(self, call: Direct[TransferService]) -> None:
+        self.call, self.service = call, call.service
+
+    def open_account(self, key: str, body: object) -> Answer:
+        return self.call(self.service.open_account, key, body)
+
+    def transfer(self, key: str, body: object) -> Answer:
+        return self.call(self.service.transfer, key, body)
+
+    def transfer_status(self, request_id: str) -> Answer:
+        return self.call(self.service.transfer_status, request_id)
+
+    def account(self, name: str) -> Answer:
+        return self.call(self.service.account, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +164,7 @@ def run_load(api: BankApi, settings: LoadSettings) -> LoadReport:
         done=200,
         wait=settings.wait,
         what="transfer",
-        aborted=lambda found: refusal(found.get("reason")),
+        aborted=lambda found: answer_of(refusal(found.get("reason"))),
     )
     report.problems += harness.disagreements(answers)
     expected = dict.fromkeys(names, settings.balance)
@@ -224,9 +244,10 @@ SAMPLE = harness.Sample[BankApi](
     "transfer",
     workflows.TABLES,
     app=lambda store, queue: create_app(TransferService(store, queue)),
+    service=TransferService,
     check=workflows.ledger,
     http=BankHttp,
-    direct=TransferService,
+    direct=BankDirect,
     load=_load,
     demo=_demo,
     help={
@@ -247,6 +268,7 @@ main = SAMPLE.main
 
 __all__ = [
     "BankApi",
+    "BankDirect",
     "BankHttp",
     "DemoReport",
     "DemoSettings",

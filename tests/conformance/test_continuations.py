@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -330,10 +331,22 @@ def test_a_queue_that_blips_never_stops_a_worker(store: Store) -> None:
     # The v2-only worker meets a receive error, then fails to give the v1 request back: it goes on.
     only_v2 = Worker(V2, store=store, queue=queue, wait=0.01, version_wait=0.01, relay_every=None)
     submit(checkout_v2(order(space, 1)), request_id=space + "new", store=store, queue=queue)
-    stop = threading.Timer(1.5, only_v2.stop)
-    stop.start()
-    only_v2.run(idle_timeout=None if queue.send_blips else 0.5)
-    stop.cancel()
+    done = threading.Event()
+
+    def stop_once_it_went_on() -> None:  # the worker met both blips and still finished the v2 request
+        deadline = time.monotonic() + 60
+        while not done.wait(0.05) and time.monotonic() < deadline:
+            if queue.send_blips == 0 and status(store, "checkout", space + "new").status.final:
+                break
+        only_v2.stop()
+
+    watcher = threading.Thread(target=stop_once_it_went_on)
+    watcher.start()
+    try:
+        only_v2.run()
+    finally:
+        done.set()
+        watcher.join()
     assert status(store, "checkout", space + "new").result == {"version": 2, "shipped": "shipped"}
     assert (queue.receive_blips, queue.send_blips) == (0, 0)
 
