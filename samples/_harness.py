@@ -286,14 +286,16 @@ class Fleet:
         self.start("server", [*argv, "--port", str(port)], port)
         return f"http://127.0.0.1:{port}"
 
-    def _launch(self, child: Child) -> None:
+    def _launch(self, child: Child, *, ready: bool = True) -> None:
+        """Start ``child``; a server is waited for until it answers, unless not ``ready`` (a restart:
+        the clients retry meanwhile, and a crash test's killer must not wait out a slow start)."""
         if child.log is not None:
             child.log.close()
         child.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop() or the next launch
         child.process = subprocess.Popen(
             [sys.executable, *child.argv], env=self.env, stdout=child.log, stderr=subprocess.STDOUT
         )
-        if child.port is not None:
+        if child.port is not None and ready:
             _wait_ready(child)
 
     def kill(self, child: Child) -> None:
@@ -306,7 +308,7 @@ class Fleet:
                 self.kills[child.kind] += 1
             else:  # it ended on its own meanwhile
                 self.exits[child.kind, child.process.returncode] += 1
-            self._launch(child)
+            self._launch(child, ready=False)
 
     def revive(self) -> None:
         """Restart every child that exited on its own."""
