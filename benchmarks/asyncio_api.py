@@ -140,7 +140,7 @@ class Server:
 @contextlib.contextmanager
 def serve(variant: str, url: str) -> Iterator[Server]:
     """``benchmarks._asyncio_app`` on uvicorn in a subprocess, ready (its lifespan has opened the store)."""
-    from tests.servers import free_port, wait_for_port
+    from tests.servers import free_port, stop_process, wait_for_port
 
     port = free_port()
     cmd = [sys.executable, "-m", "benchmarks._asyncio_app", "--variant", variant, "--store", url]
@@ -154,12 +154,7 @@ def serve(variant: str, url: str) -> Iterator[Server]:
                 raise RuntimeError(f"{exc}:\n{server.output()}") from exc
             yield server
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, 15)
             if proc.returncode not in (0, -15):
                 print(f"  {variant} server exited with {proc.returncode}:\n{server.output()}", flush=True)
 

@@ -31,6 +31,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM ``proc``; SIGKILL it if it has not ended within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -58,12 +68,7 @@ def _process(cmd: list[str], ports: list[int], name: str, cwd: str | None = None
             raise RuntimeError(f"{name} failed to start: {output}") from exc
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
         log.close()
 
 
@@ -193,12 +198,7 @@ def _azurite_process(
                 time.sleep(0.05)
             yield True
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, 10)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
-from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls, Calls, Pause, connect
+from idemflow._trampoline import atrampoline
+from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls, Call, Calls, Pause, connect
 from idemflow.async_worklist.queues.azure_queue import AzureQueue, azure_error
 from idemflow.async_worklist.queues.base import Message
 
@@ -97,25 +98,17 @@ class AsyncAzureQueue(AzureQueueCalls):
         The queues are created before the first call reaches Azure, so the
         argument checks that precede it fail as on the blocking queue.
         """
-        answer: Any = None
-        failure: BaseException | None = None
-        while True:
-            try:
-                request = steps.send(answer) if failure is None else steps.throw(failure)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            answer = failure = None
+
+        async def answer(request: Call | Pause) -> Any:
             if isinstance(request, Pause):
                 await self._sleep(request.seconds)
-                continue
+                return None
             if not (self._created or creating):
-                await self._ready()
-            try:
-                found = getattr(self._client(request.which), request.method)(*request.args, **request.kwargs)
-                answer = [item async for item in found] if request.collect else await found
-            except BaseException as exc:  # noqa: BLE001 - thrown in where the call was asked for
-                failure = exc
+                await self._ready()  # its errors are mapped already: no call's handler catches them
+            found = getattr(self._client(request.which), request.method)(*request.args, **request.kwargs)
+            return [item async for item in found] if request.collect else await found
+
+        return await atrampoline(steps, answer)
 
     # -- the protocol -------------------------------------------------------------------------------
 
