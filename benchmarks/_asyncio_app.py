@@ -6,9 +6,10 @@ on ``127.0.0.1`` with one worker:
 - ``POST /surveys/{survey}/responses`` (``Idempotency-Key`` header, body as
   :func:`samples.survey.workflows.parse_response` takes it): the sample's ``respond`` workflow,
   run by ``await run_in_threadpool(run, m, ...)`` on a blocking store (*threadpool*: what the
-  samples did before the asyncio API) or by ``await arun(m, ...)`` on the store of
-  ``open_async_store(url)`` (*async*); 200 with the workflow's answer, 409 for a refusal,
-  503 for a busy store;
+  samples did before the asyncio API) or by ``await Idempotency(store).run(m, ...)`` on the
+  store of ``open_async_store(url)`` (*async*: ``arun`` under the ASGI helper, no bound), or
+  the same with ``Idempotency(store, in_flight=4)`` (*bounded*); 200 with the workflow's
+  answer, 409 for a refusal, 503 for a busy store;
 - ``GET /probe``: ``{"ok": true}``, no store call — its latency under load shows whether
   the event loop ever stalls;
 - ``POST /admin/store`` ``{"url": ...}``: close the store and open the one at ``url`` (the
@@ -37,12 +38,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from idemflow import ConflictError, Store, TransientStoreError, WorkflowAborted, arun, run
+from idemflow import ConflictError, Store, TransientStoreError, WorkflowAborted, run
+from idemflow.asgi import Idempotency
 from idemflow.stores import open_async_store, open_store
 from idemflow.stores.base import AsyncStore
 from samples.survey import workflows
 
-VARIANTS = ("threadpool", "async")
+VARIANTS = ("threadpool", "async", "bounded")
+BOUND = 4
+"""``in_flight`` of the *bounded* variant."""
 KEY_HEADER = "Idempotency-Key"
 LAG_PERIOD = 0.005
 """Seconds the loop-lag sampler sleeps between samples."""
@@ -56,17 +60,19 @@ class _Stores:
         self.url = url
         self.blocking: Store | None = None
         self.aio: AsyncStore | None = None
+        self.idem: Idempotency | None = None
 
     async def open(self, url: str) -> None:
         await self.close()
         self.url = url
-        if self.variant == "async":
+        if self.variant != "threadpool":
             self.aio = open_async_store(url)  # on the loop that uses it
+            self.idem = Idempotency(self.aio, in_flight=BOUND if self.variant == "bounded" else None)
         else:
             self.blocking = await run_in_threadpool(open_store, url)
 
     async def close(self) -> None:
-        aio, blocking, self.aio, self.blocking = self.aio, self.blocking, None, None
+        aio, blocking, self.aio, self.blocking, self.idem = self.aio, self.blocking, None, None, None
         if aio is not None:
             await aio.close()
         if blocking is not None:
@@ -126,8 +132,8 @@ def create_app(variant: str, url: str) -> Starlette:
             return JSONResponse({"error": "invalid", "detail": str(exc)}, 422)
         m = workflows.respond(response)
         try:
-            if stores.aio is not None:
-                counted = await arun(m, request_id=key, store=stores.aio)
+            if stores.idem is not None:
+                counted = await stores.idem.run(m, request_id=key)
             else:
                 assert stores.blocking is not None
                 counted = await run_in_threadpool(run, m, request_id=key, store=stores.blocking)

@@ -7,10 +7,13 @@ worker, its own process, a free loopback port):
 
 - *threadpool*: ``await run_in_threadpool(run, m, request_id=key, store=blocking_store)`` —
   what the samples did before (anyio's default limit: 40 threads);
-- *async*: ``await arun(m, request_id=key, store=async_store)``, the store from
-  ``open_async_store(url)`` opened in the app's lifespan (aiobotocore, ``azure.data.tables.aio``).
+- *async*: ``await Idempotency(async_store).run(m, request_id=key)`` (``arun`` under the ASGI
+  helper), the store from ``open_async_store(url)`` opened in the app's lifespan (aiobotocore,
+  ``azure.data.tables.aio``);
+- *bounded*: the same with ``Idempotency(async_store, in_flight=4)``: at most 4 runs under way,
+  the other requests wait their turn (a loop whose CPU is saturated gains nothing from more).
 
-Both also serve ``GET /probe`` (``{"ok": true}``, no store call). The load generator is this
+All also serve ``GET /probe`` (``{"ok": true}``, no store call). The load generator is this
 process: one ``httpx.AsyncClient``, N concurrent clients (1, 8, 32, 128) each POSTing responses
 back to back, each with a fresh ``Idempotency-Key``, until the cell's requests are sent
 (``max(--min-requests, --per-client × N)``); meanwhile a probe task on a connection of its own
@@ -72,7 +75,9 @@ from idemflow.stores.base import AsyncStore
 from samples.survey import workflows as survey_sample
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("threadpool", "async")
+VARIANTS = ("threadpool", "async", "bounded")
+RATIOS = ("async", "bounded")
+"""The variants compared with *threadpool*."""
 HTTP_KINDS = ("moto", "azurite")
 KINDS = ("sqlite", "moto", "azurite")
 CLIENTS = (1, 8, 32, 128)
@@ -437,10 +442,12 @@ def _ms(values: Sequence[float], q: float) -> float | None:
     return 1e3 * percentile(values, q) if values else None
 
 
-def _ratio(cells: dict[str, list[Cell]], value: Callable[[Cell], float | None]) -> Summary | None:
-    pairs = [(value(a), value(t)) for a, t in zip(cells["async"], cells["threadpool"], strict=True)]
+def _ratio(
+    cells: dict[str, list[Cell]], value: Callable[[Cell], float | None], variant: str = "async"
+) -> Summary | None:
+    pairs = [(value(a), value(t)) for a, t in zip(cells[variant], cells["threadpool"], strict=True)]
     ratios = [a / t for a, t in pairs if a is not None and t is not None and t > 0]
-    return summarize("async/threadpool", ratios) if ratios else None
+    return summarize(f"{variant}/threadpool", ratios) if ratios else None
 
 
 def _fr(summary: Summary | None) -> str:
@@ -490,20 +497,24 @@ def write_http(report: Report, kind: str, cells: dict[int, dict[str, list[Cell]]
         ],
         rows,
     )
-    report.add("Ratios async / threadpool, per round (median, IQR over rounds):", "")
+    report.add("Ratios to threadpool, per round (median, IQR over rounds):", "")
     rows = []
     for n, variants in cells.items():
-        rows.append(
-            [
-                str(n),
-                _fr(_ratio(variants, lambda c: c.throughput)),
-                _fr(_ratio(variants, lambda c: _ms(c.latencies, 50))),
-                _fr(_ratio(variants, lambda c: _ms(c.latencies, 95))),
-                _fr(_ratio(variants, lambda c: _ms(c.probes, 99))),
-                _fr(_ratio(variants, lambda c: c.cpu / max(c.answered, 1))),
-            ]
-        )
-    report.table(["N", "requests/s", "p50 latency", "p95 latency", "probe p99", "server CPU/request"], rows)
+        for variant in RATIOS:
+            rows.append(
+                [
+                    str(n) if variant == RATIOS[0] else "",
+                    f"{variant} / threadpool",
+                    _fr(_ratio(variants, lambda c: c.throughput, variant)),
+                    _fr(_ratio(variants, lambda c: _ms(c.latencies, 50), variant)),
+                    _fr(_ratio(variants, lambda c: _ms(c.latencies, 95), variant)),
+                    _fr(_ratio(variants, lambda c: _ms(c.probes, 99), variant)),
+                    _fr(_ratio(variants, lambda c: c.cpu / max(c.answered, 1), variant)),
+                ]
+            )
+    report.table(
+        ["N", "ratio", "requests/s", "p50 latency", "p95 latency", "probe p99", "server CPU/request"], rows
+    )
     most = max(cells)
     for variant in VARIANTS:
         p99 = _med(cells[most][variant], lambda c: _ms(c.probes, 99))
@@ -535,7 +546,7 @@ def figure(out: Path, http: dict[str, dict[int, dict[str, list[Cell]]]]) -> Path
     for row, (kind, cells) in enumerate(http.items()):
         ns = list(cells)
         for ax, (what, value, logy) in zip(axes[row], measures, strict=True):
-            for variant, marker in zip(VARIANTS, ("o", "^"), strict=True):
+            for variant, marker in zip(VARIANTS, ("o", "^", "s"), strict=True):
                 ys = [_med(cells[n][variant], value) for n in ns]
                 ax.plot(ns, [float("nan") if y is None else y for y in ys], marker=marker, label=variant)
             if what.startswith("probe"):
@@ -551,7 +562,12 @@ def figure(out: Path, http: dict[str, dict[int, dict[str, list[Cell]]]]) -> Path
             ax.set_title(f"{LABELS[kind]}: {what}", fontsize="medium")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize="small")
-    return _save(plt, fig, out / "asyncio_api.png", "survey API: async (arun) against threadpool (run)")
+    return _save(
+        plt,
+        fig,
+        out / "asyncio_api.png",
+        "survey API: async (arun), bounded (in_flight=4) and threadpool (run)",
+    )
 
 
 def write(
@@ -561,10 +577,12 @@ def write(
     out: Path,
 ) -> None:
     report.add(
-        "The survey sample's `respond` workflow behind two minimal Starlette apps on uvicorn (one worker",
-        "each, their own processes): *threadpool* runs `run` on a blocking store through",
+        "The survey sample's `respond` workflow behind three minimal Starlette apps on uvicorn (one",
+        "worker each, their own processes): *threadpool* runs `run` on a blocking store through",
         "`run_in_threadpool` (what the samples did before; anyio's default 40 threads), *async* awaits",
-        "`arun` on the store of `open_async_store` (opened in the app's lifespan). The load generator",
+        "`Idempotency(store).run` (`arun`) on the store of `open_async_store` (opened in the app's",
+        "lifespan), *bounded* the same with `Idempotency(store, in_flight=4)` (at most 4 runs under",
+        "way; the other requests wait their turn). The load generator",
         "(this process, one `httpx.AsyncClient`) runs N clients sending responses back to back, each",
         "with a fresh `Idempotency-Key`; meanwhile a probe GETs `/probe` (no store call) every 10 ms",
         "on a connection of its own. Every cell runs on fresh tables after a few untimed requests,",

@@ -5,22 +5,34 @@ request awaited instead of called, so nothing blocks the loop. Effects
 that are plain functions run on a worker thread (they usually do blocking
 I/O); coroutine functions are awaited. A retry's wait is ``asyncio.sleep``
 unless the policy injected a sleep of its own.
+
+A blocking store adapted with :class:`~idemflow.stores.aio.ThreadedStore`
+(SQLite) is not called one request per thread hop: the computation itself
+runs on the store's threads, answering its store requests there, and comes
+back to the loop only for what needs the loop (an effect, a retry's wait, a
+turn on a hot partition, the queue). A 2-step workflow then costs one or two
+hops instead of one per read and commit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import tenacity
 
+from idemflow._drive import STORE_REQUESTS, store_answer
 from idemflow._gates import ASYNC_GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow._trampoline import atrampoline
-from idemflow.stores.base import AsyncStore
+from idemflow.stores.aio import ThreadedStore
+from idemflow.stores.base import AsyncStore, Store
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.aio import AsyncQueue
@@ -32,6 +44,8 @@ _BLOCKING_SLEEPS = (tenacity.nap.sleep, time.sleep)
 
 async def adrive(steps: Steps[T], store: AsyncStore, queue: AsyncQueue | None = None) -> T:
     """Run ``steps`` to their value on ``store`` (and ``queue``) without blocking the loop."""
+    if isinstance(store, ThreadedStore):
+        return await _on_threads(steps, store, queue)
 
     async def answer(request: object) -> Any:
         kind = type(request)
@@ -46,6 +60,86 @@ async def adrive(steps: Steps[T], store: AsyncStore, queue: AsyncQueue | None = 
         return await _other(request, store, queue)
 
     return await atrampoline(steps, answer)
+
+
+class _Done:
+    """A computation that finished on a store thread, with its value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+async def _on_threads(steps: Steps[T], store: ThreadedStore, queue: AsyncQueue | None) -> T:
+    """:func:`adrive` for a blocking store: run ``steps`` on its threads, come back for the rest."""
+    blocking = store.store
+    cancelled = threading.Event()
+    value: Any = None
+    failure: BaseException | None = None
+    while True:
+        job = asyncio.wrap_future(
+            store.pool.submit(
+                contextvars.copy_context().run, _segment, steps, blocking, value, failure, cancelled
+            )
+        )
+        try:
+            got = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            # The segment cannot be interrupted on its thread: it unwinds the computation there,
+            # at its next request, while the cancellation reaches the caller at once.
+            cancelled.set()
+            job.add_done_callback(lambda done: _unwind(done, steps, store, cancelled))
+            raise
+        if type(got) is _Done:
+            result: T = got.value
+            return result
+        value = failure = None
+        try:
+            value = await _other(got, store, queue)
+        except BaseException as exc:  # noqa: BLE001 - thrown back where the computation asked
+            failure = exc
+
+
+def _segment(
+    steps: Steps[Any], store: Store, value: Any, failure: BaseException | None, cancelled: threading.Event
+) -> object:
+    """On a store thread: resume ``steps`` and answer its store requests until one needs the loop.
+
+    Answers the request that needs the loop, or :class:`_Done`. Once the caller
+    was cancelled, every request is answered by throwing ``CancelledError`` in,
+    so the computation's ``finally`` blocks run here.
+    """
+    while True:
+        try:
+            request = steps.send(value) if failure is None else steps.throw(failure)
+        except StopIteration as stop:
+            return _Done(stop.value)
+        value = failure = None
+        if cancelled.is_set():
+            failure = asyncio.CancelledError()
+        elif type(request) in STORE_REQUESTS:
+            try:
+                value = store_answer(store, request)
+            except BaseException as exc:  # noqa: BLE001 - thrown back where the computation asked
+                failure = exc
+        else:
+            return request
+
+
+def _unwind(
+    done: asyncio.Future[object], steps: Steps[Any], store: ThreadedStore, cancelled: threading.Event
+) -> None:
+    """After a cancelled caller: a segment that stopped at a request the loop would have answered
+    unwinds the computation on a store thread; errors have no one left to hear them."""
+    if done.cancelled() or done.exception() is not None or type(done.result()) is _Done:
+        return
+    store.pool.submit(_quietly, steps, store.store, cancelled)
+
+
+def _quietly(steps: Steps[Any], store: Store, cancelled: threading.Event) -> None:
+    with contextlib.suppress(BaseException):  # the caller was cancelled and is gone
+        _segment(steps, store, None, asyncio.CancelledError(), cancelled)
 
 
 async def _other(request: object, store: AsyncStore, queue: AsyncQueue | None) -> Any:

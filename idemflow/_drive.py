@@ -25,28 +25,38 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+STORE_REQUESTS = frozenset({Commit, Read, ReadMany, CommitCache, Scan})
+"""The requests a blocking store answers by itself (the rest need the queue, the clock or an effect)."""
+
+
 def drive(steps: Steps[T], store: Store, queue: Queue | None = None) -> T:
     """Run ``steps`` to their value on ``store`` (and ``queue``, for ``submit`` and workers)."""
 
     def answer(request: object) -> Any:
-        kind = type(request)  # the most frequent first
-        if kind is Commit:
-            return store.commit(request.ops)  # type: ignore[attr-defined]
-        if kind is Read:
-            return store.read(request.ref)  # type: ignore[attr-defined]
-        if kind is ReadMany:
-            return store.read_many(request.refs)  # type: ignore[attr-defined]
-        if kind is CommitCache:
-            return store.commit_cache(request.ops)  # type: ignore[attr-defined]
+        if type(request) in STORE_REQUESTS:
+            return store_answer(store, request)
         return _other(request, store, queue)
 
     return trampoline(steps, answer)
 
 
+def store_answer(store: Store, request: object) -> Any:
+    """Answer one of :data:`STORE_REQUESTS` with the store's blocking call."""
+    kind = type(request)  # the most frequent first
+    if kind is Commit:
+        return store.commit(request.ops)  # type: ignore[attr-defined]
+    if kind is Read:
+        return store.read(request.ref)  # type: ignore[attr-defined]
+    if kind is ReadMany:
+        return store.read_many(request.refs)  # type: ignore[attr-defined]
+    if kind is CommitCache:
+        return store.commit_cache(request.ops)  # type: ignore[attr-defined]
+    assert isinstance(request, Scan), request
+    return list(store.scan(request.table, request.partition))
+
+
 def _other(request: object, store: Store, queue: Queue | None) -> Any:
     match request:
-        case Scan(table, partition):
-            return list(store.scan(table, partition))
         case Send(body, delay):
             assert queue is not None, "a computation that sends needs a queue"
             return queue.send(body, delay=delay)

@@ -34,7 +34,7 @@ from idemflow.keys import check_request_id
 from idemflow.monad import Idem
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.runner import Request, Workflow, describe, describe_request, execution_steps, status_steps
-from idemflow.stores.aio import to_async
+from idemflow.stores.aio import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 
 R = TypeVar("R")
@@ -55,7 +55,9 @@ async def aexecute(
     check_request_id(request_id)
     request = request or describe_request(m)
     target = to_async(store)
-    steps = execution_steps(m, request, request_id, target, policy, clock, plan, versions, reader=None)
+    steps = execution_steps(
+        m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target)
+    )
     return await adrive(steps, target)
 
 

@@ -155,8 +155,13 @@ def retried(retrying: Retrying, attempt: Callable[[], Steps[T]]) -> Steps[T]:
     the same stops, waits, statistics and re-raising.
     """
     retrying.begin()
+    statistics = retrying.statistics
     state = RetryCallState(retrying, fn=None, args=(), kwargs={})
     while True:
+        here = retrying.statistics
+        if here is not statistics:  # resumed on another thread: tenacity keeps statistics per thread
+            here.update(statistics)
+            statistics = here
         do = retrying.iter(retry_state=state)
         if isinstance(do, DoAttempt):
             try:

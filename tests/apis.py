@@ -6,14 +6,16 @@ and ``run_result`` replaced by :func:`arun_blocking` / :func:`arun_result_blocki
 which await :func:`idemflow.arun` on one event loop shared by the session (a
 test's threads then race on that loop, as an ASGI server's requests do).
 DynamoDB and Azure stores are replaced by their twins on the SDKs' own
-asynchronous clients; wrapped stores (fault injection) run on threads.
+asynchronous clients; a memory store is awaited without the drivers' shortcut
+(:class:`AwaitedStore`: bodies' reads are prefetched, as on DynamoDB and Azure);
+SQLite and wrapped stores (fault injection) run on threads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from returns.result import Result
@@ -21,7 +23,8 @@ from returns.result import Result
 from idemflow import Idem, arun, arun_result
 from idemflow.errors import WorkflowAborted
 from idemflow.stores.aio import to_async
-from idemflow.stores.base import AsyncStore, Store
+from idemflow.stores.base import AsyncStore, CommitOutcome, Op, Row, RowRef, Store
+from idemflow.stores.memory import MemoryStore
 
 T = TypeVar("T")
 
@@ -36,6 +39,40 @@ class LoopThread:
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+class AwaitedStore:
+    """A memory store behind awaited calls the drivers know nothing about.
+
+    ``to_async`` gives a memory store's bodies direct reads (``InlineStore``);
+    this keeps the path of the SDKs' asynchronous stores, where a body's reads
+    are prefetched and the body runs again, covered without a server.
+    """
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.capabilities = store.capabilities
+
+    async def read(self, ref: RowRef) -> Row | None:
+        return self.store.read(ref)
+
+    async def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
+        return self.store.read_many(refs)
+
+    async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        return self.store.commit(ops)
+
+    async def commit_cache(self, ops: Sequence[Op]) -> None:
+        self.store.commit_cache(ops)
+
+    async def scan(self, table: str, partition: str | None = None) -> list[tuple[str, str, Row]]:
+        return list(self.store.scan(table, partition))
+
+    async def flush(self) -> None:
+        self.store.flush()
+
+    async def close(self) -> None:
+        self.store.close()
 
 
 LOOP = LoopThread()
@@ -63,6 +100,8 @@ def async_twin(store: Store) -> AsyncStore:
 
             assert isinstance(store, AzureTableStore)
             twin = AsyncAzureTableStore.twin_of(store)
+        elif type(store) is MemoryStore:
+            twin = AwaitedStore(store)
         else:
             twin = to_async(store)
         _TWINS[id(store)] = (store, twin)

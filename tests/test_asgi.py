@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +19,9 @@ from starlette.routing import Route
 from idemflow import MemoryStore, SqliteStore, Tx, atomic, idempotent, workflow
 from idemflow.asgi import Idempotency
 from idemflow.async_worklist import SqliteQueue, Worker, checkpoint
+from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import data_rows
+from tests.apis import AwaitedStore
 
 
 def charge(amount: int) -> Any:
@@ -239,3 +241,40 @@ def test_an_idempotent_route_whose_annotations_name_types_of_its_own_module() ->
         refused = client.post("/pay", params={"customer": "dee", "amount": 0})  # FastAPI validates Amount
     assert (paid.status_code, paid.json()) == (200, {"charged": 9})
     assert refused.status_code == 422
+
+
+class HeldStore(AwaitedStore):
+    """Commits wait until released, counting how many are under way at once."""
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStore())
+        self.active = 0
+        self.most = 0
+        self.release = asyncio.Event()
+
+    async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        self.active += 1
+        self.most = max(self.most, self.active)
+        try:
+            await self.release.wait()
+            return await super().commit(ops)
+        finally:
+            self.active -= 1
+
+
+def test_in_flight_bounds_the_runs_under_way_and_the_rest_wait_their_turn() -> None:
+    async def main(in_flight: int | None) -> tuple[int, list[Any]]:
+        store = HeldStore()
+        idem = Idempotency(store, in_flight=in_flight)
+        step = atomic("accounts", "a", lambda tx: tx.increment("n") or "ok")
+        runs = [asyncio.create_task(idem.run(step, request_id=f"r{i}")) for i in range(6)]
+        for _ in range(200):  # every run that may start reaches its commit meanwhile
+            await asyncio.sleep(0)
+        most = store.most
+        store.release.set()
+        return most, await asyncio.gather(*runs)
+
+    assert asyncio.run(main(2)) == (2, ["ok"] * 6)
+    assert asyncio.run(main(None)) == (6, ["ok"] * 6)  # no bound: all six at once
+    with pytest.raises(ValueError, match="in_flight"):
+        Idempotency(MemoryStore(), in_flight=0)

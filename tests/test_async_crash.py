@@ -6,7 +6,8 @@ replacements until every request completed, then checks that each response
 was counted exactly once. Runs on SQLite (store + queue in files) and on the
 real servers (DynamoDB + SQS on moto, Azure Tables + Queue on Azurite). A
 process that dies right after it reported an outcome (a worker's ack,
-``submit`` returning a final handle) must have written it durably first.
+``submit`` returning a final handle) must have written it durably first, on
+both APIs (``AsyncWorker`` and ``asubmit`` on the asynchronous stores).
 """
 
 from __future__ import annotations
@@ -201,10 +202,42 @@ os._exit(3)  # not acked
 """
 
 
+ADIE_RIGHT_AFTER = """
+import asyncio, os, sys
+from idemflow.async_worklist import AsyncWorker, MemoryQueue, asubmit
+from idemflow.async_worklist.queues.aio import to_async_queue
+from idemflow.stores import open_async_store
+from tests.async_workflows import WORKFLOWS, survey
+
+what, store_url, space = sys.argv[1:]
+
+async def main():
+    store, held = open_async_store(store_url), MemoryQueue()
+    queue = to_async_queue(held)
+    response = {"space": space, "user": "u", "answer": "red", "at": [1] if what == "worker" else []}
+    await asubmit(survey(response), request_id=space, store=store, queue=queue)
+    if what == "submit":  # finished in asubmit, which returned a final handle: die with tasks pending
+        os._exit(0)
+    ack = held.ack
+
+    def ack_and_die(message):
+        ack(message)
+        os._exit(0)
+
+    held.ack = ack_and_die
+    [message] = await queue.receive()
+    await AsyncWorker(WORKFLOWS, store=store, queue=queue).handle(message)
+    os._exit(3)  # not acked
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("api", ["blocking", "asyncio"])
 @pytest.mark.parametrize("what", ["submit", "worker"])
 @pytest.mark.parametrize("backend", ["sqlite", "dynamodb", "dynamodb-local", "azure"])
 def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
-    backend: str, what: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: Any
+    backend: str, what: str, api: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: Any
 ) -> None:
     prefix = f"d{uuid.uuid4().hex[:8]}"
     if backend == "sqlite":
@@ -218,7 +251,8 @@ def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
     store = open_store(store_url)
     store.create_tables(*TEST_TABLES)
     space = f"{prefix}-"
-    command = [sys.executable, "-c", DIE_RIGHT_AFTER, what, store_url, space]
+    script = DIE_RIGHT_AFTER if api == "blocking" else ADIE_RIGHT_AFTER
+    command = [sys.executable, "-c", script, what, store_url, space]
     died = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert died.returncode == 0, died.stderr
     assert status(store, "survey", space) == RequestStatus(RunStatus.COMPLETED, {"counted": "red"})

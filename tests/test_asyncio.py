@@ -10,6 +10,7 @@ asynchronous store URLs.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import threading
 from collections.abc import Generator, Sequence
@@ -43,6 +44,7 @@ from idemflow.stores import open_async_store
 from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
 from idemflow.stores.base import CommitOutcome, Op, Store
 from idemflow.testing import data_rows
+from tests.apis import AwaitedStore
 
 
 class GatedStore(MemoryStore):
@@ -171,8 +173,29 @@ def test_a_body_runs_again_once_each_read_it_needs_arrives() -> None:
     assert run(atomic("accounts", "p", body), request_id="sync", store=store) == 3
     assert len(runs) == 1
     runs.clear()
-    assert asyncio.run(arun(atomic("accounts", "p", body), request_id="async", store=store)) == 3
+    awaited = AwaitedStore(store)  # a store the drivers await (as DynamoDB's and Azure's)
+    assert asyncio.run(arun(atomic("accounts", "p", body), request_id="async", store=awaited)) == 3
     assert len(runs) == 4  # three reads: run, fetch a (with the run record), run, fetch b, run, fetch c, run
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_body_on_a_local_store_reads_directly_and_runs_once(kind: str, tmp_path: Path) -> None:
+    runs: list[str] = []
+    seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="unset")
+
+    def body(tx: Tx) -> int:
+        runs.append(seen.get())  # the caller's context, even on the store's threads
+        return int(tx.get("a", 0)) + int(tx.get("b", 0))
+
+    store: Store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "direct.sqlite3")
+    run(atomic("accounts", "p", lambda tx: tx.put("a", 1) or tx.put("b", 2)), request_id="w", store=store)
+
+    async def main() -> int:
+        seen.set("caller")
+        return await arun(atomic("accounts", "p", body), request_id="r", store=store)
+
+    assert asyncio.run(main()) == 3
+    assert runs == ["caller"]
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

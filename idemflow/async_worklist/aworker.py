@@ -41,7 +41,7 @@ from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
 from idemflow.policy import RetryPolicy
 from idemflow.runner import Workflow
-from idemflow.stores.aio import to_async
+from idemflow.stores.aio import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 
 __all__ = ["AsyncWorker"]
@@ -74,7 +74,7 @@ class AsyncWorker(Handling):
         super().__init__(
             workflows,
             store=target,
-            reader=None,
+            reader=sync_reader(target),
             signing_key=signing_key,
             max_deliveries=max_deliveries,
             policy=policy,

@@ -50,7 +50,7 @@ from idemflow.policy import RetryPolicy
 from idemflow.records import Failure, OutboxEntry, RunRecord, RunStatus, outbox_ref
 from idemflow.runner import Request, describe_request, execution_steps, run_status
 from idemflow.serialization import JSON
-from idemflow.stores.aio import is_async, to_async
+from idemflow.stores.aio import is_async, sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Delete, Store
 from idemflow.tx import Reader
 
@@ -271,7 +271,16 @@ async def asubmit(
     request = _submission(m, request_id)
     target, sink = to_async(store), to_async_queue(queue)
     steps = submission_steps(
-        m, request, request_id, target, sink.max_body_bytes, signing_key, policy, clock, grace, reader=None
+        m,
+        request,
+        request_id,
+        target,
+        sink.max_body_bytes,
+        signing_key,
+        policy,
+        clock,
+        grace,
+        reader=sync_reader(target),
     )
     outcome = await adrive(steps, target, sink)
     return Pending(target, request.workflow, request_id, outcome=outcome)

@@ -36,15 +36,21 @@ THREADS = 8
 
 
 class ThreadedStore:
-    """A blocking store whose every call runs on a thread pool of its own."""
+    """A blocking store whose calls run on a thread pool of its own.
+
+    ``arun`` and the asyncio worker do not call it one method at a time: their
+    driver runs the whole computation on :attr:`pool` and comes back to the loop
+    only for what needs the loop (one thread hop per run instead of one per call).
+    """
 
     def __init__(self, store: Store, *, threads: int = THREADS) -> None:
         self.store = store
         self.capabilities = store.capabilities
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="idemflow-store")
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="idemflow-store")
+        """The threads its calls run on (:func:`idemflow._adrive.adrive` runs whole computations there)."""
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
 
     async def read(self, ref: RowRef) -> Row | None:
         return await self._call(self.store.read, ref)
@@ -67,7 +73,7 @@ class ThreadedStore:
     async def close(self) -> None:
         """Close the store and stop the threads (the pool's queued calls finish first)."""
         await self._call(self.store.close)
-        self._pool.shutdown(wait=False)
+        self.pool.shutdown(wait=False)
 
     def __repr__(self) -> str:
         return f"ThreadedStore({self.store!r})"
@@ -106,6 +112,18 @@ class InlineStore:
 
 
 _ADAPTED: weakref.WeakKeyDictionary[Store, AsyncStore] = weakref.WeakKeyDictionary()
+
+
+def sync_reader(store: AsyncStore) -> Store | None:
+    """The blocking store under an adapted one, for step bodies' reads, else None.
+
+    The drivers run a :class:`ThreadedStore`'s computations on its threads and an
+    :class:`InlineStore`'s reads never wait, so their bodies may read directly
+    instead of being run again once prefetched rows arrive.
+    """
+    if isinstance(store, ThreadedStore | InlineStore):
+        return store.store
+    return None
 
 
 def is_async(store: object) -> bool:

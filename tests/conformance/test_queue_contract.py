@@ -273,7 +273,9 @@ def test_dead_letter_moves_it_with_its_reason(queue_factory: QueueFactory) -> No
 
 def test_the_largest_body_fits_and_can_still_be_dead_lettered(queue_factory: QueueFactory) -> None:
     queue = queue_factory()
-    body = json.dumps("é" * ((queue.max_body_bytes - 3) // 2), ensure_ascii=False)
+    # Multi-byte characters count twice against the limit; they stay in the first 16 KiB, as
+    # Azurite corrupts one that a network chunk boundary splits (docs/local-development.md).
+    body = json.dumps("é" * 8000 + "a" * (queue.max_body_bytes - 16003), ensure_ascii=False)
     body += " " * (queue.max_body_bytes - len(body.encode()))
     assert len(body.encode()) == queue.max_body_bytes
     queue.send(body)
