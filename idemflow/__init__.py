@@ -46,7 +46,7 @@ from idemflow.errors import (
     VersionNotHeldError,
     WorkflowAborted,
 )
-from idemflow.handlers import idempotent
+from idemflow.handlers import idempotent, idempotent_function
 from idemflow.helpers import effect, now, random, uuid4
 from idemflow.monad import Idem, atomic, bind, pure
 from idemflow.policy import RetryPolicy
@@ -92,6 +92,7 @@ __all__ = [
     "effect",
     "get",
     "idempotent",
+    "idempotent_function",
     "now",
     "open_store",
     "pure",

@@ -33,7 +33,14 @@ from idemflow.errors import WorkflowAborted
 from idemflow.keys import check_request_id
 from idemflow.monad import Idem
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
-from idemflow.runner import Request, Workflow, describe, describe_request, execution_steps, status_steps
+from idemflow.runner import (
+    Request,
+    Workflow,
+    describe_request,
+    execution_steps,
+    result_of,
+    status_steps,
+)
 from idemflow.stores.aio import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 
@@ -79,10 +86,7 @@ async def arun(
     record = await aexecute(
         m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions
     )
-    if record.status is records.RunStatus.ABORTED:
-        raise WorkflowAborted(record.reason, describe(m)[0], request_id)
-    result: R = record.result  # type: ignore[assignment]
-    return result
+    return result_of(record, m, request_id)
 
 
 async def arun_result(

@@ -95,7 +95,7 @@ from idemflow.records import (
     outbox_ref,
     run_ref,
 )
-from idemflow.serialization import JSON, encode
+from idemflow.serialization import JSON, encode, sorted_keys
 from idemflow.stores.base import (
     Capabilities,
     CommitOutcome,
@@ -190,11 +190,15 @@ class Execution:
         clock: Callable[[], float] = time.time,
         plan: Plan = DEFAULT_PLAN,
         reader: Reader | None = None,
+        *,
+        aliases: tuple[str, ...] = (),
     ) -> None:
         self.capabilities = capabilities
         self.workflow = workflow
         self.request_id = request_id
         self.fingerprint = fingerprint
+        self.aliases = aliases
+        """Other fingerprints of the same input (the call as written, as 0.1.0 fingerprinted it)."""
         self.policy = policy
         self.clock = clock
         self.plan = plan
@@ -205,6 +209,8 @@ class Execution:
         """When the current step (or the outcome's write) stops retrying: ``time.monotonic()``."""
         self._run_known = plan.resume
         self._replaying = plan.resume
+        self._wrote = False
+        """Did a step of this execution commit? If none did, the outcome is an earlier one's."""
         self._done: list[_Done] = []
         self._journal: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
         self._noting = self._journal is not None or bool(plan.expected)
@@ -237,6 +243,12 @@ class Execution:
             return (yield from self._run(node))
 
     def _run(self, node: Node) -> Steps[RunRecord]:
+        record = yield from self._outcome(node)
+        if not self._wrote and self.plan.observe_replay is not None:
+            self.plan.observe_replay()
+        return record
+
+    def _outcome(self, node: Node) -> Steps[RunRecord]:
         try:
             try:
                 value = yield from self.evaluate(node)
@@ -588,6 +600,7 @@ class Execution:
                 outcome = yield Commit(ops)
             if isinstance(outcome, Committed):
                 self._run_known = True
+                self._wrote = True
                 if self._traced:
                     telemetry.count(telemetry.STEPS_COMMITTED, self.workflow)
                 if aborted:
@@ -690,7 +703,7 @@ class Execution:
         if existing is None:
             return
         record = RunRecord.from_json(existing.value)
-        if record.fingerprint != self.fingerprint:
+        if record.fingerprint != self.fingerprint and record.fingerprint not in self.aliases:
             raise IdempotencyKeyReuseError(
                 self.workflow, self.request_id, record.fingerprint, self.fingerprint
             )
@@ -728,8 +741,12 @@ class Execution:
 
     def _finish(self, status: RunStatus, result: JSON = None, reason: JSON = None) -> Steps[RunRecord]:
         """Record the outcome: durably if no step claimed the request or if ``durable_outcome``,
-        else as a cache. Strict encoding guarantees the result equals what duplicates read back."""
+        else as a cache. Strict encoding guarantees the result equals what duplicates read back;
+        a result holding dicts is returned as read back (keys sorted), so the first answer and
+        every duplicate's serialise to the same bytes."""
         self._until = self.policy.until()
+        if type(result) is dict or type(result) is list:
+            result = sorted_keys(result)
         record = RunRecord(self.fingerprint, RunStatus.RUNNING, version=self.plan.version).finished(
             status, self.clock(), result=result, reason=reason
         )

@@ -16,39 +16,91 @@ workflow for a streaming response.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import logging
 import re
-from collections.abc import Callable
+import typing
+import uuid
+from collections.abc import Callable, Generator
 from typing import Any, ParamSpec
 
-from idemflow.arunner import arun
+from idemflow._picks import Pick, picker
+from idemflow.arunner import aexecute
 from idemflow.errors import InvalidInputError
+from idemflow.helpers import effect
+from idemflow.monad import Idem
+from idemflow.plan import Plan
 from idemflow.policy import RetryPolicy
-from idemflow.runner import Workflow, run
+from idemflow.records import RunRecord
+from idemflow.runner import Workflow, execute, result_of
 from idemflow.stores.base import AsyncStore, Store
 
 P = ParamSpec("P")
 
+log = logging.getLogger(__name__)
+
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
+NAME_LIMIT = 100
+"""Longest workflow name (:func:`idemflow.keys.check_workflow_name`)."""
+
+
 def _derived_name(handler: Callable[..., Any]) -> str:
-    name = _NAME_CHARS.sub("_", f"{handler.__module__}.{handler.__qualname__}")
-    return name[:100] if name[0].isalpha() or name[0] == "_" else ("_" + name)[:100]
+    """``module.qualname`` as a workflow name; one too long keeps a hash of the whole.
+
+    Two handlers whose names share their first 100 characters must not share
+    records: cutting the name alone made one handler answer with the other's
+    cached result.
+    """
+    full = f"{handler.__module__}.{handler.__qualname__}"
+    name = _NAME_CHARS.sub("_", full)
+    if not (name[0].isalpha() or name[0] == "_"):
+        name = "_" + name
+    if len(name) <= NAME_LIMIT:
+        return name
+    tag = hashlib.sha256(full.encode()).hexdigest()[:16]
+    return f"{name[: NAME_LIMIT - len(tag) - 1]}-{tag}"
+
+
+def _request_id(key: object) -> str:
+    """A handler's key as a request id: a ``str``, or an ``int`` in decimal (not a ``bool``)."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key)
+    if not isinstance(key, str):
+        raise InvalidInputError(f"an @idempotent key must be a str or an int, not {type(key).__name__}")
+    return key
 
 
 def idempotent(
     store: Store | AsyncStore,
     *,
-    key: Callable[..., str],
+    key: Pick,
     name: str | None = None,
     policy: RetryPolicy | None = None,
+    fingerprint: Pick | None = None,
+    key_required: bool = True,
+    on_replay: Callable[[Any], Any] | None = None,
 ) -> Callable[[Callable[P, Any]], Callable[P, Any]]:
     """Make a handler exactly-once per request id ``key(*args, **kwargs)``.
 
     The handler is a ``@workflow``-style generator, an ``async def`` awaiting
     steps, a function returning an ``Idem`` or a :class:`Workflow`;
     duplicates return the first call's result.
+
+    ``key`` is a function of the handler's arguments giving a ``str`` or an
+    ``int``, or a JMESPath expression over the arguments by name
+    (``key="order.id"``). A call whose key is None (or missing from the path)
+    is refused with :class:`~idemflow.errors.InvalidInputError`; with
+    ``key_required=False`` it runs once, without deduplication, under a
+    request id of its own, and a warning is logged. ``fingerprint`` (the same
+    kinds) is the part of the input duplicates are compared on: a duplicate
+    that differs elsewhere (a timestamp, a trace id) gets the first answer
+    instead of :class:`~idemflow.errors.IdempotencyKeyReuseError`.
+    ``on_replay(result)`` is called when the answer is an earlier call's (no
+    step of this call committed), and what it returns is answered instead:
+    Powertools' ``response_hook``, e.g. to mark a replayed HTTP answer.
 
     >>> from idemflow import MemoryStore, atomic
     >>> store = MemoryStore()
@@ -62,35 +114,173 @@ def idempotent(
 
     def decorate(handler: Callable[P, Any]) -> Callable[P, Any]:
         if isinstance(handler, Workflow):
-            flow: Workflow[P, Any] = handler
             function = handler.function
+            basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
+            flow: Workflow[P, Any] = handler
+            if basis is not None:
+                flow = Workflow(
+                    handler.name,
+                    function,
+                    version=handler.version,
+                    on_failure=handler.on_failure,
+                    basis=basis,
+                )
         elif callable(handler):
-            flow = Workflow(name or _derived_name(handler), handler)
             function = handler
+            _refuse_a_plain_function(handler)
+            basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
+            flow = Workflow(name or _derived_name(handler), handler, basis=basis)
         else:
             raise InvalidInputError(f"@idempotent needs a callable, not {type(handler).__name__}")
-
-        if inspect.iscoroutinefunction(function):
-
-            async def ahandle(*args: P.args, **kwargs: P.kwargs) -> Any:
-                request_id = key(*args, **kwargs)
-                return await arun(flow(*args, **kwargs), request_id=request_id, store=store, policy=policy)
-
-            return _named_like(ahandle, handler, function)
-
-        if not isinstance(store, Store):
-            raise InvalidInputError(
-                "@idempotent on a plain function or generator needs a blocking store; "
-                "give an async store to an `async def` handler"
-            )
-        blocking: Store = store
-
-        def handle(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return run(flow(*args, **kwargs), request_id=key(*args, **kwargs), store=blocking, policy=policy)
-
-        return _named_like(handle, handler, function)
+        keyed = picker(key, function, "key")
+        return _handler(store, flow, handler, function, keyed, key_required, policy, on_replay)
 
     return decorate
+
+
+def idempotent_function(
+    store: Store | AsyncStore,
+    *,
+    key: Pick,
+    name: str | None = None,
+    policy: RetryPolicy | None = None,
+    fingerprint: Pick | None = None,
+    key_required: bool = True,
+    on_replay: Callable[[Any], Any] | None = None,
+) -> Callable[[Callable[P, Any]], Callable[P, Any]]:
+    """Make a plain function (``def`` or ``async def``) exactly-once per key: one memoized call.
+
+    The call is one step of a workflow of its own (an :func:`~idemflow.effect`):
+    the first call's result, which must be JSON, is stored, and every duplicate
+    gets it without calling the function again. Racing duplicates (both
+    before either stored its result) may each call it, as with any effect.
+    ``key``, ``fingerprint``, ``key_required``, ``on_replay``, ``name`` and
+    ``policy`` are :func:`idempotent`'s. This is Powertools' ``@idempotent_function``.
+
+    >>> from idemflow import MemoryStore
+    >>> calls = []
+    >>> @idempotent_function(MemoryStore(), key="order.id")
+    ... def charge(order):
+    ...     calls.append(order["id"])
+    ...     return {"charged": order["amount"]}
+    >>> charge({"id": "o-1", "amount": 5}), charge({"id": "o-1", "amount": 5}), calls
+    ({'charged': 5}, {'charged': 5}, ['o-1'])
+    """
+
+    def decorate(function: Callable[P, Any]) -> Callable[P, Any]:
+        if not callable(function) or isinstance(function, Workflow):
+            raise InvalidInputError(f"@idempotent_function needs a plain function, not {function!r}")
+        if inspect.isgeneratorfunction(function):
+            raise InvalidInputError(
+                "@idempotent_function needs a plain function; a generator is a workflow: @idempotent"
+            )
+        basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
+        flow: Workflow[P, Any] = Workflow(name or _derived_name(function), _one_call(function), basis=basis)
+        keyed = picker(key, function, "key")
+        return _handler(store, flow, function, function, keyed, key_required, policy, on_replay)
+
+    return decorate
+
+
+def _one_call(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A workflow whose one step calls ``function`` (awaited, if it is a coroutine function)."""
+    label = f"call {getattr(function, '__qualname__', type(function).__qualname__)}"
+    once: Callable[..., Any]
+    if inspect.iscoroutinefunction(function):
+
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            async def call(_key: str) -> Any:
+                return await function(*args, **kwargs)
+
+            return await effect(call, name=label)
+
+        once = awaited
+    else:
+
+        def called(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            return (yield effect(lambda _key: function(*args, **kwargs), name=label))
+
+        once = called
+    once.__signature__ = inspect.signature(function)  # type: ignore[union-attr]
+    return once
+
+
+def _refuse_a_plain_function(handler: Callable[..., Any]) -> None:
+    """A ``def`` annotated to return something other than an ``Idem`` is a plain function: its
+    body would run on every duplicate before anything could stop it. Point to the decorator for it."""
+    if inspect.isgeneratorfunction(handler) or inspect.iscoroutinefunction(handler):
+        return
+    try:
+        returned = inspect.signature(handler, eval_str=True).return_annotation
+    except (NameError, TypeError, SyntaxError, ValueError):
+        return
+    if returned is inspect.Signature.empty:
+        return
+    origin = typing.get_origin(returned) or returned
+    if isinstance(origin, type) and issubclass(origin, (Idem, Workflow)):
+        return
+    raise InvalidInputError(
+        f"@idempotent: {handler.__qualname__} returns {returned!r}, not an Idem; "
+        "make a plain function exactly-once with @idempotent_function"
+    )
+
+
+def _handler(
+    store: Store | AsyncStore,
+    flow: Workflow[P, Any],
+    handler: Callable[P, Any],
+    function: Callable[..., Any],
+    keyed: Callable[..., Any],
+    key_required: bool,
+    policy: RetryPolicy | None,
+    on_replay: Callable[[Any], Any] | None,
+) -> Callable[P, Any]:
+    """The wrapper: each call runs ``flow`` under the request id its key gives."""
+    label = flow.name
+
+    def plan() -> tuple[Plan, list[bool]]:
+        replayed: list[bool] = []
+        return Plan(version=flow.version, observe_replay=lambda: replayed.append(True)), replayed
+
+    def answer(m: Idem[Any], record: RunRecord, rid: str, replayed: list[bool]) -> Any:
+        result = result_of(record, m, rid)
+        return on_replay(result) if replayed and on_replay is not None else result
+
+    def request_id(*args: Any, **kwargs: Any) -> str:
+        found = keyed(*args, **kwargs)
+        if found is None and not key_required:
+            log.warning(
+                "no idempotency key: running without deduplication",
+                extra={"workflow": label, "request_id": None},
+            )
+            return f"nokey-{uuid.uuid4().hex}"
+        if found is None:
+            raise InvalidInputError(f"@idempotent {label!r}: the call has no key (key_required=True)")
+        return _request_id(found)
+
+    if inspect.iscoroutinefunction(function):
+
+        async def ahandle(*args: P.args, **kwargs: P.kwargs) -> Any:
+            rid = request_id(*args, **kwargs)
+            m, (told, replayed) = flow(*args, **kwargs), plan()
+            record = await aexecute(m, request_id=rid, store=store, policy=policy, plan=told)
+            return answer(m, record, rid, replayed)
+
+        return _named_like(ahandle, handler, function)
+
+    if not isinstance(store, Store):
+        raise InvalidInputError(
+            f"@idempotent {label!r}: a plain function or generator needs a blocking store; "
+            "give an async store to an `async def` handler"
+        )
+    blocking: Store = store
+
+    def handle(*args: P.args, **kwargs: P.kwargs) -> Any:
+        rid = request_id(*args, **kwargs)
+        m, (told, replayed) = flow(*args, **kwargs), plan()
+        return answer(m, execute(m, request_id=rid, store=blocking, policy=policy, plan=told), rid, replayed)
+
+    return _named_like(handle, handler, function)
 
 
 def _named_like(

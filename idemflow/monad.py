@@ -97,6 +97,12 @@ class Call(NamedTuple):
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     version: int = 1
+    written: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+    """The arguments as the caller wrote them, where that differs from ``args``/``kwargs``
+    (bound to the signature: ``f(x=1)`` is ``f(1)``); 0.1.0 fingerprinted this form."""
+    basis: object = None
+    """What duplicates are compared on, when the workflow says (``@idempotent(fingerprint=)``):
+    ``(value,)``; None compares the whole input."""
 
 
 TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint

@@ -60,6 +60,9 @@ class Plan:
     """Raise :class:`StepFailedError` (step, identity, cause) for an error a step raised."""
     observe_checkpoint: Callable[[int], None] | None = None
     """Told the step number at every checkpoint (the testing kit)."""
+    observe_replay: Callable[[], None] | None = None
+    """Told, once the outcome is known, if no step of this execution committed: the answer is an
+    earlier execution's (``@idempotent(on_replay=)``)."""
     expected: tuple[JournalEntry, ...] = ()
     """The steps a resumed request committed before its checkpoint: each is checked against
     the code as it is reached, so a step moved to another table or partition never runs."""

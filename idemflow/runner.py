@@ -23,6 +23,7 @@ description to one :class:`~idemflow.engine.Execution`, which does the work.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
@@ -57,7 +58,13 @@ class Workflow(Generic[P, R]):
     # No __slots__: functools.update_wrapper-style attributes (__doc__, __wrapped__) need a __dict__.
 
     def __init__(
-        self, name: str, function: Callable[P, Any], *, version: int = 1, on_failure: OnFailure = "fail"
+        self,
+        name: str,
+        function: Callable[P, Any],
+        *,
+        version: int = 1,
+        on_failure: OnFailure = "fail",
+        basis: Callable[..., Any] | None = None,
     ) -> None:
         self.name = check_workflow_name(name)
         self.version = check_version(version)
@@ -65,14 +72,44 @@ class Workflow(Generic[P, R]):
             raise InvalidInputError(f"on_failure must be 'fail' or 'compensate', not {on_failure!r}")
         self.on_failure: OnFailure = on_failure
         self.function = function
+        self.basis = basis
+        """Called with the input: the part duplicates are compared on (default: all of it)."""
         self.__wrapped__ = function
         self.__doc__ = function.__doc__
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(function)
+        except (TypeError, ValueError):  # a callable without one: its calls are taken as written
+            self._signature = None
+        self._plain = _plain_arity(self._signature)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Idem[R]:
-        return Idem(Call(self.name, self.function, args, kwargs, self.version))
+        """The workflow applied to its input, bound to its signature: ``f(1)`` and ``f(x=1)`` are
+        one input (one fingerprint). Arguments the signature does not take raise ``TypeError``
+        here, before anything is written."""
+        basis = None if self.basis is None else (self.basis(*args, **kwargs),)
+        if not kwargs and len(args) == self._plain:  # every parameter given by position: bound already
+            return Idem(Call(self.name, self.function, args, kwargs, self.version, None, basis))
+        if self._signature is None:
+            return Idem(Call(self.name, self.function, args, kwargs, self.version, None, basis))
+        bound = self._signature.bind(*args, **kwargs)
+        canonical = (bound.args, bound.kwargs)
+        written = None if canonical == (args, kwargs) else (args, kwargs)
+        return Idem(Call(self.name, self.function, bound.args, bound.kwargs, self.version, written, basis))
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} v{self.version}>"
+
+
+def _plain_arity(signature: inspect.Signature | None) -> int:
+    """How many arguments a call gives by position when it is already bound as it stands: the
+    parameter count of a signature of positional parameters without defaults, else -1."""
+    if signature is None:
+        return -1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    plain = all(
+        p.kind in kinds and p.default is inspect.Parameter.empty for p in signature.parameters.values()
+    )
+    return len(signature.parameters) if plain else -1
 
 
 def check_version(version: object) -> int:
@@ -126,6 +163,13 @@ class Request:
     call: Call | None
     input_text: str = "null"
     """Canonical JSON of ``{"args": [...], "kwargs": {...}}``, taken before the workflow runs."""
+    aliases: tuple[str, ...] = ()
+    """Other fingerprints of this same input: the call as written, which 0.1.0 fingerprinted
+    (a duplicate of a request it started still matches)."""
+
+    def matches(self, stored: str) -> bool:
+        """Is ``stored`` (a run record's fingerprint) this request's input?"""
+        return stored == self.fingerprint or stored in self.aliases
 
     def input(self) -> JSON:
         """The input as it was submitted: a copy the workflow cannot change under us."""
@@ -143,7 +187,14 @@ def describe_request(m: object) -> Request:
         # {"args": [arg]} and {"kwargs": {name: arg}} wrap each argument two levels down.
         where = f"input of workflow {node.name!r}"
         text = encode({"args": list(node.args), "kwargs": node.kwargs}, where, envelope=2)
-        return Request(node.name, node.version, digest(text), node, text)
+        if isinstance(node.basis, tuple):  # compared on a part of the input only
+            compared = fingerprint(node.basis[0], f"fingerprint of workflow {node.name!r}")
+            return Request(node.name, node.version, compared, node, text)
+        aliases: tuple[str, ...] = ()
+        if node.written is not None:
+            args, kwargs = node.written
+            aliases = (digest(encode({"args": list(args), "kwargs": kwargs}, where, envelope=2)),)
+        return Request(node.name, node.version, digest(text), node, text, aliases)
     return Request(ANONYMOUS, 1, fingerprint(None), None)
 
 
@@ -225,6 +276,7 @@ def _execution(
         clock,
         plan,
         reader,
+        aliases=request.aliases,
     )
 
 
@@ -245,6 +297,11 @@ def run(
     started on one of them (a retry across a deploy).
     """
     record = execute(m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions)
+    return result_of(record, m, request_id)
+
+
+def result_of(record: records.RunRecord, m: Idem[R], request_id: str) -> R:
+    """The result a finished run answers: its value, or :class:`WorkflowAborted` raised."""
     if record.status is records.RunStatus.ABORTED:
         raise WorkflowAborted(record.reason, describe(m)[0], request_id)
     result: R = record.result  # type: ignore[assignment]

@@ -52,6 +52,19 @@ def encode(value: object, where: str = "value", *, envelope: int = 0) -> str:
     return _dumps(value)
 
 
+def sorted_keys(value: JSON) -> JSON:
+    """``value`` with every dict's keys in sorted order, as :func:`decode` gives it back.
+
+    >>> list(sorted_keys({"b": 1, "a": [{"d": 0, "c": 0}]}))
+    ['a', 'b']
+    """
+    if type(value) is dict:
+        return {key: sorted_keys(value[key]) for key in sorted(value)}
+    if type(value) is list:
+        return [sorted_keys(item) for item in value]
+    return value
+
+
 def decode(text: str) -> JSON:
     """Parse stored JSON text."""
     value: JSON = json.loads(text)

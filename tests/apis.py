@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from returns.result import Result
 
 from idemflow import Idem, arun, arun_result
 from idemflow.errors import WorkflowAborted
-from idemflow.stores.aio import to_async
-from idemflow.stores.base import AsyncStore, CommitOutcome, Op, Row, RowRef, Store
+from idemflow.stores.aio import InlineStore, to_async
+from idemflow.stores.base import AsyncStore, Store
 from idemflow.stores.memory import MemoryStore
 
 T = TypeVar("T")
@@ -41,38 +41,14 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
 
-class AwaitedStore:
+class AwaitedStore(InlineStore):
     """A memory store behind awaited calls the drivers know nothing about.
 
-    ``to_async`` gives a memory store's bodies direct reads (``InlineStore``);
-    this keeps the path of the SDKs' asynchronous stores, where a body's reads
-    are prefetched and the body runs again, covered without a server.
+    ``to_async`` gives a memory store's bodies direct reads (``InlineStore``
+    itself); the drivers take this subclass for any asynchronous store, so
+    the path of the SDKs' stores, where a body's reads are prefetched and the
+    body runs again, stays covered without a server.
     """
-
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
-        self.capabilities = store.capabilities
-
-    async def read(self, ref: RowRef) -> Row | None:
-        return self.store.read(ref)
-
-    async def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
-        return self.store.read_many(refs)
-
-    async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        return self.store.commit(ops)
-
-    async def commit_cache(self, ops: Sequence[Op]) -> None:
-        self.store.commit_cache(ops)
-
-    async def scan(self, table: str, partition: str | None = None) -> list[tuple[str, str, Row]]:
-        return list(self.store.scan(table, partition))
-
-    async def flush(self) -> None:
-        self.store.flush()
-
-    async def close(self) -> None:
-        self.store.close()
 
 
 LOOP = LoopThread()

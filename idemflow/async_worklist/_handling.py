@@ -159,7 +159,7 @@ class Handling:
         args, kwargs = _input_of(pointer, record)
         m = flow(*args, **kwargs)
         request = describe_request(m)
-        if request.fingerprint != record.fingerprint:
+        if not request.matches(record.fingerprint):
             raise MessageRejected(f"input does not match the submitted request {pointer.request_id!r}")
         plan = Plan(
             version=record.version,

@@ -121,7 +121,7 @@ def sync_reader(store: AsyncStore) -> Store | None:
     :class:`InlineStore`'s reads never wait, so their bodies may read directly
     instead of being run again once prefetched rows arrive.
     """
-    if isinstance(store, ThreadedStore | InlineStore):
+    if type(store) is ThreadedStore or type(store) is InlineStore:  # exactly: a subclass may await
         return store.store
     return None
 

@@ -41,7 +41,7 @@ next bidder: a seller relists it (documented choice; see the README).
 >>> for owner, amount in [("sam", 0), ("ada", 500)]:
 ...     _ = go(deposit({"owner": owner, "amount": amount}), "d-" + owner)
 >>> go(register({"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60}), "i-1")
-{'id': 'lamp', 'title': 'Lamp', 'seller': 'sam', 'min_price': 10, 'closes_at': 160.0}
+{'closes_at': 160.0, 'id': 'lamp', 'min_price': 10, 'seller': 'sam', 'title': 'Lamp'}
 >>> from idemflow import WorkflowAborted
 >>> try:
 ...     go(bid({"item": "lamp", "bidder": "ada", "amount": 5}), "b-1")
@@ -52,7 +52,7 @@ next bidder: a seller relists it (documented choice; see the README).
 1
 >>> now_is[0] = 200.0
 >>> go(close({"item": "lamp"}), "c-1")
-{'item': 'lamp', 'status': 'sold', 'winner': 'ada', 'amount': 25, 'released': []}
+{'amount': 25, 'item': 'lamp', 'released': [], 'status': 'sold', 'winner': 'ada'}
 >>> wallets(store)["ada"]["balance"], wallets(store)["sam"]["balance"], check(store).ok
 (475, 25, True)
 """
