@@ -13,6 +13,7 @@ DOCS = [
     ROOT / "docs" / "deploying.md",
     ROOT / "docs" / "asyncio.md",
     ROOT / "docs" / "contention.md",
+    ROOT / "docs" / "migrating.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]
 
