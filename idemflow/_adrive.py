@@ -44,7 +44,7 @@ _BLOCKING_SLEEPS = (tenacity.nap.sleep, time.sleep)
 
 async def adrive(steps: Steps[T], store: AsyncStore, queue: AsyncQueue | None = None) -> T:
     """Run ``steps`` to their value on ``store`` (and ``queue``) without blocking the loop."""
-    if isinstance(store, ThreadedStore):
+    if type(store) is ThreadedStore:  # exactly, as sync_reader: its calls are bypassed there
         return await _on_threads(steps, store, queue)
 
     async def answer(request: object) -> Any:

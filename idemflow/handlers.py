@@ -115,23 +115,21 @@ def idempotent(
     def decorate(handler: Callable[P, Any]) -> Callable[P, Any]:
         if isinstance(handler, Workflow):
             function = handler.function
-            basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
-            flow: Workflow[P, Any] = handler
-            if basis is not None:
-                flow = Workflow(
-                    handler.name,
-                    function,
-                    version=handler.version,
-                    on_failure=handler.on_failure,
-                    basis=basis,
-                )
         elif callable(handler):
             function = handler
             _refuse_a_plain_function(handler)
-            basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
-            flow = Workflow(name or _derived_name(handler), handler, basis=basis)
         else:
             raise InvalidInputError(f"@idempotent needs a callable, not {type(handler).__name__}")
+        basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
+        flow: Workflow[P, Any]
+        if not isinstance(handler, Workflow):
+            flow = Workflow(name or _derived_name(handler), handler, basis=basis)
+        elif basis is None:
+            flow = handler
+        else:
+            flow = Workflow(
+                handler.name, function, version=handler.version, on_failure=handler.on_failure, basis=basis
+            )
         keyed = picker(key, function, "key")
         return _handler(store, flow, handler, function, keyed, key_required, policy, on_replay)
 

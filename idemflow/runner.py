@@ -87,9 +87,8 @@ class Workflow(Generic[P, R]):
         one input (one fingerprint). Arguments the signature does not take raise ``TypeError``
         here, before anything is written."""
         basis = None if self.basis is None else (self.basis(*args, **kwargs),)
-        if not kwargs and len(args) == self._plain:  # every parameter given by position: bound already
-            return Idem(Call(self.name, self.function, args, kwargs, self.version, None, basis))
-        if self._signature is None:
+        # Taken as written: every parameter given by position (bound already), or no signature.
+        if self._signature is None or (not kwargs and len(args) == self._plain):
             return Idem(Call(self.name, self.function, args, kwargs, self.version, None, basis))
         bound = self._signature.bind(*args, **kwargs)
         canonical = (bound.args, bound.kwargs)
