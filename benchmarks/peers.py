@@ -12,8 +12,11 @@ same durability.
 ``PutItem`` + ``UpdateItem ADD``: bare; wrapped in Powertools'
 ``idempotent_function`` with ``DynamoDBPersistenceLayer`` (an in-progress
 record before the handler, the result after; it protects the whole call,
-not each step); and as a 2-step idemflow workflow on ``DynamoDBStore`` —
-all on the same moto server. moto charges a ``TransactWriteItems`` (what an
+not each step); the same handler wrapped in idemflow's ``idempotent_function``
+(the plain-function twin of Powertools', on ``DynamoDBStore``: the call is
+memoized, not each write); and as a 2-step idemflow workflow on
+``DynamoDBStore`` — all on the same moto server. Calls are counted per first
+call and per duplicate (an already-answered key) for each. moto charges a ``TransactWriteItems`` (what an
 atomic step needs) about 6× a ``PutItem``, so the idemflow/bare ratio here
 is the emulator's, not DynamoDB's; the call counts are the backend-neutral
 comparison.
@@ -39,7 +42,7 @@ from benchmarks._counting import backend_calls
 from benchmarks._report import Report, fmt_ratio
 from benchmarks._stats import RESULTS, interleave_samples, paired_ratio, summarize
 from benchmarks.core_overhead import SQLITE_WARMUP
-from idemflow import Idem, SqliteStore, Tx, atomic, run, workflow
+from idemflow import Idem, SqliteStore, Tx, atomic, idempotent_function, run, workflow
 
 
 def _record(response: dict[str, Any]) -> Callable[[Tx], None]:
@@ -141,7 +144,9 @@ def powertools_variants(
     from aws_lambda_powertools.utilities.idempotency import (
         DynamoDBPersistenceLayer,
         IdempotencyConfig,
-        idempotent_function,
+    )
+    from aws_lambda_powertools.utilities.idempotency import (
+        idempotent_function as powertools_idempotent_function,
     )
 
     from idemflow.stores.dynamodb import DynamoDBStore
@@ -149,7 +154,8 @@ def powertools_variants(
     prefix = f"p{uuid.uuid4().hex[:6]}"
     bare_client = boto3.client("dynamodb", endpoint_url=endpoint, region_name=region, config=boto_config())
     pt_client = boto3.client("dynamodb", endpoint_url=endpoint, region_name=region, config=boto_config())
-    calls = {"bare": 0, "Powertools": 0}
+    fn_client = boto3.client("dynamodb", endpoint_url=endpoint, region_name=region, config=boto_config())
+    calls = {"bare": 0, "Powertools": 0, "idemflow function handler": 0}
 
     def counter(name: str) -> Callable[..., None]:
         def count(**_: Any) -> None:
@@ -159,7 +165,8 @@ def powertools_variants(
 
     bare_client.meta.events.register("before-call.dynamodb.*", counter("bare"))
     pt_client.meta.events.register("before-call.dynamodb.*", counter("Powertools"))
-    for table in ("bresponses", "bsummaries", "presponses", "psummaries"):
+    fn_client.meta.events.register("before-call.dynamodb.*", counter("idemflow function handler"))
+    for table in ("bresponses", "bsummaries", "presponses", "psummaries", "fresponses", "fsummaries"):
         create_dynamodb_table(bare_client, prefix + table)
     bare_client.create_table(
         TableName=prefix + "idempotency",
@@ -191,7 +198,7 @@ def powertools_variants(
     persistence = DynamoDBPersistenceLayer(table_name=prefix + "idempotency", boto3_client=pt_client)
     protected_handler = handler(pt_client, "p")
 
-    @idempotent_function(  # type: ignore[untyped-decorator]
+    @powertools_idempotent_function(  # type: ignore[untyped-decorator]
         data_keyword_argument="event",
         persistence_store=persistence,
         config=IdempotencyConfig(event_key_jmespath="id"),
@@ -202,12 +209,22 @@ def powertools_variants(
     store = DynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=prefix + "i")
     store.create_tables("responses", "summaries")
     before = backend_calls(store)
+    fn_store = DynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=prefix + "f")
+    fn_store.create_tables()  # the run-record table only: the memoized call's result lives there
+    function_handler = handler(fn_client, "f")
+
+    @idempotent_function(fn_store, key="event.id", name="peer_charge")
+    def function_protected(event: dict[str, Any]) -> dict[str, Any]:
+        return function_handler(event)
 
     def bare_call(i: int) -> None:
         bare({"id": f"q{i}", "user": f"u{i}"})
 
     def powertools_call(i: int) -> None:
         protected(event={"id": f"q{i}", "user": f"u{i}"})
+
+    def idem_function(i: int) -> None:
+        function_protected(event={"id": f"q{i}", "user": f"u{i}"})
 
     def idem(i: int) -> None:
         run(peer_survey({"survey": "s1", "user": f"u{i}", "answer": "yes"}), request_id=f"q{i}", store=store)
@@ -232,17 +249,68 @@ def powertools_variants(
     extra: dict[str, Any] = {
         "calls": calls,
         "store": store,
+        "fn_store": fn_store,
         "before": before,
-        "clients": (bare_client, pt_client),
+        "clients": (bare_client, pt_client, fn_client),
+        "first_and_duplicates": {
+            "Powertools": powertools_call,
+            "idemflow idempotent_function": idem_function,
+            "idemflow workflow": idem,
+        },
     }
     variants: dict[str, Callable[[int], None]] = {
         "bare handler": bare_call,
         "Powertools": powertools_call,
+        "idemflow idempotent_function": idem_function,
         "idemflow": idem,
         "moto PutItem": put_item,
         "moto TransactWriteItems (1 put)": transact_put,
     }
     return variants, extra
+
+
+KEYS_COUNTED = 3
+"""Keys whose first call and duplicates are counted, per variant (counts are deterministic)."""
+DUPLICATES = 3
+"""Duplicates of each counted key."""
+
+
+def count_first_and_duplicates(extra: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Backend calls of a first call and of each duplicate, per protected variant.
+
+    Powertools' calls are its client's (the handler's two writes included); the
+    ``idempotent_function`` variant's are its handler's client's plus its store's;
+    the workflow's are its store's. The stores are flushed before each count
+    (the completion record is written in the background).
+    """
+    calls, store, fn_store = extra["calls"], extra["store"], extra["fn_store"]
+
+    def sent(name: str) -> int:
+        store.flush()
+        fn_store.flush()
+        if name == "Powertools":
+            return int(calls["Powertools"])
+        if name == "idemflow idempotent_function":
+            return int(calls["idemflow function handler"]) + backend_calls(fn_store)
+        return backend_calls(store)
+
+    counted: dict[str, dict[str, float]] = {}
+    for name, call in extra["first_and_duplicates"].items():
+        first = duplicates = 0
+        for k in range(KEYS_COUNTED):
+            key = 10_000_000 + k  # never one of the timed rounds' keys
+            start = sent(name)
+            call(key)
+            middle = sent(name)
+            for _ in range(DUPLICATES):
+                call(key)
+            first += middle - start
+            duplicates += sent(name) - middle
+        counted[name] = {
+            "first call": first / KEYS_COUNTED,
+            "duplicate": duplicates / (KEYS_COUNTED * DUPLICATES),
+        }
+    return counted
 
 
 def _latency_table(report: Report, samples: dict[str, list[float]], baseline: str) -> None:
@@ -303,24 +371,45 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
             calls = extra["calls"]
             try:
                 before = backend_calls(extra["store"])
+                fn_before = backend_calls(extra["fn_store"])
                 samples = interleave_samples(variants, args.rounds, args.per_round)
                 bare_calls = calls["bare"] - 2 * args.rounds * args.per_round  # the calibration calls
+                pt_calls = calls["Powertools"]
                 extra["store"].flush()
+                extra["fn_store"].flush()
                 trips = backend_calls(extra["store"]) - before
+                fn_trips = calls["idemflow function handler"] + backend_calls(extra["fn_store"]) - fn_before
+                per_call = count_first_and_duplicates(extra)
             finally:
                 extra["store"].close()
+                extra["fn_store"].close()
                 for client in extra["clients"]:
                     client.close()
         n = args.rounds * args.per_round
         pt = paired_ratio("x", samples["Powertools"], samples["bare handler"])
         idem = paired_ratio("x", samples["idemflow"], samples["bare handler"])
         versus = paired_ratio("x", samples["idemflow"], samples["Powertools"])
+        function = paired_ratio("x", samples["idemflow idempotent_function"], samples["Powertools"])
         report.add("## AWS Lambda Powertools idempotency on moto: PutItem + UpdateItem ADD", "")
         _latency_table(report, samples, "bare handler")
         report.add(
-            f"Calls per request: bare {bare_calls / n:.2f}, Powertools {calls['Powertools'] / n:.2f}, "
-            f"idemflow {trips / n:.2f} (one of them the off-path completion record).",
+            f"Calls per request: bare {bare_calls / n:.2f}, Powertools {pt_calls / n:.2f}, "
+            f"idemflow idempotent_function {fn_trips / n:.2f}, idemflow workflow {trips / n:.2f} "
+            "(each idemflow count includes the off-path completion record).",
             "",
+            f"**idemflow `idempotent_function` / Powertools `idempotent_function`: {fmt_ratio(function)}** "
+            "(the same handler, each protecting the whole call).",
+            "",
+            "Backend calls of a first call and of each duplicate (a key already answered), counted "
+            f"on {KEYS_COUNTED} keys with {DUPLICATES} duplicates each, the handler's own two writes "
+            "included:",
+            "",
+        )
+        report.table(
+            ["decorated", "first call", "each duplicate"],
+            [[name, f"{c['first call']:.2f}", f"{c['duplicate']:.2f}"] for name, c in per_call.items()],
+        )
+        report.add(
             f"idemflow / Powertools: **{fmt_ratio(versus)}**. Powertools protects the whole call (a retry",
             "after a crash between the two writes re-runs both); idemflow protects each step.",
             "",
@@ -336,9 +425,23 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
         report.headline("peers.idemflow_over_bare_moto", idem, note="moto server, same run")
         report.headline("peers.idemflow_over_powertools", versus, note="moto server")
         report.headline(
-            "peers.powertools_calls",
-            {"bare": bare_calls / n, "Powertools": calls["Powertools"] / n, "idemflow": trips / n},
+            "peers.idemflow_function_over_powertools",
+            function,
+            note="idempotent_function / Powertools' idempotent_function, same handler, moto server",
         )
-        print(f"  peers Powertools/bare {pt.median:.2f}, idemflow/bare {idem.median:.2f}", flush=True)
+        report.headline(
+            "peers.function_calls",
+            {f"{name} {what}": value for name, c in per_call.items() for what, value in c.items()},
+            note="backend calls per first call and per duplicate",
+        )
+        report.headline(
+            "peers.powertools_calls",
+            {"bare": bare_calls / n, "Powertools": pt_calls / n, "idemflow": trips / n},
+        )
+        print(
+            f"  peers Powertools/bare {pt.median:.2f}, idemflow/bare {idem.median:.2f}, "
+            f"idempotent_function/Powertools {function.median:.2f}; calls {per_call}",
+            flush=True,
+        )
     report.write()
     return report

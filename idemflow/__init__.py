@@ -28,6 +28,7 @@ from __future__ import annotations
 from idemflow._lazy import load_optional
 from idemflow.aggregates import ShardedCounter
 from idemflow.arunner import arun, arun_result
+from idemflow.codecs import register_codec
 from idemflow.errors import (
     CompensationFailed,
     ConflictError,
@@ -97,6 +98,7 @@ __all__ = [
     "open_store",
     "pure",
     "random",
+    "register_codec",
     "rows",
     "run",
     "run_result",

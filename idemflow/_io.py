@@ -78,6 +78,8 @@ class CallOut:
 
     function: Callable[[str], Any]
     key: str
+    lease: float | None = None
+    """Seconds one execution holds the call before a racing one may make it (:mod:`idemflow._lease`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ on an asynchronous one (``arun``): one algorithm for both APIs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import time
@@ -37,6 +38,7 @@ from typing import Any, assert_never
 
 from idemflow import telemetry
 from idemflow._io import CallOut, Commit, CommitCache, NeedRows, Prefetched, Read, ReadMany, Steps, Turn
+from idemflow._lease import acquire
 from idemflow._limits import check_commit
 from idemflow.errors import (
     CompensationFailed,
@@ -54,6 +56,7 @@ from idemflow.errors import (
 from idemflow.keys import (
     RUNS_TABLE,
     compensation_tag,
+    lease_tag,
     memo_prefix,
     step_tag,
 )
@@ -358,9 +361,9 @@ class Execution:
                 if isinstance(node, Uuid4):
                     return str(uuid.UUID(bytes=digest[:16], version=4))
                 return int.from_bytes(digest[:7], "big") / float(1 << 56)
-            case Effect(label, function):
+            case Effect(label, function, lease):
                 key = idempotency_key(self.workflow, self.request_id, self._step + 1)
-                return (yield from self._memoized("effect " + label, _settle, CallOut(function, key)))
+                return (yield from self._memoized("effect " + label, _settle, CallOut(function, key, lease)))
             case Abort(reason):
                 return (yield from self._memoized("abort", lambda tx: tx.abort(reason)))
             case Checkpoint():
@@ -558,7 +561,18 @@ class Execution:
                     reader.add(wanted, (yield ReadMany(wanted)))
                     tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
                 if call_out is not None:
-                    result = yield call_out
+                    if call_out.lease is None:
+                        result = yield call_out
+                    else:
+                        recorded = yield from self._leased(memo_ref, call_out.lease)
+                        if recorded is not None:  # another execution made the call
+                            return self._memo_result(recorded, identity)
+                        try:
+                            result = yield call_out
+                        except Exception:  # a call that failed gives the lease up: a retry need not wait
+                            with contextlib.suppress(TransientStoreError):  # else it ends by itself
+                                yield from self._commit([Delete(self._lease_ref(memo_ref))], memo_ref)
+                            raise
             except _RunRecordSeen as seen:
                 yield from self._on_run_record(seen.row)  # returns only to replay
                 continue
@@ -593,6 +607,8 @@ class Execution:
             if run_included:
                 ops.extend(self._claim_ops(expires, with_outbox=True))
             ops.extend(data_ops)
+            if call_out is not None and call_out.lease is not None:
+                ops.append(Delete(self._lease_ref(memo_ref)))  # ended with the call it guarded
             if call_out is not None or self._traced:  # an effect's commit is resent as it is
                 outcome = yield from self._commit(ops, memo_ref, resend=call_out is not None)
             else:  # any other's failed send reruns the body
@@ -616,6 +632,21 @@ class Execution:
             if run_included and RUN_AT in by_index:
                 continue  # replaying now: read the memo first
             return _RETRY
+
+    def _lease_ref(self, memo_ref: RowRef) -> RowRef:
+        return RowRef(memo_ref.table, memo_ref.partition, self._memo_prefix + lease_tag(self._step))
+
+    def _leased(self, memo_ref: RowRef, seconds: float) -> Steps[Row | None]:
+        """Hold the effect's lease (None), or the memo of the execution that held it."""
+        return acquire(
+            memo_ref,
+            self._lease_ref(memo_ref),
+            seconds,
+            commit=lambda ops: self._commit(ops, memo_ref),
+            read=self._read,
+            sleep=self.policy.conflicts.sleep,
+            expires=self._expiry(),
+        )
 
     def _stale(self, tx: Tx) -> Steps[bool]:
         """Did a row the body read change before it raised? Then it saw no consistent state.

@@ -1,13 +1,15 @@
-"""Garbage collection of memo rows and run records of finished requests.
+"""Garbage collection of memo rows and run records of finished requests, on demand.
 
-DynamoDB expires them by TTL (``expires_at``); Azure Tables and SQLite have
-no TTL, so ``idemflow gc`` does it. Only requests whose run record says they
-finished (completed or aborted) more than ``older_than`` seconds ago are
-collected: a request that is not finished keeps every row it needs to
-resume. Memos go first and the run record last, so a duplicate arriving
-during collection still finds the finished record and returns it. After
-collection a duplicate of that request id is a new request: the retention
-window is the deduplication window.
+DynamoDB expires them by TTL (``expires_at``), and SQLite, Azure Tables and
+the memory store by themselves (:mod:`idemflow.expiry`), once
+``RetryPolicy.retention`` has passed. ``idemflow gc`` collects by another
+measure, at once, with the same conditional deletes: only requests whose run
+record says they finished (completed or aborted) more than ``older_than``
+seconds ago are collected: a request that is not finished keeps every row it
+needs to resume. Memos go first and the run record last, so a duplicate
+arriving during collection still finds the finished record and returns it.
+After collection a duplicate of that request id is a new request: the
+retention window is the deduplication window.
 
 >>> from idemflow import MemoryStore, atomic, run
 >>> store = MemoryStore()
@@ -22,12 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from idemflow._io import Commit
+from idemflow._trampoline import trampoline
+from idemflow.expiry import commit_each, owner
 from idemflow.keys import RUNS_TABLE, parse_memo_key
 from idemflow.policy import resend
-from idemflow.records import RunRecord, RunStatus
-from idemflow.stores.base import Delete, Op, RowRef, Store
-
-_BATCH = 25  # operations per delete commit: under every backend's limit
+from idemflow.records import RunRecord
+from idemflow.stores.base import CommitOutcome, Delete, Op, Row, RowRef, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,33 +43,42 @@ class GcReport:
 
 
 def collect(store: Store, *, older_than: float, now: Callable[[], float] = time.time) -> GcReport:
-    """Delete bookkeeping rows of requests finished more than ``older_than`` seconds ago."""
+    """Delete bookkeeping rows of requests finished more than ``older_than`` seconds ago.
+
+    The same conditional deletes as a store's own expiry (:func:`idemflow.expiry.commit_each`):
+    a row rewritten since the scan read it is left alone.
+    """
     cutoff = now() - older_than
-    finished: dict[tuple[str, str], RowRef] = {}
+    finished: dict[RowRef, Row] = {}
     for partition, key, row in store.scan(RUNS_TABLE):
-        if not key.startswith("r"):
+        ref = RowRef(RUNS_TABLE, partition, key)
+        if owner(ref) != ref:  # a table-less step's memo or an outbox entry
             continue
         try:
             record = RunRecord.from_json(row.value)
         except (KeyError, TypeError, ValueError):
             continue
-        done = record.status in (RunStatus.COMPLETED, RunStatus.ABORTED)
-        if done and record.finished_at is not None and record.finished_at <= cutoff:
-            finished[(key[1:], partition)] = RowRef(RUNS_TABLE, partition, key)
-    memo_rows = 0
+        if record.status.final and record.finished_at is not None and record.finished_at <= cutoff:
+            finished[ref] = row
+    memos: list[Op] = []
     for table in store.tables():
-        doomed: dict[str, list[Op]] = {}
-        for partition, key, _row in store.scan(table):
-            parsed = parse_memo_key(key)
-            if parsed is not None and (parsed[0], parsed[1]) in finished:
-                doomed.setdefault(partition, []).append(Delete(RowRef(table, partition, key)))
-        for ops in doomed.values():  # one partition per commit: every backend allows that
-            for start in range(0, len(ops), _BATCH):
-                resend(store.commit, ops[start : start + _BATCH])
-                memo_rows += len(ops[start : start + _BATCH])
-    for ref in finished.values():
-        resend(store.commit, [Delete(ref)])
-    return GcReport(requests=len(finished), memo_rows=memo_rows, run_records=len(finished))
+        for partition, key, row in store.scan(table):
+            ref = RowRef(table, partition, key)
+            if parse_memo_key(key) is not None and owner(ref) in finished:
+                memos.append(Delete(ref, expect=row.version))
+    records: list[Op] = [Delete(ref, expect=row.version) for ref, row in finished.items()]
+    memo_rows = len(_delete(store, memos))
+    return GcReport(len(finished), memo_rows, len(_delete(store, records)))  # memos first, records last
+
+
+def _delete(store: Store, ops: list[Op]) -> list[Op]:
+    """Commit ``ops`` (each commit resent on transient errors); those applied."""
+
+    def answer(request: object) -> CommitOutcome:
+        assert isinstance(request, Commit), request  # commit_each only commits
+        return resend(store.commit, request.ops)
+
+    return trampoline(commit_each(ops, store.capabilities), answer)
 
 
 def parse_duration(text: str) -> float:

@@ -65,11 +65,12 @@ def _derived_name(handler: Callable[..., Any]) -> str:
 
 
 def _request_id(key: object) -> str:
-    """A handler's key as a request id: a ``str``, or an ``int`` in decimal (not a ``bool``)."""
-    if isinstance(key, int) and not isinstance(key, bool):
+    """A handler's key as a request id: a ``str``, an ``int`` in decimal (not a ``bool``), a ``UUID``."""
+    if (isinstance(key, int) and not isinstance(key, bool)) or isinstance(key, uuid.UUID):
         return str(key)
     if not isinstance(key, str):
-        raise InvalidInputError(f"an @idempotent key must be a str or an int, not {type(key).__name__}")
+        kind = type(key).__name__
+        raise InvalidInputError(f"an @idempotent key must be a str, an int or a UUID, not {kind}")
     return key
 
 
@@ -145,15 +146,19 @@ def idempotent_function(
     fingerprint: Pick | None = None,
     key_required: bool = True,
     on_replay: Callable[[Any], Any] | None = None,
+    lease: float | None = None,
 ) -> Callable[[Callable[P, Any]], Callable[P, Any]]:
     """Make a plain function (``def`` or ``async def``) exactly-once per key: one memoized call.
 
     The call is one step of a workflow of its own (an :func:`~idemflow.effect`):
-    the first call's result, which must be JSON, is stored, and every duplicate
-    gets it without calling the function again. Racing duplicates (both
-    before either stored its result) may each call it, as with any effect.
-    ``key``, ``fingerprint``, ``key_required``, ``on_replay``, ``name`` and
-    ``policy`` are :func:`idempotent`'s. This is Powertools' ``@idempotent_function``.
+    the first call's result (JSON or a codec type) is stored, and every
+    duplicate gets it without calling the function again. Racing duplicates
+    (both before either stored its result) may each call it, as with any
+    effect, unless ``lease=seconds`` is given: then one calls and the others
+    wait for its answer, and a caller that crashed is replaced once its lease
+    ends (``effect(fn, lease=)``). ``key``, ``fingerprint``, ``key_required``,
+    ``on_replay``, ``name`` and ``policy`` are :func:`idempotent`'s. This is
+    Powertools' ``@idempotent_function``.
 
     >>> from idemflow import MemoryStore
     >>> calls = []
@@ -173,14 +178,15 @@ def idempotent_function(
                 "@idempotent_function needs a plain function; a generator is a workflow: @idempotent"
             )
         basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
-        flow: Workflow[P, Any] = Workflow(name or _derived_name(function), _one_call(function), basis=basis)
+        once = _one_call(function, lease)
+        flow: Workflow[P, Any] = Workflow(name or _derived_name(function), once, basis=basis)
         keyed = picker(key, function, "key")
         return _handler(store, flow, function, function, keyed, key_required, policy, on_replay)
 
     return decorate
 
 
-def _one_call(function: Callable[..., Any]) -> Callable[..., Any]:
+def _one_call(function: Callable[..., Any], lease: float | None) -> Callable[..., Any]:
     """A workflow whose one step calls ``function`` (awaited, if it is a coroutine function)."""
     label = f"call {getattr(function, '__qualname__', type(function).__qualname__)}"
     once: Callable[..., Any]
@@ -190,13 +196,13 @@ def _one_call(function: Callable[..., Any]) -> Callable[..., Any]:
             async def call(_key: str) -> Any:
                 return await function(*args, **kwargs)
 
-            return await effect(call, name=label)
+            return await effect(call, name=label, lease=lease)
 
         once = awaited
     else:
 
         def called(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-            return (yield effect(lambda _key: function(*args, **kwargs), name=label))
+            return (yield effect(lambda _key: function(*args, **kwargs), name=label, lease=lease))
 
         once = called
     once.__signature__ = inspect.signature(function)  # type: ignore[union-attr]

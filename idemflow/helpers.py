@@ -24,9 +24,11 @@ differs between executions goes through these, each an ``Idem`` to yield:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TypeVar
 
+from idemflow.errors import InvalidInputError
 from idemflow.monad import Effect, Idem, Now, Random, Uuid4
 
 T = TypeVar("T")
@@ -47,11 +49,20 @@ def random() -> Idem[float]:
     return Idem(Random())
 
 
-def effect(fn: Callable[[str], T], *, name: str | None = None) -> Idem[T]:
+def effect(fn: Callable[[str], T], *, name: str | None = None, lease: float | None = None) -> Idem[T]:
     """Call ``fn(idempotency_key)`` outside the store: at least once, result memoized.
 
     ``name`` identifies the step for non-determinism checks (default: the
-    function's qualified name). The result must be JSON-compatible.
+    function's qualified name). The result must be JSON-compatible (or a
+    codec type). With ``lease=seconds``, racing executions of the request do
+    not each call ``fn``: one holds the call for up to ``seconds`` and the
+    others wait for its result; a holder that crashed (or whose call outlives
+    the lease) is taken over once the lease ends. Choose a lease longer than
+    the call can take. It costs one more commit per call.
     """
+    if lease is not None and (
+        isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < math.inf
+    ):
+        raise InvalidInputError(f"effect lease must be a positive number of seconds, not {lease!r}")
     label = name if name is not None else getattr(fn, "__qualname__", type(fn).__qualname__)
-    return Idem(Effect(label, fn))
+    return Idem(Effect(label, fn, None if lease is None else float(lease)))

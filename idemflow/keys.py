@@ -69,6 +69,11 @@ def compensation_tag(step: int) -> str:
     return f"c{step}"
 
 
+def lease_tag(step: int) -> str:
+    """Row tag of the lease of effect step ``step`` (beside its memo, collected with it)."""
+    return f"l{step}"
+
+
 def memo_key(workflow: str, request_id: str, tag: str) -> str:
     """Row key of a memo."""
     return memo_prefix(workflow, request_id) + tag
@@ -117,6 +122,20 @@ def parse_memo_key(row_key: str) -> tuple[str, str, str] | None:
     if len(parts) != 3:
         return None
     return _unescape(parts[0]), _unescape(parts[1]), parts[2]
+
+
+def parse_outbox_key(row_key: str) -> tuple[str, str] | None:
+    """``(workflow, request id)`` of an outbox entry's row key, or None.
+
+    >>> parse_outbox_key(outbox_key("transfer", "a|b"))
+    ('transfer', 'a|b')
+    """
+    if not row_key.startswith(OUTBOX):
+        return None
+    parts = row_key[1:].split("|")
+    if len(parts) != 2:
+        return None
+    return _unescape(parts[0]), _unescape(parts[1])
 
 
 def _check_text(what: str, value: object, max_chars: int) -> str:

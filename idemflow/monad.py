@@ -77,6 +77,7 @@ class Effect(NamedTuple):
 
     label: str
     function: Callable[[str], Any]
+    lease: float | None = None
 
 
 class Abort(NamedTuple):

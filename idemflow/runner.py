@@ -39,7 +39,7 @@ from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAbor
 from idemflow.keys import check_request_id, check_workflow_name
 from idemflow.monad import Bind, Call, Idem
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
-from idemflow.serialization import JSON, decode, digest, encode, fingerprint
+from idemflow.serialization import JSON, decode, digest, encode, encode_canonical, fingerprint
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.tx import Reader
 
@@ -160,8 +160,10 @@ class Request:
     version: int
     fingerprint: str
     call: Call | None
-    input_text: str = "null"
-    """Canonical JSON of ``{"args": [...], "kwargs": {...}}``, taken before the workflow runs."""
+    input_text: str | None = "null"
+    """Canonical JSON of ``{"args": [...], "kwargs": {...}}``, taken before the workflow runs;
+    None where only a part of the input is compared (``fingerprint=``): then the rest need not be
+    JSON (a Lambda context) unless the input is stored, by ``submit``."""
     aliases: tuple[str, ...] = ()
     """Other fingerprints of this same input: the call as written, which 0.1.0 fingerprinted
     (a duplicate of a request it started still matches)."""
@@ -172,7 +174,12 @@ class Request:
 
     def input(self) -> JSON:
         """The input as it was submitted: a copy the workflow cannot change under us."""
-        return decode(self.input_text)
+        text = self.input_text
+        if text is None:
+            assert self.call is not None
+            given = {"args": list(self.call.args), "kwargs": self.call.kwargs}
+            text = encode(given, f"input of workflow {self.workflow!r}", envelope=2)
+        return decode(text)
 
 
 def describe_request(m: object) -> Request:
@@ -185,15 +192,18 @@ def describe_request(m: object) -> Request:
     if type(node) is Call:
         # {"args": [arg]} and {"kwargs": {name: arg}} wrap each argument two levels down.
         where = f"input of workflow {node.name!r}"
-        text = encode({"args": list(node.args), "kwargs": node.kwargs}, where, envelope=2)
         if isinstance(node.basis, tuple):  # compared on a part of the input only
             compared = fingerprint(node.basis[0], f"fingerprint of workflow {node.name!r}")
-            return Request(node.name, node.version, compared, node, text)
+            return Request(node.name, node.version, compared, node, None)
+        given = {"args": list(node.args), "kwargs": node.kwargs}
+        text, canonical = encode_canonical(given, where, envelope=2)
         aliases: tuple[str, ...] = ()
+        if canonical is not text:  # 0.1.0 fingerprinted numbers as spelled (10.0 was not 10)
+            aliases = (digest(text),)
         if node.written is not None:
             args, kwargs = node.written
-            aliases = (digest(encode({"args": list(args), "kwargs": kwargs}, where, envelope=2)),)
-        return Request(node.name, node.version, digest(text), node, text, aliases)
+            aliases += (digest(encode({"args": list(args), "kwargs": kwargs}, where, envelope=2)),)
+        return Request(node.name, node.version, digest(canonical), node, text, aliases)
     return Request(ANONYMOUS, 1, fingerprint(None), None)
 
 

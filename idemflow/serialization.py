@@ -5,10 +5,16 @@ JSON, never pickle: it is portable across languages and processes, and a
 stored value cannot execute code when read back. Encoding is strict so that a
 value that would not survive the round trip (a tuple, a set, a non-string
 dict key, NaN) is refused *before* anything is written, with the place named.
+``Decimal``, dates, ``UUID``, enums, dataclasses and pydantic models are
+stored as tagged objects and come back as themselves (:mod:`idemflow.codecs`);
+plain JSON pays nothing for that.
+
+Fingerprints compare numbers by value, as JSON does: ``10``, ``10.0`` and
+``Decimal("10.00")`` are one input.
 
 >>> encode({"b": 1, "a": [True, None]})
 '{"a":[true,null],"b":1}'
->>> fingerprint({"amount": 5}) == fingerprint({"amount": 5})
+>>> fingerprint({"amount": 5}) == fingerprint({"amount": 5.0})
 True
 """
 
@@ -16,8 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Union
+from decimal import Context, Decimal
+from typing import Any, Union
 
+from idemflow import codecs
 from idemflow.errors import InvalidValueError
 
 JSON = Union[  # noqa: UP007 - a recursive alias needs the string forward references
@@ -36,6 +44,8 @@ refused there as too deep."""
 
 
 _dumps = _encoder.encode
+_MARK = '"' + codecs.TAG
+"""How a tag (or a reserved key) starts in JSON text: absent from almost every text, found at C speed."""
 
 
 def encode(value: object, where: str = "value", *, envelope: int = 0) -> str:
@@ -46,10 +56,32 @@ def encode(value: object, where: str = "value", *, envelope: int = 0) -> str:
     count against :data:`MAX_DEPTH`, so every value accepted as a row is also
     accepted as a step or workflow result.
     """
+    return _text(value, where, envelope)[1]
+
+
+def encode_canonical(value: object, where: str = "value", *, envelope: int = 0) -> tuple[str, str]:
+    """The stored text of ``value`` and the text its fingerprint is taken of (numbers by value).
+
+    They are one string (the same object) unless ``value`` holds a whole float or a ``Decimal``.
+    """
+    form, text = _text(value, where, envelope)
+    normal = _by_value(form)
+    return text, (text if normal is form else _dumps(normal))
+
+
+def _text(value: object, where: str, envelope: int) -> tuple[Any, str]:
+    """The JSON form of ``value`` and its text. The form is ``value`` itself when it is plain
+    JSON (the fast path: one walk, no copy), else a copy with codec types tagged."""
     problem = _find_problem(value, -envelope)
+    if problem is _FOREIGN:
+        form = _tagged(value, -envelope, where)
+        return form, _dumps(form)
     if problem is not None:
         raise InvalidValueError(where, problem)
-    return _dumps(value)
+    text = _dumps(value)
+    if _MARK in text and _reserved_key(value):
+        raise InvalidValueError(where, f"a dict key starts with {codecs.TAG!r}: {_RESERVED}")
+    return value, text
 
 
 def sorted_keys(value: JSON) -> JSON:
@@ -66,14 +98,18 @@ def sorted_keys(value: JSON) -> JSON:
 
 
 def decode(text: str) -> JSON:
-    """Parse stored JSON text."""
-    value: JSON = json.loads(text)
+    """Parse stored JSON text; tagged values come back as what was stored (:mod:`idemflow.codecs`)."""
+    value: JSON = json.loads(text, object_hook=codecs.revive) if _MARK in text else json.loads(text)
     return value
 
 
 def fingerprint(value: object, where: str = "workflow input", *, envelope: int = 0) -> str:
-    """sha256 of the canonical JSON of ``value``: equal inputs, equal fingerprints."""
-    return digest(encode(value, where, envelope=envelope))
+    """sha256 of the canonical JSON of ``value``: equal inputs, equal fingerprints.
+
+    Numbers count by value (``10 == 10.0 == Decimal("10.0")``), as two JSON
+    texts of one request may spell them differently.
+    """
+    return digest(encode_canonical(value, where, envelope=envelope)[1])
 
 
 def digest(text: str) -> str:
@@ -82,6 +118,9 @@ def digest(text: str) -> str:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_RESERVED = "idemflow reserves it for tagged values (idemflow.codecs)"
+_FOREIGN = "a type JSON lacks"
+"""What :func:`_find_problem` says of a value that holds a non-JSON type: a codec may take it."""
 
 
 def _find_problem(value: object, depth: int) -> str | None:
@@ -114,7 +153,83 @@ def _find_problem(value: object, depth: int) -> str | None:
                 if problem is not None:
                     return problem
         return None
-    return f"{kind.__name__} {_short(value)} is not JSON (use dict, list, str, int, float, bool, None)"
+    return _FOREIGN
+
+
+def _tagged(value: object, depth: int, where: str) -> Any:
+    """A copy of ``value`` with every codec type tagged; anything else is refused, naming it."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is int or value is None:
+        return value
+    if kind is float:
+        problem = _find_problem(value, depth)
+        if problem is not None:
+            raise InvalidValueError(where, problem)
+        return value
+    if depth >= MAX_DEPTH:
+        raise InvalidValueError(where, f"nested deeper than {MAX_DEPTH} levels")
+    if kind is list:
+        assert isinstance(value, list)
+        return [_tagged(item, depth + 1, where) for item in value]
+    if kind is dict:
+        assert isinstance(value, dict)
+        copy = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise InvalidValueError(where, f"dict key {key!r} is not a string")
+            if key.startswith(codecs.TAG):
+                raise InvalidValueError(
+                    where, f"dict key {key!r} starts with {codecs.TAG!r}, which idemflow reserves"
+                )
+            copy[key] = _tagged(item, depth + 1, where)
+        return copy
+    try:
+        form = codecs.tagged(value)
+    except ValueError as exc:  # a class that could not be found again, a NaN Decimal
+        raise InvalidValueError(where, f"{kind.__name__} {_short(value)} {exc}") from None
+    if form is None:
+        problem = "is not JSON (use dict, list, str, int, float, bool, None, or a type with a codec)"
+        raise InvalidValueError(where, f"{kind.__name__} {_short(value)} {problem}")
+    ((tag, held),) = form.items()
+    return {tag: _tagged(held, depth + 1, where)}
+
+
+def _reserved_key(value: object) -> bool:
+    if type(value) is dict:
+        assert isinstance(value, dict)
+        return any(key.startswith(codecs.TAG) or _reserved_key(item) for key, item in value.items())
+    if type(value) is list:
+        assert isinstance(value, list)
+        return any(_reserved_key(item) for item in value)
+    return False
+
+
+def _by_value(form: Any) -> Any:
+    """``form`` (plain or tagged JSON) with numbers spelled one way per value: whole floats and
+    integral decimals as ints, decimals a float holds exactly as that float. ``form`` itself when
+    nothing changes, so most inputs are not copied."""
+    kind = type(form)
+    if kind is float:
+        return int(Decimal(repr(form))) if form.is_integer() else form
+    if kind is list:
+        items = [_by_value(item) for item in form]
+        return form if all(new is old for new, old in zip(items, form, strict=True)) else items
+    if kind is dict:
+        if len(form) == 1 and codecs.TAG + "decimal" in form:
+            return _decimal_by_value(Decimal(form[codecs.TAG + "decimal"]))
+        pairs = {key: _by_value(item) for key, item in form.items()}
+        return form if all(pairs[key] is item for key, item in form.items()) else pairs
+    return form
+
+
+def _decimal_by_value(number: Decimal) -> Any:
+    if number == number.to_integral_value():
+        return int(number)
+    near = float(number)
+    if Decimal(repr(near)) == number:
+        return near
+    exact = Context(prec=max(1, len(number.as_tuple().digits)))  # normalize() rounds to its context
+    return {codecs.TAG + "decimal": str(number.normalize(exact))}
 
 
 def _short(value: object) -> str:

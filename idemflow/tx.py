@@ -23,6 +23,7 @@ from typing import Any, NoReturn, Protocol
 
 from idemflow.errors import InvalidValueError
 from idemflow.keys import check_key, data_key
+from idemflow.number_model import Number, exact, is_number, sum_of
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
     Check,
@@ -67,7 +68,7 @@ _DELETED = object()
 class _Add:
     __slots__ = ("delta",)
 
-    def __init__(self, delta: int | float) -> None:
+    def __init__(self, delta: Number) -> None:
         self.delta = delta
 
 
@@ -151,7 +152,7 @@ class Tx:
         self._writes[key] = _DELETED
         self._view[key] = MISSING
 
-    def increment(self, key: str, delta: int | float = 1) -> None:
+    def increment(self, key: str, delta: Number = 1) -> None:
         """Add ``delta`` to a numeric row (absent counts as 0).
 
         Needs no prior read: the backend adds at commit (DynamoDB ``ADD``), so
@@ -161,8 +162,10 @@ class Tx:
         and are retried until the policy's deadline; for a counter many
         requests add to at once, use :class:`~idemflow.ShardedCounter`.
         """
-        if type(delta) not in (int, float):
-            raise InvalidValueError(f"increment of {key!r}", f"delta must be int or float, not {delta!r}")
+        if not is_number(delta):
+            problem = f"delta must be int, float or Decimal, not {delta!r}"
+            raise InvalidValueError(f"increment of {key!r}", problem)
+        exact(delta, f"increment of {key!r}")  # one no store could hold is refused before any write
         check_key(key)
         if key in self._view:
             new = self._added(key, self._view[key], delta)
@@ -170,7 +173,8 @@ class Tx:
             self._view[key] = new
             return
         pending = self._writes.get(key)
-        self._writes[key] = _Add(delta if pending is None else pending.delta + delta)
+        where = f"increment of {self._table}/{self._partition}/{key}"
+        self._writes[key] = _Add(delta if pending is None else sum_of(pending.delta, delta, where))
 
     def abort(self, reason: JSON = None) -> NoReturn:
         """Abort the workflow: this step commits nothing of its own, and the
@@ -181,15 +185,13 @@ class Tx:
     def _put_op(self, key: str, value: Any) -> tuple[JSON, str]:
         return (value, encode(value, f"value of {self._table}/{self._partition}/{key}"))
 
-    def _added(self, key: str, current: Any, delta: int | float) -> int | float:
+    def _added(self, key: str, current: Any, delta: Number) -> Number:
+        """What the store will compute (:mod:`idemflow.number_model`), for this body's own reads."""
         base = 0 if current is MISSING else current
-        if type(base) not in (int, float):
-            raise InvalidValueError(
-                f"increment of {self._table}/{self._partition}/{key}",
-                f"row holds {type(base).__name__}, not a number",
-            )
-        result: int | float = base + delta
-        return result
+        where = f"increment of {self._table}/{self._partition}/{key}"
+        if not is_number(base):
+            raise InvalidValueError(where, f"row holds {type(base).__name__}, not a number")
+        return sum_of(base, delta, where)
 
     def ops(self) -> list[Op]:
         """The data operations of one commit: writes conditioned on reads, checks for reads."""

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from idemflow.errors import StoreConfigError, TransientStoreError
+from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
-from idemflow.stores.base import Committed, Increment, RowRef
+from idemflow.stores.base import Committed, Increment, Insert, RowRef
 from tests.blocking import Blocking
 from tests.conformance.test_store_contract import *  # noqa: F403 - the contract, run on the async store
 from tests.conformance.test_store_contract import put
@@ -126,6 +127,28 @@ def test_commit_cache_returns_at_once_and_flush_lands_the_row(sync_store: AzureT
     asyncio.run(scenario())
     row = sync_store.read(r)
     assert row is not None and row.value == {"n": 2}
+
+
+def test_commits_start_the_expiry_sweep_as_a_task(sync_store: AzureTableStore) -> None:
+    """The asynchronous store sweeps as the blocking one does (the same queries and rules), as a
+    task its commit starts when due; flush waits for it."""
+    orphan, data = at("mwf|gone|s1", table="items"), at("dk", table="items")
+    memo = {"id": "atomic a", "v": 1}
+
+    async def scenario() -> None:
+        store = AsyncAzureTableStore.twin_of(sync_store)
+        try:
+            await store.commit([Insert(orphan, memo, encode(memo), expires_at=100.0)])
+            assert await store.read(orphan) is not None  # not due: the default is once a minute
+            store.schedule_expiry(0.0, clock=lambda: 1e9)
+            await store.commit([put(data, 1)])
+            await store.flush()
+            assert await store.read(orphan) is None and await store.read(data) is not None
+            assert "items" in await store.tables()
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
 
 
 def test_close_is_idempotent_and_later_cache_writes_are_dropped(

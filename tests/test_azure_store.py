@@ -475,3 +475,30 @@ def test_tables_lists_this_prefix_right_after_creation(azurite: Azurite) -> None
     finally:
         store.close()
         neighbour.close()
+
+
+# -- retention: the store's own expiry ------------------------------------------------------------
+
+
+def test_expiry_deletes_tombstones(store: AzureTableStore) -> None:
+    """A blind delete of an absent row leaves a tombstone (``expires_at`` = now): a sweep removes it."""
+    gone = ref("dgone", "tomb")
+    store.commit([Delete(gone)])
+    tomb = raw(store, gone)
+    assert tomb is not None and tomb.get(ent.TOMB) is True
+    report = store.expire(now=float(tomb[ent.EXPIRES_AT]) + 1)
+    assert report.deleted >= 1 and raw(store, gone) is None
+
+
+def test_expiry_pages_resume_where_the_last_sweep_stopped(store: AzureTableStore) -> None:
+    """One page per table per sweep, resumed from the store's continuation token: rows a sweep
+    leaves alone (rows that are not bookkeeping) do not hide the rows after them forever."""
+    for partition in ("a", "b", "c"):  # data rows never expire; these carry expires_at all the same
+        store.commit([Put(ref("dk", partition, "items"), 1, "1", expires_at=100.0)])
+    orphan = ref("mwf|gone|s1", "z", "items")  # a memo whose request has no run record
+    store.commit([Insert(orphan, {"id": "atomic a", "v": 1}, encode({"id": "atomic a", "v": 1}), 100.0)])
+    first = store.expire(now=1e9, limit=2)
+    assert (first.found, first.deleted) == (2, 0) and raw(store, orphan) is not None
+    second = store.expire(now=1e9, limit=2)
+    assert (second.found, second.deleted) == (2, 1) and raw(store, orphan) is None
+    assert [raw(store, ref("dk", partition, "items")) is not None for partition in "abc"] == [True] * 3

@@ -148,7 +148,7 @@ def test_other_keys_are_refused_before_anything_is_written(store: Store, key: ob
         yield atomic("orders", "o", count)
         return "placed"
 
-    with pytest.raises(InvalidInputError, match="str or an int"):
+    with pytest.raises(InvalidInputError, match="a str, an int or a UUID"):
         place({"key": key})
     assert data_rows(store, "orders") == {}
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow.errors import InvalidInputError
+from idemflow.errors import InvalidInputError, InvalidValueError
 from idemflow.serialization import JSON, encode
 
 FORMAT_VERSION = 2
@@ -78,7 +78,11 @@ _ENVELOPE = 3
 
 
 def _signature(payload: dict[str, JSON], key: bytes) -> str:
-    return hmac.new(key, encode(payload, envelope=_ENVELOPE).encode("utf-8"), hashlib.sha256).hexdigest()
+    try:
+        text = encode(payload, envelope=_ENVELOPE)
+    except InvalidValueError as exc:  # a format-1 input holding a key idemflow now reserves
+        raise MessageRejected(f"cannot be checked: {exc}") from None
+    return hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def encode_pointer(pointer: Pointer, key: bytes | None) -> str:

@@ -34,9 +34,11 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError
 
 from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
+from idemflow.keys import RUNS_TABLE
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores._azure_batch import Learned, Operation, Raw, escaped, expects_absent, operation, plan
+from idemflow.stores._expiring import Schedule
 from idemflow.stores.base import (
     COMMITTED,
     Capabilities,
@@ -44,6 +46,7 @@ from idemflow.stores.base import (
     Cond,
     Conflict,
     Delete,
+    Expired,
     Increment,
     Insert,
     Op,
@@ -93,7 +96,20 @@ class Pause:
     seconds: float
 
 
-Calls = Generator[Call | Pause, Any, T]
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of ``TableClient(prefix + table).query_entities(query, parameters=...,
+    results_per_page=size)``, from ``token`` (None: the first): answered with its
+    entities, as a list, and the token of the next page (None after the last)."""
+
+    table: str
+    query: str
+    parameters: Mapping[str, Any]
+    size: int
+    token: Any = None
+
+
+Calls = Generator[Call | Pause | Page, Any, T]
 """A computation of a store that yields SDK calls and returns a ``T``."""
 
 
@@ -107,6 +123,27 @@ def open_service(from_connection_string: Callable[..., S], connection_string: st
             "malformed Azure connection string (expected AccountName=...;AccountKey=...;"
             "TableEndpoint=... or UseDevelopmentStorage=true)"
         ) from exc
+
+
+def table_range(prefix: str) -> tuple[str, dict[str, str]] | None:
+    """The ``query_tables`` filter and parameters naming the tables under ``prefix`` (a range
+    on ``TableName``, so other prefixes sharing the account cost nothing); None: every table."""
+    if not prefix:
+        return None
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return "TableName ge @lo and TableName lt @hi", {"lo": prefix, "hi": upper}
+
+
+def logical_tables(prefix: str, names: Sequence[str]) -> list[str]:
+    """Logical names of the Azure tables ``names`` under ``prefix``, sorted."""
+    cut = len(prefix)
+    return sorted(name[cut:] for name in names if name.startswith(prefix) and len(name) > cut)
+
+
+def sweep_order(tables: Sequence[str]) -> list[str]:
+    """The run-record table last: a sweep removes a finished request's memos before its
+    record where it meets both (Azure has no order by expiry to do it for it)."""
+    return sorted(tables, key=lambda table: table == RUNS_TABLE)
 
 
 def read_jobs(refs: Sequence[RowRef]) -> list[list[int]]:
@@ -136,13 +173,20 @@ class AzureCalls:
 
     capabilities = AZURE_CAPABILITIES
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, expire_every: float | None) -> None:
         if prefix and not prefix.isalnum():
             raise StoreConfigError(f"Azure table prefix must be ASCII letters and digits, not {prefix!r}")
         self.prefix = prefix
         self._lock = threading.Lock()
         self._round_trips = 0
         self._tombstones: dict[tuple[str, str, str], str] = {}  # (table, partition, key) -> ETag
+        self._expiry = Schedule(expire_every)
+        self._expiry_pages: dict[str, Any] = {}  # table -> where its next expiry query starts
+
+    def schedule_expiry(self, every: float | None, *, clock: Callable[[], float] = time.time) -> None:
+        """Sweep (off the caller's path) after a ``commit`` at most once per ``every`` seconds
+        (None: never), rows expiring by ``clock`` (wall time; tests pass a fixed one)."""
+        self._expiry = Schedule(every, clock)
 
     def physical(self, table: str) -> str:
         """The Azure table name of logical ``table``, refused unless Azure accepts it."""
@@ -244,6 +288,29 @@ class AzureCalls:
                 rows.append((part, key, Row(decode(text), str(entity.metadata["etag"]))))
         rows.sort(key=lambda item: (item[0], item[1]))
         return rows
+
+    def _expired_page(self, table: str, now: float, limit: int) -> Calls[list[Expired]]:
+        """At most ``limit`` rows of ``table`` whose ``expires_at`` is before ``now``: one query,
+        resuming where the last one of this store stopped, so each sweep costs one call per
+        table and successive sweeps cover the whole table (Azure has no index on it)."""
+        token = self._expiry_pages.get(table)
+        page = Page(table, "expires_at lt @now", {"now": float(now)}, limit, token)
+        try:
+            entities, self._expiry_pages[table] = yield page
+        except Exception as exc:  # every SDK failure becomes a StoreError
+            self._expiry_pages.pop(table, None)
+            raise self._error(exc, table, "expiry query") from exc
+        found: list[Expired] = []
+        for entity in entities:
+            try:
+                text = ent.entity_text(entity)
+            except (KeyError, ValueError):
+                continue  # not written by idemflow: not ours to delete
+            part, key = ent.unescape_key(entity["PartitionKey"]), ent.unescape_key(entity["RowKey"])
+            etag, expires = str(entity.metadata["etag"]), float(entity[ent.EXPIRES_AT])
+            found.append(Expired(RowRef(table, part, key), etag, expires, text))
+        found.sort(key=lambda item: item.expires_at)
+        return found
 
     def _read(self, ref: RowRef) -> Calls[Row | None]:
         partition, key = escaped(ref)

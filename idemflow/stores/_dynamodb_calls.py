@@ -21,7 +21,13 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from idemflow._trampoline import atrampoline, trampoline
-from idemflow.errors import InvalidNameError, LimitExceededError, StoreError, TransientStoreError
+from idemflow.errors import (
+    InvalidNameError,
+    InvalidValueError,
+    LimitExceededError,
+    StoreError,
+    TransientStoreError,
+)
 from idemflow.keys import RUNS_TABLE, check_table
 from idemflow.stores._dynamodb_items import key, key_bytes, row, transaction
 from idemflow.stores._ops import not_a_number
@@ -268,6 +274,8 @@ class DynamoDBCalls:
             return StoreError(f"{what}: credentials refused ({code}: {message}); {fix} allowed these tables")
         if code.startswith("Validation") and re.search(r"size|length", message, re.IGNORECASE):
             return LimitExceededError(what, f"{code}: {message}")
+        if code.startswith("Validation") and re.search(r"precision|magnitude", message, re.IGNORECASE):
+            return InvalidValueError(what, f"{code}: {message} (idemflow.number_model)")  # a sum ADD made
         return StoreError(f"{what} failed: {code}: {message}")
 
     def _cancelled(self, ops: Sequence[Op], exc: ClientError, tables: Sequence[str]) -> Calls[Conflict]:

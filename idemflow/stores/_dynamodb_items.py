@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from idemflow.errors import InvalidValueError, LimitExceededError, StoreError
+from idemflow.number_model import DIGITS, exact, is_number
 from idemflow.serialization import JSON, decode
 from idemflow.stores._ops import expectation, fresh_version, increment_where, version_after
 from idemflow.stores.base import Capabilities, Cond, Delete, Expect, Increment, Insert, Op, Put, Row, RowRef
@@ -32,7 +33,10 @@ ITEM_LIMIT, PARTITION_LIMIT = 400 * 1024, 2048
 """DynamoDB's item and partition-key limits, checked for callers of ``commit`` other than the
 engine (the engine's stricter :data:`DYNAMODB_CAPABILITIES` keep every item and partition under them)."""
 _NUMBER_BYTES = 21  # an N attribute: one byte per two of at most 38 digits, plus one
-_NAMES = {"#pk": "pk", "#val": "v", "#num": "n", "#ver": "ver", "#exp": "expires_at"}
+_NAMES = {"#pk": "pk", "#val": "v", "#num": "n", "#ver": "ver", "#exp": "expires_at", "#f": "f", "#d": "d"}
+_MARKS = {float: "#f", Decimal: "#d"}
+"""The attribute that says a number row holds that kind (N itself has none)."""
+_TRUE: AttributeValueTypeDef = {"BOOL": True}
 _PLACEHOLDER = re.compile(r"#\w+")
 _ONE: AttributeValueTypeDef = {"N": "1"}
 _BUMP = "#ver = if_not_exists(#ver, :was) + :one"
@@ -56,7 +60,7 @@ def transaction(ops: Sequence[Op], table_name: Callable[[str], str]) -> list[Tra
         seen.add((ref.table, ref.partition, ref.key))
         size = key_bytes(ref)
         if isinstance(op, (Put, Insert)):
-            size += 1 + (_NUMBER_BYTES if number(op.value) else len(op.text.encode("utf-8")))
+            size += 1 + (3 + _NUMBER_BYTES if number(op.value) else len(op.text.encode("utf-8")))
             size += 3 + _NUMBER_BYTES + (0 if op.expires_at is None else 10 + _NUMBER_BYTES)
             if size > ITEM_LIMIT:
                 problem = f"item of {size} bytes exceeds DynamoDB's 400 KB item limit"
@@ -81,6 +85,13 @@ def _item(op: Op, table: str) -> TransactWriteItemTypeDef:
         attr, other = ("#num", "#val") if number(op.value) else ("#val", "#num")
         values = {":x": _value(op.value, op.text, 0, None)[_NAMES[attr]], **_bump_values()}
         sets, removes = [f"{attr} = :x", _BUMP], [other]
+        mark = _MARKS.get(type(op.value)) if attr == "#num" else None
+        for name in _MARKS.values():
+            if name == mark:
+                sets.append(f"{name} = :t")
+                values[":t"] = _TRUE
+            else:
+                removes.append(name)
         if op.expires_at is None:
             removes.append("#exp")
         else:
@@ -93,13 +104,17 @@ def _item(op: Op, table: str) -> TransactWriteItemTypeDef:
         if delta is None:
             problem = f"delta {op.delta!r} is not a DynamoDB number"
             raise InvalidValueError(increment_where(op.ref), problem)
+        mark = _MARKS.get(type(op.delta))
+        adding: dict[str, AttributeValueTypeDef] = {":d": {"N": delta}, **_bump_values()}
+        if mark is not None:
+            adding[":t"] = _TRUE
         return {
             "Update": _named(
                 {
                     **target,
-                    "UpdateExpression": f"SET {_BUMP} ADD #num :d",
+                    "UpdateExpression": f"SET {_BUMP}{'' if mark is None else f', {mark} = :t'} ADD #num :d",
                     "ConditionExpression": "attribute_not_exists(#val)",
-                    "ExpressionAttributeValues": {":d": {"N": delta}, **_bump_values()},
+                    "ExpressionAttributeValues": adding,
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             )
@@ -153,14 +168,16 @@ def key_bytes(ref: RowRef) -> int:
 
 
 def number(value: object) -> str | None:
-    """The N text of an int/float DynamoDB can hold (38 digits, 1E-130..1E+126), else None."""
-    if type(value) is int:
-        text = str(value)
-        return text if len(text.lstrip("-")) <= 38 else None
-    if type(value) is float:
-        exact = Decimal(repr(value))  # the shortest text that reads back as the same float
-        return str(exact) if not exact or -130 <= exact.adjusted() <= 125 else None
-    return None
+    """The N text of an int, float or Decimal DynamoDB can hold (:mod:`idemflow.number_model`), else None."""
+    if not is_number(value):
+        return None
+    assert isinstance(value, (int, float, Decimal))
+    if type(value) is int and len(str(value).lstrip("-")) > DIGITS:  # as DynamoDB counts them
+        return None
+    try:
+        return str(exact(value, "number"))
+    except InvalidValueError:
+        return None
 
 
 def _value(
@@ -168,6 +185,9 @@ def _value(
 ) -> dict[str, AttributeValueTypeDef]:
     held = number(value)
     attrs: dict[str, AttributeValueTypeDef] = {"n": {"N": held}} if held else {"v": {"S": text}}
+    mark = _MARKS.get(type(value)) if held else None
+    if mark is not None:
+        attrs[_NAMES[mark]] = _TRUE
     attrs["ver"] = {"N": str(version)}
     if expires_at is not None:
         attrs["expires_at"] = {"N": str(int(expires_at))}
@@ -178,7 +198,12 @@ def row(item: Mapping[str, Any]) -> Row:
     value: JSON
     if "n" in item:
         held = Decimal(item["n"]["N"])
-        value = int(held) if held == held.to_integral_value() else float(held)
+        if "d" in item:
+            value = held  # type: ignore[assignment]  # a codec type, as decode() gives it
+        elif "f" in item or held != held.to_integral_value():
+            value = float(held)
+        else:
+            value = int(held)
     else:
         value = decode(item["v"]["S"])
     return Row(value, int(item["ver"]["N"]))

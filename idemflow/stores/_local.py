@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from idemflow.number_model import Number
 from idemflow.serialization import JSON, decode
 from idemflow.stores._ops import added, expectation, version_after
 from idemflow.stores.base import (
@@ -51,7 +52,7 @@ def matches(current: Stored | None, expect: Expect) -> bool:
     return current is not None and current[1] == expect
 
 
-def incremented(ref: RowRef, current: Stored | None, delta: int | float) -> str:
+def incremented(ref: RowRef, current: Stored | None, delta: Number) -> str:
     """Text of ``current`` plus ``delta``; a non-number row is an error."""
     base: JSON = 0 if current is None else decode(current[0])
     return added(ref, base, delta)

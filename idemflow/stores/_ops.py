@@ -20,8 +20,10 @@ row (DynamoDB) starts each row at a random :func:`fresh_version`.
 from __future__ import annotations
 
 import secrets
+from decimal import Decimal
 
 from idemflow.errors import InvalidValueError
+from idemflow.number_model import Number, is_number, sum_of
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Cond, Expect, Increment, Insert, Op, RowRef
 
@@ -59,19 +61,16 @@ def increment_where(ref: RowRef) -> str:
     return f"increment of {ref.table}/{ref.partition}"
 
 
-def is_number(value: object) -> bool:
-    """Whether a JSON value is a number an increment can add to (``bool`` is not)."""
-    return type(value) in (int, float)
-
-
 def not_a_number(ref: RowRef, held: str, note: str = "") -> InvalidValueError:
     """The error for an increment of a row holding a ``held`` (a type name), not a number."""
     return InvalidValueError(increment_where(ref), f"row holds {held}, not a number{note}")
 
 
-def added(ref: RowRef, base: JSON, delta: int | float) -> str:
-    """Canonical JSON text of ``base + delta``; a ``base`` that is not a number is an error."""
+def added(ref: RowRef, base: JSON, delta: Number) -> str:
+    """Canonical JSON text of ``base + delta`` (:mod:`idemflow.number_model`); a ``base`` that is
+    not a number is an error."""
     if not is_number(base):
         raise not_a_number(ref, type(base).__name__)
-    assert isinstance(base, (int, float))
-    return encode(base + delta, increment_where(ref))
+    assert isinstance(base, (int, float, Decimal))
+    where = increment_where(ref)
+    return encode(sum_of(base, delta, where), where)

@@ -24,6 +24,12 @@ Azure cannot add server-side, so ``Increment`` reads the row inside
 ``commit`` and writes old + delta under its ETag, retrying itself when only
 that row moved. Azure reports one failing operation per batch (the first);
 the protocol allows that.
+
+Rows expire by themselves (:mod:`idemflow.expiry`): at most once per
+``expire_every`` seconds a ``commit`` starts a sweep on a thread of the
+store, off the caller's path. Azure has no secondary index, so a sweep reads
+one page (``expires_at lt now``, at most 100 entities) of each table, resuming
+where the last sweep stopped, and settles it; tombstones are deleted too.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from azure.core.exceptions import ResourceExistsError
@@ -44,13 +50,18 @@ from idemflow.stores._azure_calls import (
     AzureCalls,
     Call,
     Calls,
+    Page,
     Pause,
     assemble,
+    logical_tables,
     open_service,
     read_jobs,
+    sweep_order,
+    table_range,
 )
 from idemflow.stores._cache_writer import CacheWriter
-from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
+from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, swept
+from idemflow.stores.base import NO_EXPIRY, CommitOutcome, ExpiryReport, Op, Row, RowRef
 
 __all__ = ["AZURE_CAPABILITIES", "AzureTableStore"]
 
@@ -66,11 +77,19 @@ class AzureTableStore(AzureCalls):
     (``retry_total``, ``connection_timeout``, ``read_timeout``, …). Its
     per-call logic lives in :mod:`idemflow.stores._azure_calls`, shared with
     :class:`~idemflow.stores.azure_tables_aio.AsyncAzureTableStore`; this
-    class carries the calls out with the blocking SDK.
+    class carries the calls out with the blocking SDK. ``expire_every``:
+    seconds between two expiry sweeps (None: never; see the module docstring).
     """
 
-    def __init__(self, *, connection_string: str, prefix: str = "", **client_options: Any) -> None:
-        super().__init__(prefix)
+    def __init__(
+        self,
+        *,
+        connection_string: str,
+        prefix: str = "",
+        expire_every: float | None = EXPIRE_EVERY,
+        **client_options: Any,
+    ) -> None:
+        super().__init__(prefix, expire_every)
         self._service = open_service(
             TableServiceClient.from_connection_string, connection_string, client_options
         )
@@ -80,6 +99,9 @@ class AzureTableStore(AzureCalls):
         self._clients: dict[str, TableClient] = {}
         self._cache = CacheWriter("azure", self.commit, logger)
         self._readers: ThreadPoolExecutor | None = None  # read_many's concurrent groups
+        self._sweeper: ThreadPoolExecutor | None = None  # one expiry sweep at a time, off the callers
+        self._sweep: Future[None] | None = None
+        self._sweeps_stopped = False
         self._closed = False
 
     # -- plumbing ---------------------------------------------------------------
@@ -105,12 +127,19 @@ class AzureTableStore(AzureCalls):
         """Carry out ``steps``' SDK calls on this thread, to their value."""
         return trampoline(steps, self._answer)
 
-    def _answer(self, request: Call | Pause) -> Any:
+    def _answer(self, request: Call | Pause | Page) -> Any:
         if isinstance(request, Pause):
             time.sleep(request.seconds)
             return None
         client = self.table_client(request.table)
         self._count()
+        if isinstance(request, Page):
+            query = client.query_entities(
+                request.query, parameters=dict(request.parameters), results_per_page=request.size
+            )
+            pages: Any = query.by_page(continuation_token=request.token)  # its token: after a page
+            entities = list(next(pages, []))
+            return entities, pages.continuation_token
         found = getattr(client, request.method)(*request.args, **request.kwargs)
         return list(found) if request.collect else found
 
@@ -135,7 +164,32 @@ class AzureTableStore(AzureCalls):
         return assemble(len(refs), jobs, found)
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        return self._drive(self._commit(ops))
+        outcome = self._drive(self._commit(ops))
+        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+            self._sweep_later()
+        return outcome
+
+    def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
+        """Settle one page (at most ``limit`` rows) of each table whose ``expires_at`` is before
+        ``now`` (see :mod:`idemflow.expiry`), on the caller's thread."""
+        from idemflow.expiry import apply  # the rules import the engine, which imports stores
+
+        at = self._expiry.clock() if now is None else now
+        report = NO_EXPIRY
+        for table in sweep_order(self.tables()):
+            report += apply(self, self._drive(self._expired_page(table, at, limit)), at)
+        return report
+
+    def _sweep_later(self) -> None:
+        """Start the sweep :meth:`commit` found due on the store's sweep thread."""
+        with self._lock:
+            if not self._sweeps_stopped:
+                if self._sweeper is None:
+                    self._sweeper = ThreadPoolExecutor(1, thread_name_prefix="idemflow-azure-expiry")
+                where = f"Azure tables {self.prefix or '(no prefix)'}"
+                self._sweep = self._sweeper.submit(swept, self.expire, self._expiry, where)
+                return
+        self._expiry.done(None, LIMIT)
 
     def commit_cache(self, ops: Sequence[Op]) -> None:
         self._cache.submit(ops)
@@ -146,13 +200,11 @@ class AzureTableStore(AzureCalls):
     def tables(self) -> list[str]:
         """Logical names of the Azure tables under this store's prefix (a range query on
         ``TableName``, so other prefixes sharing the account cost nothing)."""
-        if self.prefix:
-            upper = self.prefix[:-1] + chr(ord(self.prefix[-1]) + 1)
-            found = self._service.query_tables(
-                "TableName ge @lo and TableName lt @hi", parameters={"lo": self.prefix, "hi": upper}
-            )
-        else:
+        query = table_range(self.prefix)
+        if query is None:
             found = self._service.list_tables()
+        else:
+            found = self._service.query_tables(query[0], parameters=query[1])
         names: list[str] = []
         try:
             for page in found.by_page():
@@ -160,8 +212,7 @@ class AzureTableStore(AzureCalls):
                 names.extend(item.name for item in page)
         except Exception as exc:  # every SDK failure becomes a StoreError
             raise self._error(exc, "", "list tables") from exc
-        cut = len(self.prefix)
-        return sorted(name[cut:] for name in names if name.startswith(self.prefix) and len(name) > cut)
+        return logical_tables(self.prefix, names)
 
     def create_tables(self, *names: str) -> None:
         """Create ``prefix + name`` for each name and for the run-record table."""
@@ -176,10 +227,19 @@ class AzureTableStore(AzureCalls):
                 raise self._error(exc, name, "create table") from exc
 
     def flush(self) -> None:
+        """Wait until deferred cache writes and the expiry sweep under way are done."""
         self._cache.flush()
+        sweep = self._sweep
+        if sweep is not None:
+            sweep.result()
 
     def close(self) -> None:
         self._cache.close()
+        with self._lock:
+            self._sweeps_stopped = True
+            sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.shutdown(wait=True)  # before the clients it uses close
         with self._lock:
             self._closed = True
             readers, self._readers = self._readers, None

@@ -4,15 +4,18 @@ The same rows, batches, tombstones, errors and increments as
 :class:`~idemflow.stores.azure_tables.AzureTableStore`: both carry out the
 per-call logic of :mod:`idemflow.stores._azure_calls`, this one awaiting
 each SDK call (and ``asyncio.sleep`` between an increment's attempts), so
-nothing blocks the loop. Tools' calls (``scan``, ``tables``,
-``create_tables``) stay on the blocking store: :meth:`AsyncAzureTableStore.twin_of`
-gives the asynchronous twin of one.
+nothing blocks the loop. Tools' calls (``scan``, ``create_tables``) stay on
+the blocking store: :meth:`AsyncAzureTableStore.twin_of` gives the
+asynchronous twin of one. Rows expire as on the blocking store: a ``commit``
+starts the expiry sweep, when due, as a task of the loop (:meth:`flush` and
+:meth:`close` wait for it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -20,9 +23,22 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 
 from idemflow._trampoline import atrampoline
 from idemflow.stores._async_cache import AsyncCacheWriter
-from idemflow.stores._azure_calls import AzureCalls, Call, Calls, Pause, assemble, open_service, read_jobs
+from idemflow.stores._azure_calls import (
+    AzureCalls,
+    Call,
+    Calls,
+    Page,
+    Pause,
+    assemble,
+    logical_tables,
+    open_service,
+    read_jobs,
+    sweep_order,
+    table_range,
+)
+from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, aswept
 from idemflow.stores.azure_tables import AzureTableStore
-from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
+from idemflow.stores.base import NO_EXPIRY, CommitOutcome, ExpiryReport, Op, Row, RowRef
 
 logger = logging.getLogger("idemflow.stores.azure")
 
@@ -37,13 +53,21 @@ class AsyncAzureTableStore(AzureCalls):
     one event loop: its table clients are created there, on first use.
     """
 
-    def __init__(self, *, connection_string: str, prefix: str = "", **client_options: Any) -> None:
-        super().__init__(prefix)
+    def __init__(
+        self,
+        *,
+        connection_string: str,
+        prefix: str = "",
+        expire_every: float | None = EXPIRE_EVERY,
+        **client_options: Any,
+    ) -> None:
+        super().__init__(prefix, expire_every)
         self._service = open_service(
             TableServiceClient.from_connection_string, connection_string, client_options
         )
         self._clients: dict[str, TableClient] = {}
         self._cache = AsyncCacheWriter("azure", self, logger)
+        self._sweep: asyncio.Task[None] | None = None
 
     @classmethod
     def twin_of(cls, store: AzureTableStore) -> AsyncAzureTableStore:
@@ -51,6 +75,7 @@ class AsyncAzureTableStore(AzureCalls):
         return cls(
             connection_string=store._connection_string,  # kept on the blocking store for its twin
             prefix=store.prefix,
+            expire_every=store._expiry.every,
             **store._client_options,
         )
 
@@ -67,12 +92,20 @@ class AsyncAzureTableStore(AzureCalls):
         """Carry out ``steps``' SDK calls on the loop, to their value."""
         return await atrampoline(steps, self._answer)
 
-    async def _answer(self, request: Call | Pause) -> Any:
+    async def _answer(self, request: Call | Pause | Page) -> Any:
         if isinstance(request, Pause):
             await asyncio.sleep(request.seconds)
             return None
         client = self.table_client(request.table)
         self._count()
+        if isinstance(request, Page):
+            query = client.query_entities(
+                request.query, parameters=dict(request.parameters), results_per_page=request.size
+            )
+            pages: Any = query.by_page(continuation_token=request.token)  # its token: after a page
+            page = await anext(pages, None)
+            entities = [] if page is None else [entity async for entity in page]
+            return entities, pages.continuation_token
         found = getattr(client, request.method)(*request.args, **request.kwargs)
         return [item async for item in found] if request.collect else await found
 
@@ -88,7 +121,41 @@ class AsyncAzureTableStore(AzureCalls):
         return assemble(len(refs), jobs, found)
 
     async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        return await self._drive(self._commit(ops))
+        outcome = await self._drive(self._commit(ops))
+        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+            if self._cache.closed:
+                self._expiry.done(None, LIMIT)
+            else:
+                where = f"Azure tables {self.prefix or '(no prefix)'}"
+                self._sweep = asyncio.create_task(aswept(self.expire, self._expiry, where))
+        return outcome
+
+    async def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
+        """Settle one page (at most ``limit`` rows) of each table whose ``expires_at`` is before
+        ``now`` (see :mod:`idemflow.expiry`)."""
+        from idemflow.expiry import aapply  # the rules import the engine, which imports stores
+
+        at = self._expiry.clock() if now is None else now
+        report = NO_EXPIRY
+        for table in sweep_order(await self.tables()):
+            report += await aapply(self, await self._drive(self._expired_page(table, at, limit)), at)
+        return report
+
+    async def tables(self) -> list[str]:
+        """Logical names of the Azure tables under this store's prefix (as the blocking store's)."""
+        query = table_range(self.prefix)
+        if query is None:
+            found = self._service.list_tables()
+        else:
+            found = self._service.query_tables(query[0], parameters=query[1])
+        names: list[str] = []
+        try:
+            async for page in found.by_page():
+                self._count()
+                names.extend([item.name async for item in page])
+        except Exception as exc:  # every SDK failure becomes a StoreError
+            raise self._error(exc, "", "list tables") from exc
+        return logical_tables(self.prefix, names)
 
     async def scan(self, table: str, partition: str | None = None) -> list[tuple[str, str, Row]]:
         """Every row of a logical table (or one partition) as ``(partition, key, row)``, sorted."""
@@ -99,14 +166,19 @@ class AsyncAzureTableStore(AzureCalls):
         self._cache.submit(ops)
 
     async def flush(self) -> None:
-        """Wait until every cache write started before this call is done."""
+        """Wait until every cache write started before this call, and the expiry sweep under way,
+        are done."""
         await self._cache.flush()
+        if self._sweep is not None:
+            await self._sweep
 
     async def close(self) -> None:
         """Finish the cache writes under way, then close the clients; a second call does nothing."""
         if self._cache.closed:
             return
         await self._cache.close()
+        if self._sweep is not None:
+            await self._sweep  # before the clients it uses close
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()

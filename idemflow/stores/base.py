@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from idemflow.number_model import Number
 from idemflow.serialization import JSON
 
 Version = int | str
@@ -106,7 +107,7 @@ class Increment:
     """
 
     ref: RowRef
-    delta: int | float
+    delta: Number
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +224,61 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release connections and finish deferred writes."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """A row whose ``expires_at`` has passed, as a store's sweep found it (see :mod:`idemflow.expiry`).
+
+    ``text`` is the row's canonical JSON, so a row that must stay can be written back
+    unchanged with a later ``expires_at``; it is None for a row that reads as absent
+    (an Azure tombstone), which is always deleted.
+    """
+
+    ref: RowRef
+    version: Version
+    expires_at: float
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryReport:
+    """What one expiry sweep did."""
+
+    found: int
+    """Expired rows the sweep looked at (at most its ``limit`` per table)."""
+    deleted: int
+    """Rows of finished (or vanished) requests deleted, and tombstones."""
+    kept: int
+    """Rows of unfinished requests given a later ``expires_at`` instead."""
+    raced: int = 0
+    """Rows a writer changed between the sweep's read and its commit: left as they are."""
+
+    def __add__(self, other: ExpiryReport) -> ExpiryReport:
+        return ExpiryReport(
+            self.found + other.found,
+            self.deleted + other.deleted,
+            self.kept + other.kept,
+            self.raced + other.raced,
+        )
+
+
+NO_EXPIRY = ExpiryReport(0, 0, 0)
+
+
+@runtime_checkable
+class Expiring(Protocol):
+    """A blocking store that expires rows by itself (SQLite, Azure Tables, memory).
+
+    Optional, beside :class:`Store`: DynamoDB needs no sweep (its TTL deletes
+    rows by ``expires_at``). Such a store sweeps by itself, from ``commit``, at
+    most once per ``expire_every`` seconds; :meth:`expire` runs one sweep now.
+    """
+
+    def expire(self, now: float | None = None, limit: int = 100) -> ExpiryReport:
+        """Settle at most ``limit`` rows (per table) whose ``expires_at`` is before ``now``
+        (wall time by default), by the rules of :mod:`idemflow.expiry`."""
         ...
 
 

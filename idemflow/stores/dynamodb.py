@@ -9,8 +9,11 @@ Item layout. Physical table = ``prefix`` + logical table; one item per row:
 - ``pk`` (S, hash key) the partition, ``sk`` (S, range key) the encoded row key;
   DynamoDB takes any non-empty UTF-8 there, so nothing needs escaping;
 - ``v`` (S) the canonical JSON text of the value, **or** ``n`` (N) for an
-  int/float that fits DynamoDB's number type, so that ``ADD`` increments it
-  server-side (read back as int when integral, else float);
+  int, float or ``Decimal`` that fits DynamoDB's number type, so that ``ADD``
+  increments it server-side. N has no kind, so ``f`` (BOOL) marks a float and
+  ``d`` (BOOL) a ``Decimal``; an increment sets the mark of its delta, and the
+  row reads back as the widest kind it holds (:mod:`idemflow.number_model`). A row
+  without a mark (all of them before 0.2) is an int when integral, else a float;
 - ``ver`` (N) the version: random on creation, +1 on every Put, Insert, Increment
   (a row deleted and created again must not repeat an old version, and DynamoDB
   keeps nothing of a deleted item; see :mod:`idemflow.stores._ops`). A write

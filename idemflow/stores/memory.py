@@ -13,11 +13,13 @@ True
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from idemflow.serialization import decode
+from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
 from idemflow.stores._local import Stored, commit_locally
-from idemflow.stores.base import Capabilities, CommitOutcome, Op, Row, RowRef
+from idemflow.stores.base import Capabilities, CommitOutcome, Expired, ExpiryReport, Op, Row, RowRef
 
 _UNLIMITED = 1 << 62
 
@@ -31,12 +33,18 @@ MEMORY_CAPABILITIES = Capabilities(
 
 
 class MemoryStore:
-    """Rows in a dict keyed by (table, partition, key), guarded by a lock."""
+    """Rows in a dict keyed by (table, partition, key), guarded by a lock.
+
+    Rows expire as on SQLite (:mod:`idemflow.expiry`): a ``commit`` sweeps at
+    most once per ``expire_every`` seconds (None: never), by a scan.
+    """
 
     capabilities = MEMORY_CAPABILITIES
 
-    def __init__(self) -> None:
+    def __init__(self, *, expire_every: float | None = EXPIRE_EVERY) -> None:
         self._rows: dict[tuple[str, str, str], Stored] = {}
+        self._expires: dict[tuple[str, str, str], float] = {}
+        self._expiry = Schedule(expire_every)
         self._floor = 0  # the highest version a deleted row had (see stores._local)
         self._lock = threading.Lock()
         self._round_trips = 0
@@ -54,21 +62,45 @@ class MemoryStore:
         return [None if row is None else Row(decode(row[0]), row[1]) for row in found]
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        rows = self._rows
+        rows, expires = self._rows, self._expires
 
         def lookup(ref: RowRef) -> Stored | None:
             return rows.get((ref.table, ref.partition, ref.key))
 
         def write(ref: RowRef, text: str, version: int, expires_at: float | None) -> None:
-            rows[(ref.table, ref.partition, ref.key)] = (text, version)
+            key = (ref.table, ref.partition, ref.key)
+            rows[key] = (text, version)
+            if expires_at is None:
+                expires.pop(key, None)
+            else:
+                expires[key] = expires_at
 
         def remove(ref: RowRef) -> None:
-            del rows[(ref.table, ref.partition, ref.key)]
+            key = (ref.table, ref.partition, ref.key)
+            del rows[key]
+            expires.pop(key, None)
 
         with self._lock:
             self._round_trips += 1
             outcome, self._floor = commit_locally(ops, lookup, write, remove, self._floor)
-            return outcome
+        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+            swept(self.expire, self._expiry, "memory store")
+        return outcome
+
+    def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
+        """Settle the ``limit`` rows that expired first, before ``now`` (see :mod:`idemflow.expiry`)."""
+        at = self._expiry.clock() if now is None else now
+        with self._lock:
+            due = sorted((when, key) for key, when in self._expires.items() if when < at)[:limit]
+            found = [Expired(RowRef(*key), self._rows[key][1], when, self._rows[key][0]) for when, key in due]
+        from idemflow.expiry import apply  # the rules import the engine, which imports stores
+
+        return apply(self, found, at)
+
+    def schedule_expiry(self, every: float | None, *, clock: Callable[[], float] = time.time) -> None:
+        """Sweep from ``commit`` at most once per ``every`` seconds (None: never), rows expiring
+        by ``clock`` (wall time; tests pass a fixed one)."""
+        self._expiry = Schedule(every, clock)
 
     def commit_cache(self, ops: Sequence[Op]) -> None:
         self.commit(ops)

@@ -6,9 +6,13 @@ A new store is done when this file and ``test_workflow_contract.py`` pass on it.
 from __future__ import annotations
 
 import threading
+import uuid
+from decimal import Decimal
+from typing import Any
 
 import pytest
 
+from idemflow import atomic, run
 from idemflow.errors import InvalidValueError, StoreError
 from idemflow.policy import resend
 from idemflow.serialization import JSON, encode
@@ -198,6 +202,74 @@ def test_increment_is_python_addition(store: Store, start: JSON, delta: int | fl
     row = store.read(counter)
     expected = (0 if start is None else start) + delta  # type: ignore[operator]
     assert row is not None and row.value == expected and type(row.value) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("start", "deltas", "expected"),
+    [
+        (None, [0.1, 0.2], 0.3),  # decimal, as DynamoDB adds: not 0.30000000000000004
+        (5.0, [1], 6.0),  # a float row stays a float (DynamoDB's N has no kind of its own)
+        (None, [1.0], 1.0),
+        (None, [Decimal("1.10"), 2], Decimal("3.10")),
+        (Decimal("0.5"), [0.25], Decimal("0.75")),
+        (7, [Decimal("0.1")], Decimal("7.1")),
+        (10**37, [9 * 10**37 - 1], 10**38 - 1),  # 38 digits: the most every store holds
+        (10**38 - 1, [1], 10**38),  # 1E+38: one significant digit
+    ],
+)
+def test_increment_follows_the_number_model(
+    store: Store, start: Any, deltas: list[Any], expected: Any
+) -> None:
+    """One number model on every store (idemflow.number_model): the same value and the same type."""
+    counter = ref(store, "dmodel")
+    if start is not None:
+        store.commit([put(counter, start)])
+    for delta in deltas:
+        store.commit([Increment(counter, delta)])
+    row = store.read(counter)
+    assert row is not None and row.value == expected and type(row.value) is type(expected)
+
+
+def test_number_rows_keep_their_kind(store: Store) -> None:
+    """A whole float, an int and a Decimal written as rows read back as the kind written."""
+    for key, value in (("dfloat", 5.0), ("dint", 5), ("ddec", Decimal("5.5")), ("dbig", 10**40 + 1)):
+        store.commit([put(ref(store, key), value)])
+        row = store.read(ref(store, key))
+        assert row is not None and row.value == value and type(row.value) is type(value), key
+
+
+@pytest.mark.parametrize(
+    "delta", [10**38 + 1, Decimal("1E-131"), 1e200, Decimal("1.000000000000000000000000000000000000001")]
+)
+def test_an_increment_no_store_can_hold_is_refused_before_any_write(store: Store, delta: Any) -> None:
+    counter = ref(store, "dhuge")
+    store.commit([put(counter, 1)])
+    with pytest.raises(InvalidValueError):
+        run(
+            atomic("accounts", "p1", lambda tx: tx.increment("dhuge", delta)),
+            request_id=uuid.uuid4().hex,
+            store=store,
+        )
+    row = store.read(counter)
+    assert row is not None and row.value == 1
+
+
+def test_a_sum_beyond_38_digits_is_refused_and_nothing_is_written(
+    store: Store, request: pytest.FixtureRequest
+) -> None:
+    """The local stores and Azure add in this process and refuse it before writing; DynamoDB
+    refuses it at its commit (DynamoDB Local does; moto does not check: pinned here)."""
+    counter = ref(store, "dfull")
+    store.commit([put(counter, 10**38 - 1)])
+    params = getattr(request.node, "callspec", None)
+    params = {} if params is None else params.params
+    if "dynamodb" in (params.get("store_kind"), params.get("store")):  # moto adds beyond DynamoDB's precision
+        store.commit([Increment(counter, 2)])
+        return
+    with pytest.raises(InvalidValueError):  # 10**38 + 1: 39 significant digits (10**38 itself is 1E+38)
+        store.commit([Increment(counter, 2)])
+    row = store.read(counter)
+    assert row is not None and row.value == 10**38 - 1
 
 
 def test_a_row_recreated_by_an_increment_has_a_new_version(store: Store) -> None:
