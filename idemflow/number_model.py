@@ -42,6 +42,16 @@ def is_number(value: object) -> bool:
     return type(value) in (int, float, Decimal)
 
 
+_SMALL = 10**DIGITS
+"""Ints strictly inside ±10**38 need no decimal check: they are their own exact value."""
+
+
+def check(value: Number, where: str) -> None:
+    """Refuse ``value`` if no store could add it (the common small int costs one compare)."""
+    if type(value) is not int or not -_SMALL < value < _SMALL:
+        exact(value, where)
+
+
 def exact(value: Number, where: str) -> Decimal:
     """``value`` as the decimal every store adds, or the error if no store may hold it."""
     held = Decimal(repr(value)) if type(value) is float else Decimal(value)
@@ -55,6 +65,10 @@ def exact(value: Number, where: str) -> Decimal:
 
 def sum_of(base: Number, delta: Number, where: str) -> Number:
     """``base + delta`` under the model above; ``where`` names the row in errors."""
+    if type(base) is int and type(delta) is int:  # a counter: exact in Python, checked by size
+        summed = base + delta
+        if -_SMALL < summed < _SMALL and -_SMALL < delta < _SMALL:
+            return summed
     total = _EXACT.add(exact(base, where), exact(delta, where))
     try:
         exact(total, where)

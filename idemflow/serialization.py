@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from decimal import Context, Decimal
 from typing import Any, Union
 
@@ -44,6 +45,9 @@ refused there as too deep."""
 
 
 _dumps = _encoder.encode
+_SPELLED = re.compile(r'\d\.0(?![0-9])|\de\+|"\$\$decimal"')
+"""Where a number may be spelled other than by value: a whole float (``10.0``, ``1e+16``) or a
+tagged decimal. A match in a string only costs the walk that finds nothing to change."""
 _MARK = '"' + codecs.TAG
 """How a tag (or a reserved key) starts in JSON text: absent from almost every text, found at C speed."""
 
@@ -65,6 +69,8 @@ def encode_canonical(value: object, where: str = "value", *, envelope: int = 0) 
     They are one string (the same object) unless ``value`` holds a whole float or a ``Decimal``.
     """
     form, text = _text(value, where, envelope)
+    if _SPELLED.search(text) is None:  # no whole float, no decimal: the text is canonical already
+        return text, text
     normal = _by_value(form)
     return text, (text if normal is form else _dumps(normal))
 

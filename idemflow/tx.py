@@ -23,7 +23,7 @@ from typing import Any, NoReturn, Protocol
 
 from idemflow.errors import InvalidValueError
 from idemflow.keys import check_key, data_key
-from idemflow.number_model import Number, exact, is_number, sum_of
+from idemflow.number_model import Number, check, is_number, sum_of
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
     Check,
@@ -165,7 +165,7 @@ class Tx:
         if not is_number(delta):
             problem = f"delta must be int, float or Decimal, not {delta!r}"
             raise InvalidValueError(f"increment of {key!r}", problem)
-        exact(delta, f"increment of {key!r}")  # one no store could hold is refused before any write
+        check(delta, f"increment of {key!r}")  # one no store could hold is refused before any write
         check_key(key)
         if key in self._view:
             new = self._added(key, self._view[key], delta)
