@@ -107,6 +107,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run on an event loop: the stores' and queues' asynchronous clients, concurrency as tasks",
     )
     worker.add_argument("--idle-timeout", type=float, default=None, help="exit after this many idle seconds")
+    worker.add_argument(
+        "--log-steps",
+        action="store_true",
+        help="also log every run and step the engine executes (DEBUG events of the idemflow.engine logger)",
+    )
     worker.add_argument("--max-deliveries", type=int, default=5, help="attempts before a request fails")
     worker.add_argument(
         "--version-wait",
@@ -266,6 +271,8 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     for sdk in ("azure", "botocore", "boto3", "urllib3"):  # their INFO is one line per HTTP call
         logging.getLogger(sdk).setLevel(logging.WARNING)
+    if args.log_steps:
+        logging.getLogger("idemflow.engine").setLevel(logging.DEBUG)
     workflows = [flow for spec in args.workflows for flow in _load_workflows(spec)]
     options: dict[str, Any] = {
         "concurrency": args.concurrency,

@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Generator, Sequence
@@ -162,6 +164,10 @@ _INFRASTRUCTURE = (StoreError, ConflictError)
 """Errors of the store, not of a step: never a reason to fail a request."""
 
 
+_log = logging.getLogger("idemflow.engine")
+"""Per-run and per-step events at DEBUG; nothing is formatted unless that level is on."""
+
+
 def idempotency_key(workflow: str, request_id: str, step: int) -> str:
     """The stable key an effect passes to its outside service (hex sha256)."""
     return hashlib.sha256(b"effect\x00" + _digest(workflow, request_id, step)).hexdigest()
@@ -218,7 +224,12 @@ class Execution:
         self._journal: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
         self._noting = self._journal is not None or bool(plan.expected)
         self._traced = telemetry.enabled()
+        self._logged = _log.isEnabledFor(logging.DEBUG)
+        self._observed = self._traced or self._logged
         """Decided once per execution: the hot path then pays one attribute check."""
+        self._attempts = 0
+        """Attempts of the current step beyond its first (conflicts, transient reads): for its log."""
+        self._commits = 0
         self._run_ref = run_ref(workflow, request_id)
         self._memo_prefix = memo_prefix(workflow, request_id)
 
@@ -235,15 +246,35 @@ class Execution:
         Raises :class:`Checkpointed` and :class:`OtherVersion` to the caller,
         and, under ``plan.step_errors``, :class:`StepFailedError` for a step's error.
         """
-        if not self._traced:
+        if not self._observed:
             return self._run(node)  # no generator frame of its own
-        return self._traced_run(node)
+        return self._observed_run(node)
 
-    def _traced_run(self, node: Node) -> Steps[RunRecord]:
-        with telemetry.span(
-            "idemflow.run", workflow=self.workflow, request_id=self.request_id, version=self.plan.version
+    def _observed_run(self, node: Node) -> Steps[RunRecord]:
+        started = time.monotonic()
+        with (
+            telemetry.span(
+                "idemflow.run", workflow=self.workflow, request_id=self.request_id, version=self.plan.version
+            )
+            if self._traced
+            else contextlib.nullcontext()
         ):
-            return (yield from self._run(node))
+            record = yield from self._run(node)
+        if self._logged:
+            answered = "ran" if self._wrote else "answered from earlier executions"
+            self._log_event("run", status=record.status.value, outcome=answered, started=started)
+        return record
+
+    def _log_event(self, event: str, *, started: float, **fields: Any) -> None:
+        """One structured engine log line (DEBUG): JSON text, and the same fields on the record."""
+        extra = {
+            "workflow": self.workflow,
+            "version": self.plan.version,
+            "request_id": self.request_id,
+            **fields,
+            "seconds": round(time.monotonic() - started, 6),
+        }
+        _log.debug(json.dumps({"event": event, **extra}, default=str), extra=extra)
 
     def _run(self, node: Node) -> Steps[RunRecord]:
         record = yield from self._outcome(node)
@@ -458,11 +489,11 @@ class Execution:
         a rerun would call the outside service again."""
         memo_ref = RowRef(table, partition, self._memo_prefix + tag)
         self._until = self.policy.until()
-        if not self._traced:
+        if not self._observed:
             return self._step_once(memo_ref, identity, body, abortable, call_out)
-        return self._traced_step(memo_ref, identity, body, abortable, call_out)
+        return self._observed_step(memo_ref, identity, body, abortable, call_out)
 
-    def _traced_step(
+    def _observed_step(
         self,
         memo_ref: RowRef,
         identity: str,
@@ -470,14 +501,34 @@ class Execution:
         abortable: bool,
         call_out: CallOut | None,
     ) -> Steps[Any]:
+        """A step with its span (OpenTelemetry) and its DEBUG log line: committed, replayed or
+        raised, with its attempts and duration."""
         fields = {
             "workflow": self.workflow,
             "request_id": self.request_id,
             "step": self._step,
             "identity": identity,
         }
-        with telemetry.span("idemflow.step", **fields):
-            return (yield from self._step_once(memo_ref, identity, body, abortable, call_out))
+        started, commits, self._attempts = time.monotonic(), self._commits, 0
+        outcome = "raised"
+        try:
+            with telemetry.span("idemflow.step", **fields) if self._traced else contextlib.nullcontext():
+                value = yield from self._step_once(memo_ref, identity, body, abortable, call_out)
+            outcome = "committed" if self._commits > commits else "replayed"
+            return value
+        except _AbortWorkflow:
+            outcome = "aborted"
+            raise
+        finally:
+            if self._logged:
+                self._log_event(
+                    "step",
+                    step=fields["step"],
+                    identity=identity,
+                    outcome=outcome,
+                    attempt=self._attempts + 1,
+                    started=started,
+                )
 
     def _step_once(
         self,
@@ -517,6 +568,7 @@ class Execution:
         call_out: CallOut | None,
     ) -> Steps[Any]:
         """One more attempt, in this process's turn on the partition (see :mod:`idemflow._gates`)."""
+        self._attempts += 1
         if self._traced:
             telemetry.count(telemetry.CONFLICTS_RETRIED, self.workflow)
         give_back = yield Turn(memo_ref.table, memo_ref.partition, self._until)
@@ -617,6 +669,7 @@ class Execution:
             if isinstance(outcome, Committed):
                 self._run_known = True
                 self._wrote = True
+                self._commits += 1
                 if self._traced:
                     telemetry.count(telemetry.STEPS_COMMITTED, self.workflow)
                 if aborted:

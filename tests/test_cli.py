@@ -88,7 +88,7 @@ def greeting(name: str) -> Generator[Idem[Any], Any, Any]:
     return (yield atomic("items", name, lambda tx: tx.put("greeted", True) or "hello " + name))
 
 
-@pytest.mark.parametrize("flavour", [[], ["--asyncio"]], ids=["threads", "asyncio"])
+@pytest.mark.parametrize("flavour", [["--log-steps"], ["--asyncio"]], ids=["threads", "asyncio"])
 def test_worker_imports_workflows_from_the_current_directory(tmp_path: Path, flavour: list[str]) -> None:
     """`idemflow worker myapp.workflows:WORKFLOWS` in a project directory, nothing installed;
     on threads, or on an event loop (``--asyncio``)."""
@@ -121,6 +121,13 @@ def test_worker_imports_workflows_from_the_current_directory(tmp_path: Path, fla
     )
     assert worker.returncode == 0, worker.stderr
     assert "1 finished" in worker.stderr  # progress goes to stderr, beside the log events
+    engine_steps = [line for line in worker.stderr.splitlines() if line.startswith('{"event": "step"')]
+    if "--log-steps" in flavour:  # the engine's own events: which request, step, outcome
+        assert any(
+            '"request_id": "g-1"' in line and '"outcome": "committed"' in line for line in engine_steps
+        )
+    else:
+        assert engine_steps == []
     assert status(store, "greeting", "g-1").status is RunStatus.COMPLETED
     assert status(store, "greeting", "g-1").result == "hello ada"
     # Elsewhere the module is not found, and the error says so in one line.
