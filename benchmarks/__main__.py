@@ -7,7 +7,7 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-summary. ``--stores`` limits the store-parametrized benchmarks (calls, users, outbox,
+runs_list, summary. ``--stores`` limits the store-parametrized benchmarks (calls, users, outbox,
 asyncio_api, and contention, which runs sqlite,dynamodb-local,azurite unless told); ``cloud``
 and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
 server stores, leaving only the pure-Python and SQLite parts).
@@ -35,6 +35,7 @@ ORDER = (
     "contention",
     "outbox",
     "asyncio_api",
+    "runs_list",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -51,6 +52,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "contention",
         "outbox",
         "asyncio_api",
+        "runs_list",
         "summary",
     ):
         import importlib
@@ -101,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         if name == "summary":
             continue
-        extra = ["--stores", stores] if name in ("calls", "users", "outbox", "asyncio_api") else []
+        extra = (
+            ["--stores", stores] if name in ("calls", "users", "outbox", "asyncio_api", "runs_list") else []
+        )
         if name == "contention" and (args.stores or args.no_servers):  # else its own stores
             extra = ["--stores", stores]
         print(f"== {name}{' (quick)' if args.quick else ''} -> {out}", flush=True)

@@ -1,8 +1,10 @@
 """What an operator needs: list requests by workflow, status and age; abort one.
 
 ``runs`` reads every run record (one scan of the run-record table: on
-DynamoDB and Azure that is a full scan of that table, paged; the cost grows
-with the number of requests kept, which ``idemflow gc`` and TTL bound).
+DynamoDB and Azure a full scan of that table, paged; the cost grows with the
+number of requests kept, which retention bounds), except for the statuses an
+operator acts on (running, failed): those a store with an index of open runs
+(DynamoDB's sparse index, SQLite's query) finds without reading the rest.
 ``abort`` ends a request that has not finished: every step not yet
 committed aborts (an abort memo, so a worker racing it agrees), the
 compensations of the committed steps run once in reverse order, and the
@@ -31,10 +33,10 @@ from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.plan import Aborting, Plan
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
-from idemflow.records import RunRecord, RunStatus
+from idemflow.records import OPEN_STATUSES, RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, run_status, status_steps
 from idemflow.serialization import JSON
-from idemflow.stores.base import AsyncStore, Store
+from idemflow.stores.base import AsyncStore, OpenRuns, Row, Store
 from idemflow.tx import Reader
 
 
@@ -80,7 +82,12 @@ def runs(
     """Requests with a run record, oldest first, filtered by workflow, status and age (seconds)."""
     cutoff = None if older_than is None else now() - older_than
     found: list[RunSummary] = []
-    for partition, key, row in store.scan(RUNS_TABLE):
+    rows: Iterable[tuple[str, str, Row]]
+    if status is not None and status.value in OPEN_STATUSES and isinstance(store, OpenRuns):
+        rows = store.open_runs(workflow)
+    else:
+        rows = store.scan(RUNS_TABLE)
+    for partition, key, row in rows:
         if not key.startswith(RUN) or (workflow is not None and key[1:] != workflow):
             continue
         try:

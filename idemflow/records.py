@@ -34,7 +34,7 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Any
 
-from idemflow.keys import RUNS_TABLE, outbox_key, outbox_partition, run_key
+from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON
 from idemflow.stores.base import RowRef
 
@@ -89,6 +89,21 @@ class Memo:
 def run_ref(workflow: str, request_id: str) -> RowRef:
     """Where a request's run record lives."""
     return RowRef(RUNS_TABLE, request_id, run_key(workflow))
+
+
+OPEN_STATUSES = (RunStatus.RUNNING.value, RunStatus.FAILED.value, RunStatus.PENDING.value)
+"""Statuses of a request an operator may still have to act on: what a store's open-run index holds."""
+
+
+def open_workflow(ref: RowRef, value: Any) -> str | None:
+    """The workflow of ``ref`` if it is the run record of a request not finished, else None.
+
+    Stores that keep an index of open runs (DynamoDB's sparse index, SQLite's query) ask this
+    when they write a row, so ``idemflow runs list --status running`` reads only those.
+    """
+    if ref.table != RUNS_TABLE or not ref.key.startswith(RUN) or not isinstance(value, dict):
+        return None
+    return ref.key[len(RUN) :] if value.get("status") in OPEN_STATUSES else None
 
 
 def outbox_ref(workflow: str, request_id: str) -> RowRef:

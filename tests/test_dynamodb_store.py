@@ -116,11 +116,40 @@ def test_numbers_dynamodb_cannot_hold_stay_exact_json(store: DynamoDBStore) -> N
     assert "v" in raw(store, ref("d0")) and "n" in raw(store, ref("d5"))
 
 
-def test_integral_float_reads_back_equal(store: DynamoDBStore) -> None:
-    """DynamoDB's N type has no int/float distinction: 2.0 comes back as the equal int 2."""
+def test_integral_float_reads_back_as_a_float(store: DynamoDBStore) -> None:
+    """DynamoDB's N type has no int/float distinction: the item's mark keeps 2.0 a float."""
     store.commit([put(ref("dfloat"), 2.0)])
     row = store.read(ref("dfloat"))
-    assert row is not None and row.value == 2.0
+    assert row is not None and row.value == 2.0 and type(row.value) is float
+    assert raw(store, ref("dfloat"))["f"] == {"BOOL": True}
+
+
+def test_a_runs_table_from_before_the_index_gets_it_with_its_open_runs_marked(moto: Moto) -> None:
+    """Upgrading: ``create_tables`` (``idemflow tables create``) adds the sparse index of open runs
+    to a runs table 0.1 created, and marks the run records of unfinished requests already there."""
+    store = DynamoDBStore(endpoint_url=moto.endpoint, region_name=moto.region, prefix="upgrade")
+    client, name = store.client, store.table_name(RUNS_TABLE)
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for request_id, state in (("r-open", "running"), ("r-failed", "failed"), ("r-done", "completed")):
+        client.put_item(
+            TableName=name,
+            Item={  # as 0.1 wrote them: no index attribute
+                "pk": {"S": request_id},
+                "sk": {"S": "rcheckout"},
+                "v": {"S": encode({"fp": "x", "status": state})},
+                "ver": {"N": "7"},
+            },
+        )
+    store.create_tables()
+    indexes = client.describe_table(TableName=name)["Table"]["GlobalSecondaryIndexes"]
+    assert [index["IndexName"] for index in indexes] == ["open"]
+    assert sorted(part for part, _, _ in store.open_runs("checkout")) == ["r-failed", "r-open"]
+    store.create_tables()  # twice: nothing more to do
 
 
 def test_expires_at_is_stored_for_ttl(store: DynamoDBStore) -> None:

@@ -12,6 +12,7 @@ from idemflow import InvalidInputError, Store, run
 from idemflow.async_worklist import MemoryQueue, Worker, retry, status, submit
 from idemflow.operations import abort, runs
 from idemflow.records import RunStatus
+from idemflow.stores.base import OpenRuns
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
 from tests.checkout_workflows import V1, checkout_v1
 from tests.conformance.test_continuations import Clock, balance, deliver_all, order
@@ -51,6 +52,34 @@ def test_runs_lists_requests_by_workflow_status_and_age(store: Store) -> None:
     ]
     assert space + "queued" in old and space + "done" not in old
     assert len(runs(store, limit=1)) == 1 and runs(store, workflow="nosuch") == []
+
+
+def test_open_runs_are_found_without_reading_finished_ones(store: Store, store_kind: str) -> None:
+    """``runs list --status running|failed`` reads an index of open runs where the store keeps one
+    (DynamoDB's sparse index, SQLite's and memory's query): finished requests are not in it, and
+    a request leaves it when it finishes. Azure has no secondary index: it scans (and says so)."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    failed = failed_request(store, space, clock, queue)
+    submit(checkout_v1(order(space, 1)), request_id=space + "queued", store=store, queue=queue, clock=clock)
+    run(checkout_v1(order(space, 2)), request_id=space + "done", store=store, clock=clock)
+    store.flush()
+    if store_kind == "azure":
+        assert not isinstance(store, OpenRuns)
+    else:
+        assert isinstance(store, OpenRuns)
+        listed = {part for part, _, _ in store.open_runs("checkout") if part.startswith(space)}
+        assert listed == {failed, space + "queued"}
+        assert {part for part, _, _ in store.open_runs() if part.startswith(space)} == listed
+        assert [part for part, _, _ in store.open_runs("nosuch")] == []
+    running = [found.request_id for found in runs(store, workflow="checkout", status=RunStatus.RUNNING)]
+    assert space + "queued" in running and space + "done" not in running and failed not in running
+    deliver_all(Worker(V1, store=store, queue=queue), queue, clock)  # the queued one finishes
+    store.flush()
+    running = [found.request_id for found in runs(store, workflow="checkout", status=RunStatus.RUNNING)]
+    assert space + "queued" not in running
+    if isinstance(store, OpenRuns):
+        assert space + "queued" not in {part for part, _, _ in store.open_runs("checkout")}
 
 
 def test_retry_resumes_a_failed_request_after_a_fix(store: Store) -> None:

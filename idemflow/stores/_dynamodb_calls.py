@@ -29,7 +29,8 @@ from idemflow.errors import (
     TransientStoreError,
 )
 from idemflow.keys import RUNS_TABLE, check_table
-from idemflow.stores._dynamodb_items import key, key_bytes, row, transaction
+from idemflow.records import open_workflow
+from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, key, key_bytes, row, transaction
 from idemflow.stores._ops import not_a_number
 from idemflow.stores.base import (
     COMMITTED,
@@ -81,6 +82,22 @@ _SCHEMA: Any = {
     "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
     "AttributeDefinitions": [{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],
     "BillingMode": "PAY_PER_REQUEST",
+}
+_RUNS_SCHEMA: Any = {
+    **_SCHEMA,
+    "AttributeDefinitions": [
+        {"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk", OPEN_ATTRIBUTE)
+    ],
+    "GlobalSecondaryIndexes": [
+        {  # sparse: only run records of unfinished requests carry the attribute
+            "IndexName": OPEN_INDEX,
+            "KeySchema": [
+                {"AttributeName": OPEN_ATTRIBUTE, "KeyType": "HASH"},
+                {"AttributeName": "pk", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        }
+    ],
 }
 
 
@@ -176,23 +193,28 @@ class DynamoDBCalls:
 
     def scan(self, table: str, partition: str | None = None) -> Calls[list[tuple[str, str, Row]]]:
         """Every row of ``table`` (in ``partition``) as ``(partition, key, row)``, sorted."""
-        rows: list[tuple[str, str, Row]] = []
         args: dict[str, Any] = {"TableName": self.table_name(table), "ConsistentRead": True}
         if partition is not None:
             args["KeyConditionExpression"] = "#pk = :p"
             args["ExpressionAttributeNames"] = {"#pk": "pk"}
             args["ExpressionAttributeValues"] = {":p": {"S": partition}}
+        rows = yield from self._pages("scan", table, "scan" if partition is None else "query", args)
+        rows.sort(key=lambda found: (found[0], found[1]))
+        return rows
+
+    def _pages(
+        self, action: str, table: str, operation: str, args: dict[str, Any]
+    ) -> Calls[list[tuple[str, str, Row]]]:
+        """Every item a paged ``Scan`` or ``Query`` returns, as ``(partition, key, row)``."""
+        rows: list[tuple[str, str, Row]] = []
         start: Mapping[str, Any] | None = None
         while True:
             extra: dict[str, Any] = {} if start is None else {"ExclusiveStartKey": start}
-            operation = "scan" if partition is None else "query"
-            page = yield from self.call("scan", [table], operation, {**args, **extra})
+            page = yield from self.call(action, [table], operation, {**args, **extra})
             rows.extend((item["pk"]["S"], item["sk"]["S"], row(item)) for item in page.get("Items", []))
             start = page.get("LastEvaluatedKey")
             if not start:
-                break
-        rows.sort(key=lambda found: (found[0], found[1]))
-        return rows
+                return rows
 
     def tables(self) -> Calls[list[str]]:
         """Logical tables under this prefix: ``ListTables``, keeping valid logical names."""
@@ -211,7 +233,10 @@ class DynamoDBCalls:
         """Create each table and the runs table (existing ones are fine), wait until ACTIVE, enable TTL."""
         tables = list(dict.fromkeys((*names, RUNS_TABLE)))
         for table in tables:  # every creation first: on AWS they become ACTIVE in parallel
-            create = {"TableName": self.table_name(table), **_SCHEMA}
+            create = {
+                "TableName": self.table_name(table),
+                **(_RUNS_SCHEMA if table == RUNS_TABLE else _SCHEMA),
+            }
             yield from self.call("create table", [table], "create_table", create, _exists)
         for table in tables:
             name = self.table_name(table)
@@ -222,6 +247,52 @@ class DynamoDBCalls:
                 spec = {"Enabled": True, "AttributeName": "expires_at"}
                 enable = {"TableName": name, "TimeToLiveSpecification": spec}
                 yield from self.call("enable TTL", [table], "update_time_to_live", enable, _ttl_on)
+        yield from self._open_index()
+
+    def _open_index(self) -> Calls[None]:
+        """Give a runs table created before 0.2 its index of open runs, and mark its open runs."""
+        name = self.table_name(RUNS_TABLE)
+        described = yield from self.call(
+            "describe table", [RUNS_TABLE], "describe_table", {"TableName": name}
+        )
+        indexes = described.get("Table", {}).get("GlobalSecondaryIndexes") or []
+        if any(index.get("IndexName") == OPEN_INDEX for index in indexes):
+            return
+        update = {
+            "TableName": name,
+            "AttributeDefinitions": _RUNS_SCHEMA["AttributeDefinitions"],
+            "GlobalSecondaryIndexUpdates": [{"Create": _RUNS_SCHEMA["GlobalSecondaryIndexes"][0]}],
+        }
+        yield from self.call("add the open-runs index", [RUNS_TABLE], "update_table", update)
+        wait = {"TableName": name, "WaiterConfig": {"Delay": 1, "MaxAttempts": 300}}
+        yield from self.call("wait for table", [RUNS_TABLE], "table_exists", wait, waiter=True)
+        for partition, row_key, found in (yield from self.scan(RUNS_TABLE)):
+            opened = open_workflow(RowRef(RUNS_TABLE, partition, row_key), found.value)
+            if opened is None:
+                continue
+            mark = {  # only if the record is still as read: a finish racing this wins
+                "TableName": name,
+                "Key": {"pk": {"S": partition}, "sk": {"S": row_key}},
+                "UpdateExpression": "SET #open = :open",
+                "ConditionExpression": "#ver = :ver",
+                "ExpressionAttributeNames": {"#open": OPEN_ATTRIBUTE, "#ver": "ver"},
+                "ExpressionAttributeValues": {":open": {"S": opened}, ":ver": {"N": str(found.version)}},
+            }
+            yield from self.call("mark an open run", [RUNS_TABLE], "update_item", mark, _condition_failed)
+
+    def open_runs(self, workflow: str | None) -> Calls[list[tuple[str, str, Row]]]:
+        """Run records of unfinished requests (of ``workflow``): the sparse index, not the table.
+
+        Index reads are eventually consistent (DynamoDB offers no other on a global index): a
+        request claimed or finished a moment ago may be missing or still listed.
+        """
+        args: dict[str, Any] = {"TableName": self.table_name(RUNS_TABLE), "IndexName": OPEN_INDEX}
+        if workflow is not None:
+            args["KeyConditionExpression"] = "#open = :w"
+            args["ExpressionAttributeNames"] = {"#open": OPEN_ATTRIBUTE}
+            args["ExpressionAttributeValues"] = {":w": {"S": workflow}}
+        operation = "scan" if workflow is None else "query"
+        return (yield from self._pages("list open runs", RUNS_TABLE, operation, args))
 
     # -- calls and errors --------------------------------------------------------------------------
 
@@ -315,6 +386,11 @@ class DynamoDBCalls:
 def _exists(exc: ClientError) -> bool:
     """A table creation refused because the table exists already."""
     return _code(exc) == "ResourceInUseException"
+
+
+def _condition_failed(exc: ClientError) -> bool:
+    """A conditional update that found the row changed: the writer that changed it came first."""
+    return _code(exc) == "ConditionalCheckFailedException"
 
 
 def _ttl_on(exc: ClientError) -> bool:

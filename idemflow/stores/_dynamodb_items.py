@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow.errors import InvalidValueError, LimitExceededError, StoreError
 from idemflow.number_model import DIGITS, exact, is_number
+from idemflow.records import open_workflow
 from idemflow.serialization import JSON, decode
 from idemflow.stores._ops import expectation, fresh_version, increment_where, version_after
 from idemflow.stores.base import Capabilities, Cond, Delete, Expect, Increment, Insert, Op, Put, Row, RowRef
@@ -29,11 +30,23 @@ DYNAMODB_CAPABILITIES = Capabilities(
     max_commit_bytes=4_000_000,
     max_key_bytes=1024,
 )
+OPEN_ATTRIBUTE, OPEN_INDEX = "open", "open"
+"""The attribute (the workflow) only run records of unfinished requests carry, and the sparse
+global secondary index of the runs table on it: ``runs list --status running|failed`` reads it."""
 ITEM_LIMIT, PARTITION_LIMIT = 400 * 1024, 2048
 """DynamoDB's item and partition-key limits, checked for callers of ``commit`` other than the
 engine (the engine's stricter :data:`DYNAMODB_CAPABILITIES` keep every item and partition under them)."""
 _NUMBER_BYTES = 21  # an N attribute: one byte per two of at most 38 digits, plus one
-_NAMES = {"#pk": "pk", "#val": "v", "#num": "n", "#ver": "ver", "#exp": "expires_at", "#f": "f", "#d": "d"}
+_NAMES = {
+    "#pk": "pk",
+    "#val": "v",
+    "#num": "n",
+    "#ver": "ver",
+    "#exp": "expires_at",
+    "#f": "f",
+    "#d": "d",
+    "#open": OPEN_ATTRIBUTE,
+}
 _MARKS = {float: "#f", Decimal: "#d"}
 """The attribute that says a number row holds that kind (N itself has none)."""
 _TRUE: AttributeValueTypeDef = {"BOOL": True}
@@ -78,6 +91,9 @@ def _item(op: Op, table: str) -> TransactWriteItemTypeDef:
         version = version_after(expect if isinstance(expect, int) else None, fresh_version())
         put = {"TableName": target["TableName"], **_condition(expect)}
         put["Item"] = {**target["Key"], **_value(op.value, op.text, version, op.expires_at)}
+        opened = open_workflow(op.ref, op.value)
+        if opened is not None:  # in the sparse index of open runs
+            put["Item"][OPEN_ATTRIBUTE] = {"S": opened}
         if isinstance(op, Insert):  # a memo hit returns the stored memo: no extra read
             put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
         return {"Put": _named(put)}
@@ -85,6 +101,12 @@ def _item(op: Op, table: str) -> TransactWriteItemTypeDef:
         attr, other = ("#num", "#val") if number(op.value) else ("#val", "#num")
         values = {":x": _value(op.value, op.text, 0, None)[_NAMES[attr]], **_bump_values()}
         sets, removes = [f"{attr} = :x", _BUMP], [other]
+        opened = open_workflow(op.ref, op.value)
+        if opened is None:
+            removes.append("#open")
+        else:
+            sets.append("#open = :open")
+            values[":open"] = {"S": opened}
         mark = _MARKS.get(type(op.value)) if attr == "#num" else None
         for name in _MARKS.values():
             if name == mark:

@@ -282,6 +282,20 @@ class Expiring(Protocol):
         ...
 
 
+@runtime_checkable
+class OpenRuns(Protocol):
+    """A store that finds the run records of unfinished requests without reading every request.
+
+    Optional, beside :class:`Store`: DynamoDB keeps a sparse index of them (written in the same
+    commits as the records), SQLite and the memory store filter in the query. Azure Tables has
+    no secondary index: ``runs`` reads its whole run-record table.
+    """
+
+    def open_runs(self, workflow: str | None = None) -> list[tuple[str, str, Row]]:
+        """``(partition, key, row)`` of every unfinished request's run record (of ``workflow``)."""
+        ...
+
+
 class AsyncStore(Protocol):
     """The same store contract for an event loop: every call that may wait is awaited.
 

@@ -126,6 +126,10 @@ class DynamoDBStore:
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
         yield from self._run(self._calls.scan(table, partition))
 
+    def open_runs(self, workflow: str | None = None) -> list[tuple[str, str, Row]]:
+        """Run records of unfinished requests, from the sparse index (see ``stores.base.OpenRuns``)."""
+        return self._run(self._calls.open_runs(workflow))
+
     def tables(self) -> list[str]:
         """Logical tables under this prefix: ``ListTables``, keeping valid logical names.
 

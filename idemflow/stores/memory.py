@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from idemflow.keys import RUNS_TABLE
+from idemflow.records import open_workflow
 from idemflow.serialization import decode
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
 from idemflow.stores._local import Stored, commit_locally
@@ -114,6 +116,15 @@ class MemoryStore:
             ]
         for part, key, (text, version) in sorted(selected):
             yield part, key, Row(decode(text), version)
+
+    def open_runs(self, workflow: str | None = None) -> list[tuple[str, str, Row]]:
+        """Run records of unfinished requests (:class:`~idemflow.stores.base.OpenRuns`), by a scan."""
+        return [
+            (part, key, row)
+            for part, key, row in self.scan(RUNS_TABLE)
+            if (opened := open_workflow(RowRef(RUNS_TABLE, part, key), row.value)) is not None
+            and workflow in (None, opened)
+        ]
 
     def tables(self) -> list[str]:
         with self._lock:

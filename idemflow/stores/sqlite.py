@@ -29,6 +29,8 @@ from typing import Literal
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from idemflow.errors import StoreConfigError, TransientStoreError
+from idemflow.keys import RUN, RUNS_TABLE
+from idemflow.records import OPEN_STATUSES
 from idemflow.serialization import decode
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
 from idemflow.stores._local import incremented, matches, raised_floor, written_version
@@ -87,6 +89,8 @@ _EXPIRY_WINDOW = (
 _WINDOW_ROWS = 2000
 """Rows one sweep reads: a whole file is covered once per (rows / 2000) sweeps."""
 _START = ("", "", "")
+_RUN_KEYS = (RUN, chr(ord(RUN) + 1))
+"""The row keys of run records: every key that starts with the run-record letter."""
 _SELECT = "SELECT v, ver FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
 _UPSERT = "INSERT OR REPLACE INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, ?, ?)"
 _DELETE = "DELETE FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
@@ -291,6 +295,7 @@ class SqliteStore:
         return Conflict(tuple(failures)) if failures else COMMITTED
 
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
+        self._round_trips += 1
         conn = self._connection("main")
         if partition is None:
             query = conn.execute(
@@ -303,6 +308,18 @@ class SqliteStore:
             )
         for part, key, text, version in query.fetchall():
             yield part, key, Row(decode(text), version)
+
+    def open_runs(self, workflow: str | None = None) -> list[tuple[str, str, Row]]:
+        """Run records of unfinished requests: filtered by SQLite (its JSON functions), so only
+        those rows reach Python (:class:`~idemflow.stores.base.OpenRuns`)."""
+        keys = ("rk = ?", (RUN + workflow,)) if workflow is not None else ("rk >= ? AND rk < ?", _RUN_KEYS)
+        query = (
+            f"SELECT part, rk, v, ver FROM idemflow_rows WHERE tbl = ? AND {keys[0]} "
+            f"AND json_extract(v, '$.status') IN ({', '.join('?' * len(OPEN_STATUSES))}) ORDER BY part, rk"
+        )
+        self._round_trips += 1
+        found = self._connection("main").execute(query, (RUNS_TABLE, *keys[1], *OPEN_STATUSES)).fetchall()
+        return [(part, key, Row(decode(text), version)) for part, key, text, version in found]
 
     def tables(self) -> list[str]:
         rows = self._connection("main").execute("SELECT DISTINCT tbl FROM idemflow_rows ORDER BY tbl")
