@@ -12,15 +12,14 @@ responses, batching and the mapping of SDK errors onto idemflow's exist once.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from idemflow._trampoline import atrampoline, trampoline
+from idemflow._sdk_calls import Calls, SdkCall
 from idemflow.errors import (
     InvalidNameError,
     InvalidValueError,
@@ -99,30 +98,6 @@ _RUNS_SCHEMA: Any = {
         }
     ],
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SdkCall:
-    """One call of the low-level client: ``client.<operation>(**kwargs)``, or with ``waiter``
-    set, ``client.get_waiter(operation).wait(**kwargs)``. Each counts as one round trip."""
-
-    operation: str
-    kwargs: dict[str, Any]
-    waiter: bool = False
-
-
-Calls = Generator[SdkCall, Any, T]
-"""A store operation that yields SDK calls and returns a ``T``."""
-
-
-def drive(calls: Calls[T], invoke: Callable[[SdkCall], Any]) -> T:
-    """Run ``calls`` to their value, answering each with ``invoke`` (a blocking client)."""
-    return trampoline(calls, invoke)
-
-
-async def adrive(calls: Calls[T], invoke: Callable[[SdkCall], Awaitable[Any]]) -> T:
-    """:func:`drive`, each call awaited (an asynchronous client)."""
-    return await atrampoline(calls, invoke)
 
 
 class DynamoDBCalls:

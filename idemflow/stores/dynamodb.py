@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError
 
+from idemflow._sdk_calls import Calls, SdkCall, drive
 from idemflow.errors import StoreConfigError
 from idemflow.stores._cache_writer import CacheWriter
-from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls, SdkCall, drive
+from idemflow.stores._dynamodb_calls import CONFIG, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES, ITEM_LIMIT, PARTITION_LIMIT
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
 

@@ -26,9 +26,10 @@ from typing import Any, TypeVar
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, NoRegionError
 
+from idemflow._sdk_calls import Calls, SdkCall, adrive
 from idemflow.errors import StoreConfigError, StoreError
 from idemflow.stores._async_cache import AsyncCacheWriter
-from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls, SdkCall, adrive
+from idemflow.stores._dynamodb_calls import CONFIG, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
 from idemflow.stores.dynamodb import DynamoDBStore, store_url

@@ -33,6 +33,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from idemflow._sdk_calls import Calls, SdkCall
 from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
     DeadLetter,
@@ -47,7 +48,6 @@ from idemflow.async_worklist.queues.base import (
     decode_wire,
 )
 from idemflow.errors import InvalidNameError, StoreConfigError, StoreError
-from idemflow.stores._dynamodb_calls import Calls, SdkCall
 
 log = logging.getLogger("idemflow.async_worklist.queues.sqs")
 

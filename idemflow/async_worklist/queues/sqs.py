@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError
 
+from idemflow._sdk_calls import drive
 from idemflow.async_worklist.queues._errors import queue_error
 from idemflow.async_worklist.queues._sqs_calls import (
     CONFIG,
@@ -44,7 +45,6 @@ from idemflow.async_worklist.queues._sqs_calls import (
 )
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
 from idemflow.errors import StoreConfigError, StoreError
-from idemflow.stores._dynamodb_calls import drive
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

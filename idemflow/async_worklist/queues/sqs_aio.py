@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, NoRegionError
 
+from idemflow._sdk_calls import adrive
 from idemflow.async_worklist.queues._sqs_calls import (
     CONFIG,
     SQS_MAX_BODY_BYTES,
@@ -42,7 +43,6 @@ from idemflow.async_worklist.queues._sqs_calls import (
 from idemflow.async_worklist.queues.base import Message
 from idemflow.async_worklist.queues.sqs import SqsQueue
 from idemflow.errors import StoreConfigError, StoreError
-from idemflow.stores._dynamodb_calls import adrive
 
 __all__ = ["AsyncSqsQueue"]
 
