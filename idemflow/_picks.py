@@ -9,7 +9,6 @@ name, defaults included: with ``def place(order, *, channel="web")``,
 from __future__ import annotations
 
 import base64
-import dataclasses
 import gzip
 import inspect
 import json
@@ -20,6 +19,7 @@ import jmespath
 import jmespath.functions
 from jmespath.exceptions import JMESPathError
 
+from idemflow.codecs import model_fields
 from idemflow.errors import InvalidInputError
 
 
@@ -91,9 +91,5 @@ def searchable(value: Any) -> Any:
         return {key: searchable(item) for key, item in value.items()}
     if type(value) in (list, tuple):
         return [searchable(item) for item in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {field.name: searchable(getattr(value, field.name)) for field in dataclasses.fields(value)}
-    dump = getattr(value, "model_dump", None)
-    if callable(dump) and not isinstance(value, type):
-        return searchable(dump(mode="json"))
-    return value
+    fields = model_fields(value)
+    return value if fields is None else searchable(fields)

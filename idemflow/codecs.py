@@ -107,12 +107,22 @@ def tagged(value: object) -> dict[str, Any] | None:
         return {TAG + codec.name: codec.to_json(value)}
     if isinstance(value, enum.Enum):
         return {TAG + "enum": [class_name(kind), value.value]}
+    fields = model_fields(value)
+    if fields is None:
+        return None
+    tag = "dataclass" if dataclasses.is_dataclass(value) else "pydantic"
+    return {TAG + tag: [class_name(kind), fields]}
+
+
+def model_fields(value: object) -> dict[str, Any] | None:
+    """The fields of a dataclass instance or a pydantic model as they are stored (a dataclass's
+    values as they are, a model's as ``model_dump(mode="json")``: pydantic converts its own field
+    types, and ``model_validate`` parses them back); None for any other value."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
-        return {TAG + "dataclass": [class_name(kind), fields]}
-    if _is_pydantic_model(kind):
-        # mode="json": pydantic converts its own field types, and model_validate parses them back
-        return {TAG + "pydantic": [class_name(kind), value.model_dump(mode="json")]}  # type: ignore[attr-defined]
+        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    if _is_pydantic_model(type(value)):
+        dumped: dict[str, Any] = value.model_dump(mode="json")  # type: ignore[attr-defined]
+        return dumped
     return None
 
 

@@ -218,8 +218,6 @@ class Execution:
         """When the current step (or the outcome's write) stops retrying: ``time.monotonic()``."""
         self._run_known = plan.resume
         self._replaying = plan.resume
-        self._wrote = False
-        """Did a step of this execution commit? If none did, the outcome is an earlier one's."""
         self._done: list[_Done] = []
         self._journal: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
         self._noting = self._journal is not None or bool(plan.expected)
@@ -230,6 +228,7 @@ class Execution:
         self._attempts = 0
         """Attempts of the current step beyond its first (conflicts, transient reads): for its log."""
         self._commits = 0
+        """Steps this execution committed: none means the outcome is an earlier execution's."""
         self._run_ref = run_ref(workflow, request_id)
         self._memo_prefix = memo_prefix(workflow, request_id)
 
@@ -261,7 +260,7 @@ class Execution:
         ):
             record = yield from self._run(node)
         if self._logged:
-            answered = "ran" if self._wrote else "answered from earlier executions"
+            answered = "ran" if self._commits else "answered from earlier executions"
             self._log_event("run", status=record.status.value, outcome=answered, started=started)
         return record
 
@@ -278,7 +277,7 @@ class Execution:
 
     def _run(self, node: Node) -> Steps[RunRecord]:
         record = yield from self._outcome(node)
-        if not self._wrote and self.plan.observe_replay is not None:
+        if not self._commits and self.plan.observe_replay is not None:
             self.plan.observe_replay()
         return record
 
@@ -668,7 +667,6 @@ class Execution:
                 outcome = yield Commit(ops)
             if isinstance(outcome, Committed):
                 self._run_known = True
-                self._wrote = True
                 self._commits += 1
                 if self._traced:
                     telemetry.count(telemetry.STEPS_COMMITTED, self.workflow)

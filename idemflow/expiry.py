@@ -98,15 +98,13 @@ def owner(ref: RowRef) -> RowRef | None:
     return None if outbox is None else run_ref(*outbox)
 
 
-def finished(record: Row | None) -> bool | None:
-    """True for a completed or aborted request, False for any other (or an unreadable record),
-    None when there is no run record (never claimed, or already collected)."""
-    if record is None:
-        return None
+def _parsed(record: Row) -> RunRecord | None:
+    """The run record in ``record``, or None for one this version cannot read (kept, as an
+    unfinished request's)."""
     try:
-        return RunRecord.from_json(record.value).status.final
+        return RunRecord.from_json(record.value)
     except (AttributeError, KeyError, TypeError, ValueError):
-        return False  # not understood: kept, as an unfinished request's
+        return None
 
 
 def fate(item: Expired, record: Row | None, now: float) -> Fate:
@@ -116,23 +114,21 @@ def fate(item: Expired, record: Row | None, now: float) -> Fate:
     mine = owner(item.ref)
     if mine is None:
         return Fate.LEAVE
-    if finished(record) is False:
+    parsed = None if record is None else _parsed(record)
+    if record is not None and (parsed is None or not parsed.status.final):
         return Fate.RECHECK
-    if mine == item.ref and record is not None and now < item.expires_at + _grace(item, record):
+    if mine == item.ref and parsed is not None and now < item.expires_at + _grace(item, parsed):
         return Fate.LEAVE  # a finished run record outlives its memos (met again on a later pass)
     return Fate.DELETE
 
 
-def _grace(item: Expired, record: Row) -> float:
+def _grace(item: Expired, record: RunRecord) -> float:
     """How long a finished run record stays after it expired: one more retention (at least
     :data:`RECHECK`). A sweep visits rows in key order, not in expiry order, so a memo expiring
     before its run record may still be met after it; a run record deleted first would leave
     memos a later request of that id replays (a partial run). Keeping the record one more
     window lets every pass since the memos expired reach them first."""
-    try:
-        ended = RunRecord.from_json(record.value).finished_at
-    except (AttributeError, KeyError, TypeError, ValueError):
-        ended = None
+    ended = record.finished_at
     retention = item.expires_at - ended if ended is not None else 0.0
     return max(RECHECK, retention)
 

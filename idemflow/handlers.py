@@ -90,8 +90,8 @@ def idempotent(
     steps, a function returning an ``Idem`` or a :class:`Workflow`;
     duplicates return the first call's result.
 
-    ``key`` is a function of the handler's arguments giving a ``str`` or an
-    ``int``, or a JMESPath expression over the arguments by name
+    ``key`` is a function of the handler's arguments giving a ``str``, an
+    ``int`` or a ``UUID``, or a JMESPath expression over the arguments by name
     (``key="order.id"``). A call whose key is None (or missing from the path)
     is refused with :class:`~idemflow.errors.InvalidInputError`; with
     ``key_required=False`` it runs once, without deduplication, under a
