@@ -100,7 +100,13 @@ def test_store_expires_finished_requests_by_itself(store: Store) -> None:
     assert rows_of(store, space)[("accounts", "alice", "history")] == [-5, -5]
 
     clock[0] += 3 * 86400.0  # past the run record's extra window too
-    sweep_now(2)
+    # The record is met again on a later pass: Azure's pages resume after where the last sweep
+    # stopped (past the record, left by the first sweep), so it takes a wrap-around, at most two
+    # more sweeps than one; each commit here starts one sweep at least.
+    for n in range(2, 6):
+        sweep_now(n)
+        if not bookkeeping(store, done_id):
+            break
     assert bookkeeping(store, done_id) == []
     # After expiry a duplicate is a new request: it moves the money again.
     assert run(transfer(req), request_id=done_id, store=store, policy=policy) == {"left": 85, "dst": 15}
