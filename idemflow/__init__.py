@@ -29,7 +29,9 @@ from idemflow._lazy import load_optional
 from idemflow.aggregates import ShardedCounter
 from idemflow.arunner import arun, arun_result
 from idemflow.codecs import register_codec
+from idemflow.coordination import Child, receive, send, sleep, sleep_until, start, wait
 from idemflow.errors import (
+    ChildAborted,
     CompensationFailed,
     ConflictError,
     IdemflowError,
@@ -58,6 +60,8 @@ from idemflow.stores import _LAZY, MemoryStore, SqliteStore, Store, open_store
 from idemflow.tx import Tx
 
 __all__ = [
+    "Child",
+    "ChildAborted",
     "CompensationFailed",
     "ConflictError",
     "Idem",
@@ -98,11 +102,17 @@ __all__ = [
     "open_store",
     "pure",
     "random",
+    "receive",
     "register_codec",
     "rows",
     "run",
     "run_result",
+    "send",
+    "sleep",
+    "sleep_until",
+    "start",
     "uuid4",
+    "wait",
     "workflow",
 ]
 

@@ -240,6 +240,14 @@ class VersionNotHeldError(IdemflowError):
         )
 
 
+class ChildAborted(WorkflowAborted):
+    """The child a workflow waited for (``yield wait(child)``) aborted: thrown where it waited.
+
+    ``workflow`` and ``request_id`` name the child; ``reason`` is its abort reason. Every
+    execution of the parent meets it at the same step (the outcome is memoized).
+    """
+
+
 class RequestFailed(IdemflowError):
     """A submitted request ended ``failed``: a step kept raising after its retries.
 

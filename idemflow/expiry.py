@@ -47,7 +47,7 @@ from typing import Any
 
 from idemflow._io import Commit, ReadMany, Steps
 from idemflow._trampoline import atrampoline, trampoline
-from idemflow.keys import RUN, RUNS_TABLE, parse_memo_key, parse_outbox_key
+from idemflow.keys import RUN, RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key
 from idemflow.records import RunRecord, run_ref
 from idemflow.serialization import decode
 from idemflow.stores.base import (
@@ -94,8 +94,8 @@ def owner(ref: RowRef) -> RowRef | None:
         return None
     if ref.key.startswith(RUN):
         return ref
-    outbox = parse_outbox_key(ref.key)
-    return None if outbox is None else run_ref(*outbox)
+    sent_to = parse_outbox_key(ref.key) or parse_inbox_key(ref.key)  # wake-ups and messages too
+    return None if sent_to is None else run_ref(*sent_to)
 
 
 def _parsed(record: Row) -> RunRecord | None:

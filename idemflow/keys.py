@@ -13,7 +13,12 @@ reach a memo or bookkeeping row, whatever characters it holds:
 - ``o<workflow>|<request>`` an outbox entry (a submitted continuation that is
   due), in one of the :data:`OUTBOX_SHARDS` partitions ``outbox.<n>`` of
   :data:`RUNS_TABLE` (a request id equal to such a name shares the partition
-  but never a key: its rows start with ``r`` and ``m``).
+  but never a key: its rows start with ``r`` and ``m``);
+  ``o<workflow>|<request>|w<cause>`` a wake-up of that request (a child
+  finished, a message arrived), one per cause, so no writer deletes another's;
+- ``q<workflow>|<request>|<topic>|<sender>`` a message sent to a request,
+  beside its run record; a ``receive`` marks it taken in the same commit as
+  its memo (``<sender>`` names the sending step: a resent send meets it).
 
 Workflow names and request ids are escaped (``%`` → ``%25``, ``|`` → ``%7C``)
 so the ``|`` separators are unambiguous: the encoding is injective.
@@ -39,7 +44,7 @@ _WORKFLOW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,99}")
 MAX_ID_CHARS = 255
 MAX_KEY_CHARS = 512
 
-DATA, MEMO, RUN, OUTBOX = "d", "m", "r", "o"
+DATA, MEMO, RUN, OUTBOX, INBOX = "d", "m", "r", "o", "q"
 
 OUTBOX_SHARDS = 16
 """Partitions the outbox is spread over (no hot partition; a relay reads each once per pass).
@@ -109,6 +114,40 @@ def outbox_key(workflow: str, request_id: str) -> str:
     return f"{OUTBOX}{_escape(workflow)}|{_escape(request_id)}"
 
 
+def wake_key(workflow: str, request_id: str, cause: str) -> str:
+    """Row key of a wake-up of a request (outbox partition), one per ``cause``.
+
+    >>> wake_key("parent", "p-1", "child c-1")
+    'oparent|p-1|w9be31366ef437fa0'
+    """
+    tag = hashlib.sha256(cause.encode("utf-8")).hexdigest()[:16]
+    return f"{outbox_key(workflow, request_id)}|w{tag}"
+
+
+def inbox_prefix(workflow: str, request_id: str, topic: str) -> str:
+    """What every message key of ``topic`` sent to a request starts with."""
+    return f"{INBOX}{_escape(workflow)}|{_escape(request_id)}|{_escape(topic)}|"
+
+
+def inbox_key(workflow: str, request_id: str, topic: str, sender: str) -> str:
+    """Row key of the message ``sender`` (a sending step, escaped) sent to a request on ``topic``."""
+    return inbox_prefix(workflow, request_id, topic) + _escape(sender)
+
+
+def parse_inbox_key(row_key: str) -> tuple[str, str] | None:
+    """``(workflow, request id)`` a message row was sent to, or None.
+
+    >>> parse_inbox_key(inbox_key("pay", "p|1", "t", "s"))
+    ('pay', 'p|1')
+    """
+    if not row_key.startswith(INBOX):
+        return None
+    parts = row_key[1:].split("|")
+    if len(parts) != 4:
+        return None
+    return _unescape(parts[0]), _unescape(parts[1])
+
+
 def user_key(row_key: str) -> str | None:
     """The user key of a data row key, or None for memo and bookkeeping rows."""
     return row_key[1:] if row_key.startswith(DATA) else None
@@ -125,15 +164,17 @@ def parse_memo_key(row_key: str) -> tuple[str, str, str] | None:
 
 
 def parse_outbox_key(row_key: str) -> tuple[str, str] | None:
-    """``(workflow, request id)`` of an outbox entry's row key, or None.
+    """``(workflow, request id)`` of an outbox entry's (or a wake-up's) row key, or None.
 
     >>> parse_outbox_key(outbox_key("transfer", "a|b"))
+    ('transfer', 'a|b')
+    >>> parse_outbox_key(wake_key("transfer", "a|b", "why"))
     ('transfer', 'a|b')
     """
     if not row_key.startswith(OUTBOX):
         return None
     parts = row_key[1:].split("|")
-    if len(parts) != 2:
+    if len(parts) not in (2, 3) or (len(parts) == 3 and not parts[2].startswith("w")):
         return None
     return _unescape(parts[0]), _unescape(parts[1])
 

@@ -90,6 +90,63 @@ class Checkpoint(NamedTuple):
     """``checkpoint()``: where ``submit`` answers the client and hands the rest to workers."""
 
 
+class Deadline(NamedTuple):
+    """A due time, memoized: ``at``, or the clock plus ``seconds`` when first reached."""
+
+    seconds: float | None
+    at: float | None
+    label: str
+
+
+class Until(NamedTuple):
+    """Go on once the clock reaches ``due`` (a worker suspends the request until then)."""
+
+    due: float
+
+
+class Start(NamedTuple):
+    """``start(child(...), request_id=)``: claim a child request, exactly once, with this step."""
+
+    call: Call
+    request_id: str
+    version: int
+    fingerprint: str
+    aliases: tuple[str, ...]
+    input: Any
+
+
+class WaitFor(NamedTuple):
+    """``wait(child)``: the child's outcome, once it finished."""
+
+    workflow: str
+    request_id: str
+    call: Call | None
+
+
+class Post(NamedTuple):
+    """``send(workflow, request_id, topic, value)``: one message into another request."""
+
+    workflow: str
+    request_id: str
+    topic: str
+    value: Any
+
+
+class Receive(NamedTuple):
+    """``receive(topic)``: the next message on ``topic``, or None once ``due`` passed."""
+
+    topic: str
+    due: float | None
+
+
+class Child(NamedTuple):
+    """What ``yield start(...)`` gives: the child's workflow and request id, for ``wait``."""
+
+    workflow: str
+    request_id: str
+    call: Call | None = None
+
+
 class Call(NamedTuple):
     """A ``@workflow`` function applied to its input."""
 
@@ -109,7 +166,10 @@ class Call(NamedTuple):
 TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint
 """Steps with no table of their own; the engine dispatches on them exhaustively."""
 
-Node = Pure | Bind | Atomic | Call | Now | Uuid4 | Random | Effect | Abort | Checkpoint
+Coordination = Deadline | Until | Start | WaitFor | Post | Receive
+"""Steps that wait for time, for another request, or reach one (:mod:`idemflow.coordination`)."""
+
+Node = Pure | Bind | Atomic | Call | Now | Uuid4 | Random | Effect | Abort | Checkpoint | Coordination
 
 
 class Idem(BaseContainer, SupportsKind1["Idem[Any]", T], Bindable1[T], Mappable1[T], Generic[T]):

@@ -166,6 +166,12 @@ def abort_steps(
         raise VersionNotHeldError(workflow, request_id, record.version, tuple(sorted(held)))
     args, kwargs = stored_arguments(record, request_id)
     m = flow(*args, **kwargs)
-    plan = Plan(version=record.version, resume=True, abort=Aborting(reason), durable_outcome=True)
+    plan = Plan(
+        version=record.version,
+        resume=True,
+        abort=Aborting(reason),
+        durable_outcome=True,
+        parent=record.parent,  # a child's abort wakes the parent waiting for it
+    )
     request = describe_request(m)
     return (yield from execution_steps(m, request, request_id, store, policy, clock, plan, (), reader=reader))

@@ -66,6 +66,14 @@ class Plan:
     expected: tuple[JournalEntry, ...] = ()
     """The steps a resumed request committed before its checkpoint: each is checked against
     the code as it is reached, so a step moved to another table or partition never runs."""
+    suspend: bool = False
+    """A step that must wait (``sleep``, ``wait``, ``receive``) raises :class:`Suspended` instead
+    of waiting in the process: ``submit`` and workers, which hand the rest to the queue."""
+    announce: Callable[[OutboxEntry], str] | None = None
+    """The queue message body that resumes a request: given, a step that starts a child or sends a
+    message, and a child's outcome, also send it at once (else a worker's relay does)."""
+    parent: OutboxEntry | None = None
+    """The request to wake when this one finishes (it was started as a child)."""
 
 
 DEFAULT_PLAN = Plan()
@@ -95,3 +103,15 @@ class Checkpointed(BaseException):
     def __init__(self, journal: tuple[JournalEntry, ...]) -> None:
         super().__init__(len(journal))
         self.journal = journal
+
+
+class Suspended(Checkpointed):
+    """A step must wait (a timer, a child, a message) and this execution may not: the rest is
+    for a worker, from a continuation due at ``due`` (epoch seconds), or, if None, when a
+    wake-up (the child finishing, a message arriving) sends one."""
+
+    def __init__(self, journal: tuple[JournalEntry, ...], due: float | None, why: str) -> None:
+        super().__init__(journal)
+        self.due = due
+        self.why = why
+        """What it waits for, for the run record's note (``status(...).waiting``)."""

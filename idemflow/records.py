@@ -148,9 +148,12 @@ class RunRecord:
     """``{"args": [...], "kwargs": {...}}`` of a submitted request, until it finishes."""
     failure: Failure | None = None
     waiting: str | None = None
-    """Why no worker could run it yet (a version no worker holds, code that differs)."""
+    """Why no worker could run it yet (a version no worker holds, code that differs), or what it
+    waits for (a timer, a child, a message: see :mod:`idemflow.coordination`)."""
     started_at: float | None = None
     """Epoch seconds of the claim (absent from records written by 0.1)."""
+    parent: OutboxEntry | None = None
+    """The request that started this one as a child (``start``): woken when this one finishes."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
@@ -160,6 +163,8 @@ class RunRecord:
             record["st"] = self.started_at
         if self.finished_at is not None:
             record["at"] = self.finished_at
+        if self.parent is not None:
+            record["par"] = [self.parent.workflow, self.parent.version, self.parent.request_id]
         if self.status is RunStatus.COMPLETED:
             record["result"] = self.result
         elif self.status is RunStatus.ABORTED:
@@ -175,7 +180,7 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, value: Any) -> RunRecord:
-        failure = value.get("fail")
+        failure, parent = value.get("fail"), value.get("par")
         return cls(
             fingerprint=str(value["fp"]),
             status=RunStatus(value["status"]),
@@ -187,6 +192,9 @@ class RunRecord:
             failure=None if failure is None else Failure.from_json(failure),
             waiting=value.get("wait"),
             started_at=value.get("st"),
+            parent=None
+            if parent is None
+            else OutboxEntry(str(parent[0]), int(parent[1]), str(parent[2]), 0.0),
         )
 
     def arguments(self) -> tuple[list[Any], dict[str, Any]] | None:
@@ -220,3 +228,46 @@ class OutboxEntry:
     @classmethod
     def from_json(cls, raw: Any) -> OutboxEntry:
         return cls(str(raw["wf"]), int(raw["wv"]), str(raw["id"]), float(raw["due"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message sent to a request (``send``), until a ``receive`` consumes it.
+
+    ``sender`` names the sending step (workflow, request, step) and ``seq`` its step number, so
+    one sender's messages are received in the order sent; ``at`` (the sender's clock) orders
+    the first messages of different senders.
+    """
+
+    value: JSON
+    sender: str
+    seq: int
+    at: float
+    was: bool = False
+    """Taken by a ``receive``: the row stays (without its value) until the request's rows are
+    collected, so a sender resending its step meets it instead of sending the message again."""
+
+    def to_json(self) -> dict[str, JSON]:
+        row: dict[str, JSON] = {"v": self.value, "s": self.sender, "n": self.seq, "at": self.at}
+        if self.was:
+            row["taken"] = True
+        return row
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Message:
+        return cls(raw.get("v"), str(raw["s"]), int(raw["n"]), float(raw["at"]), bool(raw.get("taken")))
+
+    def taken(self) -> Message:
+        """This message's row once a ``receive`` took it."""
+        return replace(self, value=None, was=True)
+
+    @staticmethod
+    def was_taken(raw: Any) -> bool:
+        return isinstance(raw, dict) and bool(raw.get("taken"))
+
+
+def child_outcome(record: RunRecord) -> dict[str, JSON]:
+    """What ``wait(child)`` memoizes of a finished child: its status and result or reason."""
+    if record.status is RunStatus.COMPLETED:
+        return {"status": record.status.value, "result": record.result}
+    return {"status": record.status.value, "reason": record.reason}

@@ -14,6 +14,7 @@ DOCS = [
     ROOT / "docs" / "asyncio.md",
     ROOT / "docs" / "contention.md",
     ROOT / "docs" / "migrating.md",
+    ROOT / "docs" / "coordination.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]
 

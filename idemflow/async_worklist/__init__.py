@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
 from idemflow.async_worklist.aworker import AsyncWorker
+from idemflow.async_worklist.deliver import asend_message, send_message
 from idemflow.async_worklist.messages import MessageRejected
 from idemflow.async_worklist.outbox import relay
 from idemflow.async_worklist.queues import (
@@ -65,6 +66,7 @@ __all__ = [
     "ThreadedQueue",
     "Worker",
     "WorkerStats",
+    "asend_message",
     "astatus",
     "asubmit",
     "checkpoint",
@@ -72,6 +74,7 @@ __all__ = [
     "open_queue",
     "relay",
     "retry",
+    "send_message",
     "status",
     "submit",
 ]

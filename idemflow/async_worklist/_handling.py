@@ -25,10 +25,10 @@ from typing import Any
 from idemflow import telemetry
 from idemflow._io import Send, Settle, Steps
 from idemflow.async_worklist import _runs
-from idemflow.async_worklist.messages import MessageRejected, Pointer, decode_pointer
+from idemflow.async_worklist.messages import MessageRejected, Pointer, decode_pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Message, check_seconds
-from idemflow.async_worklist.submit import resolve_signing_key
-from idemflow.engine import Plan
+from idemflow.async_worklist.submit import announcer, hop, resolve_signing_key
+from idemflow.engine import Plan, Suspended
 from idemflow.errors import InvalidInputError, NonDeterminismError, StepFailedError
 from idemflow.operations import abort_steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
@@ -57,6 +57,8 @@ class WorkerStats:
     failed: int = 0
     waiting: int = 0
     relayed: int = 0
+    suspended: int = 0
+    """Requests handed back to the queue at a sleep, a wait for a child or a receive."""
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -167,6 +169,9 @@ class Handling:
             durable_outcome=True,
             step_errors=True,
             expected=pointer.steps,
+            suspend=True,
+            announce=announcer(self.key),
+            parent=record.parent,
         )
         try:
             done = yield from execution_steps(
@@ -184,6 +189,13 @@ class Handling:
             raise Wait(
                 f"the code of version {record.version} differs from what the request ran: {exc}"
             ) from exc
+        except Suspended as suspended:  # a timer, a child or a message: no worker waits for it
+            yield from _runs.waiting_steps(pointer.workflow, pointer.request_id, suspended.why, self._retries)
+            if suspended.due is not None:
+                again = Pointer(pointer.workflow, record.version, pointer.request_id)
+                yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()))
+            fields["due"] = suspended.due
+            return "suspended"
         return done.status.value  # its completion record is durable: the caller may ack
 
     def _flow(self, name: str, version: int) -> Workflow[Any, Any]:
@@ -202,6 +214,8 @@ class Handling:
         with self._lock:
             if outcome == "duplicate":
                 self.stats.duplicates += 1
+            elif outcome == "suspended":
+                self.stats.suspended += 1
             elif outcome == RunStatus.ABORTED.value:
                 self.stats.aborted += 1
             else:

@@ -33,10 +33,10 @@ from idemflow._drive import drive
 from idemflow._io import Commit, Read, Scan, Send, Steps
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
+from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_key, outbox_partitions
 from idemflow.policy import DEFAULT_POLICY, resent
-from idemflow.records import OutboxEntry, run_ref
-from idemflow.stores.base import Delete, RowRef, Store
+from idemflow.records import OutboxEntry, RunRecord, run_ref
+from idemflow.stores.base import Delete, Row, RowRef, Store
 
 log = logging.getLogger("idemflow.relay")
 
@@ -75,6 +75,8 @@ def relay_steps(signing_key: bytes | None, clock: Callable[[], float]) -> Steps[
             fields = {"workflow": entry.workflow, "version": entry.version, "request_id": entry.request_id}
             resending = DEFAULT_POLICY.resending(DEFAULT_POLICY.until())
             claimed = yield from resent(resending, Read(run_ref(entry.workflow, entry.request_id)))
+            if claimed is not None and key != outbox_key(entry.workflow, entry.request_id):
+                claimed = _wakeable(claimed)  # a wake-up: only for a request workers finish
             if claimed is not None:  # else its submitter died before the claim: nothing to finish
                 body = encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), signing_key)
                 with telemetry.span(
@@ -86,3 +88,10 @@ def relay_steps(signing_key: bytes | None, clock: Callable[[], float]) -> Steps[
             yield from resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), Commit([delete]))
             log.info("relayed a due continuation" if claimed else "dropped an unclaimed entry", extra=fields)
     return sent
+
+
+def _wakeable(row: Row) -> Row | None:
+    """The run record, if a wake-up of its request is for the workers: it was submitted and is not
+    finished (a request ``run`` runs polls for its child or message itself)."""
+    record = RunRecord.from_json(row.value)
+    return row if record.input is not None and not record.status.final else None

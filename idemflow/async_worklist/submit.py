@@ -38,11 +38,12 @@ from idemflow._adrive import adrive
 from idemflow._drive import drive
 from idemflow._io import CommitCache, Send, Steps
 from idemflow.arunner import arun_status
+from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission
+from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
 from idemflow.errors import InvalidInputError, RequestFailed, StoreError, VersionNotHeldError, WorkflowAborted
 from idemflow.keys import check_request_id
 from idemflow.monad import Call, Checkpoint, Idem
@@ -78,7 +79,8 @@ class RequestStatus:
 
     ``status`` is ``unknown | running | completed | aborted | failed``;
     ``version`` the workflow version it runs on; ``failure`` why it failed;
-    ``waiting`` why no worker could run it yet (e.g. no worker holds its version).
+    ``waiting`` why no worker could run it yet (e.g. no worker holds its version) or what it
+    waits for (``sleeping until ...``, a child, a message).
     """
 
     status: RunStatus
@@ -310,19 +312,28 @@ def submission_steps(
     """What ``submit`` and ``asubmit`` do (one computation): the outcome, if known already."""
     wall = time.time if clock is None else clock
     entry = OutboxEntry(request.workflow, request.version, request_id, wall() + grace)
+    key = resolve_signing_key(signing_key)
     plan = Plan(
         version=request.version,
         at_checkpoint=AtCheckpoint.STOP,
         submission=Submission(request.input(), entry),
         durable_outcome=True,  # the handle returned says final: so must the store
+        suspend=True,
+        announce=announcer(key),
     )
-    key = resolve_signing_key(signing_key)
     try:
         record = yield from execution_steps(
             m, request, request_id, store, policy, wall, plan, (), reader=reader
         )
     except Checkpointed as reached:
         pointer = Pointer(request.workflow, request.version, request_id, reached.journal)
+        if isinstance(reached, Suspended):
+            yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
+            if reached.due is None:  # a child's outcome or a message wakes it: no continuation yet
+                yield CommitCache([Delete(outbox_ref(request.workflow, request_id))])
+                return None
+            yield from _send(pointer, key, max_body_bytes, hop(reached.due, wall()))
+            return None
         yield from _send(pointer, key, max_body_bytes)
         return None
     except VersionNotHeldError as other:  # a duplicate after a deploy: its own version finishes it
@@ -331,14 +342,29 @@ def submission_steps(
     return RequestStatus.of(record)
 
 
-def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int) -> Steps[None]:
+MAX_HOP = 900.0
+"""The longest delay a suspended continuation is queued with (SQS's limit, used on every queue):
+a timer due later is re-queued when it arrives, until it is due."""
+
+
+def hop(due: float, now: float) -> float:
+    """The delay to queue a continuation due at ``due`` with."""
+    return min(max(due - now, 0.0), MAX_HOP)
+
+
+def announcer(key: bytes | None) -> Callable[[OutboxEntry], str]:
+    """How the engine words the continuation of another request it wakes (a child, a receiver)."""
+    return lambda entry: encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), key)
+
+
+def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float = 0.0) -> Steps[None]:
     """Send the pointer and clear the outbox entry; a queue that fails leaves it to the relay."""
     body = encode_pointer(pointer, key)
     if len(body.encode("utf-8")) > max_body_bytes:  # hundreds of long-named steps
         body = encode_pointer(dataclasses.replace(pointer, steps=()), key)
     try:
         with telemetry.span("idemflow.queue.send", workflow=pointer.workflow, request_id=pointer.request_id):
-            yield Send(body)
+            yield Send(body, delay)
     except StoreError as exc:  # QueueError, TransientStoreError, StoreConfigError
         log.warning(
             "queue send failed; a worker's relay will send the continuation: %s",

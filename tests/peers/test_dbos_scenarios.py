@@ -5,8 +5,8 @@ Source: ``dbos-inc/dbos-transact-py``, ``tests/`` (``test_dbos.py``, ``test_fail
 ``test_workflow_introspection.py``). ``SetWorkflowID(id)`` is ``request_id=``; a
 ``@DBOS.transaction`` is an ``atomic`` step; a ``@DBOS.step`` an ``effect``;
 ``DBOS.start_workflow`` / handles are ``submit`` / ``Pending`` with a ``Worker``
-(``docs/migrating.md``). Missing features (durable sleep, messages, events, child
-workflows: issue #19) are strict xfails.
+(``docs/migrating.md``). Missing features (events, workflow timeouts, fork,
+in-place step retries) are strict xfails.
 """
 
 from __future__ import annotations
@@ -32,15 +32,19 @@ from idemflow import (
     atomic,
     effect,
     operations,
+    receive,
     run,
+    sleep,
+    start,
+    wait,
     workflow,
 )
-from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, retry, status, submit
+from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, retry, send_message, status, submit
 from idemflow.cli import main as idemflow_cli
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash, data_rows
 
-ISSUE_19 = "issue #19: idemflow has no {} yet"
+MISSING = "idemflow has no {} (not planned yet)"
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -497,10 +501,9 @@ def test_garbage_collection_removes_finished_workflows_only(tmp_path: Path) -> N
 # --- not offered yet -----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_19.format("child workflows with a status of their own"))
 def test_a_child_workflow_is_a_request_of_its_own(store: Store) -> None:
-    """Today a workflow call yielded inside another runs as the parent's own steps: the result is
-    right, but the child has no run record (no status, no id of its own)."""
+    """A workflow call yielded inside another runs as the parent's own steps; one started with
+    ``start`` is a request of its own (run record, status, id), waited for with ``wait``."""
 
     # peer: tests/test_dbos.py::test_child_workflow
     @workflow("child")
@@ -510,17 +513,16 @@ def test_a_child_workflow_is_a_request_of_its_own(store: Store) -> None:
 
     @workflow("parent")
     def parent(var: str) -> Generator[Any, Any, str]:
-        return str((yield child("test")))
+        started = yield start(child("test"), request_id=f"{var}-child")
+        return str((yield wait(started)))
 
     assert run(parent("x"), request_id="p-1", store=store) == "test_child"
-    assert [r.workflow for r in operations.runs(store)] == ["child", "parent"]
+    assert sorted(r.workflow for r in operations.runs(store)) == ["child", "parent"]
+    assert status(store, "child", "x-child").status is RunStatus.COMPLETED
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_19.format("child workflows started under an id of their own"))
 def test_a_child_workflow_with_an_assigned_id_runs_once_for_any_parent(store: Store) -> None:
     # peer: tests/test_dbos.py::test_child_workflow_assigned_id
-    from idemflow import start_child  # type: ignore[attr-defined]
-
     ran: list[str] = []
 
     @workflow("assigned_child")
@@ -530,60 +532,56 @@ def test_a_child_workflow_with_an_assigned_id_runs_once_for_any_parent(store: St
 
     @workflow("assigning_parent")
     def assigning_parent(var: str) -> Generator[Any, Any, str]:
-        return str((yield start_child(assigned_child(var), request_id="assigned_child_id")))
+        return str((yield wait((yield start(assigned_child(var), request_id="assigned_child_id")))))
 
     assert run(assigning_parent("first"), request_id="p-2", store=store) == "first1"
     assert run(assigning_parent("first"), request_id="p-3", store=store) == "first1"
     assert ran == ["child"]
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_19.format("durable sleep"))
 def test_a_durable_sleep_is_not_slept_again_on_recovery(store: Store) -> None:
     # peer: tests/test_dbos.py::test_sleep
-    from idemflow import sleep  # type: ignore[attr-defined]
+    now = [1_000.0]
 
     @workflow("sleeper")
     def sleeper(seconds: float) -> Generator[Any, Any, str]:
         yield sleep(seconds)
         return "awake"
 
-    assert run(sleeper(0.2), request_id="z-1", store=store) == "awake"
+    queue = MemoryQueue()
+    submit(sleeper(3600), request_id="z-1", store=store, queue=queue, clock=lambda: now[0])
+    now[0] += 3600  # the process was down the whole hour: recovery finds it due, no new hour
+    assert run(sleeper(3600), request_id="z-1", store=store, clock=lambda: now[0]) == "awake"
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_19.format("send/recv messages between workflows"))
 def test_a_workflow_receives_a_message_sent_to_its_id(store: Store) -> None:
     # peer: tests/test_dbos.py::test_send_recv
     # peer: tests/test_dbos.py::test_recv_timeout
-    from idemflow import recv, send  # type: ignore[attr-defined]
-
     @workflow("receiver")
     def receiver(topic: str) -> Generator[Any, Any, Any]:
-        return (yield recv(topic, timeout=5))
+        return (yield receive(topic, timeout=5))
 
     queue = MemoryQueue()
     pending = submit(receiver("greeting"), request_id="m-1", store=store, queue=queue)
-    send(store, "receiver", "m-1", "hello", topic="greeting")
+    send_message(store, "receiver", "m-1", "greeting", "hello", key="hello-m-1", queue=queue)
     worker(store, queue, receiver).run(idle_timeout=0.2)
     assert pending.result(timeout=5) == "hello"
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_19.format("send with an idempotency key"))
 def test_a_message_sent_twice_with_one_key_is_received_once(store: Store) -> None:
     # peer: tests/test_dbos.py::test_send_idempotency_key
-    from idemflow import recv, send  # type: ignore[attr-defined]
-
     @workflow("counting_receiver")
     def counting_receiver(topic: str) -> Generator[Any, Any, list[Any]]:
-        first = yield recv(topic, timeout=1)
-        second = yield recv(topic, timeout=0.2)
+        first = yield receive(topic, timeout=1)
+        second = yield receive(topic, timeout=0.2)
         return [first, second]
 
     for _ in range(2):
-        send(store, "counting_receiver", "m-2", "once", topic="t", idempotency_key="k")
+        send_message(store, "counting_receiver", "m-2", "t", "once", key="k")
     assert run(counting_receiver("t"), request_id="m-2", store=store) == ["once", None]
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_19.format("set_event/get_event"))
+@pytest.mark.xfail(strict=True, reason=MISSING.format("set_event/get_event"))
 def test_an_event_set_by_a_workflow_is_read_by_its_id(store: Store) -> None:
     # peer: tests/test_dbos.py::test_set_get_events
     # peer: tests/test_dbos.py::test_get_event_timeout

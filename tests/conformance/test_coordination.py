@@ -1,0 +1,372 @@
+"""Timers, child workflows and messages between workflows (issue #19), on every store.
+
+Each runs the asynchronous variant as users do (``submit``, then workers)
+and under ``run``, and checks the promise: each step's effect once, the
+timer never early, a child started once whoever retries, a message taken
+once and in its sender's order, whatever crashes in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from idemflow import (
+    ChildAborted,
+    IdempotencyKeyReuseError,
+    InvalidInputError,
+    InvalidValueError,
+    Store,
+    Tx,
+    atomic,
+    receive,
+    run,
+    send,
+    sleep,
+    sleep_until,
+    start,
+    wait,
+    workflow,
+)
+from idemflow.async_worklist import MemoryQueue, Worker, status, submit
+from idemflow.async_worklist.submit import MAX_HOP
+from idemflow.records import RunStatus
+from idemflow.testing import Fault, FaultyStore, SimulatedCrash
+from tests.conformance.test_continuations import Clock, outbox_rows
+from tests.conformance.test_workflow_contract import new_space
+from tests.workflows import rows_of
+
+BOTH_APIS = True
+
+
+def bump(space: str, key: str) -> Any:
+    def body(tx: Tx) -> None:
+        tx.increment(key)
+
+    return atomic("tablea", space + "c", body, name="bump " + key)
+
+
+def counts(store: Store, space: str) -> dict[str, Any]:
+    """How many times each step's effect was applied."""
+    return {key: value for (_, part, key), value in rows_of(store, space).items() if part == "c"}
+
+
+@workflow("napper")
+def napper(space: str, seconds: float) -> Generator[Any, Any, str]:
+    yield bump(space, "before")
+    yield sleep(seconds)
+    yield bump(space, "after")
+    return "awake"
+
+
+@workflow("kid")
+def kid(space: str, verdict: str) -> Generator[Any, Any, str]:
+    if verdict == "fail":
+        yield atomic("tablea", space + "c", lambda tx: 1 / 0, name="fails")
+    yield bump(space, "kid")
+    if verdict == "abort":
+        from idemflow.compensation import abort
+
+        yield abort({"why": "kid said no"})
+    return f"kid of {space}"
+
+
+@workflow("parent")
+def parent(space: str, verdict: str) -> Generator[Any, Any, Any]:
+    yield bump(space, "parent-before")
+    child = yield start(kid(space, verdict), request_id=f"{space}-kid")
+    try:
+        result = yield wait(child)
+    except ChildAborted as aborted:
+        result = {"child aborted": aborted.reason}
+    yield bump(space, "parent-after")
+    return result
+
+
+@workflow("inbox")
+def inbox(space: str, expected: int) -> Generator[Any, Any, list[Any]]:
+    got = []
+    for _ in range(expected):
+        got.append((yield receive("notes", timeout=600)))
+    yield bump(space, "read")
+    return got
+
+
+@workflow("writer")
+def writer(space: str, notes: list[str]) -> Generator[Any, Any, int]:
+    for note in notes:
+        yield send(inbox, space, "notes", note)
+    yield bump(space, "wrote")
+    return len(notes)
+
+
+def deliver(
+    worker: Worker, queue: MemoryQueue, clock: Clock, *, step: float = 60.0, rounds: int = 400
+) -> int:
+    """Hand every message to ``worker``, moving the clock ``step`` when only delayed ones are left;
+    the number of messages handled."""
+    handled = 0
+    for _ in range(rounds):
+        received = queue.receive()
+        if received:
+            worker.handle(received[0])
+            handled += 1
+        elif queue.approximate_size() == 0:
+            return handled
+        else:
+            clock.now += step
+    raise AssertionError(f"{queue.approximate_size()} message(s) still queued")
+
+
+def test_a_sleep_suspends_the_request_and_resumes_it_when_due(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    started = clock.now
+    pending = submit(napper(space, 2 * MAX_HOP + 30), request_id=space, store=store, queue=queue, clock=clock)
+    assert pending.status() is RunStatus.RUNNING and counts(store, space) == {"before": 1}
+    assert (status(store, "napper", space).waiting or "").startswith("sleeping until 2027-01-15T08:")
+    worker = Worker([napper], store=store, queue=queue, clock=clock)
+    for _ in range(200):  # never early: nothing after the sleep until the clock reaches it
+        received = queue.receive()
+        if not received:
+            if queue.approximate_size() == 0:
+                break
+            clock.now += 10
+            continue
+        worker.handle(received[0])
+        done = counts(store, space).get("after")
+        assert done is None or clock.now >= started + 2 * MAX_HOP + 30
+    assert status(store, "napper", space).result == "awake"
+    assert counts(store, space) == {"before": 1, "after": 1}
+    assert worker.stats.suspended == 2  # submit queued it 900 s ahead, workers twice more
+    assert not any(space in key for key in outbox_rows(store))
+
+
+def test_a_duplicate_of_a_sleeping_request_does_not_restart_its_timer(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    submit(napper(space, 100), request_id=space, store=store, queue=queue, clock=clock)
+    clock.now += 90
+    submit(napper(space, 100), request_id=space, store=store, queue=queue, clock=clock)  # replays
+    clock.now += 11  # 101 s after the first: due, though the duplicate came 11 s ago
+    worker = Worker([napper], store=store, queue=queue, clock=clock)
+    deliver(worker, queue, clock, step=1)
+    assert status(store, "napper", space).result == "awake" and counts(store, space)["after"] == 1
+
+
+def test_run_sleeps_in_the_process_and_a_rerun_does_not_sleep_again(store: Store) -> None:
+    space = new_space()
+    assert run(napper(space, 0.05), request_id=space, store=store) == "awake"
+    assert run(napper(space, 0.05), request_id=space, store=store) == "awake"
+    assert counts(store, space) == {"before": 1, "after": 1}
+
+
+def test_sleep_until_a_time_already_past_goes_on_at_once(store: Store) -> None:
+    @workflow("alarm")
+    def alarm(space: str) -> Generator[Any, Any, str]:
+        yield sleep_until(1_000.0)
+        yield bump(space, "rang")
+        return "rang"
+
+    space = new_space()
+    assert run(alarm(space), request_id=space, store=store) == "rang"
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "5", True, 10**9])
+def test_a_bad_sleep_is_refused_before_anything_is_written(store: Store, bad: Any) -> None:
+    @workflow("bad-nap")
+    def bad_nap(space: str) -> Generator[Any, Any, None]:
+        yield sleep(bad)
+
+    space = new_space()
+    with pytest.raises(InvalidValueError):
+        run(bad_nap(space), request_id=space, store=store)
+    assert status(store, "bad-nap", space).status is RunStatus.UNKNOWN
+
+
+@pytest.mark.parametrize("verdict", ["ok", "abort"])
+def test_a_child_runs_once_with_its_own_status_and_wakes_its_parent(store: Store, verdict: str) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    for _ in range(2):  # a duplicate submit starts no second child
+        submit(parent(space, verdict), request_id=space, store=store, queue=queue, clock=clock)
+    worker = Worker([parent, kid], store=store, queue=queue, clock=clock)
+    deliver(worker, queue, clock)
+    child = status(store, "kid", f"{space}-kid")
+    outcome = status(store, "parent", space)
+    assert outcome.status is RunStatus.COMPLETED
+    if verdict == "ok":
+        assert child.status is RunStatus.COMPLETED and outcome.result == f"kid of {space}"
+    else:
+        assert child.status is RunStatus.ABORTED
+        assert outcome.result == {"child aborted": {"why": "kid said no"}}
+    assert counts(store, space) == {"parent-before": 1, "kid": 1, "parent-after": 1}
+    assert worker.stats.completed + worker.stats.aborted == 2  # the parent held no worker: woken
+    assert not any(space in key for key in outbox_rows(store))
+
+
+@pytest.mark.blocking_api
+def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(store: Store) -> None:
+    from idemflow import operations
+
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    submit(parent(space, "fail"), request_id=space, store=store, queue=queue, clock=clock)
+    worker = Worker([parent, kid], store=store, queue=queue, clock=clock, max_deliveries=2)
+    deliver(worker, queue, clock)
+    assert status(store, "kid", f"{space}-kid").status is RunStatus.FAILED
+    waiting = status(store, "parent", space)
+    assert waiting.status is RunStatus.RUNNING and "waiting for 'kid'" in (waiting.waiting or "")
+    operations.abort(store, [kid], "kid", f"{space}-kid", reason="given up", clock=clock)
+    clock.now += 60
+    assert worker.relay() == 1  # the child's outcome committed a wake-up of its parent
+    deliver(worker, queue, clock)
+    assert status(store, "parent", space).result == {"child aborted": "given up"}
+    assert counts(store, space) == {"parent-before": 1, "parent-after": 1}
+
+
+def test_under_run_a_wait_runs_the_child_in_the_process(store: Store) -> None:
+    space = new_space()
+    assert run(parent(space, "ok"), request_id=space, store=store) == f"kid of {space}"
+    assert status(store, "kid", f"{space}-kid").status is RunStatus.COMPLETED
+    assert run(parent(space, "ok"), request_id=space, store=store) == f"kid of {space}"
+    assert counts(store, space) == {"parent-before": 1, "kid": 1, "parent-after": 1}
+
+
+def test_a_child_id_reused_with_another_input_fails_the_parent(store: Store) -> None:
+    space = new_space()
+    run(kid(space, "other"), request_id=f"{space}-kid", store=store)
+    with pytest.raises(IdempotencyKeyReuseError):
+        run(parent(space, "ok"), request_id=space, store=store)
+
+
+def test_a_workflow_starting_itself_as_its_child_is_refused_before_any_write(store: Store) -> None:
+    @workflow("selfish")
+    def selfish(space: str) -> Generator[Any, Any, Any]:
+        return (yield wait((yield start(selfish(space), request_id=space))))
+
+    space = new_space()
+    with pytest.raises(InvalidInputError, match="cannot start itself"):
+        run(selfish(space), request_id=space, store=store)
+    assert status(store, "selfish", space).status is RunStatus.UNKNOWN
+
+
+def test_messages_are_received_once_in_the_order_sent(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    notes = ["one", "two", "three"]
+    submit(inbox(space, 3), request_id=space, store=store, queue=queue, clock=clock)
+    for _ in range(2):  # the sender retried: each message still arrives once
+        submit(writer(space, notes), request_id=f"{space}-w", store=store, queue=queue, clock=clock)
+    worker = Worker([inbox, writer], store=store, queue=queue, clock=clock)
+    deliver(worker, queue, clock, step=10)  # the timeout's continuation comes too, a harmless duplicate
+    assert status(store, "inbox", space).result == notes
+    assert counts(store, space) == {"wrote": 1, "read": 1}
+    assert not any(space in key for key in outbox_rows(store))
+
+
+def test_a_message_sent_before_its_receiver_started_waits_for_it(store: Store) -> None:
+    space = new_space()
+    run(writer(space, ["early"]), request_id=f"{space}-w", store=store)
+    assert run(inbox(space, 1), request_id=space, store=store) == ["early"]
+    assert run(inbox(space, 1), request_id=space, store=store) == ["early"]  # memoized
+
+
+def test_a_wake_up_of_a_request_run_started_is_dropped_not_dead_lettered(store: Store) -> None:
+    """A request ``run`` started polls its inbox itself: workers get no pointer to it (it has no
+    stored input, and a worker would dead-letter the pointer)."""
+
+    @workflow("run-inbox")
+    def run_inbox(space: str) -> Generator[Any, Any, Any]:
+        yield bump(space, "started")
+        return (yield receive("notes", timeout=60))
+
+    space, clock = new_space(), Clock()
+    dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == 0 else None)
+    with pytest.raises(SimulatedCrash):  # claimed by run, its first step committed
+        run(run_inbox(space), request_id=space, store=dying, clock=clock)
+    run(send_note(space), request_id=f"{space}-w", store=store, clock=clock)
+    queue = MemoryQueue(clock=clock)
+    worker = Worker([run_inbox], store=store, queue=queue, clock=clock)
+    clock.now += 60
+    assert worker.relay() == 0 and queue.approximate_size() == 0
+    assert not any(space in key for key in outbox_rows(store))
+    assert run(run_inbox(space), request_id=space, store=store, clock=clock) == "hi"
+
+
+@workflow("send-note")
+def send_note(space: str) -> Generator[Any, Any, None]:
+    yield send("run-inbox", space, "notes", "hi")
+
+
+def test_a_receive_that_times_out_returns_none_durably(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    submit(inbox(space, 1), request_id=space, store=store, queue=queue, clock=clock)
+    worker = Worker([inbox], store=store, queue=queue, clock=clock)
+    deliver(worker, queue, clock)  # 600 s pass with nothing sent
+    assert status(store, "inbox", space).result == [None]
+    run(writer(space, ["late"]), request_id=f"{space}-w", store=store)
+    assert run(inbox(space, 1), request_id=space, store=store) == [None]  # the answer stays
+
+
+@pytest.mark.blocking_api
+@pytest.mark.parametrize("crash_at", range(8))
+def test_a_crash_at_any_commit_of_parent_and_child_loses_and_repeats_nothing(
+    store: Store, crash_at: int
+) -> None:
+    """The process dies after the k-th commit (the store applied it); workers finish the rest."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == crash_at else None)
+    crashing = Worker([parent, kid], store=dying, queue=queue, clock=clock)
+    try:
+        submit(parent(space, "ok"), request_id=space, store=dying, queue=queue, clock=clock)
+        for _ in range(50):
+            received = queue.receive()
+            if not received:
+                break
+            crashing.handle(received[0])
+    except SimulatedCrash:
+        pass
+    clock.now += 120  # visibility timeouts and the relay's grace pass
+    survivor = Worker([parent, kid], store=store, queue=queue, clock=clock)
+    survivor.relay()
+    deliver(survivor, queue, clock)
+    if status(store, "parent", space).status is RunStatus.UNKNOWN:  # died before the claim: resubmit
+        submit(parent(space, "ok"), request_id=space, store=store, queue=queue, clock=clock)
+        deliver(survivor, queue, clock)
+    assert status(store, "parent", space).result == f"kid of {space}"
+    assert counts(store, space) == {"parent-before": 1, "kid": 1, "parent-after": 1}
+
+
+@pytest.mark.blocking_api
+@pytest.mark.parametrize("crash_at", range(10))
+def test_a_crash_at_any_commit_of_sender_and_receiver_loses_and_repeats_nothing(
+    store: Store, crash_at: int
+) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == crash_at else None)
+    crashing = Worker([inbox, writer], store=dying, queue=queue, clock=clock)
+    requests = [(inbox(space, 2), space), (writer(space, ["a", "b"]), f"{space}-w")]
+    try:
+        for m, rid in requests:
+            submit(m, request_id=rid, store=dying, queue=queue, clock=clock)
+        for _ in range(50):
+            received = queue.receive()
+            if not received:
+                break
+            crashing.handle(received[0])
+    except SimulatedCrash:
+        pass
+    clock.now += 120
+    survivor = Worker([inbox, writer], store=store, queue=queue, clock=clock)
+    for m, rid in requests:  # the clients retry what they did not see accepted
+        submit(m, request_id=rid, store=store, queue=queue, clock=clock)
+    survivor.relay()
+    deliver(survivor, queue, clock, step=10)
+    assert status(store, "inbox", space).result == ["a", "b"]
+    assert counts(store, space) == {"wrote": 1, "read": 1}
