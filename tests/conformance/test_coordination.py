@@ -227,6 +227,28 @@ def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(sto
     assert counts(store, space) == {"parent-before": 1, "parent-after": 1}
 
 
+def test_a_second_parent_waiting_for_a_child_it_did_not_start_gets_its_outcome(store: Store) -> None:
+    """The child's outcome wakes the parent that started it; another waiter looks again."""
+
+    @workflow("slow-kid")
+    def slow_kid(space: str) -> Generator[Any, Any, str]:
+        yield sleep(100)
+        yield bump(space, "slow-kid")
+        return "grown"
+
+    @workflow("adopter")
+    def adopter(space: str, n: int) -> Generator[Any, Any, Any]:
+        return (yield wait((yield start(slow_kid(space), request_id=space + "kid"))))
+
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    for n in (1, 2):
+        submit(adopter(space, n), request_id=f"{space}{n}", store=store, queue=queue, clock=clock)
+    deliver(Worker([adopter, slow_kid], store=store, queue=queue, clock=clock), queue, clock, step=5)
+    assert [status(store, "adopter", f"{space}{n}").result for n in (1, 2)] == ["grown", "grown"]
+    assert counts(store, space) == {"slow-kid": 1}
+
+
 def test_under_run_a_wait_runs_the_child_in_the_process(store: Store) -> None:
     space = new_space()
     assert run(parent(space, "ok"), request_id=space, store=store) == f"kid of {space}"
@@ -312,46 +334,15 @@ def test_a_receive_that_times_out_returns_none_durably(store: Store) -> None:
     assert run(inbox(space, 1), request_id=space, store=store) == [None]  # the answer stays
 
 
-@pytest.mark.blocking_api
-@pytest.mark.parametrize("crash_at", range(8))
-def test_a_crash_at_any_commit_of_parent_and_child_loses_and_repeats_nothing(
-    store: Store, crash_at: int
-) -> None:
-    """The process dies after the k-th commit (the store applied it); workers finish the rest."""
-    space, clock = new_space(), Clock()
+def crash_then_finish(
+    store: Store, flows: list[Any], requests: list[tuple[Any, str]], crash_at: int
+) -> Clock:
+    """Submit ``requests`` and work them off until the process dies after its ``crash_at``-th
+    commit (the store applied it); then the clients retry and a new worker finishes the rest."""
+    clock = Clock()
     queue = MemoryQueue(clock=clock)
     dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == crash_at else None)
-    crashing = Worker([parent, kid], store=dying, queue=queue, clock=clock)
-    try:
-        submit(parent(space, "ok"), request_id=space, store=dying, queue=queue, clock=clock)
-        for _ in range(50):
-            received = queue.receive()
-            if not received:
-                break
-            crashing.handle(received[0])
-    except SimulatedCrash:
-        pass
-    clock.now += 120  # visibility timeouts and the relay's grace pass
-    survivor = Worker([parent, kid], store=store, queue=queue, clock=clock)
-    survivor.relay()
-    deliver(survivor, queue, clock)
-    if status(store, "parent", space).status is RunStatus.UNKNOWN:  # died before the claim: resubmit
-        submit(parent(space, "ok"), request_id=space, store=store, queue=queue, clock=clock)
-        deliver(survivor, queue, clock)
-    assert status(store, "parent", space).result == f"kid of {space}"
-    assert counts(store, space) == {"parent-before": 1, "kid": 1, "parent-after": 1}
-
-
-@pytest.mark.blocking_api
-@pytest.mark.parametrize("crash_at", range(10))
-def test_a_crash_at_any_commit_of_sender_and_receiver_loses_and_repeats_nothing(
-    store: Store, crash_at: int
-) -> None:
-    space, clock = new_space(), Clock()
-    queue = MemoryQueue(clock=clock)
-    dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == crash_at else None)
-    crashing = Worker([inbox, writer], store=dying, queue=queue, clock=clock)
-    requests = [(inbox(space, 2), space), (writer(space, ["a", "b"]), f"{space}-w")]
+    crashing = Worker(flows, store=dying, queue=queue, clock=clock)
     try:
         for m, rid in requests:
             submit(m, request_id=rid, store=dying, queue=queue, clock=clock)
@@ -362,11 +353,33 @@ def test_a_crash_at_any_commit_of_sender_and_receiver_loses_and_repeats_nothing(
             crashing.handle(received[0])
     except SimulatedCrash:
         pass
-    clock.now += 120
-    survivor = Worker([inbox, writer], store=store, queue=queue, clock=clock)
-    for m, rid in requests:  # the clients retry what they did not see accepted
+    clock.now += 120  # visibility timeouts and the relay's grace pass
+    survivor = Worker(flows, store=store, queue=queue, clock=clock)
+    for m, rid in requests:
         submit(m, request_id=rid, store=store, queue=queue, clock=clock)
     survivor.relay()
     deliver(survivor, queue, clock, step=10)
+    return clock
+
+
+@pytest.mark.blocking_api
+@pytest.mark.parametrize("crash_at", range(8))
+def test_a_crash_at_any_commit_of_parent_and_child_loses_and_repeats_nothing(
+    store: Store, crash_at: int
+) -> None:
+    space = new_space()
+    crash_then_finish(store, [parent, kid], [(parent(space, "ok"), space)], crash_at)
+    assert status(store, "parent", space).result == f"kid of {space}"
+    assert counts(store, space) == {"parent-before": 1, "kid": 1, "parent-after": 1}
+
+
+@pytest.mark.blocking_api
+@pytest.mark.parametrize("crash_at", range(10))
+def test_a_crash_at_any_commit_of_sender_and_receiver_loses_and_repeats_nothing(
+    store: Store, crash_at: int
+) -> None:
+    space = new_space()
+    requests = [(inbox(space, 2), space), (writer(space, ["a", "b"]), f"{space}-w")]
+    crash_then_finish(store, [inbox, writer], requests, crash_at)
     assert status(store, "inbox", space).result == ["a", "b"]
     assert counts(store, space) == {"wrote": 1, "read": 1}
