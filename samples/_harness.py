@@ -9,9 +9,10 @@
 - :class:`Fleet` runs child processes (API servers, ``idemflow worker``
   processes), SIGKILLs and restarts them, and restarts any that exit on
   their own, as a supervisor would; :class:`Killer` SIGKILLs a random one
-  each time the load passes a threshold; :func:`run_demo` is a whole demo's
-  crash cycle: servers and workers on one store and queue, killed under load,
-  then ``check``; :class:`DemoReport` and :class:`LoadReport` what it found.
+  each time the load passes a threshold (a sample may bring its own killer);
+  :func:`run_demo` is a whole demo's crash cycle: servers and workers on one
+  store and queue, killed under load, then ``check``; :class:`DemoReport` and
+  :class:`LoadReport` what it found.
 - :class:`Sample`: the ``serve | load | check | demo`` command line every
   sample has (:meth:`Sample.main`), given the sample's API and commands.
 
@@ -37,6 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Generic, Protocol, TypeVar
@@ -477,20 +479,30 @@ class DemoReport(Generic[SettingsT, LoadT, VerdictT]):
     def ok(self) -> bool:
         return self.verdict.ok and not self.load.problems
 
-    def text(self, title: str, setup: str, head: int, passed: str) -> str:
+    def text(self, title: str, setup: str, head: int, passed: str, extra: Sequence[str] = ()) -> str:
         """The report for people: ``title``, ``setup``, the load's first ``head`` lines, the crashes,
-        the rest of the load's lines and the verdict's, ending in PASS (``passed``) or FAIL."""
+        the rest of the load's lines, ``extra`` lines and the verdict's, ending in PASS (``passed``)
+        or FAIL."""
         lines = [
             title,
             f"  setup     {setup}",
             *self.load.lines()[:head],
             self.crashes.line(),
             *self.load.lines()[head:],
+            *extra,
             *self.verdict.lines(),
             *(f"  - {problem}" for problem in self.load.problems[:10]),
         ]
         verdict, tail = ("PASS", passed) if self.ok else ("FAIL", "see the problems above")
         return "\n".join([*lines, f"{verdict} in {self.seconds:.1f} s: {tail}"])
+
+
+DEMO_VISIBILITY_TIMEOUT = 2.0
+"""The visibility timeout of a demo's own SQLite queue: a SIGKILLed worker's messages come back
+after it, so short that the demo does not wait long for them."""
+
+Kills = Callable[[Fleet], AbstractContextManager[object]]
+"""A demo's killer: SIGKILLs (and restarts) processes of the fleet while its context is open."""
 
 
 def open_with(url: str, tables: Sequence[str]) -> Store:
@@ -509,13 +521,15 @@ def run_demo(
     total: int,
     seed: int,
     load: Callable[[HttpClient], LoadT],
+    kills: Kills | None = None,
 ) -> tuple[str, LoadT, VerdictT, Crashes, float]:
     """A sample's demo: servers and workers on one store and queue, SIGKILLed while
     ``load(client)`` runs; then ``check`` of the tables.
 
     Returns the :class:`DemoReport` fields after ``settings``. ``total``
     estimates the requests the load sends (the kills land in its middle);
-    the servers and workers share a fresh signing key.
+    the servers and workers share a fresh signing key. ``kills`` replaces the
+    default :class:`Killer` (``settings.kills`` kills at thresholds of ``total``).
     """
     started = time.monotonic()
     store_url, queue = settings.store, settings.queue
@@ -523,8 +537,9 @@ def run_demo(
         reset(settings.data / f"{sample}.sqlite3")
         store_url = f"sqlite:{settings.data / f'{sample}.sqlite3'}"
     if queue is None:
-        reset(settings.data / f"{sample}-queue.sqlite3")
-        queue = f"sqlite:{settings.data / f'{sample}-queue.sqlite3'}?visibility_timeout=2"
+        path = settings.data / f"{sample}-queue.sqlite3"
+        reset(path)
+        queue = f"sqlite:{path}?visibility_timeout={DEMO_VISIBILITY_TIMEOUT:g}"
     shown = store_url if settings.store is None else store_url.split(":", 1)[0] + " store"
     store = open_with(store_url, tables)
     server = settings.server or ("-m", f"samples.{sample}", "serve")
@@ -544,7 +559,14 @@ def run_demo(
             for _ in range(settings.workers):
                 fleet.start("worker", [*worker, *places])
             client = HttpClient(urls)
-            with Killer(fleet, settings.kills, total, random.Random(seed)).watching(lambda: client.sent):
+            killing: AbstractContextManager[object]
+            if kills is None:
+                killing = Killer(fleet, settings.kills, total, random.Random(seed)).watching(
+                    lambda: client.sent
+                )
+            else:
+                killing = kills(fleet)
+            with killing:
                 report = load(client)
         finally:
             fleet.stop()
@@ -581,6 +603,8 @@ def command_parser(sample: Sample[Any]) -> argparse.ArgumentParser:
     load.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the workers (queue)")
     check = commands.add_parser("check", help=helps["check"])
     check.add_argument("--store", required=True)
+    for flag, kind, default, what in sample.check_options:
+        check.add_argument(flag, type=kind, default=default, help=f"{what} (default {default:g})")
     demo = commands.add_parser("demo", help=helps["demo"])
     demo.add_argument("--data", type=Path, default=Path("demo-data"), help="directory of the SQLite files")
     demo.add_argument("--kills", type=int, default=6, help="processes to SIGKILL (default 6)")
@@ -610,7 +634,9 @@ class Sample(Generic[ApiT]):
     in its lifespan, an asynchronous store with ``open_async_store``."""
     service: Callable[[str, str | None], Service]
     """The sample's service over a store URL (and queue URL, if any)."""
-    check: Callable[[Store], Verdict]
+    check: Callable[..., Verdict]
+    """``check(store, **options)``: the tables' verdict, given the values of :attr:`check_options`
+    (by their flag's name: ``--late`` is ``late=``)."""
     http: Callable[[HttpClient], ApiT]
     """What the load calls, over HTTP ..."""
     direct: Callable[[Direct[Any]], ApiT]
@@ -621,6 +647,7 @@ class Sample(Generic[ApiT]):
     """The help of ``serve --queue``, ``load``, ``check`` and ``demo``."""
     load_sizes: Sequence[Option] = ()
     demo_sizes: Sequence[Option] = ()
+    check_options: Sequence[Option] = ()
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Run one command; the exit status is 0 when everything checked out, 1 if not, 2 on an error."""
@@ -638,7 +665,10 @@ class Sample(Generic[ApiT]):
             serve(self.app(args.store, args.queue), args.host, args.port)
             return 0
         if args.command == "check":
-            verdict = self.check(open_with(args.store, self.tables))
+            options = [flag[2:].replace("-", "_") for flag, *_rest in self.check_options]
+            verdict = self.check(
+                open_with(args.store, self.tables), **{option: getattr(args, option) for option in options}
+            )
             print("\n".join([f"idemflow {name} check", *verdict.lines(), "PASS" if verdict.ok else "FAIL"]))
             return 0 if verdict.ok else 1
         if args.command == "demo":
@@ -658,6 +688,7 @@ class Sample(Generic[ApiT]):
 
 
 __all__ = [
+    "DEMO_VISIBILITY_TIMEOUT",
     "ROOT",
     "Child",
     "Crashes",
@@ -666,6 +697,7 @@ __all__ = [
     "FleetSettings",
     "HttpClient",
     "Killer",
+    "Kills",
     "LoadReport",
     "Option",
     "Progress",

@@ -1,10 +1,13 @@
-"""The auction sample (samples/auction): workflows under a test clock, the HTTP API over a real
-socket, the CLI, and the load + SIGKILL + check cycle on SQLite and on Azure Tables (Azurite)."""
+"""The auction sample (samples/auction): workflows under a test clock, the closing timers under a
+worker on a test clock, the HTTP API over a real socket, the CLI, and the load + SIGKILL + check
+cycle on SQLite and on Azure Tables (Azurite)."""
 
 from __future__ import annotations
 
 import doctest
+import random
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,11 +16,11 @@ import httpx
 import pytest
 
 from idemflow import RunStatus, Store, Tx, WorkflowAborted, atomic, run
-from idemflow.async_worklist import MemoryQueue, Worker, submit
+from idemflow.async_worklist import MemoryQueue, Queue, SqliteQueue, Worker, open_queue, status, submit
 from idemflow.compensation import run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from samples.auction import api as auction_api
-from samples.auction import cli, workflows
+from samples.auction import cli, closing, load, workflows
 from samples.auction.api import AuctionService, create_app
 from samples.auction.workflows import (
     BIDS,
@@ -25,6 +28,7 @@ from samples.auction.workflows import (
     TABLES,
     WALLETS,
     WORKFLOWS,
+    auto_close,
     bid,
     check,
     close,
@@ -32,6 +36,7 @@ from samples.auction.workflows import (
     item_view,
     popular,
     register,
+    timer_id,
     wallets,
     winner_view,
 )
@@ -273,6 +278,162 @@ def test_registering_items(store: Store) -> None:
     assert made["closes_at"] == CLOSES and item_view(store, made["id"]) is not None
 
 
+# -- the closing timer: a worker on a test clock closes the item, nobody asks -----------------
+
+
+@pytest.fixture(params=["memory-queue", "sqlite-queue"])
+def queue_of(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Makes the queue a worker on ``clock`` reads (delays counted on that clock)."""
+
+    def make(clock: Clock) -> Queue:
+        if request.param == "memory-queue":
+            return MemoryQueue(clock=clock)
+        return SqliteQueue(tmp_path / f"queue-{uuid.uuid4().hex}.sqlite3", clock=clock)
+
+    return make
+
+
+def closed_row(store: Store, item: str = "lamp") -> Any:
+    return data_rows(store, BIDS).get((BIDS, item, "closed"))
+
+
+def drain(
+    worker: Worker, queue: Queue, clock: Clock, *, item: str = "lamp", until: float = CLOSES + 30
+) -> None:
+    """Hand the worker every message due, moving the clock a second at a time when none is; the
+    item must stay open while the clock is before its closing time."""
+    while clock.now <= until:
+        received = queue.receive()
+        if received:
+            worker.handle(received[0])
+        else:
+            clock.now += 1.0
+        if clock.now < CLOSES:
+            assert closed_row(worker.store, item) is None, f"closed before its closing time, at {clock.now}"
+
+
+def timer(store: Store, item: str = "lamp") -> Any:
+    return status(store, auto_close.name, timer_id(item))
+
+
+def test_the_timer_closes_the_item_at_its_closing_time_without_any_close_request(
+    store: Store, queue_of: Any
+) -> None:
+    """The item registered under ``run`` (its timer's pointer waits in the outbox), a worker's relay
+    sends it; the timer sleeps until the closing time and closes the item: sealed then, not before,
+    the winner charged once."""
+    clock = Clock()
+    queue = queue_of(clock)
+    go(
+        store,
+        register({"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60.0}),
+        "l",
+    )
+    place(store, "ada", 20, "b1")
+    place(store, "bob", 30, "b2")
+    assert timer(store).status is RunStatus.RUNNING  # claimed with the register's last step
+    worker = Worker(WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    assert worker.relay() == 1 and worker.relay() == 0  # the timer's pointer, sent once
+    drain(worker, queue, clock)
+    assert closed_row(store) == {"at": CLOSES, "outcome": "sold", "by": "timer"}  # its now(): the due time
+    sold = {"item": "lamp", "status": "sold", "winner": "bob", "amount": 30, "released": ["ada"]}
+    assert timer(store).status is RunStatus.COMPLETED and timer(store).result == sold
+    assert winner_view(store, "lamp")["result"] == sold
+    assert balances(store) == {"sam": 30, "ada": 500, "bob": 470, "cy": 30}
+    assert worker.stats.suspended >= 1  # the sleep held no worker: it was queued for its due time
+    verdict = check(store, late=0.0, now=clock.now)
+    assert verdict.ok, verdict.problems
+    assert [(c.item, c.due, c.at, c.by) for c in verdict.closings] == [("lamp", CLOSES, CLOSES, "timer")]
+
+
+def test_a_duplicate_register_starts_one_timer_and_the_item_closes_once(store: Store, queue_of: Any) -> None:
+    """Submitted twice (the API with a queue), then registered again under another id: one timer,
+    whose pointer the submit sent at once, one close, one charge."""
+    clock = Clock()
+    queue = queue_of(clock)
+    new: Any = {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60.0}
+    for _ in range(2):
+        submit(register(new), request_id="l", store=store, queue=queue, clock=clock, signing_key=KEY)
+    assert refusal(store, register(new), "l2")["code"] == "exists"
+    place(store, "ada", 20, "b1")
+    worker = Worker(WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None, signing_key=KEY)
+    assert worker.relay() == 0  # nothing left for the relay: submit sent the timer's pointer
+    drain(worker, queue, clock)
+    assert timer(store).status is RunStatus.COMPLETED and closed_row(store)["by"] == "timer"
+    assert worker.stats.completed == 1  # one timer request ran to its end; copies met it finished
+    assert balances(store)["ada"] == 480 and balances(store)["sam"] == 20
+    assert check(store, late=0.0, now=clock.now).ok
+
+
+def test_a_close_before_the_closing_time_is_refused_and_the_timer_still_closes(
+    store: Store, queue_of: Any
+) -> None:
+    clock = Clock()
+    queue = queue_of(clock)
+    lamp(store)
+    place(store, "ada", 20, "b1")
+    assert refusal(store, close({"item": "lamp"}), "early", CLOSES - 1)["code"] == "still_open"
+    worker = Worker(WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    worker.relay()
+    drain(worker, queue, clock)
+    assert closed_row(store)["at"] >= CLOSES and closed_row(store)["by"] == "timer"
+    assert balances(store)["ada"] == 480 and check(store).ok
+
+
+def test_a_client_closing_first_wins_and_the_timer_is_refused_already_closed(
+    store: Store, queue_of: Any
+) -> None:
+    clock = Clock()
+    queue = queue_of(clock)
+    lamp(store)
+    place(store, "ada", 20, "b1")
+    assert go(store, close({"item": "lamp"}), "c1", CLOSES)["status"] == "sold"
+    clock.now = CLOSES  # the client closed it right at the closing time; the timer comes next
+    worker = Worker(WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    worker.relay()
+    drain(worker, queue, clock)
+    assert timer(store).status is RunStatus.ABORTED
+    assert timer(store).reason["code"] == "already_closed"
+    assert closed_row(store) == {"at": CLOSES, "outcome": "sold", "by": "client"}
+    assert balances(store)["ada"] == 480 and balances(store)["sam"] == 20  # charged once
+    assert check(store).ok
+
+
+def test_a_timer_whose_winner_cannot_pay_ends_the_item_unsold(store: Store, queue_of: Any) -> None:
+    clock = Clock()
+    queue = queue_of(clock)
+    lamp(store)
+    place(store, "cy", 40, "b1")  # cy has 30
+    worker = Worker(WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    worker.relay()
+    drain(worker, queue, clock)
+    assert timer(store).status is RunStatus.ABORTED and timer(store).reason["code"] == "payment_failed"
+    assert closed_row(store) == {"at": CLOSES, "outcome": "unsold", "by": "timer"}
+    assert balances(store) == {"sam": 0, "ada": 500, "bob": 500, "cy": 30}
+    assert check(store).ok
+
+
+def test_the_closing_killer_aims_at_servers_while_bidding_and_at_workers_around_closing_times() -> None:
+    killer = cli.ClosingKiller(5, random.Random(3), spread=0.25)
+    now = time.time()
+    dues = {"a": now + 10, "b": now + 12, "c": now + 14}
+    killer.aim(dues)
+    aims = killer._aims
+    assert sorted(kind for _at, kind, _item, _due in aims) == [
+        "server",
+        "server",
+        "worker",
+        "worker",
+        "worker",
+    ]
+    for at, kind, item, due in aims:
+        if kind == "server":
+            assert now <= at <= dues["a"] and item is None
+        else:
+            assert item is not None and due == dues[item] and abs(at - due) <= 0.25
+    assert sorted(str(item) for _at, kind, item, _due in aims if kind == "worker") == ["a", "b", "c"]
+
+
 # -- the checker catches each kind of violation ----------------------------------------------
 
 
@@ -330,8 +491,58 @@ def test_check_while_bids_are_led_and_closes_run(store: Store) -> None:
     assert verdict.failed == {"sales"}, verdict.problems  # ada lost the auction: never charged
 
 
+def test_check_catches_a_close_before_the_closing_time_and_a_late_or_overdue_one(store: Store) -> None:
+    sold_lamp(store)  # closed by a client right at CLOSES
+    assert check(store, late=0.0).ok
+    _poke(store, BIDS, "lamp", lambda tx: tx.put("closed", {**tx.get("closed"), "at": CLOSES + 40}))
+    assert check(store).ok  # lateness is judged only against a tolerance
+    verdict = check(store, late=33.0)
+    assert verdict.failed == {"closing"}
+    assert verdict.problems == (
+        "'lamp' was closed 40.000 s after its closing time 00:17:40.000: later than the 33 s tolerance "
+        "(was its timer late, or no worker running?)",
+    )
+    _poke(store, BIDS, "lamp", lambda tx: tx.put("closed", {**tx.get("closed"), "at": CLOSES - 5}))
+    verdict = check(store)  # early: always a violation
+    assert verdict.failed == {"closing"}
+    assert verdict.problems == ("'lamp' was closed at 00:17:35.000, before its closing time 00:17:40.000",)
+    lamp(store, "vase")  # open, its timer never run (no worker)
+    assert check(store, late=5.0, now=CLOSES + 5).failed == {"closing"}  # lamp's early close only
+    overdue = check(store, late=5.0, now=CLOSES + 6).problems
+    assert "'vase' is still open 6.0 s after its closing time 00:17:40.000" in overdue[-1]
+
+
+def test_check_catches_an_item_closed_by_both_its_timer_and_a_client(store: Store) -> None:
+    """The timer's request and the bids must tell one story: here the timer closed the item (and
+    completed) but the bids are changed to say a client did — as if both had closed it."""
+    clock = Clock()
+    queue = MemoryQueue(clock=clock)
+    lamp(store)
+    place(store, "ada", 20, "b1")
+    worker = Worker(WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    worker.relay()
+    drain(worker, queue, clock)
+    assert check(store).ok
+    _poke(store, BIDS, "lamp", lambda tx: tx.put("closed", {**tx.get("closed"), "by": "client"}))
+    verdict = check(store)
+    assert verdict.failed == {"closing"}
+    assert verdict.problems[0].startswith(
+        "'lamp''s timer (auto_close 'close-lamp') closed it, but so did a client"
+    )
+    assert check(store, settled=False).ok  # timers are compared once settled
+
+
+def test_check_catches_an_item_without_a_timer(store: Store) -> None:
+    terms = {"id": "ghost", "title": "Ghost", "seller": "sam", "min_price": 5, "closes_at": CLOSES}
+    _poke(store, workflows.ITEMS, "ghost", lambda tx: tx.put("terms", terms) or tx.put("status", "open"))
+    _poke(store, BIDS, "ghost", lambda tx: tx.put("terms", terms))
+    verdict = check(store)
+    assert verdict.failed == {"closing"}
+    assert verdict.problems == ("'ghost' has no closing timer (auto_close 'close-ghost') to close it",)
+
+
 def test_the_sample_docstrings_run() -> None:
-    for module in (workflows, auction_api):
+    for module in (workflows, auction_api, closing, load, cli):
         failed, attempted = doctest.testmod(module)
         assert attempted > 0 and failed == 0
 
@@ -373,6 +584,9 @@ def test_the_http_api(tmp_path: Path) -> None:
         assert post("/items/lamp/bids", {"bidder": "bob", "amount": 18}, "b4").status_code == 201
         assert post("/items/ghost/bids", {"bidder": "bob", "amount": 18}, "b5").status_code == 404
         assert http.get("/items/lamp/winner").json()["leader"]["bidder"] == "bob"
+        timer = http.get("/items/lamp/closing")  # registered under run: sent by a worker's relay
+        assert (timer.status_code, timer.json()["status"]) == (202, "running")
+        assert http.get("/items/ghost/closing").status_code == 404
         early = post("/items/lamp/close", {}, "c0")
         assert (early.status_code, early.json()["error"]) == (409, "still_open")
 
@@ -390,6 +604,7 @@ def test_the_http_api(tmp_path: Path) -> None:
         }
         assert post("/items/lamp/close", {}, "c1").json() == closed.json()
         assert post("/items/lamp/close", {}, "c2").json()["error"] == "already_closed"
+        assert http.get("/items/lamp/closing").json()["status"] == "running"  # no worker: never ran
         assert http.get("/items/lamp").json()["status"] == "sold"
         assert http.get("/wallets/bob").json()["balance"] == 2
         assert http.get("/wallets/nobody").status_code == 404
@@ -407,7 +622,10 @@ def test_the_http_api_with_a_queue_answers_bids_202_and_workers_lead_and_count(t
     with running(create_app(service)) as url, httpx.Client(base_url=url) as http:
         lamp = {"id": "lamp", "title": "Lamp", "seller": "sam", "min_price": 10, "closes_in": 60}
         http.post("/wallets", json={"owner": "sam", "amount": 0}, headers={"Idempotency-Key": "w1"})
-        assert http.post("/items", json=lamp, headers={"Idempotency-Key": "i1"}).status_code == 201
+        listed = http.post("/items", json=lamp, headers={"Idempotency-Key": "i1"})
+        assert listed.status_code == 201 and listed.json()["id"] == "lamp"
+        assert queue.approximate_size() == 1  # register was submitted: the timer's pointer went at once
+        assert http.post("/items", json=lamp, headers={"Idempotency-Key": "i1"}).json() == listed.json()
 
         def post(body: Any, key: str) -> httpx.Response:
             return http.post("/items/lamp/bids", json=body, headers={"Idempotency-Key": key})
@@ -434,6 +652,8 @@ def test_the_http_api_with_a_queue_answers_bids_202_and_workers_lead_and_count(t
         )
         done = http.get("/bids/b1").json()
         assert done["status"] == "completed" and done["result"]["amount"] == 15
+        timer = http.get("/items/lamp/closing")  # taken by the worker, asleep until the closing time
+        assert (timer.status_code, timer.json()["status"]) == (202, "running")
         again = post({"bidder": "ada", "amount": 15}, "b1")
         assert (again.status_code, again.json()) == (201, done["result"])
         assert http.get("/items/lamp/winner").json()["leader"] == done["result"]
@@ -475,6 +695,13 @@ def test_load_and_check_commands(tmp_path: Path, capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "[ ok ] answers" in out and "below_minimum" in out and "closed" in out
     assert cli.main(["check", "--store", url]) == 0
+    assert (
+        "[ ok ] closing: 3 of 3 items closed, each once (0 by its timer, 3 by a client)"
+        in capsys.readouterr().out
+    )
+    # No worker ran the timers: the load closed each item itself, after its closing time (+0.2 s).
+    assert cli.main(["check", "--store", url, "--late", "0.1"]) == 1
+    assert "s after its closing time" in capsys.readouterr().out
     store = cli._open(url)
     run(
         atomic(WALLETS, "load0-seller0", lambda tx: tx.increment("balance", 1)),
@@ -484,6 +711,29 @@ def test_load_and_check_commands(tmp_path: Path, capsys: pytest.CaptureFixture[s
     store.close()
     assert cli.main(["check", "--store", url]) == 1
     assert "money not conserved" in capsys.readouterr().out
+
+
+def test_load_with_a_queue_leaves_the_closing_to_the_workers_timers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``load --store --queue``: no client needs to close anything; a worker runs the timers."""
+    url, queue_url = f"sqlite:{tmp_path / 'cli.sqlite3'}", f"sqlite:{tmp_path / 'queue.sqlite3'}"
+    store = cli._open(url)
+    worker = Worker(WORKFLOWS, store=store, queue=open_queue(queue_url), wait=0.1, relay_every=0.5)
+    thread = threading.Thread(target=worker.run, name="auction-worker", daemon=True)
+    thread.start()
+    try:
+        args = ["--store", url, "--queue", queue_url, "--bids", "30", "--users", "4", "--items", "2"]
+        assert cli.main(["load", *args, "--window", "2"]) == 0
+    finally:
+        worker.stop()
+        thread.join()
+    out = capsys.readouterr().out
+    assert "before closing time: 2 still_open" in out and "after the timer: 2 already_closed" in out
+    assert "[ ok ] answers" in out and "  timers    " in out
+    assert cli.main(["check", "--store", url]) == 0
+    verdict = check(store)
+    assert [shut.at is not None and shut.at >= shut.due for shut in verdict.closings] == [True, True]
 
 
 # -- load + SIGKILL + check: API servers and `idemflow worker` processes killed mid-request ---------
@@ -497,6 +747,8 @@ def test_demo_with_sigkilled_servers_and_workers_on_sqlite(
     out = capsys.readouterr().out
     assert "PASS" in out and "FAIL" not in out and "4 SIGKILLs (2 API servers, 2 workers)" in out
     assert "seed 5" in out
+    assert out.count("  kill      worker at ") == 2 and "s from load5-item" in out  # aimed at closing times
+    assert "  lateness  p50 " in out and "[ ok ] closing: 5 of 5 items closed, each once" in out
 
 
 @pytest.mark.slow

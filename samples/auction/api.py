@@ -17,6 +17,9 @@ different body is refused (422).
 ``GET  /bids/{request_id}``              where a submitted bid stands (asynchronous variant): 202
                                          while running, 200 once final
 ``GET  /items/{item}/winner``            what the front end polls: the leader, then the result
+``GET  /items/{item}/closing``           the item's closing timer: 202 while it waits for the
+                                         closing time, 200 once it closed the item (``completed``
+                                         and the result) or was refused (``aborted``, the reason)
 ``POST /items/{item}/close``             close: 200 ``{"status": "sold" | "unsold", ...}``
 ``GET  /popular?limit=10``               the most-bid items
 ``GET  /healthz``                        200 when the server is up
@@ -36,11 +39,18 @@ come at once, as before — and ``idemflow worker
 samples.auction.workflows:WORKFLOWS`` processes mark the leader and count
 it in ``popular``; ``GET /bids/{request_id}`` says ``running``, then
 ``completed`` with the recorded bid. Wallets, items and closes always run
-in the server.
+in the server; with a queue an item's registration is *submitted* too (it
+has no checkpoint, so it runs to its end here and answers 201 as without
+one): the closing timer it starts is then queued at once, by this server,
+instead of waiting for a worker's outbox relay pass. Either way the
+workers close the items at their closing times
+(:mod:`samples.auction.closing`); ``POST /items/{item}/close`` remains for
+a client who wants to close it itself.
 
 The time comes from an injectable ``clock`` (tests move it past closing
-time); workflows read it once per request through ``now()``. A submitted
-bid reads the real clock (``submit`` takes none). Everything runs on the
+time); workflows read it once per request through ``now()``. What workers
+run (a submitted bid's lead and count, the closing timers) reads the
+workers' clock. Everything runs on the
 event loop (:mod:`idemflow.asgi` runs the workflows and answers the errors,
 the reads are awaited); the plumbing the samples share is :mod:`samples._api`.
 """
@@ -101,7 +111,10 @@ class AuctionService(Service):
         return JSONResponse({"owner": parsed["owner"], "deposited": parsed["amount"]})
 
     async def register(self, key: str, body: object) -> Response:
-        return JSONResponse(await self.run(workflows.register(workflows.parse_item(body)), key), 201)
+        listing = workflows.register(workflows.parse_item(body))
+        if self.queue is None:  # the timer's first pointer waits for a worker's relay pass
+            return JSONResponse(await self.run(listing, key), 201)
+        return await self.submit(listing, key, done=201)  # sends it now; final: no checkpoint
 
     async def bid(self, key: str, item: str, body: object) -> Response:
         req = workflows.parse_bid(item, body)
@@ -120,6 +133,9 @@ class AuctionService(Service):
             if isinstance(reason, dict) and reason.get("code") == "payment_failed":
                 return JSONResponse({"item": item, "status": "unsold", "reason": reason["message"]})
             raise
+
+    async def closing(self, item: str) -> Response:
+        return await self.idem.status(workflows.auto_close.name, workflows.timer_id(item))
 
     async def item(self, item: str) -> Response:
         found = await workflows.aitem_view(self.store, item)
@@ -161,6 +177,7 @@ def create_app(service: AuctionService) -> Starlette:
                 methods=["POST"],
             ),
             Route("/items/{item}/winner", get_(lambda p, _q: service.winner(p["item"]))),
+            Route("/items/{item}/closing", get_(lambda p, _q: service.closing(p["item"]))),
             Route(
                 "/items/{item}/close",
                 post(service, lambda key, p, _body: service.close(key, p["item"])),

@@ -2,338 +2,234 @@
 
     python -m samples.auction serve --store sqlite:auction.db [--queue sqlite:queue.db] [--port 8000]
     python -m samples.auction load  --url http://127.0.0.1:8000      (or --store URL [--queue URL])
-    python -m samples.auction check --store sqlite:auction.db
+    python -m samples.auction check --store sqlite:auction.db [--late 33]
     python -m samples.auction demo                    # all of it, with SIGKILLed processes
 
-``load`` opens wallets, registers items closing ``--window`` seconds later,
-then ``--users`` concurrent users (threads) place ``--bids`` bids spread over
-the window — a few after it, which must be refused — and finally close
-every item, some twice under different request ids (two auctioneers
-racing). Every request is sent 2-4 times under the same request id. Bids
-answered ``202`` (asynchronous: a queue behind the API) are waited for
-until the workers led and counted them. It verifies what the clients saw:
-copies of a request got the same answer, exactly one close per item
-succeeded, each sale went to the highest bid the clients saw accepted, the
-polled leader is that bid and the popular counts match the accepted bids.
-``check`` verifies the tables alone and exits 1 on any violation.
+``load`` (:mod:`samples.auction.load`) opens wallets, registers items,
+places bids from concurrent users and lets the items' closing timers close
+them (``--url`` or ``--queue``: workers are expected to run them; with
+``--store`` alone the load closes the items itself), every request sent 2-4
+times; it verifies what the clients saw. ``check`` verifies the tables
+alone — an item closed more than ``--late`` seconds after its closing time,
+or still open that long after it, is a violation — and exits 1 on any.
 
-The machinery (retrying HTTP client, duplicate sends, process fleet and
-killer, the command line) is :mod:`samples._harness`, shared with the
-survey and transfer samples.
+``demo`` runs API servers and ``idemflow worker`` processes on one SQLite
+store and queue under the load and SIGKILLs them: API servers while the
+bids come in, workers around the items' closing times
+(:class:`ClosingKiller`), when they may hold a timer's continuation. Its
+report lists every item's closing time against its close and the lateness
+(p50, p99, max), then ``check``, with a tolerance computed from the demo's
+queue and kills (:meth:`DemoSettings.tolerance`).
+
+The machinery (retrying HTTP client, duplicate sends, process fleet, the
+command line) is :mod:`samples._harness`, shared with the survey and
+transfer samples.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
 import random
+import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
 
 from idemflow import Store
 from samples import _harness as harness
-from samples._api import Answer, Direct
-from samples.auction import workflows
+from samples.auction import closing, workflows
 from samples.auction.api import AuctionService, create_app
-
-
-class AuctionApi(Protocol):
-    """What the load calls: :class:`AuctionHttp`, or :class:`AuctionDirect` (no HTTP)."""
-
-    def deposit(self, key: str, body: object) -> Answer: ...
-    def register(self, key: str, body: object) -> Answer: ...
-    def bid(self, key: str, item: str, body: object) -> Answer: ...
-    def bid_status(self, request_id: str) -> Answer: ...
-    def close(self, key: str, item: str) -> Answer: ...
-    def winner(self, item: str) -> Answer: ...
-    def popular(self, limit: str) -> Answer: ...
-
-
-class AuctionHttp:
-    """:class:`AuctionApi` over HTTP."""
-
-    def __init__(self, client: harness.HttpClient) -> None:
-        self.client = client
-
-    def deposit(self, key: str, body: object) -> Answer:
-        return self.client.request("POST", "/wallets", key=key, body=body)
-
-    def register(self, key: str, body: object) -> Answer:
-        return self.client.request("POST", "/items", key=key, body=body)
-
-    def bid(self, key: str, item: str, body: object) -> Answer:
-        return self.client.request("POST", f"/items/{item}/bids", key=key, body=body)
-
-    def bid_status(self, request_id: str) -> Answer:
-        return self.client.request("GET", f"/bids/{request_id}")
-
-    def close(self, key: str, item: str) -> Answer:
-        return self.client.request("POST", f"/items/{item}/close", key=key, body={})
-
-    def winner(self, item: str) -> Answer:
-        return self.client.request("GET", f"/items/{item}/winner")
-
-    def popular(self, limit: str) -> Answer:
-        return self.client.request("GET", "/popular", params={"limit": limit})
-
-
-class AuctionDirect:
-    """:class:`AuctionApi` without HTTP: :class:`~samples.auction.api.AuctionService`'s methods,
-    awaited on the event loop of a :class:`~samples._api.Direct`."""
-
-    def __init__(self, call: Direct[AuctionService]) -> None:
-        self.call, self.service = call, call.service
-
-    def deposit(self, key: str, body: object) -> Answer:
-        return self.call(self.service.deposit, key, body)
-
-    def register(self, key: str, body: object) -> Answer:
-        return self.call(self.service.register, key, body)
-
-    def bid(self, key: str, item: str, body: object) -> Answer:
-        return self.call(self.service.bid, key, item, body)
-
-    def bid_status(self, request_id: str) -> Answer:
-        return self.call(self.service.bid_status, request_id)
-
-    def close(self, key: str, item: str) -> Answer:
-        return self.call(self.service.close, key, item)
-
-    def winner(self, item: str) -> Answer:
-        return self.call(self.service.winner, item)
-
-    def popular(self, limit: str) -> Answer:
-        return self.call(self.service.popular, limit)
-
-
-@dataclass(frozen=True, slots=True)
-class LoadSettings:
-    """Sizes of one load. Ids and amounts derive from ``seed``: re-running a load is one big duplicate."""
-
-    users: int = 8
-    bidders: int = 12
-    items: int = 5
-    bids: int = 200
-    window: float = 4.0
-    """Seconds from registration to closing time; bids are spread over 1.15 times that."""
-    seed: int = 0
-    wait: float = 60.0
-    """Asynchronous variant: how long to wait for the workers to lead and count every bid."""
-
-
-@dataclass
-class LoadReport(harness.LoadReport[LoadSettings]):
-    """What the clients saw; ``problems`` is empty when their answers were consistent."""
-
-    bids: Counter[str] = field(default_factory=Counter)
-    closes: Counter[str] = field(default_factory=Counter)
-
-    def lines(self) -> list[str]:
-        s = self.settings
-        refused = ", ".join(f"{n} {code}" for code, n in sorted(self.bids.items()) if code != "accepted")
-        closes = ", ".join(f"{n} {outcome}" for outcome, n in sorted(self.closes.items()))
-        return [
-            f"  load      {s.bids} bids by {s.bidders} bidders on {s.items} items, sent {self.sent} times "
-            f"by {s.users} users ({self.sent - s.bids} duplicates)",
-            f"  bids      {self.bids['accepted']} accepted, refused: {refused or 'none'}",
-            f"  closes    {closes}",
-            f"  [{'FAIL' if self.problems else ' ok '}] answers: every copy of a request got the same "
-            "answer; one close per item won, selling to the highest accepted bid",
-        ]
-
-
-def _owners(settings: LoadSettings) -> tuple[list[str], list[str]]:
-    tag = f"load{settings.seed}"
-    return [f"{tag}-bidder{n}" for n in range(settings.bidders)], [f"{tag}-seller{n}" for n in range(3)]
-
-
-def bid_plan(
-    settings: LoadSettings, minimums: Mapping[str, int], rng: random.Random
-) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(request id, item, body)`` in time order; amounts climb like a real auction's, with jitter.
-
-    One in 20 bids is below the minimum price and one in 30 comes from the
-    item's seller: both must be refused with their reason.
-    """
-    bidders, sellers = _owners(settings)
-    items = sorted(minimums)
-    placed: Counter[str] = Counter()
-    plan = []
-    for n in range(settings.bids):
-        item = rng.choice(items)
-        placed[item] += 1
-        amount = minimums[item] + 3 * placed[item] + rng.randint(-4, 4)
-        bidder = rng.choice(bidders)
-        if n % 20 == 9:
-            amount = minimums[item] - 1
-        elif n % 30 == 17:
-            bidder = sellers[items.index(item) % len(sellers)]
-        plan.append((f"load{settings.seed}-bid{n}", item, {"bidder": bidder, "amount": max(amount, 1)}))
-    return plan
-
-
-def _at(moment: float, send: Callable[[], Answer]) -> Answer:
-    """Send no earlier than ``moment`` (wall clock): paces the bids over the bidding window."""
-    time.sleep(max(0.0, moment - time.time()))
-    return send()
-
-
-def run_load(api: AuctionApi, settings: LoadSettings) -> LoadReport:
-    """Wallets, items, paced bids, closes — each request with duplicates; verify what the clients saw."""
-    rng = random.Random(settings.seed)
-    report = LoadReport(settings)
-    tag, users = f"load{settings.seed}", settings.users
-    bidders, sellers = _owners(settings)
-    deposits = {owner: rng.choice([50, 150, 400, 2000]) for owner in bidders} | dict.fromkeys(sellers, 0)
-    opened = harness.send_all(
-        [
-            (f"{tag}-open-{o}", functools.partial(api.deposit, f"{tag}-open-{o}", {"owner": o, "amount": a}))
-            for o, a in deposits.items()
-        ],
-        users=users,
-        rng=rng,
-        label="wallets",
-    )
-    minimums = {f"{tag}-item{n}": rng.randint(10, 50) for n in range(settings.items)}
-    items = {
-        item: {
-            "id": item,
-            "title": f"Lot {n}",
-            "seller": sellers[n % len(sellers)],
-            "min_price": low,
-            "closes_in": settings.window,
-        }
-        for n, (item, low) in enumerate(minimums.items())
-    }
-    registered = harness.send_all(
-        [
-            (f"{tag}-list-{item}", functools.partial(api.register, f"{tag}-list-{item}", body))
-            for item, body in items.items()
-        ],
-        users=users,
-        rng=rng,
-        label="items",
-    )
-    answers = [*opened.values(), *registered.values()]
-    report.problems += [f"setup refused: {got[0]}" for got in answers if got[0].status not in (200, 201)]
-    closes_at = max((got[0].body.get("closes_at", 0.0) for got in registered.values()), default=0.0)
-    plan = bid_plan(settings, minimums, rng)
-    sends = {key: functools.partial(api.bid, key, item, body) for key, item, body in plan}
-    start, span = time.time(), 1.15 * settings.window
-    bids = harness.send_all(
-        [
-            (key, functools.partial(_at, start + span * n / len(plan), sends[key]))
-            for n, (key, _item, _body) in enumerate(plan)
-        ],
-        users=users,
-        rng=rng,
-        label="bids",
-    )
-    time.sleep(max(0.0, closes_at + 0.2 - time.time()))
-    closers = [(f"{tag}-close-{item}", item) for item in items]
-    closers += [(f"{tag}-close2-{item}", item) for n, item in enumerate(items) if n % 2 == 0]
-    closes = harness.send_all(
-        [(key, functools.partial(api.close, key, item)) for key, item in closers],
-        users=users,
-        rng=rng,
-        label="closes",
-    )
-    report.sent = sum(map(len, bids.values()))
-    report.problems += harness.settle(bids, sends, api.bid_status, done=201, wait=settings.wait, what="bid")
-    report.problems += harness.disagreements({**opened, **registered, **bids, **closes})
-    report.problems += _verify(api, report, plan, bids, closers, closes)
-    return report
-
-
-def _verify(
-    api: AuctionApi,
-    report: LoadReport,
-    plan: Sequence[tuple[str, str, dict[str, Any]]],
-    bids: Mapping[str, list[Answer]],
-    closers: Sequence[tuple[str, str]],
-    closes: Mapping[str, list[Answer]],
-) -> list[str]:
-    """The clients' view against the server's: sales, leaders and popular counts."""
-    problems: list[str] = []
-    best: dict[str, dict[str, Any]] = {}
-    accepted: Counter[str] = Counter()
-    for key, item, _body in plan:
-        first = bids[key][0]
-        if first.status == 201:
-            report.bids["accepted"] += 1
-            accepted[item] += 1
-            if item not in best or first.body["amount"] > best[item]["amount"]:
-                best[item] = first.body
-        else:
-            report.bids[str(first.body.get("error"))] += 1
-    won: dict[str, list[dict[str, Any]]] = {}
-    for key, item in closers:
-        first = closes[key][0]
-        if first.status == 200:
-            won.setdefault(item, []).append(first.body)
-            reason = str(first.body.get("reason", ""))
-            report.closes[first.body["status"] + (" (payment failed)" if "payment" in reason else "")] += 1
-        else:
-            report.closes[str(first.body.get("error"))] += 1
-    counted = {row["item"]: row["bids"] for row in api.popular("100").body.get("items", [])}
-    for item in sorted({item for _key, item in closers}):
-        top, sales = best.get(item), won.get(item, [])
-        if len(sales) != 1:
-            problems.append(f"{item!r}: {len(sales)} closes succeeded, not one")
-        elif sales[0]["status"] == "sold" and (
-            top is None or (sales[0]["winner"], sales[0]["amount"]) != (top["bidder"], top["amount"])
-        ):
-            problems.append(f"{item!r}: sold as {sales[0]}, but the highest accepted bid was {top}")
-        elif sales[0]["status"] == "unsold" and (top is None) != (sales[0].get("reason") == "no bids"):
-            problems.append(
-                f"{item!r}: unsold ({sales[0].get('reason')}), the highest accepted bid was {top}"
-            )
-        if api.winner(item).body.get("leader") != top:
-            problems.append(f"{item!r}: the polled leader is not the highest accepted bid {top}")
-        if counted.get(item, 0) != accepted[item]:
-            problems.append(
-                f"{item!r}: {accepted[item]} bids accepted, popular counts {counted.get(item, 0)}"
-            )
-    return problems
-
+from samples.auction.load import (
+    AuctionApi,
+    AuctionDirect,
+    AuctionHttp,
+    LoadReport,
+    LoadSettings,
+    bid_plan,
+    run_load,
+)
 
 # -- the demo: load through API servers and workers that get SIGKILLed -----------------------------
+
+
+WORKER = (
+    "-m",
+    "idemflow.cli",
+    "worker",
+    "samples.auction.workflows:WORKFLOWS",
+    "--concurrency",
+    "2",
+    "--relay-every",
+    "1",
+)
+"""The demo's worker: a relay pass every second sends a timer whose API died before sending it
+(the API sends it itself otherwise) long before its item closes, seconds later."""
+
+
+def visibility_timeout(queue: str) -> float:
+    """The visibility timeout a queue URL sets (its ``visibility_timeout``), else the queues' 30 s.
+
+    >>> visibility_timeout("sqlite:q.sqlite3?visibility_timeout=2"), visibility_timeout("sqs:jobs")
+    (2.0, 30.0)
+    """
+    given = parse_qs(urlsplit(queue).query).get("visibility_timeout")
+    return float(given[0]) if given else 30.0
+
+
+def worker_kills(kills: int) -> int:
+    """How many of ``kills`` SIGKILLs :class:`ClosingKiller` aims at workers (the others at servers)."""
+    return (kills + 1) // 2
 
 
 @dataclass(frozen=True, slots=True)
 class DemoSettings(harness.FleetSettings):
     """One auction demo: the processes (:class:`~samples._harness.FleetSettings`) and the load."""
 
-    load: LoadSettings = LoadSettings()
+    worker: tuple[str, ...] = WORKER
+    load: LoadSettings = field(default_factory=LoadSettings)
+
+    def tolerance(self) -> tuple[float, str]:
+        """How late this demo may close an item (:func:`~samples.auction.closing.tolerance`), and why.
+
+        Every worker the killer SIGKILLs may be holding a timer's continuation: it comes back
+        after the queue's visibility timeout. One death more is allowed for a worker exiting on
+        its own (the chaos suite's workers do, right after a commit).
+
+        >>> DemoSettings(kills=6).tolerance()[0]
+        12.5
+        """
+        seconds = harness.DEMO_VISIBILITY_TIMEOUT if self.queue is None else visibility_timeout(self.queue)
+        deaths = worker_kills(self.kills) + 1
+        poll = closing.POLL
+        why = (
+            f"{closing.DELAY_RESOLUTION:g} s delay resolution + {poll:g} s poll + {closing.SLACK:g} s slack "
+            f"+ {deaths} worker deaths x ({seconds:g} s visibility timeout + {poll:g} s poll)"
+        )
+        return closing.tolerance(seconds, deaths), why
+
+
+class ClosingKiller:
+    """SIGKILLs API servers while the bids come in and workers around the items' closing times.
+
+    :meth:`aim` (the load calls it once the items are registered, with the
+    closing times of the items no client races) draws the moments: half the
+    kills (rounded down) on servers, at random between then and the first
+    closing time; the others on workers, each within ``spread`` seconds of
+    an item's closing time, the items taken in turn. A
+    worker killed then may hold a timer's continuation (it comes back after
+    the queue's visibility timeout) or be down when one falls due (the other
+    worker, or this one restarted, runs it). Meanwhile it restarts the
+    processes that exited on their own, as a supervisor would.
+    """
+
+    def __init__(self, kills: int, rng: random.Random, spread: float = 0.25) -> None:
+        self.kills, self.rng, self.spread = kills, rng, spread
+        self.done: list[str] = []
+        """What was killed when, for the report."""
+        self._aims: list[tuple[float, str, str | None, float]] = []  # moment, kind, item, its due
+        self._lock = threading.Lock()
+
+    def aim(self, dues: Mapping[str, float]) -> None:
+        """Draw the moments of the kills from the items' closing times (epoch seconds)."""
+        start, items = time.time(), sorted(dues, key=lambda item: dues[item])
+        workers = worker_kills(self.kills)
+        aims: list[tuple[float, str, str | None, float]] = [
+            (self.rng.uniform(start, dues[items[0]]), "server", None, 0.0)
+            for _ in range(self.kills - workers)
+        ]
+        for n in range(workers):
+            item = items[n * len(items) // workers]
+            due = dues[item]
+            aims.append((due + self.rng.uniform(-self.spread, self.spread), "worker", item, due))
+        with self._lock:
+            self._aims = sorted(aims)
+
+    @contextlib.contextmanager
+    def watching(self, fleet: harness.Fleet) -> Iterator[None]:
+        stop = threading.Event()
+        thread = threading.Thread(target=self._run, args=(fleet, stop), name="killer", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def _run(self, fleet: harness.Fleet, stop: threading.Event) -> None:
+        while not stop.wait(0.005):
+            fleet.revive()
+            with self._lock:
+                aim = self._aims.pop(0) if self._aims and time.time() >= self._aims[0][0] else None
+            if aim is None:
+                continue
+            _moment, kind, item, closes_at = aim
+            fleet.kill(self.rng.choice([child for child in fleet.children if child.kind == kind]))
+            at = time.time()
+            aimed = (
+                "while bids come in"
+                if item is None
+                else f"{at - closes_at:+.3f} s from {item}'s closing time"
+            )
+            self.done.append(f"  kill      {kind} at {closing.stamp(at)}, {aimed}")
+
+
+def closing_lines(verdict: workflows.Verdict, late: float, why: str) -> list[str]:
+    """Every item's closing time against its close, then the lateness and the tolerance."""
+    lines = [f"  closing   {'item':<18} {'due (UTC)':<13} {'closed':<13} {'late':>9}  by     outcome"]
+    for shut in verdict.closings:
+        closed, lateness = (
+            ("open", "") if shut.at is None else (closing.stamp(shut.at), f"{shut.late:+.3f} s")
+        )
+        lines.append(
+            f"            {shut.item:<18} {closing.stamp(shut.due):<13} {closed:<13} {lateness:>9}  "
+            f"{shut.by or '-':<6} {shut.outcome or ''}".rstrip()
+        )
+    found = closing.Lateness.of(verdict.closings)
+    if found is not None:
+        lines.append(f"  lateness  {found.line()} over {found.closed} items (closed - due)")
+    lines.append(f"  tolerance {late:g} s = {why}")
+    return lines
 
 
 class DemoReport(harness.DemoReport[DemoSettings, LoadReport, workflows.Verdict]):
     def render(self) -> str:
         s = self.settings
+        late, why = s.tolerance()
         return self.text(
             f"idemflow auction demo: {self.store}, seed {s.load.seed}",
-            f"{s.servers} API servers (bids answered at the checkpoint) and {s.workers} `idemflow worker` "
-            f"processes leading and counting them; bidding open {s.load.window:g} s",
-            3,
-            "every bid counted once, every winner charged once",
+            f"{s.servers} API servers (bids answered at the checkpoint, timers queued at registration) and "
+            f"{s.workers} `idemflow worker` processes leading and counting the bids and closing each item "
+            f"at its closing time, {s.load.closes_in(0):g}-{s.load.closes_in(s.load.items - 1):g} s after "
+            "it was listed",
+            4 if s.load.timers else 3,
+            "every bid counted once, every item closed once and on time, every winner charged once",
+            extra=[*self.load.kills, *closing_lines(self.verdict, late, why)],
         )
 
 
 def run_demo(settings: DemoSettings) -> DemoReport:
-    """Servers and workers on one store and queue, SIGKILLed during a load; then ``check``."""
+    """Servers and workers on one store and queue, SIGKILLed during a load (workers around the
+    closing times); then ``check``, judging the closes' lateness by :meth:`DemoSettings.tolerance`."""
     load = settings.load
+    killer = ClosingKiller(settings.kills, random.Random(load.seed))
+    late, _why = settings.tolerance()
+
+    def check(store: Store) -> workflows.Verdict:
+        return workflows.check(store, late=late, now=time.time())
+
     found = harness.run_demo(
         settings,
         "auction",
         workflows.TABLES,
-        workflows.check,
+        check,
         total=2 * (load.bidders + load.items) + 3 * load.bids,
         seed=load.seed,
-        load=lambda client: run_load(AuctionHttp(client), load),
+        load=lambda client: run_load(AuctionHttp(client), load, aim=killer.aim),
+        kills=killer.watching,
     )
+    found[1].kills[:] = killer.done
     return DemoReport(settings, *found)
 
 
@@ -346,7 +242,14 @@ def _open(url: str) -> Store:
 
 def _load(args: argparse.Namespace, api: AuctionApi) -> LoadReport:
     sizes = (args.users, args.bidders, args.items, args.bids, args.window, args.seed, args.wait)
-    return run_load(api, LoadSettings(*sizes))
+    # An API server (--url) or a queue: workers are expected to run the closing timers.
+    return run_load(api, LoadSettings(*sizes, timers=bool(args.url) or args.queue is not None))
+
+
+def _check(store: Store, late: float = closing.ON_TIME) -> workflows.Verdict:
+    """``check``: the tables now, an item closed (or still open) ``late`` seconds after its closing
+    time a violation."""
+    return workflows.check(store, late=late, now=time.time())
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -362,7 +265,7 @@ SAMPLE = harness.Sample[AuctionApi](
     workflows.TABLES,
     app=lambda store, queue: create_app(AuctionService(store, queue)),
     service=AuctionService,
-    check=workflows.check,
+    check=_check,
     http=AuctionHttp,
     direct=AuctionDirect,
     load=_load,
@@ -370,30 +273,38 @@ SAMPLE = harness.Sample[AuctionApi](
     help={
         "queue": "queue URL: answer bids at the checkpoint, workers lead and count (async variant)",
         "load": "simulate concurrent bidders, with duplicate retries",
-        "check": "verify bids, sales and money; exit 1 on a violation",
+        "check": "verify bids, sales, money and closes on time; exit 1 on a violation",
         "demo": "load with SIGKILLed servers and workers, then check (SQLite)",
     },
     load_sizes=[
         ("--bidders", int, 12, "bidders with wallets"),
         ("--items", int, 5, "items"),
         ("--bids", int, 200, "distinct bids"),
-        ("--window", float, 4.0, "seconds of bidding"),
+        ("--window", float, 4.0, "seconds from listing to the first closing time"),
     ],
     demo_sizes=[("--bids", int, 200, "distinct bids")],
+    check_options=[
+        ("--late", float, closing.ON_TIME, "seconds after its closing time an item must be closed by"),
+    ],
 )
 main = SAMPLE.main
 
 
 __all__ = [
+    "WORKER",
     "AuctionApi",
     "AuctionDirect",
     "AuctionHttp",
+    "ClosingKiller",
     "DemoReport",
     "DemoSettings",
     "LoadReport",
     "LoadSettings",
     "bid_plan",
+    "closing_lines",
     "main",
     "run_demo",
     "run_load",
+    "visibility_timeout",
+    "worker_kills",
 ]

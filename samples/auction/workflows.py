@@ -7,7 +7,8 @@ Five tables, each partitioned so that no step touches two partitions:
 - ``items/<item>``: the item's ``terms`` (title, seller, minimum price,
   closing time), its ``status`` (open, charging, sold, unsold) and ``sale``;
 - ``bids/<item>``: a copy of the terms, every accepted bid (``b:<bid id>``),
-  the current ``max``, the ``bidders`` and, once closed, ``closed``;
+  the current ``max``, the ``bidders`` and, once closed, ``closed``: when
+  (the close's ``now()``), by whom (``timer`` or ``client``) and the outcome;
 - ``winners/<item>``: the ``leader`` and, once closed, the ``result``: what
   the front end polls;
 - ``popular/all``: the number of accepted bids, a sharded counter per item
@@ -25,14 +26,20 @@ once the bid is placed and ``idemflow worker`` processes lead and count it —
 the paper's asynchronous variant, the same workflow. Bids reserve no money:
 as on most auction sites a bid is a promise, paid when the auction closes.
 
-**Closing** (:func:`close`) seals the bids, then charges the winner exactly
-once and pays the seller; the losers are released (they are never charged
-and the result lists them). If the winner's payment fails (the balance is
-short — they may have won something else meanwhile), the charge step aborts
-and idemflow runs the compensations of the completed steps in reverse
-order: the published result, the item's status and the sealed bids all say
-"unsold" and every bidder is released. The item is **not** offered to the
-next bidder: a seller relists it (documented choice; see the README).
+**Closing** (:func:`~samples.auction.closing.close`, in
+:mod:`samples.auction.closing`) seals the bids, then charges the winner
+exactly once and pays the seller; the losers are released. A failed payment
+is compensated: the item ends unsold. **Nobody has to ask for it:**
+:func:`register` starts the item's closing timer, a child request
+(:func:`~samples.auction.closing.auto_close`, id ``close-<item>``) that
+sleeps until the closing time — durably: under workers the sleep holds no
+worker and survives their deaths — then closes the item. A client may
+still close it (a close before the closing time is refused ``still_open``);
+whichever close comes first wins and the other is refused
+``already_closed``. The timer needs a worker running: with a queue the API
+submits ``register``, so the timer reaches the queue in the API at once;
+under :func:`idemflow.run` a worker's outbox relay sends it (see
+:mod:`samples.auction.closing`, which also says how late a timer may be).
 
 >>> from idemflow import MemoryStore, run
 >>> store, now_is = MemoryStore(), [100.0]
@@ -50,7 +57,7 @@ next bidder: a seller relists it (documented choice; see the README).
 {'code': 'below_minimum', 'message': 'bid 5 is below the minimum price 10'}
 >>> go(bid({"item": "lamp", "bidder": "ada", "amount": 25}), "b-2")["seq"]
 1
->>> now_is[0] = 200.0
+>>> now_is[0] = 160.0  # the closing time: here a client closes it, no worker runs the timer
 >>> go(close({"item": "lamp"}), "c-1")
 {'amount': 25, 'item': 'lamp', 'released': [], 'status': 'sold', 'winner': 'ada'}
 >>> wallets(store)["ada"]["balance"], wallets(store)["sam"]["balance"], check(store).ok
@@ -63,21 +70,40 @@ import asyncio
 import re
 from collections.abc import Callable, Collection, Generator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict
 
-from idemflow import Idem, ShardedCounter, Store, Tx, Workflow, arows, atomic, now, rows, uuid4, workflow
+from idemflow import (
+    Idem,
+    ShardedCounter,
+    Store,
+    Tx,
+    Workflow,
+    arows,
+    atomic,
+    now,
+    rows,
+    start,
+    uuid4,
+    workflow,
+)
 from idemflow.aggregates import totals
 from idemflow.async_worklist import checkpoint
+from idemflow.async_worklist import status as request_status
 from idemflow.compensation import abort
 from idemflow.stores import AsyncStore
+from samples.auction.closing import (
+    CloseRequest,
+    Closing,
+    Lateness,
+    auto_close,
+    close,
+    closing_of,
+    punctuality,
+    timer_agrees,
+    timer_id,
+)
+from samples.auction.tables import BIDS, ITEMS, POPULAR, TABLES, WALLETS, WINNERS, refusal, when, write
 
-WALLETS = "wallets"
-ITEMS = "items"
-BIDS = "bids"
-WINNERS = "winners"
-POPULAR = "popular"
-TABLES = (WALLETS, ITEMS, BIDS, WINNERS, POPULAR)
 EVERYONE = "all"
 """The one partition of ``popular``: a :class:`~idemflow.ShardedCounter` per item (rows
 ``<item>#<shard>``), so concurrent bids on a hot item add to different rows and rarely meet."""
@@ -114,27 +140,8 @@ class BidRequest(TypedDict):
     amount: int
 
 
-class CloseRequest(TypedDict):
-    """Input of :func:`close`."""
-
-    item: str
-
-
-Refusal = dict[str, Any]
-"""Every abort reason of this sample: ``{"code": ..., "message": ...}`` (a plain dict: reasons are JSON)."""
-
-
-def refusal(code: str, message: str) -> Refusal:
-    return {"code": code, "message": message}
-
-
 class Invalid(ValueError):
     """A request whose shape is wrong; raised before anything runs (the API answers 422)."""
-
-
-def when(t: float) -> str:
-    """Epoch seconds as UTC ISO time, for messages people read."""
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 # -- validation: pure functions, shared by the workflows, the API and the load ------------
@@ -238,15 +245,6 @@ def _list(terms: dict[str, Any]) -> Callable[[Tx], None]:
     return body
 
 
-def _put(pairs: dict[str, Any]) -> Callable[[Tx], dict[str, Any]]:
-    def body(tx: Tx) -> dict[str, Any]:
-        for key, value in pairs.items():
-            tx.put(key, value)
-        return pairs
-
-    return body
-
-
 def _place(req: BidRequest, bid_id: str, t: float) -> Callable[[Tx], dict[str, Any]]:
     def body(tx: Tx) -> dict[str, Any]:
         item, bidder, amount = req["item"], req["bidder"], req["amount"]
@@ -294,71 +292,6 @@ def _count(item: str) -> Callable[[Tx], None]:
     return body
 
 
-def _seal(item: str, t: float) -> Callable[[Tx], dict[str, Any]]:
-    def body(tx: Tx) -> dict[str, Any]:
-        terms = tx.get("terms")
-        if terms is None:
-            tx.abort(refusal("not_found", f"no item {item!r}"))
-        if tx.get("closed") is not None:
-            tx.abort(refusal("already_closed", f"{item!r} was closed by another request"))
-        if t < terms["closes_at"]:
-            tx.abort(refusal("still_open", f"bidding on {item!r} is open until {when(terms['closes_at'])}"))
-        tx.put("closed", {"at": t, "outcome": "closing"})
-        bidders = tx.get("bidders", [])
-        return {"item": item, "seller": terms["seller"], "winner": tx.get("max"), "bidders": bidders}
-
-    return body
-
-
-def _unseal(tx: Tx, sealed: dict[str, Any]) -> None:
-    """Compensation of the seal: the auction stays closed, but ends unsold."""
-    tx.put("closed", {**tx.get("closed", {}), "outcome": "unsold"})
-
-
-def _unsold_status(tx: Tx, _result: object) -> None:
-    """Compensation of the "charging" status."""
-    tx.put("status", "unsold")
-
-
-def _declined(tx: Tx, published: dict[str, Any]) -> None:
-    """Compensation of the announcement: the front end now shows an unsold item, every bidder released."""
-    announced = published["result"]
-    winner = announced["winner"]
-    tx.put(
-        "result",
-        {
-            "item": announced["item"],
-            "status": "unsold",
-            "reason": f"payment of {winner['amount']} by {winner['bidder']!r} failed",
-            "winner": None,
-            "amount": None,
-            "released": announced["bidders"],
-        },
-    )
-
-
-def _charge(item: str, bidder: str, amount: int) -> Callable[[Tx], int]:
-    def body(tx: Tx) -> int:
-        balance = tx.get("balance", 0)
-        if balance < amount:
-            message = f"payment failed: {bidder!r} has {balance}, the winning bid was {amount}"
-            tx.abort(refusal("payment_failed", message))
-        left: int = balance - amount
-        tx.put("balance", left)
-        tx.put("paid:" + item, amount)
-        return left
-
-    return body
-
-
-def _pay(item: str, amount: int) -> Callable[[Tx], None]:
-    def body(tx: Tx) -> None:
-        tx.increment("balance", amount)
-        tx.put("sold:" + item, amount)
-
-    return body
-
-
 # -- workflows -------------------------------------------------------------------------------
 
 
@@ -374,6 +307,10 @@ def register(req: NewItem) -> Generator[Idem[Any], Any, dict[str, Any]]:
 
     The seller needs a wallet, so the sale can always be paid out. Without
     an ``id`` one is derived from the request id (:func:`idemflow.uuid4`).
+    The last step starts the item's closing timer
+    (:func:`~samples.auction.closing.auto_close`, request id ``close-<item>``):
+    once, however often the register is retried; an ``exists`` refusal comes
+    before it, so a second register of the item starts none.
     """
     try:
         parse_item(dict(req))
@@ -396,7 +333,8 @@ def register(req: NewItem) -> Generator[Idem[Any], Any, dict[str, Any]]:
     }
     yield atomic(WALLETS, req["seller"], _has_wallet(req["seller"]), name="seller")
     yield atomic(ITEMS, item_id, _list(terms), name="list")
-    yield atomic(BIDS, item_id, _put({"terms": terms}), name="open")
+    yield atomic(BIDS, item_id, write({"terms": terms}), name="open")
+    yield start(auto_close({"item": item_id, "closes_at": closes_at}), request_id=timer_id(item_id))
     return terms
 
 
@@ -423,37 +361,7 @@ def bid(req: BidRequest) -> Generator[Idem[Any], Any, dict[str, Any]]:
     return dict(placed)
 
 
-@workflow("close")
-def close(req: CloseRequest) -> Generator[Idem[Any], Any, dict[str, Any]]:
-    """Close an auction: charge the winner once, pay the seller, release the losers.
-
-    Refusals: ``not_found``, ``still_open`` (before the closing time: a
-    retry under the same request id stays refused, use a new id later),
-    ``already_closed`` (by another request), ``payment_failed`` (after the
-    compensations made the item unsold).
-    """
-    item = req["item"]
-    t: float = yield now()
-    sealed = yield atomic(BIDS, item, _seal(item, t), compensate=_unseal, name="seal")
-    winner = sealed["winner"]
-    result: dict[str, Any] = {"item": item, "status": "unsold", "reason": "no bids", "winner": None}
-    result |= {"amount": None, "released": []}
-    if winner is not None:
-        bidder, amount = winner["bidder"], winner["amount"]
-        announced = {**sealed, "status": "charging"}
-        yield atomic(ITEMS, item, _put({"status": "charging"}), compensate=_unsold_status, name="charging")
-        yield atomic(WINNERS, item, _put({"result": announced}), compensate=_declined, name="announce")
-        yield atomic(WALLETS, bidder, _charge(item, bidder, amount), name="charge")  # may abort
-        yield atomic(WALLETS, sealed["seller"], _pay(item, amount), name="pay")
-        released = [other for other in sealed["bidders"] if other != bidder]
-        result = {"item": item, "status": "sold", "winner": bidder, "amount": amount, "released": released}
-    yield atomic(ITEMS, item, _put({"status": result["status"], "sale": result}), name="settle")
-    yield atomic(WINNERS, item, _put({"result": result}), name="publish")
-    yield atomic(BIDS, item, _put({"closed": {"at": t, "outcome": result["status"]}}), name="done")
-    return result
-
-
-WORKFLOWS: list[Workflow[Any, Any]] = [deposit, register, bid, close]
+WORKFLOWS: list[Workflow[Any, Any]] = [deposit, register, bid, close, auto_close]
 """Every workflow of the sample (what ``idemflow worker samples.auction.workflows:WORKFLOWS`` runs)."""
 
 
@@ -550,7 +458,7 @@ async def awallet(store: Store | AsyncStore, owner: str) -> dict[str, Any] | Non
     return await _apartition(store, WALLETS, owner) or None
 
 
-CHECKS = ("bids", "sales", "money")
+CHECKS = ("bids", "sales", "money", "closing")
 """What :func:`check` verifies, each reported separately in :attr:`Verdict.failed`."""
 
 
@@ -567,10 +475,25 @@ class Verdict:
     problems: tuple[str, ...]
     failed: frozenset[str]
     """The :data:`CHECKS` that found a problem."""
+    closings: tuple[Closing, ...] = ()
+    """Every item's closing time and close, by item id."""
+    late: float | None = None
+    """The lateness tolerance the closes were judged by (None: not judged)."""
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def _closing(self) -> str:
+        closed = [closing for closing in self.closings if closing.at is not None]
+        timed = sum(closing.by == "timer" for closing in closed)
+        late = "" if self.late is None else f", none more than {self.late:g} s after it"
+        lateness = Lateness.of(closed)
+        return (
+            f"closing: {len(closed)} of {len(self.closings)} items closed, each once ({timed} by its timer, "
+            f"{len(closed) - timed} by a client), none before its closing time{late}"
+            + (f"; late by {lateness.line()}" if lateness else "")
+        )
 
     def lines(self) -> list[str]:
         """The verdict for people: one line per check, then the problems."""
@@ -585,6 +508,7 @@ class Verdict:
             f"released; {self.unsold} unsold, moving no money",
             f"  [{mark('money')}] money conserved: {self.money} in the wallets, each its deposits plus sales "
             "minus payments",
+            f"  [{mark('closing')}] {self._closing()}",
             *(f"  - {problem}" for problem in self.problems[:20]),
             *([f"  ... and {len(self.problems) - 20} more"] if len(self.problems) > 20 else []),
         ]
@@ -661,8 +585,28 @@ def _check_moving(item: str, found: dict[str, Any], ledger: dict[str, Any], move
     return []
 
 
-def check(store: Store, *, settled: bool = True) -> Verdict:
-    """Verify the tables: bids valid, one winner per closed auction charged once, money conserved.
+def _check_closing(
+    store: Store,
+    closing: Closing,
+    status: str | None,
+    *,
+    settled: bool,
+    late: float | None,
+    now: float | None,
+) -> list[str]:
+    """Closed once and on time (see :func:`check`); the timer's run record is read only once settled."""
+    problems = punctuality(closing, late=late, now=now)
+    if not settled:
+        return problems
+    if closing.outcome is not None and closing.outcome != status:
+        problems.append(f"{closing.item!r} is {status} but its close says {closing.outcome}: not finished")
+    return problems + timer_agrees(closing, request_status(store, auto_close.name, timer_id(closing.item)))
+
+
+def check(
+    store: Store, *, settled: bool = True, late: float | None = None, now: float | None = None
+) -> Verdict:
+    """Verify the tables: valid bids; each item closed once, on time; winner charged once; money conserved.
 
     - ``bids``: every recorded bid was in time, at least the minimum, not
       the seller's, and beat the one before it (by ``seq``); ``max``, the
@@ -672,7 +616,14 @@ def check(store: Store, *, settled: bool = True) -> Verdict:
       ``sold:<item>`` row, and every other bidder is released; an unsold or
       open item moved no money; no close is left half done;
     - ``money``: balances sum to the deposits, and each wallet's balance is
-      its deposits minus what it paid plus what it sold.
+      its deposits minus what it paid plus what it sold;
+    - ``closing``: no item was closed before its closing time; with
+      ``late`` (seconds, see :func:`~samples.auction.closing.tolerance`)
+      none was closed more than ``late`` after it and, given ``now``, none
+      is still open that long after it; settled, each close finished and the
+      item's timer request agrees with its bids: it closed the item (and
+      finished) or was refused ``already_closed`` because a client's close
+      came first — never both, and every item has its timer.
 
     Run it once the workers drained the queue: a bid between its steps is
     not led and counted *yet*. ``settled=False`` checks instead what must
@@ -691,6 +642,7 @@ def check(store: Store, *, settled: bool = True) -> Verdict:
     bids = _partitions(store, BIDS)
     payments = _payments(purse)
     recorded = sold = unsold = 0
+    closings: list[Closing] = []
     # While requests run, an item registered after ``items`` was read may show elsewhere: skip it.
     seen = set(items) | ({*bids, *winners, *payments, *counted} if settled else set())
     for item in sorted(seen):
@@ -716,6 +668,10 @@ def check(store: Store, *, settled: bool = True) -> Verdict:
         else:
             sales = _check_moving(item, found, ledger, moved)
         problems += [("sales", problem) for problem in sales]
+        closing = closing_of(item, found["terms"], ledger.get("closed"))
+        closings.append(closing)
+        timing = _check_closing(store, closing, found.get("status"), settled=settled, late=late, now=now)
+        problems += [("closing", problem) for problem in timing]
         sold += found.get("status") == "sold"
         unsold += found.get("status") == "unsold"
     total = deposited = 0
@@ -741,6 +697,8 @@ def check(store: Store, *, settled: bool = True) -> Verdict:
         money=total,
         problems=tuple(message for _check, message in problems),
         failed=frozenset(check for check, _message in problems),
+        closings=tuple(closings),
+        late=late,
     )
 
 
@@ -756,12 +714,14 @@ __all__ = [
     "WORKFLOWS",
     "BidRequest",
     "CloseRequest",
+    "Closing",
     "Deposit",
     "Invalid",
     "NewItem",
     "Verdict",
     "aitem_view",
     "apopular",
+    "auto_close",
     "awallet",
     "awinner_view",
     "bid",
@@ -777,6 +737,7 @@ __all__ = [
     "ranked",
     "refusal",
     "register",
+    "timer_id",
     "wallets",
     "winner_of",
     "winner_view",
