@@ -1,6 +1,7 @@
 """The chaos suite (``python -m samples.chaos``): a short run inside the test suite, and proof
-that its checks would notice a double count, a double charge, a worker ending itself and a
-request finished on a version it did not start on."""
+that its checks would notice a double count, a double charge, a worker ending itself, a
+request finished on a version it did not start on, and a timer early, a step, a child or a
+message twice, or a message lost."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import MemoryStore, RunStatus, SqliteStore, Store, atomic, run
+from idemflow import MemoryStore, RunStatus, SqliteStore, Store, atomic, get, run
 from idemflow.async_worklist import SqliteQueue, status, submit
 from idemflow.testing import FaultyStore
 from samples import chaos
@@ -63,7 +64,9 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
     for name, counts in rows.items():
         rounds, requests, duplicates, oversize, kills, deploys, faults, checks, anomalies = counts
         assert rounds >= 1 and requests > 0 and duplicates > 0 and anomalies == 0, name
-        if name.startswith(("survey", "auction", "transfer, deploy")):  # processes: killed, faulty, watched
+        if name.startswith(
+            ("survey", "auction", "transfer, deploy", "coordination")
+        ):  # killed, faulty, watched
             assert kills > 0 and faults > 0 and checks > 0, name
         if name.startswith(("transfer, run", "transfer, deploy")):  # inputs over the queue's body limit
             assert oversize > 0, name
@@ -81,11 +84,17 @@ def test_the_summary_table_adds_up(tmp_path: Path) -> None:
     assert "| **total** | 3 | 15 | 5 | 4 | 2 | 2 | 4 | 7 | 1 |" in text and "- bad thing" in text
 
 
+def test_only_runs_the_workloads_named(tmp_path: Path) -> None:
+    opts = chaos.Options(0.0, 1, tmp_path, None, only=("no such workload",))
+    assert chaos.run_chaos(opts) == []
+    assert "--only 'no such workload'" in chaos.render([], opts, 0.0)
+
+
 def test_the_chaos_docstrings_run() -> None:
     names = [chaos.__name__, *(f"{chaos.__name__}.{m.name}" for m in pkgutil.iter_modules(chaos.__path__))]
     results = {name: doctest.testmod(importlib.import_module(name)) for name in names}
     assert all(result.failed == 0 for result in results.values()), results
-    examples = ("", ".report", ".faults", ".monitor", ".versions", ".children")
+    examples = ("", ".report", ".faults", ".monitor", ".versions", ".children", ".coordination_flows")
     assert all(results[chaos.__name__ + name].attempted > 0 for name in examples), results
 
 
@@ -207,3 +216,74 @@ def test_the_deploy_checks_notice_a_request_on_another_version_and_a_screening_t
     assert deploy.check_tables(store, opening, requests, seen) == [
         "account a: screened 1 times, but 0 requests from it were claimed on version 2"
     ]
+
+
+# -- the coordination workload's checks notice a timer early, a step, child or message twice, a loss ----
+
+
+def _coordinated(store: Store) -> Any:
+    """A round of :mod:`samples.chaos.coordination_flows` run under ``run`` (nothing wrong yet):
+    a nap, a parent whose child completes and one whose child aborts, a receiver with a sender
+    and an outside sender of two messages each, sent before it started."""
+    from idemflow.async_worklist.deliver import send_message
+    from samples.chaos import coordination_flows as flows
+
+    plan = flows.Plan(
+        naps=[("n1", {"id": "n1", "seconds": 0.05})],
+        parents=[("p1", {"id": "p1", "verdict": "ok"}), ("p2", {"id": "p2", "verdict": "abort"})],
+        receivers=[("r1", {"id": "r1", "expected": 4, "timeout": 1.0})],
+        senders=[("r1.s", {"id": "r1.s", "to": "r1", "count": 2, "in_client": True, "pause": 0.0})],
+        outside=[("r1", "r1.out", 2)],
+    )
+    run(flows.nap(plan.naps[0][1]), request_id="n1", store=store)
+    for rid, req in plan.parents:
+        run(flows.parent(req), request_id=rid, store=store)
+    run(flows.sender(plan.senders[0][1]), request_id="r1.s", store=store)
+    for n in range(2):
+        send_message(store, flows.RECEIVER, "r1", flows.TOPIC, flows.note("r1.out", n, 2), key=f"r1.out.{n}")
+    got: Any = run(flows.receiver(plan.receivers[0][1]), request_id="r1", store=store)
+    in_order = [("r1.s", 0), ("r1.s", 1), ("r1.out", 0), ("r1.out", 1)]  # its senders went first
+    assert got["got"] == [flows.note(sender, n, 2) for sender, n in in_order]
+    assert flows.invariants(store) == [] and flows.check_round(store, plan) == []
+    return plan
+
+
+def test_the_coordination_checks_notice_a_step_and_a_message_twice(tmp_path: Path) -> None:
+    from idemflow.async_worklist.deliver import send_message
+    from samples.chaos import coordination_flows as flows
+
+    path, store = _sqlite(tmp_path, flows.TABLES)
+    plan = _coordinated(store)
+    assert _watch(path, flows.invariants) == []
+    run(atomic(flows.NAPS, "n1", lambda tx: tx.increment("second")), request_id="x1", store=store)
+    run(atomic(flows.MAIL, "r1", lambda tx: tx.increment("got:r1.s:0")), request_id="x2", store=store)
+    send_message(store, flows.RECEIVER, "r1", flows.TOPIC, flows.note("r1.out", 1, 2), key="again")
+    found = [
+        "nap n1: second applied 2 times",
+        "receiver r1: message 0 of r1.s taken 2 times",
+        "receiver r1: message 1 of r1.out taken and still waiting",
+    ]
+    assert _watch(path, flows.invariants) == [f"while running: {problem}" for problem in found]
+    assert flows.check_round(store, plan) == [
+        *found,
+        "nap n1: steps applied 1 and 2 times",
+        "receiver r1: 4 taken + 1 waiting, 5 message rows, 4 sent",
+    ]
+
+
+def test_the_coordination_checks_notice_an_early_timer_an_orphan_child_and_a_lost_message() -> None:
+    from samples.chaos import coordination_flows as flows
+
+    store = MemoryStore()
+    plan = _coordinated(store)
+    woke = get(store, flows.NAPS, "n1", "after")
+    run(atomic(flows.NAPS, "n1", lambda tx: tx.put("after", woke - 1.0)), request_id="x1", store=store)
+    run(flows.kid({"parent": "ghost", "verdict": "ok", "seconds": 0.0}), request_id="ghost.kid", store=store)
+    lost = dataclasses.replace(plan, senders=[("r1.s", {**plan.senders[0][1], "count": 3})])
+    problems = flows.check_round(store, lost)
+    assert any(problem.startswith("nap n1: woke at") and "early" in problem for problem in problems), problems
+    assert "parent ghost: kid without before" in problems
+    assert "a child without a parent: ghost.kid" in problems
+    assert "receiver r1: message 2 of r1.s never taken" in problems
+    assert "receiver r1: 4 taken + 0 waiting, 4 message rows, 5 sent" in problems
+    assert "chaos-sender r1.s: answered 2, its rows say 3" in problems

@@ -1,8 +1,8 @@
 """The chaos suite: the samples under sustained load while processes are killed and commits misbehave.
 
-``python -m samples.chaos --minutes 10`` (``make chaos``) repeats seven
+``python -m samples.chaos --minutes 10`` (``make chaos``) repeats eight
 workloads until the time is up, each checked continuously while it runs and
-exactly at its end:
+exactly at its end (``--only NAME`` runs those whose names start with NAME):
 
 1. **transfer, killed** (:mod:`samples.chaos.transfer`) — the bank-transfer
    sample's own harness (:func:`samples.transfer.demo.run_harness`): transfers
@@ -55,6 +55,22 @@ exactly at its end:
    every process meeting the service's transaction conflicts
    (``conflicts=0.05`` in the store URL: overlapping transactions on an item
    cancelled, plus 5% phantoms; :mod:`idemflow.testing.conflicts`).
+8. **coordination** (:mod:`samples.chaos.coordination`, the workflows in
+   :mod:`samples.chaos.coordination_flows`) — durable timers, child workflows
+   and messages, where a request lives between its steps in the queue's
+   delayed messages, the outbox and its wake-ups: worker processes on one
+   SQLite store and queue (faulty stores, exiting after some commits,
+   SIGKILLed at random and restarted) and clients in threads submitting 2-3
+   copies of each request through a store that also crashes. Naps sleep
+   0.2-2 s between two steps, parents start a child and wait for it (a third of
+   the children abort: the parent catches ``ChildAborted``), senders (one of
+   them the client, with ``send_message``) send 2-4 messages each to
+   receivers that receive with a 1 s timeout until they have them all, half
+   of the receivers submitted only after their senders. The monitor and the
+   end check: each step once, no timer early, each child once and under its
+   parent (whose result says what the child did), each message taken once in
+   its sender's order and none lost (taken + still waiting = sent), every
+   request finished, nothing dead-lettered.
 
 The summary table goes to ``benchmarks/results/chaos.md``; the exit status
 is 1 if any anomaly was found. ``--quick`` runs smaller rounds (the test

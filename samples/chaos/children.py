@@ -3,7 +3,8 @@
 Both run over a faulty store (:class:`~samples.chaos.faults.DyingStore`) that loses commit
 answers and injects transient errors and conflicts; a worker also exits, now and then, right
 after a commit. ``worker transfer --hold 1,2`` is a transfer worker holding those versions of
-the workflow (:mod:`samples.chaos.versions`), as a deploy runs it.
+the workflow (:mod:`samples.chaos.versions`), as a deploy runs it; ``worker coordination`` runs
+the timers, children and messages of :mod:`samples.chaos.coordination_flows`.
 
 >>> args = _child_parser("worker").parse_args(["transfer", "--store", "s", "--queue", "q", "--log", "l"])
 >>> [flow.version for flow in _workflows(args)[0] if flow.name == "transfer"]
@@ -32,7 +33,9 @@ def _versions(text: str) -> list[int]:
 
 def _child_parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m samples.chaos {command}")
-    samples = ["survey", "auction"] if command == "serve" else ["survey", "auction", "transfer"]
+    samples = (
+        ["survey", "auction"] if command == "serve" else ["survey", "auction", "transfer", "coordination"]
+    )
     parser.add_argument("sample", choices=samples)
     parser.add_argument("--store", required=True)
     parser.add_argument("--queue", required=True)
@@ -55,6 +58,10 @@ def _workflows(args: argparse.Namespace) -> tuple[list[Workflow[Any, Any]], Sequ
         from samples.chaos import versions
 
         return versions.held(args.hold), versions.TABLES
+    if args.sample == "coordination":
+        from samples.chaos import coordination_flows
+
+        return list(coordination_flows.WORKFLOWS), coordination_flows.TABLES
     sample = importlib.import_module(f"samples.{args.sample}.workflows")
     return list(sample.WORKFLOWS), sample.TABLES
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from samples.chaos.children import serve_main, worker_main
+from samples.chaos.coordination import coordination_killed
 from samples.chaos.demos import auction_killed, auction_on_dynamodb, survey_killed, survey_on_dynamodb
 from samples.chaos.deploy import transfer_deploy
 from samples.chaos.report import Options, Totals, render
@@ -44,19 +45,25 @@ WORKLOADS: list[tuple[str, Workload]] = [
         "auction on DynamoDB Local, the service's transaction conflicts: as 5, every process meeting them",
         auction_on_dynamodb,
     ),
+    (
+        "coordination (async, worker processes): timers, children, messages; SIGKILLed and exiting "
+        "workers, faulty stores",
+        coordination_killed,
+    ),
 ]
 ON_DYNAMODB = {survey_on_dynamodb, auction_on_dynamodb}
 
 
 def run_chaos(opts: Options) -> list[Totals]:
-    """Repeat the workloads until ``opts.seconds`` passed (each at least once)."""
+    """Repeat the workloads (those of ``opts.only``) until ``opts.seconds`` passed (each at least once)."""
     rng = random.Random(opts.seed)
     opts.workdir.mkdir(parents=True, exist_ok=True)
-    totals = [Totals(name) for name, _ in WORKLOADS]
+    chosen = [(name, work) for name, work in WORKLOADS if not opts.only or name.startswith(opts.only)]
+    totals = [Totals(name) for name, _ in chosen]
     deadline = time.monotonic() + opts.seconds
     round_no = 0
     while round_no == 0 or time.monotonic() < deadline:
-        for (_name, workload), total in zip(WORKLOADS, totals, strict=True):
+        for (_name, workload), total in zip(chosen, totals, strict=True):
             if round_no > 0 and time.monotonic() >= deadline:
                 break
             if workload in ON_DYNAMODB and opts.dynamodb is None:
@@ -90,6 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     length.add_argument("--seconds", type=float, help="how long to run, in seconds")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: a new one, printed)")
     parser.add_argument("--quick", action="store_true", help="smaller rounds (the test suite's short run)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only the workloads whose names start with NAME (repeatable), e.g. --only coordination",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/chaos.md"), help="summary file")
     parser.add_argument(
         "--workdir", type=Path, default=Path("demo-data/chaos"), help="where the SQLite files go"
@@ -104,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     print(f"[chaos] {seconds:g} s, seed {seed}, files in {args.workdir}", flush=True)
     started = time.monotonic()
-    with _dynamodb_local(not args.no_dynamodb_local) as endpoint:
+    only = tuple(args.only)
+    on_dynamodb = any(work in ON_DYNAMODB for name, work in WORKLOADS if not only or name.startswith(only))
+    with _dynamodb_local(on_dynamodb and not args.no_dynamodb_local) as endpoint:
         opts = Options(
             seconds=seconds,
             seed=seed,
@@ -112,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out=args.out,
             quick=args.quick,
             dynamodb=endpoint,
+            only=only,
         )
         totals = run_chaos(opts)
     text = render(totals, opts, time.monotonic() - started)

@@ -62,6 +62,8 @@ class Options:
     """DynamoDB Local's endpoint for the workloads on AWS's engine (None: they are skipped)."""
     quick: bool = False
     """Smaller rounds: the short run of the test suite."""
+    only: tuple[str, ...] = ()
+    """Run only the workloads whose names start with one of these (empty: all of them)."""
 
 
 COLUMNS = (
@@ -89,6 +91,7 @@ def render(totals: Sequence[Totals], opts: Options, seconds: float) -> str:
     for total in totals:
         all_.add(total)
     quick = " --quick" if opts.quick else ""
+    quick += "".join(f" --only {name!r}" for name in opts.only)
     lines = [
         "# Chaos run",
         "",
@@ -103,7 +106,8 @@ def render(totals: Sequence[Totals], opts: Options, seconds: float) -> str:
         lines.append(f"| {t.workload} | " + " | ".join(map(str, counts)) + f" | {len(t.anomalies)} |")
     lines += [
         "",
-        "Requests are distinct requests (transfers, survey responses, bids), duplicates the extra "
+        "Requests are distinct requests (transfers, survey responses, bids, naps, parents, senders, "
+        "receivers), duplicates the extra "
         "copies sent; oversize, the requests whose input is larger than the queue's 256 KiB body "
         "limit; kills count SIGKILLs and processes that ended themselves right after a commit; "
         "deploys, how often the worker processes were replaced by ones holding other versions of "
