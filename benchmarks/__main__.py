@@ -7,8 +7,9 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, summary. ``--stores`` limits the store-parametrized benchmarks (calls, users, outbox,
-asyncio_api, and contention, which runs sqlite,dynamodb-local,azurite unless told); ``cloud``
+runs_list, timers, summary. ``--stores`` limits the store-parametrized benchmarks (calls, users,
+outbox, asyncio_api, runs_list, timers, and contention, which runs sqlite,dynamodb-local,azurite
+unless told); ``cloud``
 and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
 server stores, leaving only the pure-Python and SQLite parts).
 """
@@ -36,6 +37,7 @@ ORDER = (
     "outbox",
     "asyncio_api",
     "runs_list",
+    "timers",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -53,6 +55,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "outbox",
         "asyncio_api",
         "runs_list",
+        "timers",
         "summary",
     ):
         import importlib
@@ -87,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
     parser.add_argument(
-        "--stores", default=None, help="comma-separated stores for calls, users, outbox, asyncio_api"
+        "--stores", default=None, help="comma-separated stores for calls, users, outbox, asyncio_api, timers"
     )
     parser.add_argument("--no-servers", action="store_true", help="skip moto and Azurite (and the peers)")
     args = parser.parse_args(argv)
@@ -104,7 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == "summary":
             continue
         extra = (
-            ["--stores", stores] if name in ("calls", "users", "outbox", "asyncio_api", "runs_list") else []
+            ["--stores", stores]
+            if name in ("calls", "users", "outbox", "asyncio_api", "runs_list", "timers")
+            else []
         )
         if name == "contention" and (args.stores or args.no_servers):  # else its own stores
             extra = ["--stores", stores]

@@ -45,6 +45,7 @@ TARGETS: list[tuple[str, str, float, str]] = [
         1.05,
         "arun / run latency ≤ 1.05 (2-step workflow, 1 client)",
     ),
+    (r"timers\.[\w-]+\.\w+\.early", "<=", 0.0, "a timer never fires early"),
     (
         r"asyncio_api\.[\w-]+\.async\.probe_p99_ms\.128",
         "<=",
@@ -63,6 +64,7 @@ SECTIONS = [
     ("Checkpoint messages", r"^messages\."),
     ("Transactional outbox: submit against the previous release", r"^outbox\."),
     ("asyncio API: arun against run in a threadpool", r"^asyncio_api\."),
+    ("Durable timers: lateness; calls of sleep, start + wait, send + receive", r"^timers\."),
 ]
 
 

@@ -113,3 +113,42 @@ def test_quick_asyncio_api_writes_its_results(tmp_path: Path) -> None:
     summary = (out / "summary.md").read_text()
     assert "asyncio_api.sqlite.async_over_sync_latency" in summary
     assert "asyncio_api.moto.async.probe_p99_ms.8" in summary
+
+
+def test_quick_timers_writes_its_results(tmp_path: Path) -> None:
+    """The timers benchmark at tiny sizes on SQLite: worker processes, one kill, the calls counted."""
+    pytest.importorskip("matplotlib", reason="the plots need the 'bench' extra: pip install -e '.[bench]'")
+    out = tmp_path / "results"
+    tiny = ["--requests", "6", "--window", "1", "--sleep", "0.5", "1", "--background-rate", "2"]
+    tiny += ["--per-batch", "4", "--kill-visibility", "2", "--kill-lead", "2.5", "--samples", "1"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.timers",
+            "--quick",
+            "--stores",
+            "sqlite",
+            *tiny,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for name in ("timers.md", "timers.png", "timers.json"):
+        assert (out / name).stat().st_size > 0, name
+    record = json.loads((out / "timers.json").read_text())
+    assert record["parameters"]["stores"] == ["sqlite"]
+    for scenario, count in (("under load", 6), ("worker killed at due", 4)):
+        timers = record["lateness"]["sqlite"][scenario]["timers"]
+        assert len(timers) == count, scenario
+        assert all(ran >= due for _id, _batch, due, ran, _end, _delivery in timers), scenario  # never early
+    headlines = record["headlines"]
+    assert headlines["timers.sqlite.load.early"]["value"] == 0
+    calls = headlines["timers.sqlite.calls"]["value"]
+    assert calls["start + wait"] > calls["plain step"] > 0
