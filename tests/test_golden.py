@@ -2,8 +2,10 @@
 
 ``tests/golden/<release>.json`` holds every row a release wrote for four requests of one workflow
 (finished, aborted, submitted with its queue message, and abandoned after its first commit) and
-the message; ``make_golden.py`` made them. Loaded into each store, this version must answer the
-finished ones from their records, finish the others exactly once, and read the old message.
+the message; ``make_golden.py`` made them. ``tests/golden/coordination/<release>.json`` holds
+requests caught waiting on a timer, a child and a message (``make_coordination_golden.py``).
+Loaded into each store, this version must answer the finished ones from their records, finish the
+others exactly once, and read the old messages.
 """
 
 from __future__ import annotations
@@ -60,3 +62,55 @@ def test_rows_of_every_release_replay(store: Store, path: Path) -> None:
     assert balances(store) == before  # every debit happened once, before or now
     shipped = {key for (_, key) in rows(store, "tableb")}
     assert shipped == {"done", "halfway", "queued"}
+
+
+COORDINATION = sorted(Path(__file__).with_name("golden").joinpath("coordination").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", COORDINATION, ids=lambda path: path.stem)
+def test_requests_caught_waiting_by_every_release_finish(store: Store, path: Path) -> None:
+    """A sleeper, a parent waiting for its child and a receiver with a message waiting, as an
+    earlier release left them (``make_coordination_golden.py``), finish once on this version."""
+    from tests.golden import make_coordination_golden as g
+
+    messages = load(store, path)
+    now = [g.NOW + 4000]  # past the sleep's due time, before the receive's deadline
+    queue = MemoryQueue(clock=lambda: now[0])
+    for body in messages:
+        queue.send(body)
+    worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=lambda: now[0], relay_every=None)
+    for _ in range(100):
+        received = queue.receive()
+        if received:
+            worker.handle(received[0])
+        elif queue.approximate_size() == 0:
+            break
+        else:
+            now[0] += 900
+    assert worker.stats.dead_lettered == 0
+    results = {
+        rid: status(store, flow, rid).result
+        for flow, rid in [
+            ("g-sleeper", "sleeper-sam"),
+            ("g-parent", "parent-pia"),
+            ("g-kid", "kid-pia"),
+            ("g-inbox", "inbox-ivy"),
+            ("g-writer", "writer-ivy"),
+        ]
+    }
+    assert results == {
+        "sleeper-sam": "rested",
+        "parent-pia": "kid of pia",
+        "kid-pia": "kid of pia",
+        "inbox-ivy": "hello ivy",
+        "writer-ivy": "sent",
+    }
+    counted = {(partition, key): value for (partition, key), value in rows(store, "tablea").items()}
+    assert counted == {
+        ("sam", "before"): 1,
+        ("sam", "after"): 1,
+        ("pia", "kid"): 1,
+        ("pia", "parent"): 1,
+        ("ivy", "read"): 1,
+    }
