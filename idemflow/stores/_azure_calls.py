@@ -34,7 +34,6 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError
 
 from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
-from idemflow.keys import RUNS_TABLE
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores._azure_batch import Learned, Operation, Raw, escaped, expects_absent, operation, plan
@@ -56,7 +55,6 @@ from idemflow.stores.base import (
 )
 
 T = TypeVar("T")
-S = TypeVar("S")
 
 AZURE_CAPABILITIES = Capabilities(
     cross_partition_commit=False,
@@ -69,7 +67,6 @@ AZURE_CAPABILITIES = Capabilities(
 _TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _CONDITION_CODES = frozenset({"UpdateConditionNotSatisfied", "EntityAlreadyExists", "ResourceNotFound"})
-_KEYS_PER_QUERY = 14
 _MAX_ATTEMPTS = 20
 """Batches one commit may send while resolving tombstones and increments."""
 _MAX_HINTS = 10_000
@@ -111,61 +108,6 @@ class Page:
 
 Calls = Generator[Call | Pause | Page, Any, T]
 """A computation of a store that yields SDK calls and returns a ``T``."""
-
-
-def open_service(from_connection_string: Callable[..., S], connection_string: str, options: Any) -> S:
-    """The SDK's service client (blocking or aio), a malformed string reported without its key."""
-    try:
-        return from_connection_string(connection_string, **options)
-    except ValueError as exc:
-        # The SDK's message is generic; the string itself (it holds the key) is never shown.
-        raise StoreConfigError(
-            "malformed Azure connection string (expected AccountName=...;AccountKey=...;"
-            "TableEndpoint=... or UseDevelopmentStorage=true)"
-        ) from exc
-
-
-def table_range(prefix: str) -> tuple[str, dict[str, str]] | None:
-    """The ``query_tables`` filter and parameters naming the tables under ``prefix`` (a range
-    on ``TableName``, so other prefixes sharing the account cost nothing); None: every table."""
-    if not prefix:
-        return None
-    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    return "TableName ge @lo and TableName lt @hi", {"lo": prefix, "hi": upper}
-
-
-def logical_tables(prefix: str, names: Sequence[str]) -> list[str]:
-    """Logical names of the Azure tables ``names`` under ``prefix``, sorted."""
-    cut = len(prefix)
-    return sorted(name[cut:] for name in names if name.startswith(prefix) and len(name) > cut)
-
-
-def sweep_order(tables: Sequence[str]) -> list[str]:
-    """The run-record table last: a sweep removes a finished request's memos before its
-    record where it meets both (Azure has no order by expiry to do it for it)."""
-    return sorted(tables, key=lambda table: table == RUNS_TABLE)
-
-
-def read_jobs(refs: Sequence[RowRef]) -> list[list[int]]:
-    """Indexes of ``refs`` by (table, partition) group, at most 14 per query (Azure
-    allows 15 comparisons in a filter): one round trip each."""
-    groups: dict[tuple[str, str], list[int]] = {}
-    for index, ref in enumerate(refs):
-        groups.setdefault((ref.table, ref.partition), []).append(index)
-    return [
-        indexes[start : start + _KEYS_PER_QUERY]
-        for indexes in groups.values()
-        for start in range(0, len(indexes), _KEYS_PER_QUERY)
-    ]
-
-
-def assemble(count: int, jobs: list[list[int]], found: Sequence[list[Raw | None]]) -> list[Row | None]:
-    """``read_many``'s answer from each job's entities (tombstones are absent rows)."""
-    rows: list[Row | None] = [None] * count
-    for job, raws in zip(jobs, found, strict=True):
-        for index, raw in zip(job, raws, strict=True):
-            rows[index] = None if raw is None or raw[1] is None else Row(decode(raw[1]), raw[0])
-    return rows
 
 
 class AzureCalls:

@@ -29,6 +29,8 @@ from idemflow.stores._azure_calls import (
     Calls,
     Page,
     Pause,
+)
+from idemflow.stores._azure_layout import (
     assemble,
     logical_tables,
     open_service,
