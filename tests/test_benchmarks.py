@@ -13,13 +13,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def bench(args: list[str], *, timeout: float) -> None:
+    """Run ``python -m ARGS`` (a benchmark) from the repository root; its output if it fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the plots need the 'bench' extra: pip install -e '.[bench]'")
     out = tmp_path / "results"
-    done = subprocess.run(
+    bench(
         [
-            sys.executable,
-            "-m",
             "benchmarks",
             "overhead",
             "messages",
@@ -33,13 +39,8 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
             "--out",
             str(out),
         ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for name in (
         "overhead.md",
         "overhead.png",
@@ -80,10 +81,8 @@ def test_quick_asyncio_api_writes_its_results(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the plots need the 'bench' extra: pip install -e '.[bench]'")
     pytest.importorskip("aiobotocore", reason="the asynchronous store needs the 'aio' extra")
     out = tmp_path / "results"
-    done = subprocess.run(
+    bench(
         [
-            sys.executable,
-            "-m",
             "benchmarks",
             "asyncio_api",
             "--quick",
@@ -92,13 +91,8 @@ def test_quick_asyncio_api_writes_its_results(tmp_path: Path) -> None:
             "--out",
             str(out),
         ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=240,
-        check=False,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for name in ("asyncio_api.md", "asyncio_api.png", "asyncio_api.json", "summary.md"):
         assert (out / name).stat().st_size > 0, name
     record = json.loads((out / "asyncio_api.json").read_text())
@@ -121,10 +115,8 @@ def test_quick_timers_writes_its_results(tmp_path: Path) -> None:
     out = tmp_path / "results"
     tiny = ["--requests", "6", "--window", "1", "--sleep", "0.5", "1", "--background-rate", "2"]
     tiny += ["--per-batch", "4", "--kill-visibility", "2", "--kill-lead", "2.5", "--samples", "1"]
-    done = subprocess.run(
+    bench(
         [
-            sys.executable,
-            "-m",
             "benchmarks.timers",
             "--quick",
             "--stores",
@@ -133,13 +125,8 @@ def test_quick_timers_writes_its_results(tmp_path: Path) -> None:
             "--out",
             str(out),
         ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for name in ("timers.md", "timers.png", "timers.json"):
         assert (out / name).stat().st_size > 0, name
     record = json.loads((out / "timers.json").read_text())
