@@ -28,7 +28,8 @@ crashed after commit
 >>> run(step, request_id="r", store=store)  # the retry finds the memo
 """
 
-from idemflow.testing.check import DEFAULT_FAULTS, FIXED_TIME, check_workflow, fast_policy, snapshot
+from idemflow.testing._plans import fast_policy, snapshot
+from idemflow.testing.check import DEFAULT_FAULTS, FIXED_TIME, check_workflow
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, SimulatedCrash, StoreWrapper, data_rows
 from idemflow.testing.report import CheckReport, Divergence, Outcome, Snapshot
 

@@ -43,23 +43,34 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
-
-from tenacity import stop_after_attempt, wait_none, wait_random
 
 from idemflow.async_worklist import MemoryQueue, Worker, status, submit
 from idemflow.engine import Plan as ExecutionPlan
 from idemflow.errors import ConflictError, TransientStoreError
-from idemflow.keys import DATA
 from idemflow.monad import Idem
 from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
 from idemflow.runner import Workflow, describe, describe_request, execute
-from idemflow.stores.base import CommitOutcome, Committed, Insert, Op, Store
+from idemflow.stores.base import Insert, Store
 from idemflow.stores.memory import MemoryStore
+from idemflow.testing._plans import (
+    FAULT_TEXT,
+    RACING,
+    RERUN,
+    CacheLosingStore,
+    CheckOptions,
+    CrashAfterProgress,
+    at_commit,
+    fast_policy,
+    hint,
+    injected,
+    never,
+    recorder,
+    snapshot,
+)
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, Plan, SimulatedCrash
-from idemflow.testing.report import CheckReport, Divergence, Outcome, Snapshot, describe_commit
+from idemflow.testing.report import CheckReport, Divergence, Outcome, Snapshot
 
 DEFAULT_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER, Fault.CONFLICT)
 """Faults injected at every commit by default."""
@@ -67,65 +78,13 @@ DEFAULT_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER, Faul
 FIXED_TIME = 1_767_225_600.0
 """What ``now()`` returns in checked runs (2026-01-01), so runs on different stores compare equal."""
 
-RERUN = "a failure-free rerun on a fresh store"
-RACING = "racing:"
 _RETRIED = (SimulatedCrash, TransientStoreError, ConflictError)
-
-
-def fast_policy() -> RetryPolicy:
-    """Retries without real waits (a checker runs thousands of them), bounds kept generous.
-
-    >>> fast_policy().conflicts.stop.max_attempt_number
-    50
-    """
-    base = RetryPolicy()
-    return RetryPolicy(
-        conflicts=base.conflicts.copy(wait=wait_random(0, 0.002), stop=stop_after_attempt(50)),
-        transient=base.transient.copy(wait=wait_none()),
-    )
-
-
-def snapshot(store: Store, outcome: Outcome) -> Snapshot:
-    """The outcome with every data row and every memo / run-record key of ``store``.
-
-    >>> snapshot(MemoryStore(), Outcome("completed", None)).rows
-    {}
-    """
-    store.flush()
-    rows: dict[tuple[str, str, str], Any] = {}
-    bookkeeping = set()
-    for table in store.tables():
-        for partition, key, row in store.scan(table):
-            if key.startswith(DATA):
-                rows[(table, partition, key[1:])] = row.value
-            else:
-                bookkeeping.add((table, partition, key))
-    return Snapshot(outcome, rows, frozenset(bookkeeping))
-
-
-class _CrashAfterProgress(FaultyStore):
-    """Dies right after every commit that applied: one commit of progress per execution."""
-
-    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        outcome = self.inner.commit(ops)
-        if isinstance(outcome, Committed):
-            point = FaultPoint("commit", self._next("commit"), tuple(ops))
-            self.injected.append((point, Fault.CRASH_AFTER))
-            raise SimulatedCrash(f"crash after commit #{point.index}")
-        return outcome
-
-
-class _CacheLosingStore(FaultyStore):
-    """Drops completion records (``commit_cache``): as if the process died right before."""
-
-    def commit_cache(self, ops: Sequence[Op]) -> None:
-        return None
 
 
 class _Checker:
     """One input of one workflow: the reference and every scenario against it."""
 
-    def __init__(self, options: _Options, index: int, given: object) -> None:
+    def __init__(self, options: CheckOptions, index: int, given: object) -> None:
         self.o = options
         self.given = given
         self.request_id = f"{options.request_id}-{index}"
@@ -178,7 +137,7 @@ class _Checker:
     def reference(self) -> tuple[Snapshot, list[FaultPoint]]:
         commits: list[FaultPoint] = []
         store = self.fresh()
-        counting = FaultyStore(store, _recorder(commits))
+        counting = FaultyStore(store, recorder(commits))
         self.name = describe(self.make())[0]
 
         version = describe_request(self.make()).version
@@ -210,7 +169,7 @@ class _Checker:
         if odd is None and actual.rows == expected.rows and actual.bookkeeping == expected.bookkeeping:
             return True
         self.divergence = Divergence(
-            self.name, self.given, self.request_id, scenario, tuple(events), expected, actual, _hint(scenario)
+            self.name, self.given, self.request_id, scenario, tuple(events), expected, actual, hint(scenario)
         )
         return False
 
@@ -219,7 +178,7 @@ class _Checker:
         faulty = kind(store, plan)
         events: list[str] = []
         outcome = self.until_done(faulty, events)
-        events[:0] = [_injected(point, fault) for point, fault in faulty.injected]
+        events[:0] = [injected(point, fault) for point, fault in faulty.injected]
         return self.compare(expected, scenario, store, [outcome], events)
 
     # -- the scenarios ---------------------------------------------------------------
@@ -234,11 +193,11 @@ class _Checker:
             return
         for i in range(n):
             for fault in self.o.faults:
-                scenario = _FAULT_TEXT[fault].format(i=i) + f" (of {n} commits); retried until done"
-                if not self.faulty_run(expected, scenario, _at(i, fault)):
+                scenario = FAULT_TEXT[fault].format(i=i) + f" (of {n} commits); retried until done"
+                if not self.faulty_run(expected, scenario, at_commit(i, fault)):
                     return
         scenario = "a crash after every commit that applied (one commit of progress per execution)"
-        if n > 1 and not self.faulty_run(expected, scenario, _never, _CrashAfterProgress):
+        if n > 1 and not self.faulty_run(expected, scenario, never, CrashAfterProgress):
             return
         if not self.lost_completion(expected) or not self.racing(expected, crash=False):
             return
@@ -250,7 +209,7 @@ class _Checker:
     def lost_completion(self, expected: Snapshot) -> bool:
         store = self.fresh()
         events: list[str] = []
-        first = self.until_done(_CacheLosingStore(store, lambda point: None), events)
+        first = self.until_done(CacheLosingStore(store, lambda point: None), events)
         events[-1] += " (its completion record lost)"
         second = self.until_done(store, events, who="duplicate")
         return self.compare(
@@ -268,7 +227,7 @@ class _Checker:
             target: Store = store
             if crash:
                 fault = Fault.CRASH_AFTER if k % 2 == 0 else Fault.CRASH_BEFORE
-                target = FaultyStore(store, _at(k, fault))
+                target = FaultyStore(store, at_commit(k, fault))
             barrier.wait()
             outcomes[k] = self.until_done(target, logs[k], who=f"racer {k}, execution")
 
@@ -293,7 +252,7 @@ class _Checker:
         store = self.fresh()
         seen: list[FaultPoint] = []
         events: list[str] = []
-        outcome = self.drain(FaultyStore(store, _recorder(seen)), events)
+        outcome = self.drain(FaultyStore(store, recorder(seen)), events)
         if not self.compare(
             expected, "submit() then a Worker (asynchronous variant)", store, [outcome], events
         ):
@@ -302,12 +261,12 @@ class _Checker:
         for i in range(total):
             for fault in (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER):
                 store = self.fresh()
-                faulty = FaultyStore(store, _at(i, fault))
+                faulty = FaultyStore(store, at_commit(i, fault))
                 events = []
                 outcome = self.drain(faulty, events)
-                events[:0] = [_injected(point, fault) for point, fault in faulty.injected]
+                events[:0] = [injected(point, fault) for point, fault in faulty.injected]
                 scenario = (
-                    "asynchronous: " + _FAULT_TEXT[fault].format(i=i) + f" (of {total}, submit and worker)"
+                    "asynchronous: " + FAULT_TEXT[fault].format(i=i) + f" (of {total}, submit and worker)"
                 )
                 if not self.compare(expected, scenario, store, [outcome], events):
                     return
@@ -374,64 +333,6 @@ def _redeliver(redeliver: bool, body: str | None, queue: MemoryQueue) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class _Options:
-    wf: Callable[[Any], Idem[Any]]
-    store_factory: Callable[[], Store]
-    setup: Callable[[Store], object] | None
-    faults: tuple[Fault, ...]
-    duplicates: int
-    request_id: str
-    signing_key: bytes
-    policy: RetryPolicy
-    clock: Callable[[], float]
-    max_attempts: int
-
-
-_FAULT_TEXT = {
-    Fault.CRASH_BEFORE: "the process dies just before commit #{i}",
-    Fault.CRASH_AFTER: "the process dies just after commit #{i} applied, before it sees the answer",
-    Fault.LOST_ANSWER: "commit #{i} applies but its answer is lost (a timeout)",
-    Fault.TRANSIENT: "commit #{i} fails with a transient error",
-    Fault.CONFLICT: "a concurrent writer changes a row that commit #{i} checks, just before it",
-}
-
-
-def _never(point: FaultPoint) -> Fault | None:
-    return None
-
-
-def _recorder(into: list[FaultPoint]) -> Plan:
-    def record(point: FaultPoint) -> Fault | None:
-        into.append(point)
-        return None
-
-    return record
-
-
-def _at(index: int, fault: Fault) -> Plan:
-    return lambda point: fault if point.index == index else None
-
-
-def _injected(point: FaultPoint, fault: Fault) -> str:
-    return f"injected {fault.value} at {point.kind} #{point.index}:\n{describe_commit(point.ops)}"
-
-
-def _hint(scenario: str) -> str:
-    if scenario == RERUN:
-        return (
-            "two failure-free runs differ: the workflow is not deterministic. Use now(), uuid4(), "
-            "random() instead of time/uuid/random, and depend only on the input and step results."
-        )
-    if scenario.startswith(RACING):
-        return "racing executions disagree: results must come from step results, not from process state."
-    return (
-        "a retry took another path or wrote something else: pass data between steps through step "
-        "results (x = yield atomic(...)), never through variables a step body sets, and keep side "
-        "effects inside steps or effect()."
-    )
-
-
 def check_workflow(
     wf: Callable[[Any], Idem[Any]],
     inputs: Iterable[object],
@@ -469,7 +370,7 @@ def check_workflow(
     """
     if duplicates < 2:
         raise ValueError("duplicates must be at least 2")
-    options = _Options(
+    options = CheckOptions(
         wf=wf,
         store_factory=store_factory,
         setup=setup,
