@@ -172,6 +172,32 @@ class Waiting:
             return
         yield CommitCache([Delete(ref)])
 
+    def _step_beside(
+        self, identity: str, memo: JSON, beside: Callable[[], Steps[list[Op]]], wake: Put
+    ) -> Steps[None]:
+        """A table-less step deciding ``memo`` whose commit also writes ``beside()``: rows in other
+        partitions (a child's claim, a message), recomputed on each attempt, empty once written.
+
+        Where one commit cannot span partitions (Azure), if ``beside()`` has rows to write, the
+        step's ``wake`` row goes first, then each of them, then the memo: a crash after the
+        wake-up only wakes a request for nothing, and a rerun that meets the rows (``beside()``
+        then returns nothing, and writes no wake-up) finds the wake-up written already."""
+        if self.capabilities.cross_partition_commit or self.plan.abort is not None:
+            yield from self._forward(RUNS_TABLE, self.request_id, identity, _constant(memo), None, beside)
+            return
+        done, _ = yield from self._replayed(identity)
+        if done:
+            return
+        rows = yield from beside()
+        if rows:
+            yield from self._commit([wake], wake.ref)
+        for op in rows:
+            if op is wake:
+                continue  # committed just above
+            if not isinstance((yield from self._commit([op], op.ref)), Committed):
+                yield from beside()  # a rerun or a race wrote it: checked again
+        yield from self._forward(RUNS_TABLE, self.request_id, identity, _constant(memo), None)
+
     def _start(self, node: Start) -> Steps[Child]:
         if node.call.name == self.workflow and node.request_id == self.request_id:
             raise InvalidInputError(
@@ -213,21 +239,8 @@ class Waiting:
                 )
             return []
 
-        memo = {"wf": node.call.name, "id": node.request_id}
-        if not self.capabilities.cross_partition_commit and self.plan.abort is None:
-            done, _ = yield from self._replayed(identity)
-            if done:
-                return child
-            # The outbox row first, as in a claim: a crash after it leaves a row the relay drops.
-            yield from self._commit([outbox], outbox.ref)
-            for op in (yield from claimed()):
-                if op is outbox:
-                    continue  # committed just above
-                if not isinstance((yield from self._commit([op], op.ref)), Committed):
-                    yield from claimed()  # a rerun or a race met the claim: checked again
-            yield from self._forward(RUNS_TABLE, self.request_id, identity, lambda tx: memo, None)
-        else:
-            yield from self._forward(RUNS_TABLE, self.request_id, identity, lambda tx: memo, None, claimed)
+        memo: JSON = {"wf": node.call.name, "id": node.request_id}
+        yield from self._step_beside(identity, memo, claimed, outbox)
         if made[0]:  # a replay, or a claim found made, sends nothing: the relay has its outbox row
             yield from self._announce(entry, outbox.ref)
         return child
@@ -316,15 +329,7 @@ class Waiting:
             waiting[0] = found is not None and found.input is not None and not found.status.final
             return [Insert(ref, message, text, self._expiry()), wake]
 
-        if not self.capabilities.cross_partition_commit and self.plan.abort is None:
-            done, _ = yield from self._replayed(identity)
-            if done:
-                return None
-            for op in (yield from delivered()):  # an Insert that meets its own message is done
-                yield from self._commit([op], op.ref)
-            yield from self._forward(RUNS_TABLE, self.request_id, identity, lambda tx: None, None)
-        else:
-            yield from self._forward(RUNS_TABLE, self.request_id, identity, lambda tx: None, None, delivered)
+        yield from self._step_beside(identity, None, delivered, wake)
         if waiting[0]:
             yield from self._announce(entry, wake.ref)
         return None
