@@ -48,11 +48,10 @@ def _when(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
 
 
-def _next_message(found: list[tuple[str, Row]]) -> tuple[str, Row, Message]:
+def _next_message(found: list[tuple[str, Row, Message]]) -> tuple[str, Row, Message]:
     """The message a ``receive`` takes: each sender's lowest step first, then the earliest sent."""
     heads: dict[str, tuple[str, Row, Message]] = {}
-    for key, row in found:
-        message = Message.from_json(row.value)
+    for key, row, message in found:
         head = heads.get(message.sender)
         if head is None or message.seq < head[2].seq:
             heads[message.sender] = (key, row, message)
@@ -342,16 +341,17 @@ class Waiting:
             done, value = yield from self._replayed(identity)
             if done:
                 return value
-            found = [
-                (key, row)
+            inbox = [
+                (key, row, Message.from_json(row.value))
                 for _, key, row in (yield Scan(RUNS_TABLE, self.request_id))
-                if key.startswith(prefix) and not Message.was_taken(row.value)
+                if key.startswith(prefix)
             ]
+            found = [(key, row, message) for key, row, message in inbox if not message.taken]
             if found:
                 key, row, message = _next_message(found)
                 # Kept as taken, not deleted: a sender resending its step meets it (on Azure the
                 # message commits before the sender's memo) instead of sending it again.
-                taken: JSON = message.taken().to_json()
+                taken: JSON = message.as_taken().to_json()
                 ref = RowRef(RUNS_TABLE, self.request_id, key)
                 consumed = Put(ref, taken, encode(taken), row.version, self._expiry())
 

@@ -243,13 +243,13 @@ class Message:
     sender: str
     seq: int
     at: float
-    was: bool = False
+    taken: bool = False
     """Taken by a ``receive``: the row stays (without its value) until the request's rows are
     collected, so a sender resending its step meets it instead of sending the message again."""
 
     def to_json(self) -> dict[str, JSON]:
         row: dict[str, JSON] = {"v": self.value, "s": self.sender, "n": self.seq, "at": self.at}
-        if self.was:
+        if self.taken:
             row["taken"] = True
         return row
 
@@ -257,13 +257,9 @@ class Message:
     def from_json(cls, raw: Any) -> Message:
         return cls(raw.get("v"), str(raw["s"]), int(raw["n"]), float(raw["at"]), bool(raw.get("taken")))
 
-    def taken(self) -> Message:
+    def as_taken(self) -> Message:
         """This message's row once a ``receive`` took it."""
-        return replace(self, value=None, was=True)
-
-    @staticmethod
-    def was_taken(raw: Any) -> bool:
-        return isinstance(raw, dict) and bool(raw.get("taken"))
+        return replace(self, value=None, taken=True)
 
 
 def child_outcome(record: RunRecord) -> dict[str, JSON]:

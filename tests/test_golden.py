@@ -20,6 +20,7 @@ from idemflow import Store, WorkflowAborted, rows, run
 from idemflow.async_worklist import MemoryQueue, Worker, status
 from idemflow.serialization import encode
 from idemflow.stores.base import Insert, RowRef
+from tests.conformance.test_continuations import Clock, deliver_all
 from tests.golden.make_golden import golden
 
 GOLDEN = sorted(Path(__file__).with_name("golden").glob("*.json"))
@@ -75,19 +76,13 @@ def test_requests_caught_waiting_by_every_release_finish(store: Store, path: Pat
     from tests.golden import make_coordination_golden as g
 
     messages = load(store, path)
-    now = [g.NOW + 4000]  # past the sleep's due time, before the receive's deadline
-    queue = MemoryQueue(clock=lambda: now[0])
+    clock = Clock()
+    clock.now = g.NOW + 4000  # past the sleep's due time, before the receive's deadline
+    queue = MemoryQueue(clock=clock)
     for body in messages:
         queue.send(body)
-    worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=lambda: now[0], relay_every=None)
-    for _ in range(100):
-        received = queue.receive()
-        if received:
-            worker.handle(received[0])
-        elif queue.approximate_size() == 0:
-            break
-        else:
-            now[0] += 900
+    worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    deliver_all(worker, queue, clock, rounds=100, step=900)
     assert worker.stats.dead_lettered == 0
     results = {
         rid: status(store, flow, rid).result

@@ -24,15 +24,18 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import drive
+from idemflow._io import Steps
 from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.submit import announcer, resolve_signing_key
 from idemflow.coordination import send
 from idemflow.engine import Plan
 from idemflow.keys import check_request_id
+from idemflow.records import RunRecord
 from idemflow.runner import Workflow, describe_request, execution_steps, workflow
 from idemflow.stores.aio import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
+from idemflow.tx import Reader
 
 __all__ = ["asend_message", "send_message"]
 
@@ -42,8 +45,24 @@ def _message(workflow: str, request_id: str, topic: str, value: Any) -> Generato
     yield send(workflow, request_id, topic, value)
 
 
-def _plan(queue: object, signing_key: bytes | str | None) -> Plan:
-    return Plan(announce=announcer(resolve_signing_key(signing_key)) if queue is not None else None)
+def _steps(
+    store: Store | AsyncStore,
+    workflow: Workflow[Any, Any] | str,
+    request_id: str,
+    topic: str,
+    value: Any,
+    key: str,
+    queue: object,
+    signing_key: bytes | str | None,
+    reader: Reader | None,
+) -> Steps[RunRecord]:
+    """The one computation both APIs drive: the ``send`` step run under the request id ``key``."""
+    check_request_id(key)
+    name = workflow.name if isinstance(workflow, Workflow) else workflow
+    m = _message(name, request_id, topic, value)
+    announce = None if queue is None else announcer(resolve_signing_key(signing_key))
+    plan = Plan(announce=announce)
+    return execution_steps(m, describe_request(m), key, store, None, time.time, plan, (), reader=reader)
 
 
 def send_message(
@@ -58,12 +77,7 @@ def send_message(
     signing_key: bytes | str | None = None,
 ) -> None:
     """Send ``value`` on ``topic`` to the request ``request_id`` of ``workflow``, once per ``key``."""
-    check_request_id(key)
-    name = workflow.name if isinstance(workflow, Workflow) else workflow
-    m = _message(name, request_id, topic, value)
-    steps = execution_steps(
-        m, describe_request(m), key, store, None, time.time, _plan(queue, signing_key), (), reader=store
-    )
+    steps = _steps(store, workflow, request_id, topic, value, key, queue, signing_key, store)
     drive(steps, store, queue)
 
 
@@ -79,20 +93,7 @@ async def asend_message(
     signing_key: bytes | str | None = None,
 ) -> None:
     """:func:`send_message`, awaitable."""
-    check_request_id(key)
-    name = workflow.name if isinstance(workflow, Workflow) else workflow
-    m = _message(name, request_id, topic, value)
     target = to_async(store)
     sink = None if queue is None else to_async_queue(queue)
-    steps = execution_steps(
-        m,
-        describe_request(m),
-        key,
-        target,
-        None,
-        time.time,
-        _plan(sink, signing_key),
-        (),
-        reader=sync_reader(target),
-    )
+    steps = _steps(target, workflow, request_id, topic, value, key, sink, signing_key, sync_reader(target))
     await adrive(steps, target, sink)

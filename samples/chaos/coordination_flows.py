@@ -265,7 +265,7 @@ def _taken(row: dict[str, JSON]) -> Counter[tuple[str, int]]:
 
 def _sent_by(message: Message) -> tuple[str, int] | None:
     value = message.value
-    if message.was or not isinstance(value, dict):
+    if message.taken or not isinstance(value, dict):
         return None
     return str(value.get("from")), int(number(value.get("n")))
 
@@ -368,7 +368,7 @@ def _mail(
     problems = []
     sent = {(sender_id, n) for sender_id, count in senders.items() for n in range(count)}
     got = set(_taken(row))
-    waiting = [message for message in inbox if not message.was]
+    waiting = [message for message in inbox if not message.taken]
     if len(got) + len(waiting) != len(sent) or len(inbox) != len(sent):
         problems.append(
             f"receiver {rid}: {len(got)} taken + {len(waiting)} waiting, {len(inbox)} message rows, "

@@ -58,8 +58,11 @@ def balance(store: Store, space: str) -> Any:
     return rows_of(store, space).get(("tablea", "wallet", "balance"))
 
 
-def deliver_all(worker: Worker, queue: MemoryQueue, clock: Clock, *, rounds: int = 20) -> None:
-    """Hand every message to ``worker``, moving time on for delayed ones, until the queue is empty."""
+def deliver_all(
+    worker: Worker, queue: MemoryQueue, clock: Clock, *, rounds: int = 20, step: float = 120.0
+) -> None:
+    """Hand every message to ``worker``, moving time on ``step`` seconds while only delayed ones
+    are left, until the queue is empty."""
     for _ in range(rounds):
         received = queue.receive()
         if received:
@@ -67,7 +70,7 @@ def deliver_all(worker: Worker, queue: MemoryQueue, clock: Clock, *, rounds: int
         elif queue.approximate_size() == 0:
             return
         else:
-            clock.now += 120
+            clock.now += step
     raise AssertionError(f"{queue.approximate_size()} message(s) still queued")
 
 

@@ -32,9 +32,10 @@ from idemflow import (
 )
 from idemflow.async_worklist import MemoryQueue, Worker, status, submit
 from idemflow.async_worklist.submit import MAX_HOP
+from idemflow.keys import INBOX, RUNS_TABLE
 from idemflow.records import RunStatus
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
-from tests.conformance.test_continuations import Clock, outbox_rows
+from tests.conformance.test_continuations import Clock, deliver_all, outbox_rows
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
 
@@ -112,22 +113,9 @@ def writer(space: str, notes: list[str], receiver: str = "inbox") -> Generator[A
     return len(notes)
 
 
-def deliver(
-    worker: Worker, queue: MemoryQueue, clock: Clock, *, step: float = 60.0, rounds: int = 400
-) -> int:
-    """Hand every message to ``worker``, moving the clock ``step`` when only delayed ones are left;
-    the number of messages handled."""
-    handled = 0
-    for _ in range(rounds):
-        received = queue.receive()
-        if received:
-            worker.handle(received[0])
-            handled += 1
-        elif queue.approximate_size() == 0:
-            return handled
-        else:
-            clock.now += step
-    raise AssertionError(f"{queue.approximate_size()} message(s) still queued")
+def deliver(worker: Worker, queue: MemoryQueue, clock: Clock, *, step: float = 60.0) -> None:
+    """:func:`deliver_all` with the clock moving ``step`` seconds at a time, for as long as timers take."""
+    deliver_all(worker, queue, clock, rounds=400, step=step)
 
 
 def test_a_sleep_suspends_the_request_and_resumes_it_when_due(store: Store) -> None:
@@ -331,6 +319,21 @@ def test_a_wake_up_of_a_request_run_started_is_dropped_not_dead_lettered(store: 
 @workflow("send-note")
 def send_note(space: str) -> Generator[Any, Any, None]:
     yield send("run-inbox", space, "notes", "hi")
+
+
+@pytest.mark.blocking_api
+def test_a_message_sent_from_outside_with_one_key_arrives_once_on_both_apis(store: Store) -> None:
+    import asyncio
+
+    from idemflow.async_worklist import asend_message, send_message
+
+    space = new_space()
+    for _ in range(2):  # a client retrying, on each API: one message per key
+        send_message(store, "inbox", space, "notes", "sync", key=f"{space}-k1")
+        asyncio.run(asend_message(store, "inbox", space, "notes", "async", key=f"{space}-k2"))
+    sent = [key for _, key, _ in store.scan(RUNS_TABLE, space) if key.startswith(INBOX)]
+    assert len(sent) == 2
+    assert sorted(run(inbox(space, 2), request_id=space, store=store)) == ["async", "sync"]
 
 
 def test_a_receive_that_times_out_returns_none_durably(store: Store) -> None:
