@@ -16,9 +16,10 @@ import datetime
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import Any, assert_never
 
-from idemflow._io import CallOut, CommitCache, Scan, Send, Sleep, Steps
+from idemflow._io import CommitCache, Scan, Send, Sleep, Steps
+from idemflow._stepping import Stepping
 from idemflow.errors import (
     ChildAborted,
     IdempotencyKeyReuseError,
@@ -28,12 +29,11 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix, outbox_partition, step_tag, wake_key
 from idemflow.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
-from idemflow.plan import JournalEntry, Plan, Suspended
-from idemflow.policy import RetryPolicy
+from idemflow.plan import Suspended
 from idemflow.records import Message, OutboxEntry, RunRecord, RunStatus, child_outcome, run_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Capabilities, CommitOutcome, Committed, Delete, Insert, Op, Put, Row, RowRef
-from idemflow.tx import Reader, Tx
+from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
+from idemflow.tx import Tx
 
 _log = logging.getLogger("idemflow.engine")
 
@@ -63,42 +63,8 @@ def _constant(value: Any) -> Callable[[Tx], Any]:
     return lambda tx: value
 
 
-class Waiting:
+class Waiting(Stepping):
     """Timers, children and messages: the :class:`~idemflow.engine.Execution` methods for them."""
-
-    if TYPE_CHECKING:  # what these methods use of the execution (defined in idemflow.engine)
-        workflow: str
-        request_id: str
-        capabilities: Capabilities
-        policy: RetryPolicy
-        clock: Callable[[], float]
-        plan: Plan
-        _reader: Reader | None
-        _step: int
-        _replaying: bool
-        _run_known: bool
-        _journal: list[JournalEntry] | None
-        _memo_prefix: str
-
-        def _memoized(
-            self, identity: str, body: Callable[[Tx], Any], call_out: CallOut | None = None
-        ) -> Steps[Any]: ...
-
-        def _forward(
-            self,
-            table: str,
-            partition: str,
-            identity: str,
-            body: Callable[[Tx], Any],
-            call_out: CallOut | None,
-            extra: Callable[[], Steps[list[Op]]] | None = None,
-        ) -> Steps[Any]: ...
-
-        def _memo_result(self, row: Row, identity: str) -> Any: ...
-        def _claim(self) -> Steps[None]: ...
-        def _expiry(self) -> float: ...
-        def _read(self, ref: RowRef) -> Steps[Row | None]: ...
-        def _commit(self, ops: list[Op], where: RowRef, *, resend: bool = True) -> Steps[CommitOutcome]: ...
 
     def _coordinate(self, node: Coordination) -> Steps[Any]:
         if self.plan.abort is not None and isinstance(node, Until | WaitFor | Receive):
@@ -283,21 +249,9 @@ class Waiting:
                 yield from self._suspend(None, _POLL, "")
 
     def _run_child(self, call: Call, request_id: str, record: RunRecord) -> Steps[None]:
-        """Under ``run``, a child nobody finished yet runs here, as its own request."""
-        from idemflow.engine import Execution  # the engine's own class: this module is part of it
-
-        plan = Plan(version=record.version, resume=True, durable_outcome=True)
-        inner = Execution(
-            self.capabilities,
-            call.name,
-            request_id,
-            record.fingerprint,
-            self.policy,
-            self.clock,
-            plan,
-            self._reader,
-        )
-        yield from inner.run(call)
+        """Under ``run``, a child nobody finished yet runs here, as its own request: an
+        execution of its own, so the engine's top layer builds it."""
+        raise NotImplementedError
 
     def _child_result(self, value: Any, node: WaitFor) -> Any:
         if isinstance(value, dict) and value.get("status") == RunStatus.ABORTED.value:

@@ -1,0 +1,352 @@
+"""One step: replay it from its memo, or execute its body and commit it exactly once.
+
+The third layer of :class:`~idemflow.engine.Execution` (see
+:mod:`idemflow._execution`). A step's memo is inserted in the same commit
+as its data; a commit that loses to another execution's memo returns that
+memo, one that meets the run record switches the execution to replay, and a
+data conflict reruns the body under the policy's tenacity retryer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from idemflow import telemetry
+from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
+from idemflow._lease import acquire
+from idemflow._limits import check_commit
+from idemflow._run_record import RunRecording
+from idemflow.errors import ConflictError, InvalidValueError, NonDeterminismError, TransientStoreError
+from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
+from idemflow.policy import DataConflict, retried
+from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row
+from idemflow.serialization import JSON, encode
+from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
+from idemflow.tx import StepAborted, Tx
+
+
+class AbortWorkflow(BaseException):
+    """A step aborted (now or in an earlier execution): unwind to compensate."""
+
+    def __init__(self, reason: JSON) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _RunRecordSeen(BaseException):
+    """The run record, read beside a first step's first row, exists: stop the body."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__()
+        self.row = row
+
+
+def _stop_if_present(row: Row | None) -> None:
+    if row is not None:
+        raise _RunRecordSeen(row)
+
+
+_RETRY = object()
+
+
+class Stepping(RunRecording):
+    """The steps of an execution, each replayed or executed and committed once."""
+
+    def _memoized(
+        self, identity: str, body: Callable[[Tx], Any], call_out: CallOut | None = None
+    ) -> Steps[Any]:
+        """A step with no table of its own: its memo sits beside the run record."""
+        self._step += 1
+        return self._forward(RUNS_TABLE, self.request_id, identity, body, call_out)
+
+    def _forward(
+        self,
+        table: str,
+        partition: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        call_out: CallOut | None,
+        extra: Callable[[], Steps[list[Op]]] | None = None,
+    ) -> Steps[Any]:
+        """The step's computation (a plain function: no generator frame of its own)."""
+        if self.plan.abort is not None:  # memos still win: only a step never committed aborts
+            reason = self.plan.abort.reason
+            body, call_out, extra = (lambda tx: tx.abort(reason)), None, None
+        self._identity, self._extra = identity, extra
+        if self._noting:
+            self._note(table, partition, identity)
+        return self._run_step(table, partition, step_tag(self._step), identity, body, True, call_out)
+
+    def _note(self, table: str, partition: str, identity: str) -> None:
+        """Journal a forward step for the continuation, or check it against a resumed one's."""
+        if self._journal is not None:
+            self._journal.append((table, partition, identity))
+        expected = self.plan.expected
+        if self._step <= len(expected) and expected[self._step - 1] != (table, partition, identity):
+            recorded = "{2} on {0}/{1}".format(*expected[self._step - 1])
+            met = f"{identity} on {table}/{partition}"
+            raise NonDeterminismError(self.workflow, self.request_id, self._step, repr(recorded), repr(met))
+
+    # -- one step -------------------------------------------------------
+
+    def _run_step(
+        self,
+        table: str,
+        partition: str,
+        tag: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None = None,
+    ) -> Steps[Any]:
+        """The computation that replays the step from its memo, or executes and commits it
+        exactly once (a plain function: no generator frame of its own). A step whose
+        body calls out (an effect) resends its commit on a transient error instead of rerunning:
+        a rerun would call the outside service again."""
+        memo_ref = RowRef(table, partition, self._memo_prefix + tag)
+        self._until = self.policy.until()
+        if not self._observed:
+            return self._step_once(memo_ref, identity, body, abortable, call_out)
+        return self._observed_step(memo_ref, identity, body, abortable, call_out)
+
+    def _observed_step(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
+        """A step with its span (OpenTelemetry) and its DEBUG log line: committed, replayed or
+        raised, with its attempts and duration."""
+        fields = {
+            "workflow": self.workflow,
+            "request_id": self.request_id,
+            "step": self._step,
+            "identity": identity,
+        }
+        started, commits, self._attempts = time.monotonic(), self._commits, 0
+        outcome = "raised"
+        try:
+            with telemetry.span("idemflow.step", **fields) if self._traced else contextlib.nullcontext():
+                value = yield from self._step_once(memo_ref, identity, body, abortable, call_out)
+            outcome = "committed" if self._commits > commits else "replayed"
+            return value
+        except AbortWorkflow:
+            outcome = "aborted"
+            raise
+        finally:
+            if self._logged:
+                self._log_event(
+                    "step",
+                    step=fields["step"],
+                    identity=identity,
+                    outcome=outcome,
+                    attempt=self._attempts + 1,
+                    started=started,
+                )
+
+    def _step_once(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
+        try:
+            outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out)
+        except TransientStoreError:  # the commit's send failed: rerun (the loop re-raises it last)
+            if call_out is not None:  # resent until the deadline already; a rerun would call out again
+                raise
+            outcome = _RETRY
+        if outcome is not _RETRY:
+            return outcome
+        retrying = self.policy.rerunning(self._until)
+        try:
+            return (
+                yield from retried(
+                    retrying, lambda: self._retry(memo_ref, identity, body, abortable, call_out)
+                )
+            )
+        except DataConflict:
+            attempts = retrying.statistics.get("attempt_number", 0) + 1
+            raise ConflictError(
+                self.workflow, self.request_id, self._step, memo_ref.table, memo_ref.partition, attempts
+            ) from None
+
+    def _retry(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
+        """One more attempt, in this process's turn on the partition (see :mod:`idemflow._gates`)."""
+        self._attempts += 1
+        if self._traced:
+            telemetry.count(telemetry.CONFLICTS_RETRIED, self.workflow)
+        give_back = yield Turn(memo_ref.table, memo_ref.partition, self._until)
+        try:
+            outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out)
+        finally:
+            give_back()
+        if outcome is _RETRY:
+            raise DataConflict
+        return outcome
+
+    def _attempt(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+    ) -> Steps[Any]:
+        while True:  # loops only when the commit revealed an existing run record
+            if self._replaying:
+                row = yield from self._read(memo_ref)
+                if row is not None:
+                    return self._memo_result(row, identity)
+                self._replaying = False
+            peek = None
+            if not self._run_known:
+                if not self.capabilities.cross_partition_commit:
+                    yield from self._claim()
+                    continue
+                peek = (self._run_ref, _stop_if_present)
+            reader = self._reader if self._reader is not None else Prefetched()
+            tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
+            try:
+                while True:  # more than once only where reads are prefetched
+                    try:
+                        result = body(tx)
+                        break
+                    except NeedRows as need:
+                        wanted: Sequence[RowRef] = need.refs
+                    assert isinstance(reader, Prefetched)
+                    reader.add(wanted, (yield ReadMany(wanted)))
+                    tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
+                if call_out is not None:
+                    if call_out.lease is None:
+                        result = yield call_out
+                    else:
+                        recorded = yield from self._leased(memo_ref, call_out.lease)
+                        if recorded is not None:  # another execution made the call
+                            return self._memo_result(recorded, identity)
+                        try:
+                            result = yield call_out
+                        except Exception:  # a call that failed gives the lease up: a retry need not wait
+                            with contextlib.suppress(TransientStoreError):  # else it ends by itself
+                                yield from self._commit([Delete(self._lease_ref(memo_ref))], memo_ref)
+                            raise
+            except _RunRecordSeen as seen:
+                yield from self._on_run_record(seen.row)  # returns only to replay
+                continue
+            except StepAborted as abort:
+                if not abortable:
+                    raise
+                aborted, value = True, abort.reason
+                data_ops: list[Op] = [*tx.read_checks()]
+            except TransientStoreError:  # a read met a concurrent transaction, or was throttled
+                return _RETRY
+            except Exception:
+                # A replay whose data moved on may fail where the first run
+                # succeeded: the memo, if any, is the answer.
+                row = yield from self._read(memo_ref)
+                if row is not None:
+                    return self._memo_result(row, identity)
+                if (yield from self._stale(tx)):  # reads that were never one snapshot: run it again
+                    return _RETRY
+                raise
+            else:
+                aborted, value = False, result
+                data_ops = tx.ops()
+            memo_value = memo_row(identity, value, aborted=aborted)
+            try:
+                memo_text = encode(memo_value, "", envelope=1)
+            except InvalidValueError as bad:  # the place is named only when needed: it costs a format
+                where = f"result of step {self._step} ({identity}) of workflow {self.workflow!r}"
+                raise InvalidValueError(where, bad.problem) from None
+            expires = self._expiry()
+            ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires)]
+            run_included = not self._run_known
+            if run_included:
+                ops.extend(self._claim_ops(expires, with_outbox=True))
+            ops.extend(data_ops)
+            if self._extra is not None and not aborted:
+                ops.extend((yield from self._extra()))
+            if call_out is not None and call_out.lease is not None:
+                ops.append(Delete(self._lease_ref(memo_ref)))  # ended with the call it guarded
+            if call_out is not None or self._traced:  # an effect's commit is resent as it is
+                outcome = yield from self._commit(ops, memo_ref, resend=call_out is not None)
+            else:  # any other's failed send reruns the body
+                check_commit(ops, self.capabilities, lambda: self._place(memo_ref))
+                outcome = yield Commit(ops)
+            if isinstance(outcome, Committed):
+                self._run_known = True
+                self._commits += 1
+                if self._traced:
+                    telemetry.count(telemetry.STEPS_COMMITTED, self.workflow)
+                if aborted:
+                    raise AbortWorkflow(value)
+                # Strict encoding guarantees decode(encode(x)) == x: no need to parse it back.
+                return value
+            by_index = {failure.index: failure for failure in outcome.failures}
+            if run_included and RUN_AT in by_index:
+                yield from self._on_run_record(by_index[RUN_AT].existing)
+            existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
+            if existing_memo is not None:
+                return self._memo_result(existing_memo, identity)
+            if run_included and RUN_AT in by_index:
+                continue  # replaying now: read the memo first
+            return _RETRY
+
+    def _lease_ref(self, memo_ref: RowRef) -> RowRef:
+        return RowRef(memo_ref.table, memo_ref.partition, self._memo_prefix + lease_tag(self._step))
+
+    def _leased(self, memo_ref: RowRef, seconds: float) -> Steps[Row | None]:
+        """Hold the effect's lease (None), or the memo of the execution that held it."""
+        return acquire(
+            memo_ref,
+            self._lease_ref(memo_ref),
+            seconds,
+            commit=lambda ops: self._commit(ops, memo_ref),
+            read=self._read,
+            sleep=self.policy.conflicts.sleep,
+            expires=self._expiry(),
+        )
+
+    def _stale(self, tx: Tx) -> Steps[bool]:
+        """Did a row the body read change before it raised? Then it saw no consistent state.
+
+        Reads inside a body are each strongly consistent but not one snapshot
+        (DynamoDB's are never cancelled by a concurrent commit, Azure's are
+        separate calls); the commit's conditions make a *committed* body
+        serializable, and this check gives the same to a body that raised.
+        """
+        checks = tx.read_checks()
+        if not checks:
+            return False
+        rows = yield ReadMany([check.ref for check in checks])
+        return any(
+            (Cond.ABSENT if row is None else row.version) != check.expect
+            for check, row in zip(checks, rows, strict=True)
+        )
+
+    def _memo_result(self, row: Row, identity: str) -> Any:
+        if self._traced:
+            telemetry.count(telemetry.DUPLICATES_ANSWERED, self.workflow)
+        memo = Memo.from_json(row.value)
+        if memo is None or memo.identity != identity:
+            recorded = row.value if memo is None else memo.identity
+            raise NonDeterminismError(
+                self.workflow, self.request_id, self._step, repr(recorded), repr(identity)
+            )
+        if memo.aborted:
+            raise AbortWorkflow(memo.value)
+        return memo.value
