@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay
 
-from benchmarks._workloads import _PerThread
+from benchmarks._workload_base import _PerThread
 from idemflow.policy import DEADLINE, DEFAULT_POLICY
 from idemflow.serialization import JSON
 

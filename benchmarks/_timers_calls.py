@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from benchmarks._counting import CountingStore, backend_calls
+from benchmarks._queue_drain import count_sends
 from benchmarks._timers_flows import (
     TABLE,
     WORKFLOWS,
@@ -40,7 +41,6 @@ from benchmarks._timers_flows import (
     short_sleep,
     store_url,
 )
-from benchmarks.users import count_sends
 from idemflow import Idem, open_store
 from idemflow.async_worklist import Worker, open_queue, status, submit
 from idemflow.records import RunStatus

@@ -33,10 +33,11 @@ from typing import Any
 
 from benchmarks._backends import DEFAULT_KINDS, LABELS, Backend, open_backend
 from benchmarks._counting import CountingStore, backend_calls
+from benchmarks._queue_drain import Draining, count_sends
 from benchmarks._report import Report, fmt_ratio
 from benchmarks._stats import RESULTS, paired_ratio
-from benchmarks._workloads import WORKLOADS, Workload
-from benchmarks.users import Draining, count_sends
+from benchmarks._workload_base import Workload
+from benchmarks._workloads import WORKLOADS
 from idemflow import WorkflowAborted, run
 from idemflow.async_worklist import submit
 

@@ -17,36 +17,16 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks._counting import backend_calls
 from benchmarks._report import ratio_headline, write_record
 from benchmarks._stats import RESULTS, environment, interleave_samples, paired_ratio, summarize, write
-from idemflow import Idem, Store, Tx, atomic, run, workflow
+from benchmarks._two_step_survey import survey
+from idemflow import Store, run
 from tests.servers import azurite_server, moto_server
-
-
-def _record(response: dict[str, Any]) -> Callable[[Tx], None]:
-    def record(tx: Tx) -> None:
-        tx.put(response["user"], response["answer"])
-
-    return record
-
-
-def _count(answer: str) -> Callable[[Tx], None]:
-    def count(tx: Tx) -> None:
-        tx.increment(answer)
-
-    return count
-
-
-@workflow("survey")
-def survey(response: dict[str, Any]) -> Generator[Idem[Any], Any, str]:
-    yield atomic("responses", response["survey"], _record(response))
-    yield atomic("summaries", response["survey"], _count(response["answer"]))
-    return "ok"
 
 
 class Counted:
