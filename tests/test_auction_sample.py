@@ -20,7 +20,7 @@ from idemflow.async_worklist import MemoryQueue, Queue, SqliteQueue, Worker, ope
 from idemflow.compensation import run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from samples.auction import api as auction_api
-from samples.auction import cli, closing, load, workflows
+from samples.auction import cli, closing, load_report, validation, views, workflows
 from samples.auction.api import AuctionService, create_app
 from samples.auction.workflows import (
     BIDS,
@@ -542,7 +542,7 @@ def test_check_catches_an_item_without_a_timer(store: Store) -> None:
 
 
 def test_the_sample_docstrings_run() -> None:
-    for module in (workflows, auction_api, closing, load, cli):
+    for module in (workflows, validation, views, auction_api, closing, load_report, cli):
         failed, attempted = doctest.testmod(module)
         assert attempted > 0 and failed == 0
 
