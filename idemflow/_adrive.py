@@ -21,16 +21,14 @@ import contextlib
 import contextvars
 import inspect
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import tenacity
 
 from idemflow._drive import STORE_REQUESTS, store_answer
 from idemflow._gates import ASYNC_GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow._trampoline import atrampoline
+from idemflow.policy import apause
 from idemflow.stores.aio import ThreadedStore
 from idemflow.stores.base import AsyncStore, Store
 
@@ -38,8 +36,6 @@ if TYPE_CHECKING:
     from idemflow.async_worklist.queues.aio import AsyncQueue
 
 T = TypeVar("T")
-
-_BLOCKING_SLEEPS = (tenacity.nap.sleep, time.sleep)
 
 
 async def adrive(steps: Steps[T], store: AsyncStore, queue: AsyncQueue | None = None) -> T:
@@ -155,12 +151,8 @@ async def _other(request: object, store: AsyncStore, queue: AsyncQueue | None) -
                 if not holder.lost:
                     await getattr(queue, action)(holder.message, **options)
             return None
-        case Sleep(seconds, sleep):
-            if sleep in _BLOCKING_SLEEPS:
-                await asyncio.sleep(seconds)
-                return None
-            slept = sleep(seconds)
-            return await slept if inspect.isawaitable(slept) else slept
+        case Sleep():
+            return await apause(request)
         case Turn(table, partition, until):
             return await ASYNC_GATES.take(store, table, partition, until)
         case CallOut(function, key):

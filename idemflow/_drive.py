@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from idemflow._gates import GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow._trampoline import trampoline
+from idemflow.policy import pause
 from idemflow.stores.base import Store
 
 if TYPE_CHECKING:
@@ -66,8 +67,8 @@ def _other(request: object, store: Store, queue: Queue | None) -> Any:
                 if not holder.lost:
                     getattr(queue, action)(holder.message, **options)
             return None
-        case Sleep(seconds, sleep):
-            return sleep(seconds)
+        case Sleep():
+            return pause(request)
         case Turn(table, partition, until):
             return GATES.take(store, table, partition, until)
         case CallOut(function, key):

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from idemflow._trampoline import atrampoline, trampoline
 
+Q = TypeVar("Q")
 T = TypeVar("T")
 
 
@@ -31,11 +32,11 @@ Calls = Generator[SdkCall, Any, T]
 """An operation that yields SDK calls and returns a ``T``."""
 
 
-def drive(calls: Calls[T], invoke: Callable[[SdkCall], Any]) -> T:
+def drive(calls: Generator[Q, Any, T], invoke: Callable[[Q], Any]) -> T:
     """Run ``calls`` to their value, answering each with ``invoke`` (a blocking client)."""
     return trampoline(calls, invoke)
 
 
-async def adrive(calls: Calls[T], invoke: Callable[[SdkCall], Awaitable[Any]]) -> T:
+async def adrive(calls: Generator[Q, Any, T], invoke: Callable[[Q], Awaitable[Any]]) -> T:
     """:func:`drive`, each call awaited (an asynchronous client)."""
     return await atrampoline(calls, invoke)

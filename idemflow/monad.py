@@ -147,6 +147,21 @@ class Child(NamedTuple):
     call: Call | None = None
 
 
+class AsWritten(NamedTuple):
+    """The arguments as the caller wrote them, where binding them to the signature changed them
+    (``f(x=1)`` is ``f(1)``): 0.1.0 fingerprinted this form, so it is one more alias."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class Basis(NamedTuple):
+    """The part of the input duplicates are compared on, when the workflow says
+    (``@idempotent(fingerprint=)``); it may be None itself."""
+
+    value: object
+
+
 class Call(NamedTuple):
     """A ``@workflow`` function applied to its input."""
 
@@ -155,12 +170,9 @@ class Call(NamedTuple):
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     version: int = 1
-    written: tuple[tuple[Any, ...], dict[str, Any]] | None = None
-    """The arguments as the caller wrote them, where that differs from ``args``/``kwargs``
-    (bound to the signature: ``f(x=1)`` is ``f(1)``); 0.1.0 fingerprinted this form."""
-    basis: object = None
-    """What duplicates are compared on, when the workflow says (``@idempotent(fingerprint=)``):
-    ``(value,)``; None compares the whole input."""
+    compared: Basis | AsWritten | None = None
+    """What duplicates are compared on beyond ``args``/``kwargs``: only a :class:`Basis`, or also
+    the call :class:`AsWritten`; None: the whole input as bound."""
 
 
 TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint

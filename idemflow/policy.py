@@ -25,13 +25,17 @@ a ``Retrying`` is only ever used through ``.copy()``.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+import tenacity
 from tenacity import (
+    AsyncRetrying,
     DoAttempt,
     DoSleep,
     RetryCallState,
@@ -47,6 +51,7 @@ from idemflow.errors import TransientStoreError
 
 P = ParamSpec("P")
 T = TypeVar("T")
+Y = TypeVar("Y")
 
 DEADLINE = 30.0
 """Seconds a step keeps retrying by default (API gateways commonly give up after 29-30 s)."""
@@ -136,6 +141,13 @@ class RetryPolicy:
         result: T = self.resending(self.until())(call, *args, **kwargs)
         return result
 
+    async def aresend(self, call: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """:meth:`resend` for a coroutine function: the same stop, wait and retry, awaited."""
+        base = self.resending(self.until())
+        retrying = AsyncRetrying(stop=base.stop, wait=base.wait, retry=base.retry, reraise=True)
+        result: T = await retrying(call, *args, **kwargs)
+        return result
+
 
 DEFAULT_POLICY = RetryPolicy()
 """Shared safely: its ``Retrying`` objects are only ever used through ``.copy()``."""
@@ -146,8 +158,10 @@ def resend(call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     return DEFAULT_POLICY.resend(call, *args, **kwargs)
 
 
-def retried(retrying: Retrying, attempt: Callable[[], Steps[T]]) -> Steps[T]:
-    """Run the engine computation ``attempt()`` under ``retrying``, yielding its sleeps.
+def retried(retrying: Retrying, attempt: Callable[[], Generator[Y, Any, T]]) -> Generator[Y | Sleep, Any, T]:
+    """Run the computation ``attempt()`` under ``retrying``, yielding its sleeps as :class:`Sleep`.
+
+    The engine's computations and the stores' SDK calls alike: one retry loop for both.
 
     tenacity's own loop (``Retrying.__call__``) sleeps in place; the engine
     must *yield* its waits so a blocking run sleeps and an ``arun`` awaits.
@@ -176,6 +190,25 @@ def retried(retrying: Retrying, attempt: Callable[[], Steps[T]]) -> Steps[T]:
         else:
             answer: T = do
             return answer
+
+
+_BLOCKING_SLEEPS = (tenacity.nap.sleep, time.sleep)
+
+
+def pause(request: Sleep) -> None:
+    """Carry out a retry's wait on this thread, with the retryer's own sleep."""
+    request.sleep(request.seconds)
+
+
+async def apause(request: Sleep) -> None:
+    """Carry out a retry's wait on an event loop: a blocking sleep becomes ``asyncio.sleep``; an
+    injected one is called (and awaited if it returns an awaitable)."""
+    if request.sleep in _BLOCKING_SLEEPS:
+        await asyncio.sleep(request.seconds)
+        return
+    slept = request.sleep(request.seconds)
+    if inspect.isawaitable(slept):
+        await slept
 
 
 def _once(request: Request) -> Steps[Any]:

@@ -37,7 +37,7 @@ from idemflow._io import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
 from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
 from idemflow.keys import check_request_id, check_workflow_name
-from idemflow.monad import Bind, Call, Idem
+from idemflow.monad import AsWritten, Basis, Bind, Call, Idem
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.serialization import JSON, decode, digest, encode, encode_canonical, fingerprint
 from idemflow.stores.base import AsyncStore, Store
@@ -86,14 +86,16 @@ class Workflow(Generic[P, R]):
         """The workflow applied to its input, bound to its signature: ``f(1)`` and ``f(x=1)`` are
         one input (one fingerprint). Arguments the signature does not take raise ``TypeError``
         here, before anything is written."""
-        basis = None if self.basis is None else (self.basis(*args, **kwargs),)
+        compared: Basis | AsWritten | None = None
+        if self.basis is not None:
+            compared = Basis(self.basis(*args, **kwargs))
         # Taken as written: every parameter given by position (bound already), or no signature.
         if self._signature is None or (not kwargs and len(args) == self._plain):
-            return Idem(Call(self.name, self.function, args, kwargs, self.version, None, basis))
+            return Idem(Call(self.name, self.function, args, kwargs, self.version, compared))
         bound = self._signature.bind(*args, **kwargs)
-        canonical = (bound.args, bound.kwargs)
-        written = None if canonical == (args, kwargs) else (args, kwargs)
-        return Idem(Call(self.name, self.function, bound.args, bound.kwargs, self.version, written, basis))
+        if compared is None and (bound.args, bound.kwargs) != (args, kwargs):
+            compared = AsWritten(args, kwargs)
+        return Idem(Call(self.name, self.function, bound.args, bound.kwargs, self.version, compared))
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} v{self.version}>"
@@ -192,16 +194,16 @@ def describe_request(m: object) -> Request:
     if type(node) is Call:
         # {"args": [arg]} and {"kwargs": {name: arg}} wrap each argument two levels down.
         where = f"input of workflow {node.name!r}"
-        if isinstance(node.basis, tuple):  # compared on a part of the input only
-            compared = fingerprint(node.basis[0], f"fingerprint of workflow {node.name!r}")
+        if isinstance(node.compared, Basis):  # compared on a part of the input only
+            compared = fingerprint(node.compared.value, f"fingerprint of workflow {node.name!r}")
             return Request(node.name, node.version, compared, node, None)
         given = {"args": list(node.args), "kwargs": node.kwargs}
         text, canonical = encode_canonical(given, where, envelope=2)
         aliases: tuple[str, ...] = ()
         if canonical is not text:  # 0.1.0 fingerprinted numbers as spelled (10.0 was not 10)
             aliases = (digest(text),)
-        if node.written is not None:
-            args, kwargs = node.written
+        if isinstance(node.compared, AsWritten):
+            args, kwargs = node.compared
             aliases += (digest(encode({"args": list(args), "kwargs": kwargs}, where, envelope=2)),)
         return Request(node.name, node.version, digest(canonical), node, text, aliases)
     return Request(ANONYMOUS, 1, fingerprint(None), None)

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenacity import RetryCallState, Retrying, wait_exponential
+
 from idemflow import telemetry
 from idemflow._io import Send, Settle, Steps
 from idemflow.async_worklist import _runs
@@ -64,6 +66,18 @@ class WorkerStats:
     @property
     def finished(self) -> int:
         return self.completed + self.aborted + self.duplicates
+
+
+_REDELIVERY = wait_exponential(multiplier=0.1, max=30.0)
+"""A failed attempt's message comes back after 0.2 s, 0.4 s, ... at most 30 s."""
+
+
+def redelivery_delay(deliveries: int) -> float:
+    """Seconds before a message delivered ``deliveries`` times is offered again (tenacity's wait:
+    the queue, not a loop here, does the waiting)."""
+    state = RetryCallState(Retrying(), None, (), {})
+    state.attempt_number = deliveries + 1
+    return float(_REDELIVERY(state))
 
 
 class Holder:
@@ -278,7 +292,7 @@ class Handling:
 
     def _retry(self, holder: Holder, exc: Exception, fields: dict[str, Any]) -> Steps[None]:
         event(logging.WARNING, "retry", error=repr(exc), **fields)
-        yield Settle(holder, "nack", {"delay": min(2.0**holder.message.deliveries * 0.1, 30.0)})
+        yield Settle(holder, "nack", {"delay": redelivery_delay(holder.message.deliveries)})
         with self._lock:
             self.stats.retried += 1
 

@@ -24,7 +24,6 @@ workers treat as a duplicate.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import os
@@ -32,6 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
 
 from idemflow import telemetry
 from idemflow._adrive import adrive
@@ -114,6 +115,10 @@ def _status_of(record: RunRecord | None) -> RequestStatus:
 _NOT_YET = object()
 
 
+def _not_yet(answer: Any) -> bool:
+    return answer is _NOT_YET
+
+
 class Pending:
     """A handle on a submitted request.
 
@@ -182,20 +187,17 @@ class Pending:
         ``timeout`` seconds.
         """
         deadline = None if timeout is None else self._clock() + timeout
-        while True:
-            answer = self._answer(self._current(), deadline)
-            if answer is not _NOT_YET:
-                return answer
-            self._sleep(poll)
+        polling = Retrying(sleep=self._sleep, wait=wait_fixed(poll), retry=retry_if_result(_not_yet))
+        return polling(lambda: self._answer(self._current(), deadline))
 
     async def aresult(self, timeout: float | None = None, poll: float = 0.05) -> Any:
         """:meth:`result`, awaitable: polls the store without blocking the loop."""
         deadline = None if timeout is None else self._clock() + timeout
-        while True:
-            answer = self._answer(await self._acurrent(), deadline)
-            if answer is not _NOT_YET:
-                return answer
-            await asyncio.sleep(poll)
+
+        async def answer() -> Any:
+            return self._answer(await self._acurrent(), deadline)
+
+        return await AsyncRetrying(wait=wait_fixed(poll), retry=retry_if_result(_not_yet))(answer)
 
     def _answer(self, current: RequestStatus, deadline: float | None) -> Any:
         """The result of a finished request (or its error raised), else ``_NOT_YET``."""

@@ -3,12 +3,12 @@
 Sans-IO: the logic of a read, a ``read_many`` group and a commit (entity
 mapping, tombstone hints, error mapping, the increment re-read loop) is a
 generator that *yields* a :class:`Call` (one SDK call on a logical table's
-``TableClient``) or a :class:`Pause` (a wait before resending) and is sent
+``TableClient``) or a :class:`~idemflow._io.Sleep` (a retry's wait) and is sent
 the answer, or has the SDK's exception thrown in at the ``yield``.
 :class:`~idemflow.stores.azure_tables.AzureTableStore` carries the calls out
-with the blocking ``TableClient`` and ``time.sleep``;
+with the blocking ``TableClient``;
 :class:`~idemflow.stores.azure_tables_aio.AsyncAzureTableStore` awaits them
-on ``azure.data.tables.aio`` clients and ``asyncio.sleep``. A call whose
+on ``azure.data.tables.aio`` clients. Retries are tenacity's (:mod:`idemflow.policy`). A call whose
 ``collect`` is set returns a query's pages: the driver answers with its
 entities as a list (the aio client's are iterated asynchronously).
 """
@@ -32,11 +32,15 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.data.tables import TableTransactionError
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
+from idemflow._io import Sleep
 from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
+from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores._azure_batch import Learned, Operation, Raw, escaped, expects_absent, operation, plan
+from idemflow.stores._azure_batch import Plan as Planned
 from idemflow.stores._expiring import Schedule
 from idemflow.stores.base import (
     COMMITTED,
@@ -87,13 +91,6 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class Pause:
-    """Wait ``seconds`` (answered with None)."""
-
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
 class Page:
     """One page of ``TableClient(prefix + table).query_entities(query, parameters=...,
     results_per_page=size)``, from ``token`` (None: the first): answered with its
@@ -106,7 +103,7 @@ class Page:
     token: Any = None
 
 
-Calls = Generator[Call | Pause | Page, Any, T]
+Calls = Generator[Call | Sleep | Page, Any, T]
 """A computation of a store that yields SDK calls and returns a ``T``."""
 
 
@@ -218,10 +215,8 @@ class AzureCalls:
         else:
             query = {"parameters": {"pk": ent.escape_key(partition)}}
             call = Call(table, "query_entities", ("PartitionKey eq @pk",), query, collect=True)
-        try:
-            entities = yield call
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, table, "scan") from exc
+        resending = DEFAULT_POLICY.resending(DEFAULT_POLICY.until())
+        entities = yield from retried(resending, lambda: self._list(call))
         rows: list[tuple[str, str, Row]] = []
         for entity in entities:
             text = ent.entity_text(entity)
@@ -230,6 +225,14 @@ class AzureCalls:
                 rows.append((part, key, Row(decode(text), str(entity.metadata["etag"]))))
         rows.sort(key=lambda item: (item[0], item[1]))
         return rows
+
+    def _list(self, call: Call) -> Calls[list[Any]]:
+        """One listing call, its failure mapped (resent by :meth:`_scan` on a transient one)."""
+        try:
+            entities: list[Any] = yield call
+        except Exception as exc:  # every SDK failure becomes a StoreError
+            raise self._error(exc, call.table, "scan") from exc
+        return entities
 
     def _expired_page(self, table: str, now: float, limit: int) -> Calls[list[Expired]]:
         """At most ``limit`` rows of ``table`` whose ``expires_at`` is before ``now``: one query,
@@ -319,46 +322,79 @@ class AzureCalls:
         for index, op in enumerate(ops):
             if isinstance(op, Increment):
                 learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
-        for attempt in range(_MAX_ATTEMPTS):
-            now = time.time()
-            entries = [(index, operation(op, index, planned, learned, now)) for index, op in enumerate(ops)]
-            batch = [entry for _, entry in entries if entry is not None]
-            positions = [index for index, entry in entries if entry is not None]
-            if not batch:
-                return COMMITTED
-            try:
-                yield from self._submit(first.table, batch)
-                return COMMITTED
-            except TableTransactionError as exc:
-                code = _code(exc)
-                if code not in _CONDITION_CODES or not 0 <= exc.index < len(positions):
-                    raise self._error(exc, first.table, "commit") from exc
-                index = positions[exc.index]
-            except _SingleFailed:
-                index = positions[0]
-            except Exception as exc:  # every SDK failure becomes a StoreError
+        try:
+            return (yield from retried(_resolving(), lambda: self._commit_pass(ops, planned, learned)))
+        except _Again:
+            raise TransientStoreError(
+                f"commit on Azure table {self.prefix + first.table!r} partition {first.partition!r}: rows "
+                f"kept changing under it for {_MAX_ATTEMPTS} attempts, retry"
+            ) from None
+
+    def _commit_pass(self, ops: Sequence[Op], planned: Planned, learned: Learned) -> Calls[CommitOutcome]:
+        """One batch: committed, a conflict, or :class:`_Again` once it learned what to send next."""
+        partition, keys, first = planned.partition, planned.keys, ops[0].ref
+        now = time.time()
+        entries = [(index, operation(op, index, planned, learned, now)) for index, op in enumerate(ops)]
+        batch = [entry for _, entry in entries if entry is not None]
+        positions = [index for index, entry in entries if entry is not None]
+        if not batch:
+            return COMMITTED
+        try:
+            yield from self._submit(first.table, batch)
+            return COMMITTED
+        except TableTransactionError as exc:
+            code = _code(exc)
+            if code not in _CONDITION_CODES or not 0 <= exc.index < len(positions):
                 raise self._error(exc, first.table, "commit") from exc
-            op = ops[index]
-            if isinstance(op, Increment):  # no read dependency of the caller: read again, retry
-                learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
-                yield Pause(random.uniform(0, 0.002 * (attempt + 1)))  # let the other writer finish
-            elif isinstance(op, Delete) and op.expect is Cond.ANY:
-                learned.blind_absent.add(index)  # nothing to delete: make it absent with a tombstone
-            elif expects_absent(op):
-                raw = yield from self._get(op.ref, partition, keys[index])
-                if raw is not None and raw[1] is not None:
-                    existing = Row(decode(raw[1]), raw[0]) if isinstance(op, Insert) else None
-                    return Conflict((OpFailure(index, existing),))
-                if raw is None:
-                    learned.tomb_etags.pop(index, None)
-                else:  # a tombstone: absent all the same, overwrite it under its ETag
-                    learned.tomb_etags[index] = raw[0]
-            else:
-                return Conflict((OpFailure(index),))
-        raise TransientStoreError(
-            f"commit on Azure table {self.prefix + first.table!r} partition {first.partition!r}: rows kept "
-            f"changing under it for {_MAX_ATTEMPTS} attempts, retry"
-        )
+            index = positions[exc.index]
+        except _SingleFailed:
+            index = positions[0]
+        except Exception as exc:  # every SDK failure becomes a StoreError
+            raise self._error(exc, first.table, "commit") from exc
+        op = ops[index]
+        if isinstance(op, Increment):  # no read dependency of the caller: read again, retry
+            learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
+            raise _Again(contended=True)  # after a pause: let the other writer finish
+        if isinstance(op, Delete) and op.expect is Cond.ANY:
+            learned.blind_absent.add(index)  # nothing to delete: make it absent with a tombstone
+            raise _Again(contended=False)
+        if expects_absent(op):
+            raw = yield from self._get(op.ref, partition, keys[index])
+            if raw is not None and raw[1] is not None:
+                existing = Row(decode(raw[1]), raw[0]) if isinstance(op, Insert) else None
+                return Conflict((OpFailure(index, existing),))
+            if raw is None:
+                learned.tomb_etags.pop(index, None)
+            else:  # a tombstone: absent all the same, overwrite it under its ETag
+                learned.tomb_etags[index] = raw[0]
+            raise _Again(contended=False)
+        return Conflict((OpFailure(index),))
+
+
+class _Again(Exception):
+    """A commit's batch failed on a condition it has now resolved: send the next one."""
+
+    def __init__(self, *, contended: bool) -> None:
+        super().__init__()
+        self.contended = contended
+
+
+def _wait_for_writer(state: RetryCallState) -> float:
+    """No wait after learning a tombstone; a short random one after losing an increment's race."""
+    failure = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(failure, _Again) and failure.contended:
+        return random.uniform(0, 0.002 * state.attempt_number)
+    return 0.0
+
+
+def _resolving() -> Retrying:
+    """The tenacity retryer of one commit's batches (:func:`idemflow.policy.retried` yields its waits)."""
+    return Retrying(
+        stop=stop_after_attempt(_MAX_ATTEMPTS),
+        wait=_wait_for_writer,
+        retry=retry_if_exception_type(_Again),
+        reraise=True,
+    )
 
 
 class _SingleFailed(Exception):

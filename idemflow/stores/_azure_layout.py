@@ -22,9 +22,12 @@ _KEYS_PER_QUERY = 14
 
 
 def open_service(from_connection_string: Callable[..., S], connection_string: str, options: Any) -> S:
-    """The SDK's service client (blocking or aio), a malformed string reported without its key."""
+    """The SDK's service client (blocking or aio), a malformed string reported without its key.
+
+    azure-core's retries are off (``retry_total=0``) unless ``options`` set them: idemflow
+    retries every call itself (:mod:`idemflow.policy`), and the two layers would multiply."""
     try:
-        return from_connection_string(connection_string, **options)
+        return from_connection_string(connection_string, **{"retry_total": 0, **options})
     except ValueError as exc:
         # The SDK's message is generic; the string itself (it holds the key) is never shown.
         raise StoreConfigError(

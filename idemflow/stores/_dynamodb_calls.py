@@ -12,14 +12,15 @@ responses, batching and the mapping of SDK errors onto idemflow's exist once.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from idemflow._sdk_calls import Calls, SdkCall
+from idemflow._io import Sleep
+from idemflow._sdk_calls import SdkCall
 from idemflow.errors import (
     InvalidNameError,
     InvalidValueError,
@@ -28,6 +29,7 @@ from idemflow.errors import (
     TransientStoreError,
 )
 from idemflow.keys import RUNS_TABLE, check_table
+from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.records import open_workflow
 from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, key, key_bytes, row, transaction
 from idemflow.stores._ops import not_a_number
@@ -45,8 +47,18 @@ from idemflow.stores.base import (
 
 T = TypeVar("T")
 
-CONFIG = Config(retries={"mode": "standard"}, connect_timeout=5, read_timeout=20, max_pool_connections=32)
-"""The botocore configuration of both stores' clients."""
+CONFIG = Config(
+    retries={"mode": "standard", "total_max_attempts": 1},
+    connect_timeout=5,
+    read_timeout=20,
+    max_pool_connections=32,
+)
+"""The botocore configuration of both stores' clients: one attempt per call, botocore's retries off.
+idemflow retries (:mod:`idemflow.policy`, tenacity): the engine a step's reads and commits, and
+:meth:`DynamoDBCalls.call` every other call. Stacked, the two layers sent a call up to 27 times."""
+
+Calls = Generator[SdkCall | Sleep, Any, T]
+"""An operation that yields SDK calls (and a retry's waits) and returns a ``T``."""
 _GETS_PER_CALL = 100
 _TRANSIENT = frozenset(
     {
@@ -118,7 +130,7 @@ class DynamoDBCalls:
     def read(self, ref: RowRef) -> Calls[Row | None]:
         key_bytes(ref)
         args = {"TableName": self.table_name(ref.table), "Key": key(ref), "ConsistentRead": True}
-        found = yield from self.call("read", [ref.table], "get_item", args)
+        found = yield from self.call("read", [ref.table], "get_item", args, once=True)
         item = found.get("Item")
         return None if item is None else row(item)
 
@@ -147,7 +159,7 @@ class DynamoDBCalls:
         asked again at once while some progress is made, else :class:`TransientStoreError`."""
         items: list[tuple[str, Any]] = []
         while wanted:
-            got = yield from self.call("read", tables, "batch_get_item", {"RequestItems": wanted})
+            got = yield from self.call("read", tables, "batch_get_item", {"RequestItems": wanted}, once=True)
             items.extend((name, item) for name, found in got.get("Responses", {}).items() for item in found)
             left = got.get("UnprocessedKeys") or {}
             if left and left == wanted:  # no progress: let the retry layer back off
@@ -161,7 +173,8 @@ class DynamoDBCalls:
         items = transaction(ops, self.table_name)
         tables = [op.ref.table for op in ops]
         try:
-            yield from self.call("commit", tables, "transact_write_items", {"TransactItems": items})
+            transact = {"TransactItems": items}
+            yield from self.call("commit", tables, "transact_write_items", transact, once=True)
         except ClientError as exc:  # only TransactionCanceledException gets through call()
             return (yield from self._cancelled(ops, exc, tables))
         return COMMITTED
@@ -280,9 +293,31 @@ class DynamoDBCalls:
         fine: Callable[[ClientError], bool] | None = None,
         *,
         waiter: bool = False,
+        once: bool = False,
     ) -> Calls[Any]:
         """One SDK call, its failure mapped onto the idemflow error tree (a ``ClientError`` that
-        ``fine`` accepts answers ``{}``; a ``TransactionCanceledException`` is raised as it is)."""
+        ``fine`` accepts answers ``{}``; a ``TransactionCanceledException`` is raised as it is).
+
+        Resent on :class:`TransientStoreError` under the default retry policy, unless ``once``:
+        a step's reads and commits, which the engine retries itself (a commit's transient error
+        reruns the step's body, which a resend here would skip)."""
+
+        def attempt() -> Generator[SdkCall, Any, Any]:
+            return self._call(action, tables, operation, kwargs, fine, waiter)
+
+        if once:
+            return (yield from attempt())
+        return (yield from retried(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), attempt))
+
+    def _call(
+        self,
+        action: str,
+        tables: Sequence[str],
+        operation: str,
+        kwargs: dict[str, Any],
+        fine: Callable[[ClientError], bool] | None,
+        waiter: bool,
+    ) -> Generator[SdkCall, Any, Any]:
         try:
             return (yield SdkCall(operation, kwargs, waiter))
         except ClientError as exc:

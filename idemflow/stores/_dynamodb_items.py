@@ -23,19 +23,20 @@ from idemflow.stores.base import Capabilities, Cond, Delete, Expect, Increment, 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef, TransactWriteItemTypeDef
 
+ITEM_LIMIT, PARTITION_LIMIT = 400 * 1024, 2048
+"""DynamoDB's item and partition-key limits, checked for callers of ``commit`` other than the
+engine (the engine's stricter :data:`DYNAMODB_CAPABILITIES` keep every item and partition under them)."""
+
 DYNAMODB_CAPABILITIES = Capabilities(
     cross_partition_commit=True,
     max_ops_per_commit=100,
-    max_value_bytes=390_000,  # the 400 KB item limit less keys and attributes
+    max_value_bytes=ITEM_LIMIT - 19_600,  # 390,000: room for keys (3 KiB), names, version, expiry
     max_commit_bytes=4_000_000,
     max_key_bytes=1024,
 )
 OPEN_ATTRIBUTE, OPEN_INDEX = "open", "open"
 """The attribute (the workflow) only run records of unfinished requests carry, and the sparse
 global secondary index of the runs table on it: ``runs list --status running|failed`` reads it."""
-ITEM_LIMIT, PARTITION_LIMIT = 400 * 1024, 2048
-"""DynamoDB's item and partition-key limits, checked for callers of ``commit`` other than the
-engine (the engine's stricter :data:`DYNAMODB_CAPABILITIES` keep every item and partition under them)."""
 _NUMBER_BYTES = 21  # an N attribute: one byte per two of at most 38 digits, plus one
 _NAMES = {
     "#pk": "pk",

@@ -43,15 +43,16 @@ from typing import Any, TypeVar
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient, TableServiceClient
 
+from idemflow._io import Sleep
 from idemflow._trampoline import trampoline
 from idemflow.keys import RUNS_TABLE
+from idemflow.policy import DEFAULT_POLICY, pause
 from idemflow.stores._azure_calls import (
     AZURE_CAPABILITIES,
     AzureCalls,
     Call,
     Calls,
     Page,
-    Pause,
 )
 from idemflow.stores._azure_layout import (
     assemble,
@@ -129,10 +130,9 @@ class AzureTableStore(AzureCalls):
         """Carry out ``steps``' SDK calls on this thread, to their value."""
         return trampoline(steps, self._answer)
 
-    def _answer(self, request: Call | Pause | Page) -> Any:
-        if isinstance(request, Pause):
-            time.sleep(request.seconds)
-            return None
+    def _answer(self, request: Call | Sleep | Page) -> Any:
+        if isinstance(request, Sleep):  # a retry's wait
+            return pause(request)
         client = self.table_client(request.table)
         self._count()
         if isinstance(request, Page):
@@ -201,7 +201,10 @@ class AzureTableStore(AzureCalls):
 
     def tables(self) -> list[str]:
         """Logical names of the Azure tables under this store's prefix (a range query on
-        ``TableName``, so other prefixes sharing the account cost nothing)."""
+        ``TableName``, so other prefixes sharing the account cost nothing); resent on a transient error."""
+        return DEFAULT_POLICY.resend(self._tables)
+
+    def _tables(self) -> list[str]:
         query = table_range(self.prefix)
         if query is None:
             found = self._service.list_tables()
@@ -217,16 +220,19 @@ class AzureTableStore(AzureCalls):
         return logical_tables(self.prefix, names)
 
     def create_tables(self, *names: str) -> None:
-        """Create ``prefix + name`` for each name and for the run-record table."""
+        """Create ``prefix + name`` for each name and for the run-record table (each resent on a
+        transient error: creating a table that exists is no error)."""
         for name in dict.fromkeys((*names, RUNS_TABLE)):
-            client = self.table_client(name)
-            self._count()
-            try:
-                client.create_table()
-            except ResourceExistsError:
-                pass
-            except Exception as exc:  # every SDK failure becomes a StoreError
-                raise self._error(exc, name, "create table") from exc
+            DEFAULT_POLICY.resend(self._create_table, name)
+
+    def _create_table(self, name: str) -> None:
+        self._count()
+        try:
+            self.table_client(name).create_table()
+        except ResourceExistsError:
+            pass
+        except Exception as exc:  # every SDK failure becomes a StoreError
+            raise self._error(exc, name, "create table") from exc
 
     def flush(self) -> None:
         """Wait until deferred cache writes and the expiry sweep under way are done."""

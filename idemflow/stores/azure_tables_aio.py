@@ -21,14 +21,15 @@ from typing import Any, TypeVar
 
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from idemflow._io import Sleep
 from idemflow._trampoline import atrampoline
+from idemflow.policy import DEFAULT_POLICY, apause
 from idemflow.stores._async_cache import AsyncCacheWriter
 from idemflow.stores._azure_calls import (
     AzureCalls,
     Call,
     Calls,
     Page,
-    Pause,
 )
 from idemflow.stores._azure_layout import (
     assemble,
@@ -94,10 +95,9 @@ class AsyncAzureTableStore(AzureCalls):
         """Carry out ``steps``' SDK calls on the loop, to their value."""
         return await atrampoline(steps, self._answer)
 
-    async def _answer(self, request: Call | Pause | Page) -> Any:
-        if isinstance(request, Pause):
-            await asyncio.sleep(request.seconds)
-            return None
+    async def _answer(self, request: Call | Sleep | Page) -> Any:
+        if isinstance(request, Sleep):  # a retry's wait
+            return await apause(request)
         client = self.table_client(request.table)
         self._count()
         if isinstance(request, Page):
@@ -145,6 +145,9 @@ class AsyncAzureTableStore(AzureCalls):
 
     async def tables(self) -> list[str]:
         """Logical names of the Azure tables under this store's prefix (as the blocking store's)."""
+        return await DEFAULT_POLICY.aresend(self._tables)
+
+    async def _tables(self) -> list[str]:
         query = table_range(self.prefix)
         if query is None:
             found = self._service.list_tables()

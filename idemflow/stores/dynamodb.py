@@ -36,10 +36,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError
 
-from idemflow._sdk_calls import Calls, SdkCall, drive
+from idemflow._io import Sleep
+from idemflow._sdk_calls import SdkCall, drive
 from idemflow.errors import StoreConfigError
+from idemflow.policy import pause
 from idemflow.stores._cache_writer import CacheWriter
-from idemflow.stores._dynamodb_calls import CONFIG, DynamoDBCalls
+from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES, ITEM_LIMIT, PARTITION_LIMIT
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
 
@@ -161,8 +163,10 @@ class DynamoDBStore:
     def _run(self, calls: Calls[T]) -> T:
         return drive(calls, self._invoke)
 
-    def _invoke(self, call: SdkCall) -> Any:
+    def _invoke(self, call: SdkCall | Sleep) -> Any:
         """Count one backend call and make it (its failure is mapped where it was asked for)."""
+        if isinstance(call, Sleep):  # a retry's wait (idemflow.policy)
+            return pause(call)
         with self._lock:
             self._round_trips += 1
         if call.waiter:

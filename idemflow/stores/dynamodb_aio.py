@@ -26,10 +26,12 @@ from typing import Any, TypeVar
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, NoRegionError
 
-from idemflow._sdk_calls import Calls, SdkCall, adrive
+from idemflow._io import Sleep
+from idemflow._sdk_calls import SdkCall, adrive
 from idemflow.errors import StoreConfigError, StoreError
+from idemflow.policy import apause
 from idemflow.stores._async_cache import AsyncCacheWriter
-from idemflow.stores._dynamodb_calls import CONFIG, DynamoDBCalls
+from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
 from idemflow.stores.dynamodb import DynamoDBStore, store_url
@@ -144,7 +146,9 @@ class AsyncDynamoDBStore:
     async def _run(self, calls: Calls[T]) -> T:
         return await adrive(calls, self._invoke)
 
-    async def _invoke(self, call: SdkCall) -> Any:
+    async def _invoke(self, call: SdkCall | Sleep) -> Any:
+        if isinstance(call, Sleep):  # a retry's wait (idemflow.policy)
+            return await apause(call)
         client = self._client or await self._open()
         self._round_trips += 1
         if call.waiter:

@@ -1,0 +1,66 @@
+"""One round of ``engine_ab`` in one idemflow version: run in a subprocess whose ``sys.path`` puts
+that version's ``idemflow/`` first, it times the per-step cost and prints it as one JSON line.
+
+Why apart: the child imports only idemflow's public API, so any version since 0.1.0 can run it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+import idemflow
+from idemflow import Idem, MemoryStore, SqliteStore, Tx, atomic, run, workflow
+
+SHAPES = {1: 300, 10: 60, 100: 8}
+"""Steps per workflow, and how many requests a round runs of it."""
+SQLITE_REQUESTS, SQLITE_WARMUP = 150, 150
+
+
+def _count(tx: Tx) -> None:
+    tx.increment("n")
+
+
+def _chain(steps: int) -> Callable[[int], Idem[Any]]:
+    @workflow(f"ab_steps{steps}")
+    def chain(x: int) -> Generator[Idem[Any], Any, int]:
+        for i in range(steps):
+            yield atomic("items", f"p{i % 4}", _count)
+        return x
+
+    return chain
+
+
+def _seconds(chain: Callable[[int], Idem[Any]], store: Any, prefix: str, count: int) -> float:
+    began = time.perf_counter()
+    for i in range(count):
+        run(chain(i), request_id=f"{prefix}{i}", store=store)
+    return time.perf_counter() - began
+
+
+def measure(folder: Path) -> dict[str, float]:
+    """µs per step on MemoryStore for each shape, ms per 2-step request on SqliteStore."""
+    found: dict[str, float] = {}
+    for steps, requests in SHAPES.items():
+        store, chain = MemoryStore(), _chain(steps)
+        _seconds(chain, store, "w", requests // 4)  # warm-up
+        took = _seconds(chain, store, "r", requests)
+        found[f"memory {steps} steps, µs/step"] = took / (requests * steps) * 1e6
+    sqlite = SqliteStore(folder / "ab.sqlite3")
+    two = _chain(2)
+    _seconds(two, sqlite, "w", SQLITE_WARMUP)
+    took = _seconds(two, sqlite, "r", SQLITE_REQUESTS)
+    found["sqlite 2 steps, ms/request"] = took / SQLITE_REQUESTS * 1e3
+    sqlite.close()
+    return found
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory(prefix="idemflow-ab-") as scratch:
+        result = {"idemflow": str(Path(idemflow.__file__).parent), "metrics": measure(Path(scratch))}
+    sys.stdout.write(json.dumps(result) + "\n")
