@@ -38,6 +38,18 @@ from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON
 from idemflow.stores.base import RowRef
 
+FORMAT = 3
+"""The revision of this format: raised whenever a row gains a field or a kind of row appears,
+together with golden rows of the new revision under ``tests/golden`` (a test holds every revision
+to its rows). Readers take every earlier revision: a field a row lacks has its old meaning.
+
+1. (0.1.0) memos ``id`` with ``v`` or ``abort``; run records ``fp``, ``status``, ``at`` and
+   ``result`` or ``reason``.
+2. (0.2.0) run records gain ``st`` (started), ``in`` (a submission's input), ``wv`` (the workflow
+   version, absent for 1), ``fail`` and ``wait``.
+3. (0.3.0) run records gain ``par`` (the parent to wake); wake-up rows and inbox messages appear.
+"""
+
 MEMO_AT = 0
 """Position of the memo insert in a step's commit (its failure carries the existing memo)."""
 RUN_AT = 1

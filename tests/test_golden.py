@@ -18,6 +18,7 @@ import pytest
 
 from idemflow import Store, WorkflowAborted, rows, run
 from idemflow.async_worklist import MemoryQueue, Worker, status
+from idemflow.records import FORMAT
 from idemflow.serialization import encode
 from idemflow.stores.base import Insert, RowRef
 from tests.conformance.test_continuations import Clock, deliver_all
@@ -109,3 +110,13 @@ def test_requests_caught_waiting_by_every_release_finish(store: Store, path: Pat
         ("pia", "parent"): 1,
         ("ivy", "read"): 1,
     }
+
+
+RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3}
+"""The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
+
+
+def test_every_format_revision_has_golden_rows() -> None:
+    """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
+    releases = {path.stem for path in [*GOLDEN, *COORDINATION]}
+    assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))

@@ -50,7 +50,7 @@ from idemflow.engine import Plan as ExecutionPlan
 from idemflow.errors import ConflictError, TransientStoreError
 from idemflow.monad import Idem
 from idemflow.policy import RetryPolicy
-from idemflow.records import RunStatus
+from idemflow.records import Memo, RunStatus
 from idemflow.runner import Workflow, describe, describe_request, execute
 from idemflow.stores.base import Insert, Store
 from idemflow.stores.memory import MemoryStore
@@ -242,13 +242,10 @@ class _Checker:
         return self.compare(expected, scenario, store, outcomes, [line for log in logs for line in log])
 
     def asynchronous(self, expected: Snapshot, commits: list[FaultPoint]) -> None:
-        for point in commits:
-            for op in point.ops:
-                if isinstance(op, Insert) and isinstance(op.value, dict) and op.value.get("id") == "now":
-                    self.skipped = (
-                        "asynchronous scenarios: submit() and Worker read now() from the wall clock"
-                    )
-                    return
+        memos = [Memo.from_json(op.value) for point in commits for op in point.ops if isinstance(op, Insert)]
+        if any(memo is not None and memo.identity == "now" for memo in memos):
+            self.skipped = "asynchronous scenarios: submit() and Worker read now() from the wall clock"
+            return
         store = self.fresh()
         seen: list[FaultPoint] = []
         events: list[str] = []
