@@ -22,8 +22,7 @@ from typing import Any
 
 from idemflow import telemetry
 from idemflow._io import Commit, Read, Steps
-from idemflow._limits import check_commit
-from idemflow.errors import TransientStoreError
+from idemflow.errors import LimitExceededError, TransientStoreError
 from idemflow.keys import memo_prefix
 from idemflow.monad import Atomic
 from idemflow.plan import DEFAULT_PLAN, AtCheckpoint, JournalEntry, Plan
@@ -131,16 +130,23 @@ class ExecutionBase:
         return row
 
     def _commit(self, ops: list[Op], where: RowRef, *, resend: bool = True) -> Steps[CommitOutcome]:
-        """Check the limits, then send. A step's own commit is not resent (``resend=False``): its
-        transient error reruns the body, which re-reads what a concurrent commit (DynamoDB's
-        ``TransactionConflict``) most likely changed, and meets the memo if the send did apply."""
-        check_commit(ops, self.capabilities, lambda: self._place(where))
-        if self._traced:
-            with telemetry.span(
-                "idemflow.commit", workflow=self.workflow, request_id=self.request_id, ops=len(ops)
-            ):
-                return (yield from self._send(Commit(ops), resend))
-        return (yield from self._send(Commit(ops), resend))
+        """Send. A step's own commit is not resent (``resend=False``): its transient error reruns
+        the body, which re-reads what a concurrent commit (DynamoDB's ``TransactionConflict``) most
+        likely changed, and meets the memo if the send did apply. The store checks its limits
+        before it writes anything; its refusal is raised naming the step."""
+        try:
+            if self._traced:
+                with telemetry.span(
+                    "idemflow.commit", workflow=self.workflow, request_id=self.request_id, ops=len(ops)
+                ):
+                    return (yield from self._send(Commit(ops), resend))
+            return (yield from self._send(Commit(ops), resend))
+        except LimitExceededError as refused:
+            raise self._named(refused, where) from None
+
+    def _named(self, refused: LimitExceededError, where: RowRef) -> LimitExceededError:
+        """A store's limit error, naming the step that made the commit."""
+        return LimitExceededError(self._place(where), refused.problem)
 
     def _send(self, request: Commit, resend: bool) -> Steps[CommitOutcome]:
         if not resend:

@@ -12,7 +12,6 @@ import dataclasses
 
 from idemflow._execution import ExecutionBase
 from idemflow._io import Steps
-from idemflow._limits import check_commit
 from idemflow.errors import IdempotencyKeyReuseError, LimitExceededError
 from idemflow.plan import Finished, OtherVersion
 from idemflow.records import OutboxEntry, RunRecord, RunStatus, outbox_ref
@@ -64,7 +63,6 @@ class RunRecording(ExecutionBase):
         cross = self.capabilities.cross_partition_commit
         claim = self._claim_ops(expires, with_outbox=cross)
         if self.plan.submission is not None and not cross:
-            check_commit(claim, self.capabilities, lambda: self._place(self._run_ref))  # before any write
             yield from self._commit([self._outbox_put(self.plan.submission.outbox, expires)], self._run_ref)
         outcome = yield from self._commit(claim, self._run_ref)
         if not isinstance(outcome, Committed):

@@ -17,9 +17,14 @@ from typing import Any
 from idemflow import telemetry
 from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
 from idemflow._lease import acquire
-from idemflow._limits import check_commit
 from idemflow._run_record import RunRecording
-from idemflow.errors import ConflictError, InvalidValueError, NonDeterminismError, TransientStoreError
+from idemflow.errors import (
+    ConflictError,
+    InvalidValueError,
+    LimitExceededError,
+    NonDeterminismError,
+    TransientStoreError,
+)
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
 from idemflow.policy import DataConflict, retried
 from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row
@@ -285,8 +290,10 @@ class Stepping(RunRecording):
             if call_out is not None or self._traced:  # an effect's commit is resent as it is
                 outcome = yield from self._commit(ops, memo_ref, resend=call_out is not None)
             else:  # any other's failed send reruns the body
-                check_commit(ops, self.capabilities, lambda: self._place(memo_ref))
-                outcome = yield Commit(ops)
+                try:
+                    outcome = yield Commit(ops)
+                except LimitExceededError as refused:
+                    raise self._named(refused, memo_ref) from None
             if isinstance(outcome, Committed):
                 self._run_known = True
                 self._commits += 1

@@ -154,10 +154,11 @@ def test_largest_declared_value_fits_whatever_its_characters(store: AzureTableSt
     assert row is not None and row.value == value
 
 
-@pytest.mark.parametrize("size", [800_000, 1_100_000])  # over 1 MiB on the wire (base64), and stored
-def test_entity_over_1_mib_is_refused_before_sending(store: AzureTableStore, size: int) -> None:
+@pytest.mark.parametrize("size", [450_001, 1_100_000])  # over the declared limit; and over 1 MiB stored
+def test_a_value_over_the_declared_limit_is_refused_before_sending(store: AzureTableStore, size: int) -> None:
+    """AZURE_CAPABILITIES.max_value_bytes (450,000: at most 900 KB as UTF-16) keeps an entity under 1 MiB."""
     before = store.round_trips
-    with pytest.raises(LimitExceededError, match="1048576"):
+    with pytest.raises(LimitExceededError, match="450000"):
         store.commit([put(ref("dsmall"), 1), put(ref("dhuge"), "x" * size)])
     assert store.round_trips == before
     assert list(store.scan("accounts")) == []
@@ -174,10 +175,11 @@ def test_101_operations_are_refused_before_sending(store: AzureTableStore) -> No
     assert len(list(store.scan("accounts"))) == 100
 
 
-def test_batch_over_4_mib_is_refused_before_sending(store: AzureTableStore) -> None:
+def test_a_batch_over_the_declared_total_is_refused_before_sending(store: AzureTableStore) -> None:
+    """AZURE_CAPABILITIES.max_commit_bytes (3 MB of text: 4 MB as base64) keeps a batch body under 4 MiB."""
     ops: list[Op] = [put(ref(f"d{i}"), '"' * 200_000) for i in range(10)]  # quotes double as JSON
     before = store.round_trips
-    with pytest.raises(LimitExceededError, match="4194304"):
+    with pytest.raises(LimitExceededError, match="allows 3000000"):
         store.commit(ops)
     assert store.round_trips == before
 

@@ -232,26 +232,28 @@ def race(store: DynamoDBStore, ops: list[Op], contenders: int) -> int:
 # -- limits: refused before anything is sent -------------------------------------------------------
 
 
-def test_item_over_400_kb_is_refused_before_sending(store: DynamoDBStore) -> None:
-    unchanged_by(store, [put(ref("dbig"), "x" * 410_000)], LimitExceededError, match=r"accounts/p1.*400 KB")
+def test_a_value_over_the_declared_limit_is_refused_before_sending(store: DynamoDBStore) -> None:
+    """DYNAMODB_CAPABILITIES.max_value_bytes (390,000) keeps an item under DynamoDB's 400 KB."""
+    unchanged_by(store, [put(ref("dbig"), "x" * 390_000)], LimitExceededError, match=r"accounts/p1.*390000")
     unchanged_by(store, [put(ref("dok"), 1), insert(ref("mbig"), "é" * 205_000)], LimitExceededError)
 
 
 def test_transaction_over_4_mb_is_refused(store: DynamoDBStore) -> None:
     ops: list[Op] = [put(ref(f"d{n}"), "x" * 380_000) for n in range(11)]
-    unchanged_by(store, ops, LimitExceededError, match="4 MB")
+    unchanged_by(store, ops, LimitExceededError, match="allows 4000000")
 
 
 def test_more_than_100_operations_are_refused(store: DynamoDBStore) -> None:
     ops: list[Op] = [put(ref(f"d{n}"), n) for n in range(101)]
-    unchanged_by(store, ops, LimitExceededError, match=r"101 operations.*at most 100")
+    unchanged_by(store, ops, LimitExceededError, match=r"101 operations.*allows 100")
     assert store.commit(ops[:100]) == Committed()
 
 
 def test_oversize_keys_are_refused(store: DynamoDBStore) -> None:
+    """The declared key limit (1 KiB, DynamoDB's sort-key limit) holds for partitions too."""
     unchanged_by(store, [put(ref("d" + "k" * 1024), 1)], LimitExceededError)
-    unchanged_by(store, [put(ref("dk", partition="p" * 2049), 1)], LimitExceededError)
-    store.commit([put(ref("d" + "k" * 1023, partition="p" * 2048), 1)])
+    unchanged_by(store, [put(ref("dk", partition="p" * 1025), 1)], LimitExceededError)
+    store.commit([put(ref("d" + "k" * 1023, partition="p" * 1024), 1)])
 
 
 def test_same_item_twice_is_refused(store: DynamoDBStore) -> None:

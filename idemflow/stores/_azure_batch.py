@@ -31,13 +31,23 @@ from azure.data.tables import UpdateMode
 
 from idemflow.errors import LimitExceededError, StoreError
 from idemflow.stores import _azure_entity as ent
+from idemflow.stores._limits import check_commit
 from idemflow.stores._local import incremented
-from idemflow.stores.base import Check, Cond, Delete, Increment, Insert, Op, Put, RowRef
+from idemflow.stores.base import Capabilities, Check, Cond, Delete, Increment, Insert, Op, Put, RowRef
 
 Raw = tuple[str, str | None]
 """An entity as read: its ETag and JSON text (None for a tombstone)."""
 Operation = tuple[str, dict[str, Any], dict[str, Any]]
 """One operation as ``TableClient.submit_transaction`` takes it."""
+
+
+AZURE_CAPABILITIES = Capabilities(
+    cross_partition_commit=False,
+    max_ops_per_commit=ent.MAX_BATCH_OPS,
+    max_value_bytes=450_000,
+    max_commit_bytes=3_000_000,  # values travel as base64 (4/3) and a batch body is capped at 4 MiB
+    max_key_bytes=ent.MAX_KEY_BYTES // 2,  # 1 KiB of UTF-16: 512 bytes of ASCII; escaping may need more
+)
 
 
 @dataclass(frozen=True)
@@ -77,12 +87,12 @@ def expects_absent(op: Op) -> bool:
 
 
 def plan(ops: Sequence[Op]) -> Plan:
-    """Validate a commit before anything is sent (one table and partition, one op
-    per row, at most 100 ops, keys, entities and body within Azure's limits)."""
+    """Validate a commit before anything is sent: :data:`AZURE_CAPABILITIES` (the store's one
+    limit check), one table and partition, one op per row; the entities and the batch body are
+    sized as sent, a backstop for what the capabilities cannot describe (base64, headers)."""
     first = ops[0].ref
     where = f"{first.table}/{first.partition}"
-    if len(ops) > ent.MAX_BATCH_OPS:
-        raise LimitExceededError(where, f"{len(ops)} operations; Azure commits at most {ent.MAX_BATCH_OPS}")
+    check_commit(ops, AZURE_CAPABILITIES, lambda: "commit to " + where)
     keys: list[str] = []
     entities: list[dict[str, Any] | None] = []
     body = 0

@@ -39,12 +39,20 @@ from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
 from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
-from idemflow.stores._azure_batch import Learned, Operation, Raw, escaped, expects_absent, operation, plan
+from idemflow.stores._azure_batch import (
+    AZURE_CAPABILITIES,
+    Learned,
+    Operation,
+    Raw,
+    escaped,
+    expects_absent,
+    operation,
+    plan,
+)
 from idemflow.stores._azure_batch import Plan as Planned
 from idemflow.stores._expiring import Schedule
 from idemflow.stores.base import (
     COMMITTED,
-    Capabilities,
     CommitOutcome,
     Cond,
     Conflict,
@@ -59,14 +67,6 @@ from idemflow.stores.base import (
 )
 
 T = TypeVar("T")
-
-AZURE_CAPABILITIES = Capabilities(
-    cross_partition_commit=False,
-    max_ops_per_commit=ent.MAX_BATCH_OPS,
-    max_value_bytes=450_000,
-    max_commit_bytes=3_000_000,  # values travel as base64 (4/3) and a batch body is capped at 4 MiB
-    max_key_bytes=ent.MAX_KEY_BYTES // 2,  # 1 KiB of UTF-16: 512 bytes of ASCII; escaping may need more
-)
 
 _TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})

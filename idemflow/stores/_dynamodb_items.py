@@ -17,6 +17,7 @@ from idemflow.errors import InvalidValueError, LimitExceededError, StoreError
 from idemflow.number_model import DIGITS, exact, is_number
 from idemflow.records import open_workflow
 from idemflow.serialization import JSON, decode
+from idemflow.stores._limits import check_commit
 from idemflow.stores._ops import expectation, fresh_version, increment_where, version_after
 from idemflow.stores.base import Capabilities, Cond, Delete, Expect, Increment, Insert, Op, Put, Row, RowRef
 
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef, TransactWriteItemTypeDef
 
 ITEM_LIMIT, PARTITION_LIMIT = 400 * 1024, 2048
-"""DynamoDB's item and partition-key limits, checked for callers of ``commit`` other than the
-engine (the engine's stricter :data:`DYNAMODB_CAPABILITIES` keep every item and partition under them)."""
+"""DynamoDB's item and partition-key limits. :data:`DYNAMODB_CAPABILITIES` keep under them with room
+for what a row adds to its value: keys (counted in a commit's total), attribute names, version and
+expiry (see docs/decisions.md, "Limits: one check per store")."""
 
 DYNAMODB_CAPABILITIES = Capabilities(
     cross_partition_commit=True,
@@ -37,7 +39,6 @@ DYNAMODB_CAPABILITIES = Capabilities(
 OPEN_ATTRIBUTE, OPEN_INDEX = "open", "open"
 """The attribute (the workflow) only run records of unfinished requests carry, and the sparse
 global secondary index of the runs table on it: ``runs list --status running|failed`` reads it."""
-_NUMBER_BYTES = 21  # an N attribute: one byte per two of at most 38 digits, plus one
 _NAMES = {
     "#pk": "pk",
     "#val": "v",
@@ -59,29 +60,17 @@ _ANY_ROW = "attribute_exists(#pk) OR attribute_not_exists(#pk)"
 
 
 def transaction(ops: Sequence[Op], table_name: Callable[[str], str]) -> list[TransactWriteItemTypeDef]:
-    """Check every limit, then map each operation to one transaction item (same index)."""
-    where = f"commit to {ops[0].ref.table}/{ops[0].ref.partition}"
-    most = DYNAMODB_CAPABILITIES.max_ops_per_commit
-    if len(ops) > most:
-        raise LimitExceededError(where, f"{len(ops)} operations; a DynamoDB transaction holds at most {most}")
+    """Check the commit against :data:`DYNAMODB_CAPABILITIES` (the store's one limit check),
+    then map each operation to one transaction item (same index)."""
+    check_commit(ops, DYNAMODB_CAPABILITIES)
     seen: set[tuple[str, str, str]] = set()
-    total = 0
     for op in ops:
         ref = op.ref
         if (ref.table, ref.partition, ref.key) in seen:
             problem = "appears twice (a DynamoDB transaction takes one operation per item)"
             raise StoreError(f"commit to {ref.table}/{ref.partition}: row {ref.key!r} {problem}")
         seen.add((ref.table, ref.partition, ref.key))
-        size = key_bytes(ref)
-        if isinstance(op, (Put, Insert)):
-            size += 1 + (3 + _NUMBER_BYTES if number(op.value) else len(op.text.encode("utf-8")))
-            size += 3 + _NUMBER_BYTES + (0 if op.expires_at is None else 10 + _NUMBER_BYTES)
-            if size > ITEM_LIMIT:
-                problem = f"item of {size} bytes exceeds DynamoDB's 400 KB item limit"
-                raise LimitExceededError(f"{ref.table}/{ref.partition}", problem)
-        total += size
-    if total > DYNAMODB_CAPABILITIES.max_commit_bytes:
-        raise LimitExceededError(where, f"{total} bytes exceed DynamoDB's 4 MB transaction limit")
+        key_bytes(ref)  # keys DynamoDB refuses whatever their size: empty, not valid unicode
     return [_item(op, table_name(op.ref.table)) for op in ops]
 
 

@@ -47,8 +47,8 @@ from idemflow._io import Sleep
 from idemflow._trampoline import trampoline
 from idemflow.keys import RUNS_TABLE
 from idemflow.policy import DEFAULT_POLICY, pause
+from idemflow.stores._azure_batch import AZURE_CAPABILITIES
 from idemflow.stores._azure_calls import (
-    AZURE_CAPABILITIES,
     AzureCalls,
     Call,
     Calls,

@@ -33,6 +33,7 @@ from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.records import OPEN_STATUSES
 from idemflow.serialization import decode
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
+from idemflow.stores._limits import check_commit
 from idemflow.stores._sqlite_commit import SELECT_ROW, UPDATE_BUMP, apply
 from idemflow.stores.base import (
     COMMITTED,
@@ -247,6 +248,8 @@ class SqliteStore:
             log.warning("dropped a cache write (sqlite, %d operations): %s", len(ops), exc)
 
     def _commit(self, conn: sqlite3.Connection, ops: Sequence[Op]) -> CommitOutcome:
+        if ops:
+            check_commit(ops, SQLITE_CAPABILITIES)
         with self._write_lock:
             try:
                 conn.execute("BEGIN IMMEDIATE")
