@@ -18,7 +18,7 @@ from idemflow.stores.aio import is_async
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from samples import _api, _harness
 from samples.survey import api as survey_api
-from samples.survey import cli, workflows
+from samples.survey import cli, reads, validation, workflows
 from samples.survey.api import SurveyService, create_app
 from samples.survey.workflows import (
     RESPONSES,
@@ -229,7 +229,7 @@ def test_check_while_responses_are_being_counted(store: Store) -> None:
 
 
 def test_the_sample_docstrings_run() -> None:
-    for module in (workflows, survey_api, _api, _harness):
+    for module in (workflows, validation, reads, survey_api, _api, _harness):
         failed, attempted = doctest.testmod(module)
         assert attempted > 0 and failed == 0
 

@@ -22,7 +22,7 @@ from idemflow.compensation import run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from samples import _harness
 from samples.transfer import api as transfer_api
-from samples.transfer import cli, workflows
+from samples.transfer import checks, cli, workflows
 from samples.transfer.api import TransferService, create_app
 from samples.transfer.workflows import (
     TRANSFERS,
@@ -217,7 +217,7 @@ def test_check_catches_a_completed_request_that_left_no_trace(store: Store) -> N
 
 
 def test_the_sample_docstrings_run() -> None:
-    for module in (workflows, transfer_api):
+    for module in (workflows, checks, transfer_api):
         failed, attempted = doctest.testmod(module)
         assert attempted > 0 and failed == 0
 

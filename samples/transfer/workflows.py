@@ -14,6 +14,9 @@ A transfer is three atomic steps, each on one partition:
    idemflow then runs the refund, exactly once (the paper's case);
 3. record the audit row.
 
+The tables and the shapes of requests and results are in :mod:`samples.transfer.tables`; reading
+and checking the tables, in :mod:`samples.transfer.checks`. This module re-exports both.
+
 >>> from idemflow import MemoryStore, run
 >>> from idemflow.compensation import run_result
 >>> store = MemoryStore()
@@ -38,57 +41,23 @@ True
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from collections.abc import Callable, Generator
+from typing import Any
 
-from returns.result import Failure, Result, Success
-
-from idemflow import Idem, Store, Tx, Workflow, atomic, uuid4, workflow
+from idemflow import Idem, Tx, Workflow, atomic, uuid4, workflow
 from idemflow.async_worklist import checkpoint
-from idemflow.compensation import WorkflowAborted, abort
-from idemflow.testing import data_rows
-
-ACCOUNTS = "accounts"
-"""One partition per account: ``balance``, ``opened`` (the opening balance), and ``refunds``
-once a debit was undone."""
-TRANSFERS = "transfers"
-"""Audit trail: partition = source account, key = transfer id, value = the transfer."""
-
-
-class OpenRequest(TypedDict):
-    """Input of :func:`open_account`."""
-
-    account: str
-    balance: int
-
-
-class TransferRequest(TypedDict):
-    """Input of :func:`transfer` (the request id travels beside it, in ``run``)."""
-
-    src: str
-    dst: str
-    amount: int
-
-
-class Receipt(TypedDict):
-    """Result of a completed :func:`transfer`."""
-
-    transfer: str
-    """Key of the audit row in ``transfers/<src>``."""
-    left: int
-    """Source balance right after the debit."""
-
-
-Outcome = Result[Receipt, WorkflowAborted]
-"""What :func:`idemflow.compensation.run_result` gives for one transfer request."""
-
-
-def missing(account: str) -> str:
-    """The abort reason for an account that was never opened."""
-    return f"no such account: {account}"
-
+from idemflow.compensation import abort
+from samples.transfer.checks import CHECKS, Ledger, Verdict, balances, check, ledger, refunds, total_money
+from samples.transfer.tables import (
+    ACCOUNTS,
+    TABLES,
+    TRANSFERS,
+    OpenRequest,
+    Outcome,
+    Receipt,
+    TransferRequest,
+    missing,
+)
 
 # -- step bodies ----------------------------------------------------------------
 # Factories, so the amount and names are bound per request while the step's
@@ -185,233 +154,6 @@ def transfer(req: TransferRequest) -> Generator[Idem[Any], Any, Receipt]:
 
 WORKFLOWS: list[Workflow[Any, Any]] = [open_account, transfer]
 """What a worker runs: ``idemflow worker samples.transfer.workflows:WORKFLOWS``."""
-TABLES = (ACCOUNTS, TRANSFERS)
-
-
-# -- reading and checking the tables ---------------------------------------------
-
-
-def _account_rows(store: Store, key: str) -> dict[str, Any]:
-    return {part: value for (_t, part, k), value in data_rows(store, ACCOUNTS).items() if k == key}
-
-
-def balances(store: Store) -> dict[str, int]:
-    """Every account's balance (a scan: for tools and checks, not for workflows)."""
-    return _account_rows(store, "balance")
-
-
-def refunds(store: Store) -> dict[str, int]:
-    """How many debits were refunded, per account that ever had one."""
-    return _account_rows(store, "refunds")
-
-
-def total_money(store: Store, accounts: Iterable[str] | None = None) -> int:
-    """Sum of the balances of ``accounts`` (default: every account in the table).
-
-    >>> from idemflow import MemoryStore
-    >>> total_money(MemoryStore(), ["alice"])
-    0
-    """
-    found = balances(store)
-    names = found if accounts is None else accounts
-    return sum(found.get(name, 0) for name in names)
-
-
-CHECKS = ("money", "balances", "audit", "refunds")
-"""What :func:`check` verifies, each reported separately in :attr:`Verdict.failed`."""
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What :func:`check` found; ``problems`` is empty when every invariant holds."""
-
-    money_before: int
-    money_after: int
-    accounts: int
-    completed: int
-    aborted: Mapping[str, int]
-    """Aborted requests by reason (``"no such account: *"`` reasons grouped)."""
-    refunds: int
-    expected_refunds: int
-    audit_rows: int
-    problems: tuple[str, ...]
-    failed: frozenset[str]
-    """The :data:`CHECKS` that found a problem."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def check(
-    store: Store,
-    *,
-    opening: Mapping[str, int],
-    outcomes: Mapping[str, tuple[TransferRequest, Outcome]],
-) -> Verdict:
-    """Verify the tables against the outcome of every request (one entry per request id).
-
-    - ``money``: the balances sum to the opening total;
-    - ``balances``: every balance equals its opening balance with the
-      completed transfers applied once each (a replay in this process), so
-      aborted requests changed nothing and no account outside ``opening``
-      holds money;
-    - ``audit``: exactly one audit row per completed request, holding it;
-    - ``refunds``: every request that aborted after its debit (missing
-      destination) was refunded exactly once, and no other was.
-
-    >>> from idemflow import MemoryStore
-    >>> check(MemoryStore(), opening={}, outcomes={}).ok
-    True
-    """
-    problems: list[tuple[str, str]] = []
-    expected = dict(opening)
-    expected_audit: dict[tuple[str, str], dict[str, Any]] = {}
-    expected_refunds: Counter[str] = Counter()
-    aborted: Counter[str] = Counter()
-    completed = 0
-    for req, outcome in outcomes.values():
-        match outcome:
-            case Success(receipt):
-                completed += 1
-                expected[req["src"]] = expected.get(req["src"], 0) - req["amount"]
-                expected[req["dst"]] = expected.get(req["dst"], 0) + req["amount"]
-                expected_audit[(req["src"], receipt["transfer"])] = dict(req)
-            case Failure(error):
-                reason = str(error.reason)
-                aborted["no such account" if reason.startswith(missing("")) else reason] += 1
-                if reason == missing(req["dst"]) and req["src"] in opening:
-                    expected_refunds[req["src"]] += 1  # the debit had committed
-
-    found = balances(store)
-    before, after = sum(opening.values()), sum(found.values())
-    if before != after:
-        problems.append(("money", f"money not conserved: {before} before, {after} after"))
-    for name in sorted(set(found) | set(expected)):
-        if found.get(name) != expected.get(name):
-            problems.append(
-                (
-                    "balances",
-                    f"account {name}: balance {found.get(name)}, but the completed "
-                    f"transfers applied once give {expected.get(name)}",
-                )
-            )
-
-    audit = {(part, key): value for (_t, part, key), value in data_rows(store, TRANSFERS).items()}
-    if len(audit) != completed:
-        problems.append(("audit", f"{len(audit)} audit rows for {completed} completed requests"))
-    for where in sorted(set(audit) | set(expected_audit)):
-        if where not in audit:
-            problems.append(("audit", f"completed transfer {where[1]} from {where[0]} has no audit row"))
-        elif where not in expected_audit:
-            problems.append(("audit", f"audit row {where[1]} in {where[0]} belongs to no completed request"))
-        elif audit[where] != expected_audit[where]:
-            problems.append(
-                ("audit", f"audit row {where[1]} holds {audit[where]}, not {expected_audit[where]}")
-            )
-
-    counted = refunds(store)
-    for name in sorted(set(counted) | set(expected_refunds)):
-        if counted.get(name, 0) != expected_refunds[name]:
-            problems.append(
-                (
-                    "refunds",
-                    f"account {name}: refunded {counted.get(name, 0)} times, but "
-                    f"{expected_refunds[name]} transfers from it aborted after the debit",
-                )
-            )
-
-    return Verdict(
-        money_before=before,
-        money_after=after,
-        accounts=len(opening),
-        completed=completed,
-        aborted=dict(aborted),
-        refunds=sum(counted.values()),
-        expected_refunds=sum(expected_refunds.values()),
-        audit_rows=len(audit),
-        problems=tuple(message for _check, message in problems),
-        failed=frozenset(check for check, _message in problems),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Ledger:
-    """What :func:`ledger` found; ``problems`` is empty when every invariant holds."""
-
-    accounts: int
-    money_opened: int
-    money_now: int
-    audit_rows: int
-    refunds: int
-    problems: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def lines(self) -> list[str]:
-        def mark(ok: bool) -> str:
-            return " ok " if ok else "FAIL"
-
-        money_ok = self.money_opened == self.money_now
-        return [
-            f"  [{mark(money_ok)}] money: {self.money_opened} opened in {self.accounts} accounts, "
-            f"{self.money_now} now",
-            f"  [{mark(self.ok)}] ledger: every balance is its opening balance plus the "
-            f"{self.audit_rows} audited transfers applied once ({self.refunds} debits refunded)",
-            *(f"  - {problem}" for problem in self.problems[:12]),
-        ]
-
-
-def ledger(store: Store) -> Ledger:
-    """Check the tables alone, at rest (no transfer in flight): money is conserved, and every
-    balance equals its opening balance minus the audited transfers out of it plus those into it.
-
-    An aborted transfer leaves no audit row and, if its debit had committed, a refund: a debit
-    applied twice, a credit or refund applied twice or lost, or an audit row without its effects
-    all break the equation of some account.
-
-    >>> from idemflow import MemoryStore
-    >>> ledger(MemoryStore()).ok
-    True
-    """
-    opened = _account_rows(store, "opened")
-    found = balances(store)
-    problems: list[str] = []
-    expected = {name: value for name, value in opened.items() if type(value) is int}
-    for name, value in opened.items():
-        if type(value) is not int:
-            problems.append(f"account {name}: opening balance {value!r} is not an integer")
-    audit = data_rows(store, TRANSFERS)
-    for (_t, src, transfer_id), row in sorted(audit.items()):
-        amount = row.get("amount") if isinstance(row, dict) else None
-        if not (isinstance(row, dict) and row.get("src") == src and isinstance(amount, int)):
-            problems.append(f"audit row {transfer_id} in {src} is malformed: {row!r}")
-            continue
-        dst = str(row.get("dst"))
-        if src not in expected or dst not in expected:
-            problems.append(f"audit row {transfer_id}: {src} -> {dst} involves an account never opened")
-            continue
-        expected[src] -= amount
-        expected[dst] += amount
-    for name in sorted(set(found) | set(expected)):
-        if found.get(name) != expected.get(name):
-            problems.append(
-                f"account {name}: balance {found.get(name)}, but its opening balance with the audited "
-                f"transfers applied once gives {expected.get(name)}"
-            )
-    before, after = sum(v for v in opened.values() if type(v) is int), sum(found.values())
-    if before != after:
-        problems.insert(0, f"money not conserved: {before} opened, {after} now")
-    return Ledger(
-        accounts=len(opened),
-        money_opened=before,
-        money_now=after,
-        audit_rows=len(audit),
-        refunds=sum(refunds(store).values()),
-        problems=tuple(problems),
-    )
 
 
 __all__ = [
