@@ -57,6 +57,16 @@ def _stop_if_present(row: Row | None) -> None:
 _RETRY = object()
 
 
+class _Unreachable:
+    """An attempt whose reads could not reach the store: run it again, and if the step's time
+    runs out, report the store's error rather than a conflict there was none of."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: TransientStoreError) -> None:
+        self.error = error
+
+
 class Stepping(RunRecording):
     """The steps of an execution, each replayed or executed and committed once."""
 
@@ -168,7 +178,7 @@ class Stepping(RunRecording):
             if call_out is not None:  # resent until the deadline already; a rerun would call out again
                 raise
             outcome = _RETRY
-        if outcome is not _RETRY:
+        if outcome is not _RETRY and type(outcome) is not _Unreachable:
             return outcome
         retrying = self.policy.rerunning(self._until)
         try:
@@ -202,6 +212,8 @@ class Stepping(RunRecording):
             give_back()
         if outcome is _RETRY:
             raise DataConflict
+        if type(outcome) is _Unreachable:
+            raise outcome.error  # retried as a conflict is; the last one reaches the caller
         return outcome
 
     def _attempt(
@@ -257,8 +269,8 @@ class Stepping(RunRecording):
                     raise
                 aborted, value = True, abort.reason
                 data_ops: list[Op] = [*tx.read_checks()]
-            except TransientStoreError:  # a read met a concurrent transaction, or was throttled
-                return _RETRY
+            except TransientStoreError as unreachable:  # a read was throttled or got no answer
+                return _Unreachable(unreachable)
             except Exception:
                 # A replay whose data moved on may fail where the first run
                 # succeeded: the memo, if any, is the answer.

@@ -21,6 +21,7 @@ from botocore.awsrequest import AWSRequest, AWSResponse
 from idemflow import Idem, Tx, atomic, run, workflow
 from idemflow.async_worklist._handling import redelivery_delay
 from idemflow.errors import TransientStoreError
+from idemflow.policy import RetryPolicy
 from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import Increment, Put, RowRef
@@ -53,8 +54,13 @@ def failing_sends(store: DynamoDBStore, operation: str, failures: int) -> list[s
         body = b'{"__type": "InternalServerError", "message": "injected"}'
         return AWSResponse(request.url, 500, {"x-amzn-ErrorType": "InternalServerError"}, _Body(body))
 
-    store.client.meta.events.register(f"before-send.dynamodb.{operation}", send)
+    event = f"before-send.dynamodb.{operation}"
+    store.client.meta.events.register(event, send, unique_id=f"fail {operation}")
     return sends
+
+
+def stop_failing(store: DynamoDBStore, operation: str) -> None:
+    store.client.meta.events.unregister(f"before-send.dynamodb.{operation}", unique_id=f"fail {operation}")
 
 
 def dynamodb_store(moto: Moto) -> DynamoDBStore:
@@ -112,6 +118,30 @@ def test_a_workflow_whose_commits_fail_completes_once(dynamodb: DynamoDBStore) -
     for table in ("tablea", "tableb"):
         row = dynamodb.read(RowRef(table, space, "dn"))
         assert row is not None and row.value == 1
+
+
+def _read_then_add(tx: Tx) -> None:
+    tx.put("seen", tx.get("seen"))
+
+
+@workflow("unreachable")
+def unreachable(space: str) -> Generator[Idem[Any], Any, str]:
+    yield atomic("tablea", space, _read_then_add)
+    return "done"
+
+
+def test_a_store_that_cannot_be_read_is_reported_as_such_not_as_a_conflict(dynamodb: DynamoDBStore) -> None:
+    """A step whose reads never get an answer is retried until its deadline, then the caller gets
+    the store's error (it used to be told the step kept conflicting)."""
+    sends = failing_sends(dynamodb, "GetItem", failures=10_000)
+    batched = failing_sends(dynamodb, "BatchGetItem", failures=10_000)  # a first read peeks at the run
+    space = f"u{uuid.uuid4().hex[:8]}"
+    with pytest.raises(TransientStoreError, match="worth retrying"):
+        run(unreachable(space), request_id=space, store=dynamodb, policy=RetryPolicy(deadline=0.5))
+    assert len(sends) + len(batched) >= 2  # retried, one send per attempt
+    for operation in ("GetItem", "BatchGetItem"):
+        stop_failing(dynamodb, operation)
+    assert run(unreachable(space), request_id=space, store=dynamodb) == "done"
 
 
 class FlakyTransport(RequestsTransport):
