@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,14 @@ BOOT = (
 """The subprocess: ``python -c BOOT <idemflow root> <repository>``: that version's idemflow first."""
 
 
-def _round(root: Path) -> dict[str, float]:
+def _round(root: Path, quick: bool) -> dict[str, float]:
+    env = {**os.environ, "IDEMFLOW_AB_DIVISOR": "20" if quick else "1"}
     done = subprocess.run(
-        [sys.executable, "-c", BOOT, str(root), str(ROOT)], check=True, capture_output=True, text=True
+        [sys.executable, "-c", BOOT, str(root), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     if not answer["idemflow"].startswith(str(root)):  # the version asked for, not the installed one
@@ -42,9 +48,12 @@ def _round(root: Path) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--baseline", default=BEFORE_SPLIT, help="git revision to compare with")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--out", type=Path, default=None, help="folder for the page")
+    parser.add_argument("--quick", action="store_true", help="one round of tiny runs (the suite's smoke)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds = 1
     samples: dict[str, dict[str, list[float]]] = {"baseline": {}, "candidate": {}}
     with (
         revision_tree(args.baseline) as (base_root, commit),
@@ -54,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         for number in range(args.rounds):
             order = ["baseline", "candidate"] if number % 2 == 0 else ["candidate", "baseline"]
             for name in order:
-                for metric, value in _round(roots[name]).items():
+                for metric, value in _round(roots[name], args.quick).items():
                     samples[name].setdefault(metric, []).append(value)
             print(f"round {number + 1}/{args.rounds} done", flush=True)
     lines = [

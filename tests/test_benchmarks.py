@@ -139,3 +139,11 @@ def test_quick_timers_writes_its_results(tmp_path: Path) -> None:
     assert headlines["timers.sqlite.load.early"]["value"] == 0
     calls = headlines["timers.sqlite.calls"]["value"]
     assert calls["start + wait"] > calls["plain step"] > 0
+
+
+def test_the_engine_ab_runs_both_versions_side_by_side(tmp_path: Path) -> None:
+    """Each version's child must import that version's idemflow (it fails otherwise)."""
+    bench(["benchmarks.engine_ab", "--quick", "--out", str(tmp_path)], timeout=120)
+    page = (tmp_path / "engine_ab.md").read_text()
+    for metric in ("memory 1 steps", "memory replay of 100 steps", "sqlite 2 steps"):
+        assert metric in page, metric
