@@ -3,7 +3,9 @@
 Pure functions, apart from :mod:`idemflow.stores._azure_calls` (which sends
 the batch and reads rows): :func:`plan` validates a commit before anything is
 sent; :func:`operation` maps each op to a batch operation, given what the
-store learned between attempts (:class:`Learned`):
+store learned between attempts (:class:`Learned`); :func:`resolving` is the
+tenacity retryer of those attempts (:class:`Again`: a condition resolved, send
+the next batch):
 
 ========================  ==============================================
 op                        batch operation
@@ -22,12 +24,14 @@ Check, ``Cond.ANY``       nothing
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from idemflow.errors import LimitExceededError, StoreError
 from idemflow.stores import _azure_entity as ent
@@ -154,3 +158,33 @@ def _if_match(kind: str, entity: dict[str, Any], etag: str, mode: UpdateMode | N
     if mode is not None:
         options["mode"] = mode
     return kind, entity, options
+
+
+MAX_ATTEMPTS = 20
+"""Batches one commit may send while resolving tombstones and increments."""
+
+
+class Again(Exception):
+    """A commit's batch failed on a condition it has now resolved: send the next one."""
+
+    def __init__(self, *, contended: bool) -> None:
+        super().__init__()
+        self.contended = contended
+
+
+def _wait_for_writer(state: RetryCallState) -> float:
+    """No wait after learning a tombstone; a short random one after losing an increment's race."""
+    failure = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(failure, Again) and failure.contended:
+        return random.uniform(0, 0.002 * state.attempt_number)
+    return 0.0
+
+
+def resolving() -> Retrying:
+    """The tenacity retryer of one commit's batches (:func:`idemflow.policy.retried` yields its waits)."""
+    return Retrying(
+        stop=stop_after_attempt(MAX_ATTEMPTS),
+        wait=_wait_for_writer,
+        retry=retry_if_exception_type(Again),
+        reraise=True,
+    )

@@ -16,7 +16,6 @@ entities as a list (the aio client's are iterated asynchronously).
 from __future__ import annotations
 
 import http.client
-import random
 import re
 import threading
 import time
@@ -32,7 +31,6 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.data.tables import TableTransactionError
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from idemflow._io import Sleep
 from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
@@ -41,6 +39,8 @@ from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores._azure_batch import (
     AZURE_CAPABILITIES,
+    MAX_ATTEMPTS,
+    Again,
     Learned,
     Operation,
     Raw,
@@ -48,6 +48,7 @@ from idemflow.stores._azure_batch import (
     expects_absent,
     operation,
     plan,
+    resolving,
 )
 from idemflow.stores._azure_batch import Plan as Planned
 from idemflow.stores._expiring import Schedule
@@ -71,8 +72,6 @@ T = TypeVar("T")
 _TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _CONDITION_CODES = frozenset({"UpdateConditionNotSatisfied", "EntityAlreadyExists", "ResourceNotFound"})
-_MAX_ATTEMPTS = 20
-"""Batches one commit may send while resolving tombstones and increments."""
 _MAX_HINTS = 10_000
 """Tombstone ETags remembered, so writing over a tombstone costs no extra round trip."""
 _SINGLE = {"create": "create_entity", "upsert": "upsert_entity", "update": "update_entity"}
@@ -323,15 +322,15 @@ class AzureCalls:
             if isinstance(op, Increment):
                 learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
         try:
-            return (yield from retried(_resolving(), lambda: self._commit_pass(ops, planned, learned)))
-        except _Again:
+            return (yield from retried(resolving(), lambda: self._commit_pass(ops, planned, learned)))
+        except Again:
             raise TransientStoreError(
                 f"commit on Azure table {self.prefix + first.table!r} partition {first.partition!r}: rows "
-                f"kept changing under it for {_MAX_ATTEMPTS} attempts, retry"
+                f"kept changing under it for {MAX_ATTEMPTS} attempts, retry"
             ) from None
 
     def _commit_pass(self, ops: Sequence[Op], planned: Planned, learned: Learned) -> Calls[CommitOutcome]:
-        """One batch: committed, a conflict, or :class:`_Again` once it learned what to send next."""
+        """One batch: committed, a conflict, or :class:`Again` once it learned what to send next."""
         partition, keys, first = planned.partition, planned.keys, ops[0].ref
         now = time.time()
         entries = [(index, operation(op, index, planned, learned, now)) for index, op in enumerate(ops)]
@@ -354,10 +353,10 @@ class AzureCalls:
         op = ops[index]
         if isinstance(op, Increment):  # no read dependency of the caller: read again, retry
             learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
-            raise _Again(contended=True)  # after a pause: let the other writer finish
+            raise Again(contended=True)  # after a pause: let the other writer finish
         if isinstance(op, Delete) and op.expect is Cond.ANY:
             learned.blind_absent.add(index)  # nothing to delete: make it absent with a tombstone
-            raise _Again(contended=False)
+            raise Again(contended=False)
         if expects_absent(op):
             raw = yield from self._get(op.ref, partition, keys[index])
             if raw is not None and raw[1] is not None:
@@ -367,34 +366,8 @@ class AzureCalls:
                 learned.tomb_etags.pop(index, None)
             else:  # a tombstone: absent all the same, overwrite it under its ETag
                 learned.tomb_etags[index] = raw[0]
-            raise _Again(contended=False)
+            raise Again(contended=False)
         return Conflict((OpFailure(index),))
-
-
-class _Again(Exception):
-    """A commit's batch failed on a condition it has now resolved: send the next one."""
-
-    def __init__(self, *, contended: bool) -> None:
-        super().__init__()
-        self.contended = contended
-
-
-def _wait_for_writer(state: RetryCallState) -> float:
-    """No wait after learning a tombstone; a short random one after losing an increment's race."""
-    failure = state.outcome.exception() if state.outcome is not None else None
-    if isinstance(failure, _Again) and failure.contended:
-        return random.uniform(0, 0.002 * state.attempt_number)
-    return 0.0
-
-
-def _resolving() -> Retrying:
-    """The tenacity retryer of one commit's batches (:func:`idemflow.policy.retried` yields its waits)."""
-    return Retrying(
-        stop=stop_after_attempt(_MAX_ATTEMPTS),
-        wait=_wait_for_writer,
-        retry=retry_if_exception_type(_Again),
-        reraise=True,
-    )
 
 
 class _SingleFailed(Exception):

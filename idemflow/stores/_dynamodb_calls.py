@@ -11,7 +11,6 @@ responses, batching and the mapping of SDK errors onto idemflow's exist once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -23,14 +22,21 @@ from idemflow._io import Sleep
 from idemflow._sdk_calls import SdkCall
 from idemflow.errors import (
     InvalidNameError,
-    InvalidValueError,
-    LimitExceededError,
     StoreError,
     TransientStoreError,
 )
 from idemflow.keys import RUNS_TABLE, check_table
 from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.records import open_workflow
+from idemflow.stores._dynamodb_errors import (
+    TRANSIENT,
+    code,
+    condition_failed,
+    error_for,
+    exists,
+    message,
+    ttl_on,
+)
 from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, key, key_bytes, row, transaction
 from idemflow.stores._ops import not_a_number
 from idemflow.stores.base import (
@@ -60,35 +66,6 @@ idemflow retries (:mod:`idemflow.policy`, tenacity): the engine a step's reads a
 Calls = Generator[SdkCall | Sleep, Any, T]
 """An operation that yields SDK calls (and a retry's waits) and returns a ``T``."""
 _GETS_PER_CALL = 100
-_TRANSIENT = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "Throttling",
-        "ThrottlingError",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "RequestTimeout",
-        "TransactionConflict",
-        "ProvisionedThroughputExceeded",
-        "TransactionConflictException",
-        "TransactionInProgressException",
-    }
-)
-_AUTH = frozenset(
-    {
-        "UnrecognizedClientException",
-        "InvalidSignatureException",
-        "AccessDeniedException",
-        "AccessDenied",
-        "MissingAuthenticationTokenException",
-        "ExpiredTokenException",
-        "InvalidClientTokenId",
-        "IncompleteSignature",
-        "SignatureDoesNotMatch",
-    }
-)
 _SCHEMA: Any = {
     "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
     "AttributeDefinitions": [{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],
@@ -225,7 +202,7 @@ class DynamoDBCalls:
                 "TableName": self.table_name(table),
                 **(_RUNS_SCHEMA if table == RUNS_TABLE else _SCHEMA),
             }
-            yield from self.call("create table", [table], "create_table", create, _exists)
+            yield from self.call("create table", [table], "create_table", create, exists)
         for table in tables:
             name = self.table_name(table)
             wait = {"TableName": name, "WaiterConfig": {"Delay": 1, "MaxAttempts": 120}}
@@ -234,7 +211,7 @@ class DynamoDBCalls:
             if ttl.get("TimeToLiveDescription", {}).get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
                 spec = {"Enabled": True, "AttributeName": "expires_at"}
                 enable = {"TableName": name, "TimeToLiveSpecification": spec}
-                yield from self.call("enable TTL", [table], "update_time_to_live", enable, _ttl_on)
+                yield from self.call("enable TTL", [table], "update_time_to_live", enable, ttl_on)
         yield from self._open_index()
 
     def _open_index(self) -> Calls[None]:
@@ -266,7 +243,7 @@ class DynamoDBCalls:
                 "ExpressionAttributeNames": {"#open": OPEN_ATTRIBUTE, "#ver": "ver"},
                 "ExpressionAttributeValues": {":open": {"S": opened}, ":ver": {"N": str(found.version)}},
             }
-            yield from self.call("mark an open run", [RUNS_TABLE], "update_item", mark, _condition_failed)
+            yield from self.call("mark an open run", [RUNS_TABLE], "update_item", mark, condition_failed)
 
     def open_runs(self, workflow: str | None) -> Calls[list[tuple[str, str, Row]]]:
         """Run records of unfinished requests (of ``workflow``): the sparse index, not the table.
@@ -323,10 +300,10 @@ class DynamoDBCalls:
         except ClientError as exc:
             if fine is not None and fine(exc):
                 return {}
-            if _code(exc) == "TransactionCanceledException":
+            if code(exc) == "TransactionCanceledException":
                 raise
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            raise self._error(action, tables, _code(exc), _message(exc), status) from exc
+            raise self._error(action, tables, code(exc), message(exc), status) from exc
         except (BotoConnectionError, HTTPClientError) as exc:  # refused, reset, timed out
             raise TransientStoreError(f"{self._what(action, tables)} failed, worth retrying: {exc}") from exc
         except BotoCoreError as exc:
@@ -341,23 +318,7 @@ class DynamoDBCalls:
         self, action: str, tables: Sequence[str], code: str, message: str, status: int = 0
     ) -> Exception:
         """The idemflow error for a DynamoDB error code (of a call or of a cancellation reason)."""
-        what = self._what(action, tables)
-        if code == "ResourceNotFoundException":
-            logical = sorted(set(tables))
-            return StoreError(
-                f"{what}: table not found or not active; create it with `idemflow tables create --store "
-                f"'{self.url}' {' '.join(logical)}` or store.create_tables({', '.join(map(repr, logical))})"
-            )
-        if code in _TRANSIENT or status >= 500:
-            return TransientStoreError(f"{what} failed, worth retrying: {code}: {message}")
-        if code in _AUTH:
-            fix = "configure AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
-            return StoreError(f"{what}: credentials refused ({code}: {message}); {fix} allowed these tables")
-        if code.startswith("Validation") and re.search(r"size|length", message, re.IGNORECASE):
-            return LimitExceededError(what, f"{code}: {message}")
-        if code.startswith("Validation") and re.search(r"precision|magnitude", message, re.IGNORECASE):
-            return InvalidValueError(what, f"{code}: {message} (idemflow.number_model)")  # a sum ADD made
-        return StoreError(f"{what} failed: {code}: {message}")
+        return error_for(self._what(action, tables), code, message, status, url=self.url, tables=tables)
 
     def _cancelled(self, ops: Sequence[Op], exc: ClientError, tables: Sequence[str]) -> Calls[Conflict]:
         """A cancelled transaction as a Conflict naming every failed condition, or the error it was."""
@@ -388,24 +349,9 @@ class DynamoDBCalls:
             r for r in exc.response.get("CancellationReasons") or [] if r.get("Code") not in (None, "None")
         ]
         if not reasons:
-            return TransientStoreError(f"{self._what(action, tables)} cancelled: {_message(exc)}")
-        worst = next((reason for reason in reasons if reason["Code"] not in _TRANSIENT), reasons[0])
+            return TransientStoreError(f"{self._what(action, tables)} cancelled: {message(exc)}")
+        worst = next((reason for reason in reasons if reason["Code"] not in TRANSIENT), reasons[0])
         return self._error(action, tables, str(worst["Code"]), str(worst.get("Message", "")))
-
-
-def _exists(exc: ClientError) -> bool:
-    """A table creation refused because the table exists already."""
-    return _code(exc) == "ResourceInUseException"
-
-
-def _condition_failed(exc: ClientError) -> bool:
-    """A conditional update that found the row changed: the writer that changed it came first."""
-    return _code(exc) == "ConditionalCheckFailedException"
-
-
-def _ttl_on(exc: ClientError) -> bool:
-    """Enabling TTL refused because it is enabled already."""
-    return _code(exc) == "ValidationException" and "already" in _message(exc).lower()
 
 
 def _logical(name: str) -> bool:
@@ -414,11 +360,3 @@ def _logical(name: str) -> bool:
     except InvalidNameError:
         return False
     return True
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _message(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Message", ""))

@@ -1,0 +1,91 @@
+"""What a DynamoDB error means to idemflow: its codes sorted into transient, credentials, limits
+and the rest, and the ``fine`` predicates of calls that accept one refusal.
+
+Why apart: the same vocabulary serves the blocking and the asyncio store's calls
+(:mod:`idemflow.stores._dynamodb_calls`), a transaction's cancellation reasons and its errors, and it
+changes with the service, not with how the calls are made.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from botocore.exceptions import ClientError
+
+from idemflow.errors import InvalidValueError, LimitExceededError, StoreError, TransientStoreError
+
+TRANSIENT = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingError",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "TransactionConflict",
+        "ProvisionedThroughputExceeded",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+    }
+)
+_AUTH = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "AccessDeniedException",
+        "AccessDenied",
+        "MissingAuthenticationTokenException",
+        "ExpiredTokenException",
+        "InvalidClientTokenId",
+        "IncompleteSignature",
+        "SignatureDoesNotMatch",
+    }
+)
+
+
+def error_for(
+    what: str, code: str, message: str, status: int, *, url: str, tables: Sequence[str]
+) -> Exception:
+    """The idemflow error for DynamoDB's ``code`` on ``what`` (a missing table's names the fix)."""
+    if code == "ResourceNotFoundException":
+        logical = sorted(set(tables))
+        return StoreError(
+            f"{what}: table not found or not active; create it with `idemflow tables create --store "
+            f"'{url}' {' '.join(logical)}` or store.create_tables({', '.join(map(repr, logical))})"
+        )
+    if code in TRANSIENT or status >= 500:
+        return TransientStoreError(f"{what} failed, worth retrying: {code}: {message}")
+    if code in _AUTH:
+        fix = "configure AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        return StoreError(f"{what}: credentials refused ({code}: {message}); {fix} allowed these tables")
+    if code.startswith("Validation") and re.search(r"size|length", message, re.IGNORECASE):
+        return LimitExceededError(what, f"{code}: {message}")
+    if code.startswith("Validation") and re.search(r"precision|magnitude", message, re.IGNORECASE):
+        return InvalidValueError(what, f"{code}: {message} (idemflow.number_model)")  # a sum ADD made
+    return StoreError(f"{what} failed: {code}: {message}")
+
+
+def exists(exc: ClientError) -> bool:
+    """A table creation refused because the table exists already."""
+    return code(exc) == "ResourceInUseException"
+
+
+def condition_failed(exc: ClientError) -> bool:
+    """A conditional update that found the row changed: the writer that changed it came first."""
+    return code(exc) == "ConditionalCheckFailedException"
+
+
+def ttl_on(exc: ClientError) -> bool:
+    """Enabling TTL refused because it is enabled already."""
+    return code(exc) == "ValidationException" and "already" in message(exc).lower()
+
+
+def code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message", ""))
