@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from idemflow import telemetry
 from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
@@ -65,6 +65,16 @@ class _Unreachable:
 
     def __init__(self, error: TransientStoreError) -> None:
         self.error = error
+
+
+class _Step(NamedTuple):
+    """One step as its attempts see it: where its memo lives, what it is called, what it runs."""
+
+    memo_ref: RowRef
+    identity: str
+    body: Callable[[Tx], Any]
+    abortable: bool
+    call_out: CallOut | None
 
 
 class Stepping(RunRecording):
@@ -121,22 +131,16 @@ class Stepping(RunRecording):
         exactly once (a plain function: no generator frame of its own). A step whose
         body calls out (an effect) resends its commit on a transient error instead of rerunning:
         a rerun would call the outside service again."""
-        memo_ref = RowRef(table, partition, self._memo_prefix + tag)
+        step = _Step(RowRef(table, partition, self._memo_prefix + tag), identity, body, abortable, call_out)
         self._until = self.policy.until()
         if not self._observed:
-            return self._step_once(memo_ref, identity, body, abortable, call_out)
-        return self._observed_step(memo_ref, identity, body, abortable, call_out)
+            return self._step_once(step)
+        return self._observed_step(step)
 
-    def _observed_step(
-        self,
-        memo_ref: RowRef,
-        identity: str,
-        body: Callable[[Tx], Any],
-        abortable: bool,
-        call_out: CallOut | None,
-    ) -> Steps[Any]:
+    def _observed_step(self, step: _Step) -> Steps[Any]:
         """A step with its span (OpenTelemetry) and its DEBUG log line: committed, replayed or
         raised, with its attempts and duration."""
+        identity = step.identity
         fields = {
             "workflow": self.workflow,
             "request_id": self.request_id,
@@ -147,7 +151,7 @@ class Stepping(RunRecording):
         outcome = "raised"
         try:
             with telemetry.span("idemflow.step", **fields) if self._traced else contextlib.nullcontext():
-                value = yield from self._step_once(memo_ref, identity, body, abortable, call_out)
+                value = yield from self._step_once(step)
             outcome = "committed" if self._commits > commits else "replayed"
             return value
         except AbortWorkflow:
@@ -164,50 +168,34 @@ class Stepping(RunRecording):
                     started=started,
                 )
 
-    def _step_once(
-        self,
-        memo_ref: RowRef,
-        identity: str,
-        body: Callable[[Tx], Any],
-        abortable: bool,
-        call_out: CallOut | None,
-    ) -> Steps[Any]:
+    def _step_once(self, step: _Step) -> Steps[Any]:
         try:
-            outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out)
+            outcome = yield from self._attempt(step)
         except TransientStoreError:  # the commit's send failed: rerun (the loop re-raises it last)
-            if call_out is not None:  # resent until the deadline already; a rerun would call out again
+            if step.call_out is not None:  # resent until the deadline already; a rerun would call out again
                 raise
             outcome = _RETRY
         if outcome is not _RETRY and type(outcome) is not _Unreachable:
             return outcome
         retrying = self.policy.rerunning(self._until)
         try:
-            return (
-                yield from retried(
-                    retrying, lambda: self._retry(memo_ref, identity, body, abortable, call_out)
-                )
-            )
+            return (yield from retried(retrying, lambda: self._retry(step)))
         except DataConflict:
             attempts = retrying.statistics.get("attempt_number", 0) + 1
+            where = step.memo_ref
             raise ConflictError(
-                self.workflow, self.request_id, self._step, memo_ref.table, memo_ref.partition, attempts
+                self.workflow, self.request_id, self._step, where.table, where.partition, attempts
             ) from None
 
-    def _retry(
-        self,
-        memo_ref: RowRef,
-        identity: str,
-        body: Callable[[Tx], Any],
-        abortable: bool,
-        call_out: CallOut | None,
-    ) -> Steps[Any]:
+    def _retry(self, step: _Step) -> Steps[Any]:
         """One more attempt, in this process's turn on the partition (see :mod:`idemflow._gates`)."""
+        memo_ref = step.memo_ref
         self._attempts += 1
         if self._traced:
             telemetry.count(telemetry.CONFLICTS_RETRIED, self.workflow)
         give_back = yield Turn(memo_ref.table, memo_ref.partition, self._until)
         try:
-            outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out)
+            outcome = yield from self._attempt(step)
         finally:
             give_back()
         if outcome is _RETRY:
@@ -216,14 +204,8 @@ class Stepping(RunRecording):
             raise outcome.error  # retried as a conflict is; the last one reaches the caller
         return outcome
 
-    def _attempt(
-        self,
-        memo_ref: RowRef,
-        identity: str,
-        body: Callable[[Tx], Any],
-        abortable: bool,
-        call_out: CallOut | None,
-    ) -> Steps[Any]:
+    def _attempt(self, step: _Step) -> Steps[Any]:
+        memo_ref, identity, body, abortable, call_out = step
         while True:  # loops only when the commit revealed an existing run record
             if self._replaying:
                 row = yield from self._read(memo_ref)
