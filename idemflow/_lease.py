@@ -21,12 +21,16 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
+from tenacity import wait_exponential
+
 from idemflow._io import Sleep, Steps
+from idemflow.policy import backoff
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Check, CommitOutcome, Committed, Cond, Insert, Op, Put, Row, RowRef
 
 FIRST_PAUSE, LONGEST_PAUSE = 0.02, 1.0
 """How a waiting execution polls for the holder's memo: doubling from the first to the longest."""
+_POLLING = wait_exponential(multiplier=FIRST_PAUSE, max=LONGEST_PAUSE)
 
 
 def held_until(row: Row) -> float:
@@ -49,7 +53,7 @@ def acquire(
 ) -> Steps[Row | None]:
     """Hold the lease (None: call the effect now) or return the memo another execution committed."""
     holder = secrets.token_hex(8)
-    pause = FIRST_PAUSE
+    looks = 0
     current: Row | None = None
     while True:
         now = wall()
@@ -57,8 +61,8 @@ def acquire(
             memo = yield from read(memo_ref)
             if memo is not None:
                 return memo
-            yield Sleep(min(pause, held_until(current) - now), sleep)
-            pause = min(pause * 2, LONGEST_PAUSE)
+            looks += 1
+            yield Sleep(min(backoff(_POLLING, looks), held_until(current) - now), sleep)
             current = yield from read(lease_ref)
             continue
         lease: JSON = {"holder": holder, "until": now + seconds}

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import RetryCallState, Retrying, wait_exponential
+from tenacity import wait_exponential
 
 from idemflow import telemetry
 from idemflow._io import Send, Settle, Steps
@@ -33,7 +33,7 @@ from idemflow.async_worklist.submit import announcer, hop, resolve_signing_key
 from idemflow.engine import Plan, Suspended
 from idemflow.errors import InvalidInputError, NonDeterminismError, StepFailedError
 from idemflow.operations import abort_steps
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff
 from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, status_steps
 from idemflow.stores.base import AsyncStore, Store
@@ -75,9 +75,7 @@ _REDELIVERY = wait_exponential(multiplier=0.1, max=30.0)
 def redelivery_delay(deliveries: int) -> float:
     """Seconds before a message delivered ``deliveries`` times is offered again (tenacity's wait:
     the queue, not a loop here, does the waiting)."""
-    state = RetryCallState(Retrying(), None, (), {})
-    state.attempt_number = deliveries + 1
-    return float(_REDELIVERY(state))
+    return backoff(_REDELIVERY, deliveries + 1)
 
 
 class Holder:
