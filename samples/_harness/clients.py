@@ -100,7 +100,7 @@ class HttpClient:
         def send() -> Answer:
             url = self.urls[next(sends) % len(self.urls)] + path
             got = self._client().request(method, url, json=body, headers=headers, params=params)
-            return Answer(got.status_code, {} if got.status_code in _UNAVAILABLE else got.json())
+            return Answer(got.status_code, {} if got.status_code in _UNAVAILABLE else _body(got))
 
         retrying = Retrying(
             stop=stop_after_delay(self.patience),
@@ -127,6 +127,16 @@ class HttpClient:
 
 _UNAVAILABLE = (502, 503, 504)
 """Answers of a server that is down or overloaded: sent again, with the same key."""
+
+
+def _body(got: httpx.Response) -> dict[str, Any]:
+    """A JSON answer's body; a server's plain-text error (an unhandled exception's 500) as an answer
+    the checks then report, instead of a crash of the load generator."""
+    try:
+        found: dict[str, Any] = got.json()
+    except ValueError:
+        return {"error": "not_json", "detail": got.text[:200]}
+    return found
 
 
 def _unavailable(answer: Answer) -> bool:
