@@ -196,9 +196,13 @@ def backoff(wait: tenacity.wait.wait_base, attempt: int) -> float:
     """The seconds tenacity's ``wait`` gives before attempt ``attempt + 1``: for the loops that wait
     between looks rather than retry a call (a lease's holder, a message's redelivery), so their
     pacing is tenacity's too."""
-    state = RetryCallState(Retrying(), None, (), {})
+    state = RetryCallState(_PACING, None, (), {})
     state.attempt_number = attempt
     return float(wait(state))
+
+
+_PACING = Retrying()
+"""The retryer :func:`backoff`'s call states name (a wait reads only the attempt number)."""
 
 
 _BLOCKING_SLEEPS = (tenacity.nap.sleep, time.sleep)

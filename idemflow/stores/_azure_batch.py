@@ -96,7 +96,7 @@ def plan(ops: Sequence[Op]) -> Plan:
     sized as sent, a backstop for what the capabilities cannot describe (base64, headers)."""
     first = ops[0].ref
     where = f"{first.table}/{first.partition}"
-    check_commit(ops, AZURE_CAPABILITIES, lambda: "commit to " + where)
+    check_commit(ops, AZURE_CAPABILITIES)
     keys: list[str] = []
     entities: list[dict[str, Any] | None] = []
     body = 0

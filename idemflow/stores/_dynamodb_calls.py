@@ -12,6 +12,7 @@ responses, batching and the mapping of SDK errors onto idemflow's exist once.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from botocore.config import Config
@@ -30,11 +31,11 @@ from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.records import open_workflow
 from idemflow.stores._dynamodb_errors import (
     TRANSIENT,
-    code,
     condition_failed,
+    error_code,
     error_for,
+    error_message,
     exists,
-    message,
     ttl_on,
 )
 from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, key, key_bytes, row, transaction
@@ -278,12 +279,9 @@ class DynamoDBCalls:
         Resent on :class:`TransientStoreError` under the default retry policy, unless ``once``:
         a step's reads and commits, which the engine retries itself (a commit's transient error
         reruns the step's body, which a resend here would skip)."""
-
-        def attempt() -> Generator[SdkCall, Any, Any]:
-            return self._call(action, tables, operation, kwargs, fine, waiter)
-
-        if once:
-            return (yield from attempt())
+        if once:  # a step's read or commit: the hot path builds no retryer
+            return (yield from self._call(action, tables, operation, kwargs, fine, waiter))
+        attempt = partial(self._call, action, tables, operation, kwargs, fine, waiter)
         return (yield from retried(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), attempt))
 
     def _call(
@@ -300,10 +298,10 @@ class DynamoDBCalls:
         except ClientError as exc:
             if fine is not None and fine(exc):
                 return {}
-            if code(exc) == "TransactionCanceledException":
+            if error_code(exc) == "TransactionCanceledException":
                 raise
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            raise self._error(action, tables, code(exc), message(exc), status) from exc
+            raise self._error(action, tables, error_code(exc), error_message(exc), status) from exc
         except (BotoConnectionError, HTTPClientError) as exc:  # refused, reset, timed out
             raise TransientStoreError(f"{self._what(action, tables)} failed, worth retrying: {exc}") from exc
         except BotoCoreError as exc:
@@ -349,7 +347,7 @@ class DynamoDBCalls:
             r for r in exc.response.get("CancellationReasons") or [] if r.get("Code") not in (None, "None")
         ]
         if not reasons:
-            return TransientStoreError(f"{self._what(action, tables)} cancelled: {message(exc)}")
+            return TransientStoreError(f"{self._what(action, tables)} cancelled: {error_message(exc)}")
         worst = next((reason for reason in reasons if reason["Code"] not in TRANSIENT), reasons[0])
         return self._error(action, tables, str(worst["Code"]), str(worst.get("Message", "")))
 

@@ -70,22 +70,22 @@ def error_for(
 
 def exists(exc: ClientError) -> bool:
     """A table creation refused because the table exists already."""
-    return code(exc) == "ResourceInUseException"
+    return error_code(exc) == "ResourceInUseException"
 
 
 def condition_failed(exc: ClientError) -> bool:
     """A conditional update that found the row changed: the writer that changed it came first."""
-    return code(exc) == "ConditionalCheckFailedException"
+    return error_code(exc) == "ConditionalCheckFailedException"
 
 
 def ttl_on(exc: ClientError) -> bool:
     """Enabling TTL refused because it is enabled already."""
-    return code(exc) == "ValidationException" and "already" in message(exc).lower()
+    return error_code(exc) == "ValidationException" and "already" in error_message(exc).lower()
 
 
-def code(exc: ClientError) -> str:
+def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def message(exc: ClientError) -> str:
+def error_message(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Message", ""))
