@@ -7,9 +7,9 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, summary. ``--stores`` limits the store-parametrized benchmarks (calls, users,
-outbox, asyncio_api, runs_list, timers, and contention, which runs sqlite,dynamodb-local,azurite
-unless told); ``cloud``
+runs_list, timers, booking, summary. ``--stores`` limits the store-parametrized benchmarks (calls,
+users, outbox, asyncio_api, runs_list, timers, and contention and booking, which run
+sqlite,dynamodb-local,azurite unless told); ``cloud``
 and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
 server stores, leaving only the pure-Python and SQLite parts).
 """
@@ -38,6 +38,7 @@ ORDER = (
     "asyncio_api",
     "runs_list",
     "timers",
+    "booking",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -56,6 +57,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "asyncio_api",
         "runs_list",
         "timers",
+        "booking",
         "summary",
     ):
         import importlib
@@ -111,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if name in ("calls", "users", "outbox", "asyncio_api", "runs_list", "timers")
             else []
         )
-        if name == "contention" and (args.stores or args.no_servers):  # else its own stores
+        if name in ("contention", "booking") and (args.stores or args.no_servers):  # else their own
             extra = ["--stores", stores]
         print(f"== {name}{' (quick)' if args.quick else ''} -> {out}", flush=True)
         t0 = time.time()

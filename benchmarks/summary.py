@@ -47,6 +47,12 @@ TARGETS: list[tuple[str, str, float, str]] = [
     ),
     (r"timers\.[\w-]+\.\w+\.early", "<=", 0.0, "a timer never fires early"),
     (
+        r"booking\.[\w-]+\.executions_per_request\.copies",
+        "<=",
+        1.0,
+        "copies of a submitted request cost the workers no extra execution (guarantee 24)",
+    ),
+    (
         r"asyncio_api\.[\w-]+\.async\.probe_p99_ms\.128",
         "<=",
         20.0,
@@ -65,6 +71,7 @@ SECTIONS = [
     ("Transactional outbox: submit against the previous release", r"^outbox\."),
     ("asyncio API: arun against run in a threadpool", r"^asyncio_api\."),
     ("Durable timers: lateness; calls of sleep, start + wait, send + receive", r"^timers\."),
+    ("Booking saga: worker executions per request; confirm → completed latency", r"^booking\."),
 ]
 
 

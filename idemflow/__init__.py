@@ -34,12 +34,14 @@ from idemflow.errors import (
     ChildAborted,
     CompensationFailed,
     ConflictError,
+    EffectTimeout,
     IdemflowError,
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidNameError,
     InvalidValueError,
     LimitExceededError,
+    MessageNotDelivered,
     NonDeterminismError,
     RequestFailed,
     StepFailedError,
@@ -56,6 +58,7 @@ from idemflow.policy import RetryPolicy
 from idemflow.reads import aget, arows, get, rows
 from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import Workflow, run, run_result, workflow
+from idemflow.step_retry import StepRetry
 from idemflow.stores import _LAZY, MemoryStore, SqliteStore, Store, open_store
 from idemflow.tx import Tx
 
@@ -64,6 +67,7 @@ __all__ = [
     "ChildAborted",
     "CompensationFailed",
     "ConflictError",
+    "EffectTimeout",
     "Idem",
     "IdemflowError",
     "IdempotencyKeyReuseError",
@@ -72,6 +76,7 @@ __all__ = [
     "InvalidValueError",
     "LimitExceededError",
     "MemoryStore",
+    "MessageNotDelivered",
     "NonDeterminismError",
     "RequestFailed",
     "RetryPolicy",
@@ -80,6 +85,7 @@ __all__ = [
     "ShardedCounter",
     "SqliteStore",
     "StepFailedError",
+    "StepRetry",
     "Store",
     "StoreConfigError",
     "StoreError",

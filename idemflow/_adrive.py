@@ -28,6 +28,7 @@ from idemflow._drive import STORE_REQUESTS, store_answer
 from idemflow._gates import ASYNC_GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow._trampoline import atrampoline
+from idemflow.errors import EffectTimeout
 from idemflow.policy import apause
 from idemflow.stores.aio import ThreadedStore
 from idemflow.stores.base import AsyncStore, Store
@@ -155,8 +156,16 @@ async def _other(request: object, store: AsyncStore, queue: AsyncQueue | None) -
             return await apause(request)
         case Turn(table, partition, until):
             return await ASYNC_GATES.take(store, table, partition, until)
-        case CallOut(function, key):
-            return await acall_out(function, key)
+        case CallOut(function, key, _lease, timeout, name):
+            if timeout is None:
+                return await acall_out(function, key)
+            try:
+                async with asyncio.timeout(timeout) as within:
+                    return await acall_out(function, key)
+            except TimeoutError:
+                if within.expired():  # not a TimeoutError the call raised itself
+                    raise EffectTimeout(name, timeout) from None
+                raise
     raise TypeError(f"not an engine request: {request!r}")
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from idemflow._gates import GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow._trampoline import trampoline
+from idemflow.errors import EffectTimeout
 from idemflow.policy import pause
 from idemflow.stores.base import Store
 
@@ -71,8 +72,8 @@ def _other(request: object, store: Store, queue: Queue | None) -> Any:
             return pause(request)
         case Turn(table, partition, until):
             return GATES.take(store, table, partition, until)
-        case CallOut(function, key):
-            return call_out(function, key)
+        case CallOut(function, key, _lease, timeout, name):
+            return call_out(function, key) if timeout is None else _timed(function, key, timeout, name)
     raise TypeError(f"not an engine request: {request!r}")
 
 
@@ -82,6 +83,28 @@ def call_out(function: Callable[[str], Any], key: str) -> Any:
     if inspect.isawaitable(result):
         return _wait(result)
     return result
+
+
+def _timed(function: Callable[[str], Any], key: str, timeout: float, name: str) -> Any:
+    """:func:`call_out` bounded by ``timeout``: the call goes on in a daemon thread that nobody
+    waits for once the time is up (Python cannot stop a thread); its answer is dropped."""
+    box: list[Any] = []
+    errors: list[BaseException] = []
+
+    def runner() -> None:
+        try:
+            box.append(call_out(function, key))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+
+    thread = threading.Thread(target=runner, name="idemflow-effect", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise EffectTimeout(name, timeout)
+    if errors:
+        raise errors[0]
+    return box[0]
 
 
 def _wait(awaitable: Awaitable[Any]) -> Any:

@@ -24,10 +24,11 @@ from idemflow import telemetry
 from idemflow._io import Commit, Read, Steps
 from idemflow.errors import LimitExceededError, TransientStoreError
 from idemflow.keys import memo_prefix
-from idemflow.monad import Atomic
+from idemflow.monad import Atomic, Call, Effect, Start
 from idemflow.plan import DEFAULT_PLAN, AtCheckpoint, JournalEntry, Plan
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.records import run_ref
+from idemflow.step_retry import StepRetry
 from idemflow.stores.base import Capabilities, CommitOutcome, Op, Row, RowRef
 from idemflow.tx import Reader
 
@@ -37,10 +38,11 @@ _log = logging.getLogger("idemflow.engine")
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """A committed step that registered a compensation."""
+    """A committed step that is undone if the request is: a table step or an outside call with a
+    compensation, or a child started with ``on_parent_abort="abort"``."""
 
     step: int
-    node: Atomic
+    node: Atomic | Effect | Start
     result: Any
 
 
@@ -97,6 +99,21 @@ class ExecutionBase:
         self._extra: Callable[[], Steps[list[Op]]] | None = None
         """Operations beyond the step's partition that commit with the current step (a child's
         claim, a message), recomputed on every attempt."""
+        self._copy = False
+        self._workflow_call: Call | None = None
+        """The workflow this execution runs (its policy, its ``on_abort``)."""
+        self._cleaning = False
+        """Running ``on_abort`` steps: an operator's abort does not replace them."""
+        self._outbox_written: float | None = None
+        """When this submission inserted its outbox entry before its claim (Azure), if it did."""
+        """A submission met a request another submit claimed: it sends no continuation."""
+        self._adopted = False
+        """This submission stored its input in a record ``run`` claimed: it sends the continuation."""
+        self._workflow_retry: StepRetry | None = None
+        """The workflow's own retry policy for its steps (``@workflow(..., retry=)``)."""
+        self._step_retry: StepRetry | None = None
+        """The policy of the step now running (its own, else the workflow's): a worker's next
+        attempt follows it (:class:`~idemflow.errors.StepFailedError` carries it)."""
 
     @property
     def step(self) -> int:

@@ -16,20 +16,31 @@ from idemflow.errors import IdempotencyKeyReuseError, LimitExceededError
 from idemflow.plan import Finished, OtherVersion
 from idemflow.records import OutboxEntry, RunRecord, RunStatus, outbox_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef
+from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
 
 
 class RunRecording(ExecutionBase):
     """The run record's part of an execution: claim, adopt, meet another execution's."""
 
+    _started_at: float | None = None
+    """When the request was claimed, as this execution knows it: by its own claim or from the
+    record it met. Its completion record keeps it (see :meth:`_claimed_at`)."""
+
+    def _claimed_at(self) -> float | None:
+        """The claim time the completion record carries: the caller's (a resumed request's, read
+        from its record) or this execution's; None if neither knows (no claim, nothing met)."""
+        return self.plan.started_at if self.plan.started_at is not None else self._started_at
+
     def _claim_ops(self, expires: float, *, with_outbox: bool) -> list[Op]:
         submission = self.plan.submission
+        self._started_at = self.clock()  # each attempt's own: the one that commits is kept
         record = RunRecord(
             self.fingerprint,
             RunStatus.RUNNING,
             version=self.plan.version,
             input=None if submission is None else submission.input,
-            started_at=self.clock(),
+            deadline=None if submission is None else submission.deadline,
+            started_at=self._started_at,
         )
         value: JSON = record.to_json()
         where = f"input of workflow {self.workflow!r} request {self.request_id!r}"
@@ -63,7 +74,11 @@ class RunRecording(ExecutionBase):
         cross = self.capabilities.cross_partition_commit
         claim = self._claim_ops(expires, with_outbox=cross)
         if self.plan.submission is not None and not cross:
-            yield from self._commit([self._outbox_put(self.plan.submission.outbox, expires)], self._run_ref)
+            # If absent: an entry there is another submit's, which a copy must not take over.
+            put = self._outbox_put(self.plan.submission.outbox, expires)
+            inserted = yield from self._commit([Insert(put.ref, put.value, put.text, expires)], self._run_ref)
+            if isinstance(inserted, Committed):
+                self._outbox_written = self.clock()
         outcome = yield from self._commit(claim, self._run_ref)
         if not isinstance(outcome, Committed):
             yield from self._on_run_record(outcome.failures[0].existing)
@@ -75,6 +90,7 @@ class RunRecording(ExecutionBase):
         if existing is None:
             return
         record = RunRecord.from_json(existing.value)
+        self._started_at = record.started_at  # the claim that won, not this execution's attempt
         if record.fingerprint != self.fingerprint and record.fingerprint not in self.aliases:
             raise IdempotencyKeyReuseError(
                 self.workflow, self.request_id, record.fingerprint, self.fingerprint
@@ -84,6 +100,18 @@ class RunRecording(ExecutionBase):
         if self.plan.submission is not None and record.input is None:
             yield from self._adopt(existing, record)
             return
+        if self.plan.submission is not None and record.input is not None and not self._adopted:
+            # A copy of a request another submit claimed: it replays to the checkpoint (so it
+            # answers as the first did, aborted or not) but the continuation is the first's to
+            # send, or its outbox entry's: copies cost the workers nothing.
+            self._copy = True
+            written = self._outbox_written
+            if written is not None and record.started_at is not None and record.started_at <= written:
+                # The entry this copy wrote (before its claim, where a commit is one partition)
+                # was absent though the first had claimed: the first had sent already. Drop it,
+                # or a relay would send a stray continuation.
+                self._outbox_written = None
+                yield from self._commit([Delete(self._outbox_ref())], self._run_ref)
         if record.version != self.plan.version:
             raise OtherVersion(record)
         self._run_known = True
@@ -102,6 +130,7 @@ class RunRecording(ExecutionBase):
             ops.append(outbox)
         else:  # first, as in a claim
             yield from self._commit([outbox], self._run_ref)
-        yield from self._commit(ops, self._run_ref)
+        if isinstance((yield from self._commit(ops, self._run_ref)), Committed):
+            self._adopted = True  # this submission owns the continuation now
         # adopted, or what came first: check again
         yield from self._on_run_record((yield from self._read(self._run_ref)))

@@ -95,13 +95,16 @@ class Stepping(RunRecording):
         body: Callable[[Tx], Any],
         call_out: CallOut | None,
         extra: Callable[[], Steps[list[Op]]] | None = None,
+        *,
+        again: bool = False,
     ) -> Steps[Any]:
-        """The step's computation (a plain function: no generator frame of its own)."""
-        if self.plan.abort is not None:  # memos still win: only a step never committed aborts
+        """The step's computation (a plain function: no generator frame of its own); ``again``:
+        an attempt after a failed one, journaled already."""
+        if self.plan.abort is not None and not self._cleaning:  # memos win: only a new step aborts
             reason = self.plan.abort.reason
             body, call_out, extra = (lambda tx: tx.abort(reason)), None, None
         self._identity, self._extra = identity, extra
-        if self._noting:
+        if self._noting and not again:
             self._note(table, partition, identity)
         return self._run_step(table, partition, step_tag(self._step), identity, body, True, call_out)
 
@@ -265,7 +268,7 @@ class Stepping(RunRecording):
             else:
                 aborted, value = False, result
                 data_ops = tx.ops()
-            memo_value = memo_row(identity, value, aborted=aborted)
+            memo_value = memo_row(identity, value, aborted=aborted, at=self.clock())
             try:
                 memo_text = encode(memo_value, "", envelope=1)
             except InvalidValueError as bad:  # the place is named only when needed: it costs a format

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, assert_never
 
+from idemflow._execution import Done
 from idemflow._io import CommitCache, Scan, Send, Sleep, Steps
 from idemflow._stepping import Stepping
 from idemflow.errors import (
@@ -67,7 +68,7 @@ class Waiting(Stepping):
     """Timers, children and messages: the :class:`~idemflow.engine.Execution` methods for them."""
 
     def _coordinate(self, node: Coordination) -> Steps[Any]:
-        if self.plan.abort is not None and isinstance(node, Until | WaitFor | Receive):
+        if self.plan.abort is not None and not self._cleaning and isinstance(node, Until | WaitFor | Receive):
             if isinstance(node, Until):
                 return None  # an abort waits for nothing: the next step not committed aborts
             self._step += 1  # a memo decides, else this step aborts (its body is replaced)
@@ -98,7 +99,9 @@ class Waiting(Stepping):
         if self.plan.suspend:
             if not self._run_known:
                 yield from self._claim()  # a worker accepts only requests that were submitted
-            raise Suspended(tuple(self._journal or ()), due, why)
+            raise Suspended(
+                tuple(self._journal or ()), due, why, duplicate=self._copy, claimed_at=self._started_at
+            )
         left = float("inf") if due is None else due - self.clock()
         yield Sleep(max(min(left, poll if poll is not None else left), 0.0), time.sleep)
 
@@ -170,6 +173,7 @@ class Waiting(Stepping):
                 "give the child a request id of its own"
             )
         self._step += 1
+        step = self._step
         identity = "start " + node.call.name
         child = Child(node.call.name, node.request_id, node.call)
         entry = OutboxEntry(node.call.name, node.version, node.request_id, 0.0)
@@ -208,6 +212,8 @@ class Waiting(Stepping):
         yield from self._step_beside(identity, memo, claimed, outbox)
         if made[0]:  # a replay, or a claim found made, sends nothing: the relay has its outbox row
             yield from self._announce(entry, outbox.ref)
+        if node.on_parent_abort == "abort":
+            self._done.append(Done(step, node, child))
         return child
 
     def _wait(self, node: WaitFor) -> Steps[Any]:

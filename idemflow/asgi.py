@@ -78,8 +78,12 @@ class MissingIdempotencyKey(InvalidInputError):
 
 
 def error(status: int, code: str, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    """A JSON error answer: ``{"error": code, "detail": detail}``."""
-    return JSONResponse({"error": code, "detail": detail}, status, headers=headers)
+    """A JSON error answer: ``{"error": code, "detail": detail}``.
+
+    A detail may quote what the client sent, a lone surrogate included (JSON can escape one),
+    which no UTF-8 body can carry: it is escaped (``\\udc00``), so a 400 never becomes a 500."""
+    shown = detail if detail.isascii() else detail.encode("utf-8", "backslashreplace").decode("utf-8")
+    return JSONResponse({"error": code, "detail": shown}, status, headers=headers)
 
 
 def answer(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Response | None:

@@ -4,13 +4,17 @@
     idemflow gc --store URL --older-than 7d
     idemflow status --store URL WORKFLOW REQUEST_ID
     idemflow runs list --store URL [--workflow W] [--status S] [--older-than D] [--limit N] [--json]
+    idemflow runs show --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID [--json]
     idemflow retry --store URL --queue URL WORKFLOW REQUEST_ID
+    idemflow cancel --store URL WORKFLOW REQUEST_ID [--reason R]
+    idemflow resume --store URL --queue URL WORKFLOW REQUEST_ID
     idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
 
 Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
+Output cut short by its reader (``idemflow runs list | head -1``) ends quietly, with status 141.
 ``worker`` imports MODULE with the current directory first on ``sys.path``,
 as ``python -m`` does, so a project's workflows need not be installed.
 """
@@ -34,6 +38,7 @@ from idemflow.keys import check_table
 from idemflow.operations import abort, runs
 from idemflow.records import RunStatus
 from idemflow.runner import Workflow, run_status
+from idemflow.step_retry import StepRetry
 from idemflow.stores import Store, open_async_store, open_store
 
 if TYPE_CHECKING:
@@ -69,12 +74,30 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--older-than", help="started at least this long ago, e.g. 1h")
     listing.add_argument("--limit", type=int)
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    showing = runs_commands.add_parser("show", help="a request's steps, what it is at and waits for")
+    showing.add_argument("--store", required=True)
+    showing.add_argument("--workflows", required=True, action="append", help="MODULE:ATTR, as for worker")
+    showing.add_argument("--json", action="store_true", help="one JSON object")
+    showing.add_argument("workflow")
+    showing.add_argument("request_id")
 
     retry = commands.add_parser("retry", help="hand a failed or stuck submitted request back to the workers")
     retry.add_argument("--store", required=True)
     retry.add_argument("--queue", required=True)
     retry.add_argument("workflow")
     retry.add_argument("request_id")
+
+    resume = commands.add_parser("resume", help="hand a cancelled request back to the workers (as retry)")
+    resume.add_argument("--store", required=True)
+    resume.add_argument("--queue", required=True)
+    resume.add_argument("workflow")
+    resume.add_argument("request_id")
+
+    cancel = commands.add_parser("cancel", help="stop a submitted request at its next step, undoing nothing")
+    cancel.add_argument("--store", required=True)
+    cancel.add_argument("--reason", default="cancelled by an operator")
+    cancel.add_argument("workflow")
+    cancel.add_argument("request_id")
 
     abort = commands.add_parser("abort", help="compensate an unfinished request and end it aborted")
     abort.add_argument("--store", required=True)
@@ -112,7 +135,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also log every run and step the engine executes (DEBUG events of the idemflow.engine logger)",
     )
-    worker.add_argument("--max-deliveries", type=int, default=5, help="attempts before a request fails")
+    worker.add_argument(
+        "--max-deliveries",
+        type=int,
+        default=5,
+        help="deliveries of a message no worker here can run before its request fails (poison messages)",
+    )
+    worker.add_argument(
+        "--retry-for",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long a step that raises is retried when neither it nor its workflow names a policy "
+        "(default: a day, at most every 5 minutes)",
+    )
     worker.add_argument(
         "--version-wait",
         type=float,
@@ -123,11 +159,33 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+BROKEN_PIPE_STATUS = 141
+"""What a command ends with when its reader went away (``idemflow runs list | head -1``): 128 +
+SIGPIPE, the status a shell shows for a command a closed pipe ended."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "dead-letters":
-        return _guarded(lambda: _dead_letters(args))
-    return _guarded(lambda: _with_store(args))
+    try:
+        args = _parser().parse_args(argv)  # its --help prints too
+        if args.command == "dead-letters":
+            code = _guarded(lambda: _dead_letters(args))
+        else:
+            code = _guarded(lambda: _with_store(args))
+        sys.stdout.flush()  # a reader gone shows here, not in the interpreter's flush at exit
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE_STATUS
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter flushes it once more at exit, and what is still
+    buffered for a closed pipe would fail again there, with a message on stderr."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def _guarded(command: Callable[[], int]) -> int:
@@ -190,8 +248,15 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
         return 0
     if args.command == "runs":
         return _runs(args, store)
-    if args.command == "retry":
+    if args.command in ("retry", "resume"):
         return _retry(args, store)
+    if args.command == "cancel":
+        from idemflow.async_worklist import cancel as cancel_request
+
+        was = cancel_request(store, args.workflow, args.request_id, reason=args.reason)
+        stopped = not was.final and was is not RunStatus.CANCELLED
+        print(json.dumps({"request_id": args.request_id, "was": was.value, "cancelled": stopped}))
+        return 0
     if args.command == "abort":
         flows = [flow for spec in args.workflows for flow in _load_workflows(spec)]
         ended = abort(store, flows, args.workflow, args.request_id, reason=args.reason)
@@ -214,6 +279,8 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
 
 
 def _runs(args: argparse.Namespace, store: Store) -> int:
+    if args.action == "show":
+        return _show(args, store)
     older = None if args.older_than is None else parse_duration(args.older_than)
     wanted = None if args.status is None else RunStatus(args.status)
     found = runs(store, workflow=args.workflow, status=wanted, older_than=older, limit=args.limit)
@@ -230,6 +297,18 @@ def _runs(args: argparse.Namespace, store: Store) -> int:
         )
     if not args.json:
         print(f"{len(found)} request(s)", file=sys.stderr)
+    return 0
+
+
+def _show(args: argparse.Namespace, store: Store) -> int:
+    from idemflow.timeline import show
+
+    flows = [flow for spec in args.workflows for flow in _load_workflows(spec)]
+    view = show(store, flows, args.workflow, args.request_id)
+    if args.json:
+        print(json.dumps(view.to_json()))
+        return 0
+    print("\n".join(view.lines()))
     return 0
 
 
@@ -278,6 +357,7 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
         "concurrency": args.concurrency,
         "max_deliveries": args.max_deliveries,
         "version_wait": args.version_wait,
+        "step_retry": None if args.retry_for is None else StepRetry(expiry=args.retry_for),
         "relay_every": args.relay_every,
     }
 

@@ -98,20 +98,36 @@ def sleep_until(timestamp: float | _dt.datetime) -> Idem[None]:
     return _then(Idem(Deadline(None, at, "sleep")), lambda due: Idem(Until(due)))
 
 
-def start(m: Idem[Any], *, request_id: str) -> Idem[Child]:
+def start(m: Idem[Any], *, request_id: str, on_parent_abort: str = "abort") -> Idem[Child]:
     """Start ``m`` (a ``@workflow`` call) as a request of its own, exactly once; a :class:`Child`.
 
     The child's input is checked and fingerprinted here, before any write. Starting the
     same ``request_id`` with another input raises
     :class:`~idemflow.errors.IdempotencyKeyReuseError` in the parent.
+
+    ``on_parent_abort`` says what happens to the child if this request is undone (a later
+    abort, ``on_failure="compensate"``, an operator's abort, a deadline): ``"abort"`` (the
+    default) aborts a child still unfinished, in reverse order with the other compensations,
+    so its own compensations run (a child that already finished is left as it ended);
+    ``"abandon"`` lets it go on by itself.
     """
     call = m.node if isinstance(m, Idem) else None
     if not isinstance(call, Call):
         raise InvalidInputError("start() needs a @workflow call, e.g. start(child(input), request_id=...)")
     check_request_id(request_id)
+    if on_parent_abort not in ("abort", "abandon"):
+        raise InvalidInputError(f"on_parent_abort must be 'abort' or 'abandon', not {on_parent_abort!r}")
     request = describe_request(m)
     return Idem(
-        Start(call, request_id, request.version, request.fingerprint, request.aliases, request.input())
+        Start(
+            call,
+            request_id,
+            request.version,
+            request.fingerprint,
+            request.aliases,
+            request.input(),
+            on_parent_abort,
+        )
     )
 
 
@@ -161,4 +177,9 @@ def receive(topic: str, *, timeout: float | None = None) -> Idem[Any]:
 def _check_topic(topic: object) -> str:
     if not isinstance(topic, str) or not 1 <= len(topic) <= 100:
         raise InvalidValueError("topic", f"must be text of 1 to 100 characters, not {topic!r}")
+    if not topic.isascii():  # a topic is part of row keys and memo identities: stored as UTF-8
+        try:
+            topic.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidValueError("topic", f"{topic!r} holds a lone surrogate, not valid unicode") from None
     return topic

@@ -36,7 +36,7 @@ from typing import Any, assert_never
 
 from idemflow import telemetry
 from idemflow._execution import Done
-from idemflow._io import CallOut, CommitCache, Steps
+from idemflow._io import CallOut, CommitCache, Sleep, Steps
 from idemflow._stepping import AbortWorkflow
 from idemflow._waiting import Waiting
 from idemflow.errors import (
@@ -49,7 +49,7 @@ from idemflow.errors import (
     StepFailedError,
     StoreError,
 )
-from idemflow.keys import compensation_tag
+from idemflow.keys import RUNS_TABLE, compensation_tag
 from idemflow.monad import (
     Abort,
     Atomic,
@@ -85,6 +85,7 @@ from idemflow.plan import (
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import RunRecord, RunStatus
 from idemflow.serialization import JSON, encode, sorted_keys
+from idemflow.step_retry import StepRetry
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put
 from idemflow.tx import StepAborted, Tx
 
@@ -102,6 +103,7 @@ __all__ = [
     "Submission",
     "Suspended",
     "idempotency_key",
+    "undo_key",
 ]
 
 _INFRASTRUCTURE = (StoreError, ConflictError)
@@ -111,6 +113,11 @@ _INFRASTRUCTURE = (StoreError, ConflictError)
 def idempotency_key(workflow: str, request_id: str, step: int) -> str:
     """The stable key an effect passes to its outside service (hex sha256)."""
     return hashlib.sha256(b"effect\x00" + _digest(workflow, request_id, step)).hexdigest()
+
+
+def undo_key(workflow: str, request_id: str, step: int) -> str:
+    """The stable key the undo of the effect at ``step`` passes to its outside service."""
+    return hashlib.sha256(b"undo\x00" + _digest(workflow, request_id, step)).hexdigest()
 
 
 def _digest(workflow: str, request_id: str, step: int) -> bytes:
@@ -167,7 +174,9 @@ class Execution(Waiting):
             try:
                 value = yield from self.evaluate(node)
             except AbortWorkflow as abort:
-                yield from self._compensate()
+                reached = self._step
+                yield from self._compensate(abort.reason)
+                yield from self._aborted(abort.reason, reached)
                 return (yield from self._finish(RunStatus.ABORTED, reason=abort.reason))
             return (yield from self._finish(RunStatus.COMPLETED, result=value))
         except Finished as finished:
@@ -179,8 +188,12 @@ class Execution(Waiting):
         except Exception as exc:
             if not self.plan.step_errors:
                 raise
-            cause = f"{type(exc).__name__}: {exc}"
-            raise StepFailedError(self.workflow, self.request_id, self._step, self._identity, cause) from exc
+            undone = isinstance(exc, CompensationFailed) and exc.__cause__ is not None
+            error = exc.__cause__ if undone else exc
+            cause = f"{type(error).__name__}: {error}"
+            raise StepFailedError(
+                self.workflow, self.request_id, self._step, self._identity, cause, self._step_retry, error
+            ) from exc
 
     # -- interpretation -------------------------------------------------
 
@@ -219,6 +232,9 @@ class Execution(Waiting):
 
     def _call(self, node: Call) -> Steps[Any]:
         """The workflow's computation (a plain function: no generator frame of its own)."""
+        if self._workflow_call is None:
+            self._workflow_call = node
+            self._workflow_retry = node.retry
         produced = node.function(*node.args, **node.kwargs)
         if isinstance(produced, Idem):
             return self.evaluate(produced.node)
@@ -261,10 +277,38 @@ class Execution(Waiting):
     def _atomic(self, node: Atomic) -> Steps[Any]:
         self._step += 1
         step = self._step
-        value = yield from self._forward(node.table, node.partition, "atomic " + node.name, node.body, None)
+        identity = "atomic " + node.name
+        retry = node.retry if node.retry is not None else self._workflow_retry
+        self._step_retry = retry
+        if retry is None or not self.plan.retry_in_place:  # the hot path: no closure
+            value = yield from self._forward(node.table, node.partition, identity, node.body, None)
+        else:
+            value = yield from self._in_place(
+                retry,
+                lambda again: self._forward(
+                    node.table, node.partition, identity, node.body, None, again=again
+                ),
+            )
         if node.compensate is not None:
             self._done.append(Done(step, node, value))
         return value
+
+    def _in_place(self, retry: StepRetry, attempt: Callable[[bool], Steps[Any]]) -> Steps[Any]:
+        """``attempt`` until it returns or ``retry`` ends (then its error is raised), waiting the
+        policy's backoff between attempts; each attempt is the same step (same number and memo)."""
+        step, failures, first = self._step, 0, time.monotonic()
+        while True:
+            self._step = step
+            try:
+                return (yield from attempt(failures > 0))
+            except (NonDeterminismError, *_INFRASTRUCTURE):
+                raise
+            except Exception as exc:
+                failures += 1
+                wait = retry.next_delay(failures, exc, elapsed=time.monotonic() - first)
+                if wait is None:
+                    raise
+                yield Sleep(wait, self.policy.conflicts.sleep)
 
     def _table_less(self, node: TableLess) -> Steps[Any]:
         match node:
@@ -279,9 +323,26 @@ class Execution(Waiting):
                 if isinstance(node, Uuid4):
                     return str(uuid.UUID(bytes=digest[:16], version=4))
                 return int.from_bytes(digest[:7], "big") / float(1 << 56)
-            case Effect(label, function, lease):
-                key = idempotency_key(self.workflow, self.request_id, self._step + 1)
-                return (yield from self._memoized("effect " + label, _settle, CallOut(function, key, lease)))
+            case Effect(label, function, lease, compensate, retry, timeout):
+                self._step += 1
+                step = self._step
+                key = idempotency_key(self.workflow, self.request_id, step)
+                call = CallOut(function, key, lease, timeout, label)
+                identity = "effect " + label
+                retry = retry if retry is not None else self._workflow_retry
+                self._step_retry = retry
+                if retry is None or not self.plan.retry_in_place:
+                    value = yield from self._forward(RUNS_TABLE, self.request_id, identity, _settle, call)
+                else:
+                    value = yield from self._in_place(
+                        retry,
+                        lambda again: self._forward(
+                            RUNS_TABLE, self.request_id, identity, _settle, call, again=again
+                        ),
+                    )
+                if compensate is not None:
+                    self._done.append(Done(step, node, value))
+                return value
             case Abort(reason):
                 return (yield from self._memoized("abort", lambda tx: tx.abort(reason)))
             case Checkpoint():
@@ -302,27 +363,117 @@ class Execution(Waiting):
         if self.plan.at_checkpoint is AtCheckpoint.STOP:
             if not self._run_known:
                 yield from self._claim()  # a worker accepts only requests that were submitted
-            raise Checkpointed(tuple(self._journal or ()))
+            raise Checkpointed(tuple(self._journal or ()), duplicate=self._copy, claimed_at=self._started_at)
 
-    def _compensate(self) -> Steps[None]:
+    def _compensate(self, reason: JSON = None) -> Steps[None]:
         """Undo the completed steps in reverse order, each an idempotent step of its own."""
         for done in reversed(self._done):
             node, result = done.node, done.result
-            undo = node.compensate
-            assert undo is not None
+            if isinstance(node, Effect):
+                yield from self._undo_call(done.step, node, result)
+            elif isinstance(node, Start):
+                yield from self._abort_child(node, reason)
+            else:
+                yield from self._undo_atomic(done.step, node, result)
 
-            def body(tx: Tx, undo: Any = undo, result: Any = result) -> Any:
-                return undo(tx, result)
+    def _aborted(self, reason: JSON, reached: int) -> Steps[None]:
+        """The workflow's ``on_abort`` steps, after its compensations: numbered on from the step
+        that aborted, ``reached`` (the same on every replay), never themselves replaced by an abort."""
+        call = self._workflow_call
+        if call is None or call.on_abort is None:
+            return
+        self._step, self._cleaning = reached, True
+        try:
+            produced = call.on_abort(reason, *call.args, **call.kwargs)
+            if isinstance(produced, Idem):
+                yield from self.evaluate(produced.node)
+            elif isinstance(produced, Generator | Coroutine):
+                yield from self._drive(call.name + " on_abort", produced)
+        except (NonDeterminismError, *_INFRASTRUCTURE):
+            raise
+        except (Exception, AbortWorkflow) as exc:
+            cause = repr(exc) if isinstance(exc, Exception) else f"aborted again: {exc.reason!r}"
+            raise CompensationFailed(self.workflow, self.request_id, self._step, "on_abort", cause) from exc
+        finally:
+            self._cleaning = False
 
-            self._step, self._identity, self._extra = done.step, "compensate " + node.name, None
-            try:
-                tag = compensation_tag(done.step)
-                yield from self._run_step(node.table, node.partition, tag, self._identity, body, False)
-            except IdemflowError:
-                raise
-            except (Exception, StepAborted) as exc:
-                cause = f"aborted: {exc.reason!r}" if isinstance(exc, StepAborted) else repr(exc)
-                raise CompensationFailed(self.workflow, self.request_id, done.step, node.name, cause) from exc
+    def _undo_atomic(self, step: int, node: Atomic, result: Any) -> Steps[None]:
+        undo = node.compensate
+        assert undo is not None
+        retry = node.retry if node.retry is not None else self._workflow_retry
+
+        def body(tx: Tx) -> Any:
+            return undo(tx, result)
+
+        identity = "compensate " + node.name
+        self._step, self._identity, self._extra, self._step_retry = step, identity, None, retry
+        tag = compensation_tag(step)
+
+        def attempt(_again: bool) -> Steps[Any]:
+            return self._run_step(node.table, node.partition, tag, identity, body, False)
+
+        try:
+            if retry is None or not self.plan.retry_in_place:
+                yield from attempt(False)
+            else:
+                yield from self._in_place(retry, attempt)
+        except IdemflowError:
+            raise
+        except (Exception, StepAborted) as exc:
+            cause = f"aborted: {exc.reason!r}" if isinstance(exc, StepAborted) else repr(exc)
+            raise CompensationFailed(self.workflow, self.request_id, step, node.name, cause) from exc
+
+    def _abort_child(self, node: Start, reason: JSON) -> Steps[None]:
+        """A child started with ``on_parent_abort="abort"``: abort it as an operator would (its
+        memos decide: a child that finished meanwhile is left as it ended)."""
+        plan = Plan(
+            version=node.version,
+            resume=True,
+            abort=Aborting({"parent aborted": reason}),
+            durable_outcome=True,
+            retry_in_place=self.plan.retry_in_place,
+        )
+        inner = Execution(
+            self.capabilities,
+            node.call.name,
+            node.request_id,
+            node.fingerprint,
+            self.policy,
+            self.clock,
+            plan,
+            self._reader,
+            aliases=node.aliases,
+        )
+        yield from inner.run(node.call)
+
+    def _undo_call(self, step: int, node: Effect, result: Any) -> Steps[None]:
+        """Undo an outside call: ``undo(key, result)`` as an effect of its own, memoized at the
+        call's compensation tag beside the run record, with a stable key of its own."""
+        undo = node.compensate
+        assert undo is not None
+        identity = "compensate effect " + node.label
+        key = undo_key(self.workflow, self.request_id, step)
+
+        def call_undo(key: str) -> Any:
+            return undo(key, result)
+
+        call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label)
+        tag = compensation_tag(step)
+        retry = node.retry if node.retry is not None else self._workflow_retry
+        self._step, self._identity, self._extra, self._step_retry = step, identity, None, retry
+
+        def attempt(_again: bool) -> Steps[Any]:
+            return self._run_step(RUNS_TABLE, self.request_id, tag, identity, _settle, False, call)
+
+        try:
+            if retry is None or not self.plan.retry_in_place:
+                yield from attempt(False)
+            else:
+                yield from self._in_place(retry, attempt)
+        except (NonDeterminismError, *_INFRASTRUCTURE):
+            raise
+        except Exception as exc:
+            raise CompensationFailed(self.workflow, self.request_id, step, identity, repr(exc)) from exc
 
     def _run_child(self, call: Call, request_id: str, record: RunRecord) -> Steps[None]:
         """Under ``run``, a child nobody finished yet runs here, as its own request."""
@@ -347,9 +498,9 @@ class Execution(Waiting):
         self._until = self.policy.until()
         if type(result) is dict or type(result) is list:
             result = sorted_keys(result)
-        record = RunRecord(self.fingerprint, RunStatus.RUNNING, version=self.plan.version).finished(
-            status, self.clock(), result=result, reason=reason
-        )
+        record = RunRecord(
+            self.fingerprint, RunStatus.RUNNING, version=self.plan.version, started_at=self._claimed_at()
+        ).finished(status, self.clock(), result=result, reason=reason)
         value: JSON = record.to_json()
         text = encode(value, f"result of workflow {self.workflow!r}", envelope=1)
         if not self._run_known:

@@ -14,7 +14,10 @@ invalid table '': must not be empty
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from idemflow.step_retry import StepRetry
 
 
 class IdemflowError(Exception):
@@ -185,6 +188,28 @@ class CompensationFailed(IdemflowError):
         )
 
 
+class MessageNotDelivered(IdemflowError):
+    """``send_message`` refused a message no ``receive`` could ever take; nothing was written.
+
+    ``reason`` says why: ``"request already finished: completed"`` (or ``aborted``), or, when
+    the sender asked for a started receiver (``require_started=True``), ``"unknown request"``.
+    A message to a request that has not started yet is otherwise kept until it starts.
+    """
+
+    def __init__(self, workflow: str, request_id: str, topic: str, reason: str) -> None:
+        super().__init__(workflow, request_id, topic, reason)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.topic = topic
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return (
+            f"message on {self.topic!r} to workflow {self.workflow!r} request {self.request_id!r} "
+            f"not delivered: {self.reason}"
+        )
+
+
 class QueueError(StoreError):
     """A queue operation that cannot succeed as asked (a message this holder no longer owns, ...).
 
@@ -203,19 +228,49 @@ class StepFailedError(IdemflowError):
     workflow declared with ``on_failure="compensate"``).
     """
 
-    def __init__(self, workflow: str, request_id: str, step: int, identity: str, cause: str) -> None:
+    def __init__(
+        self,
+        workflow: str,
+        request_id: str,
+        step: int,
+        identity: str,
+        cause: str,
+        retry: StepRetry | None = None,
+        error: BaseException | None = None,
+    ) -> None:
         super().__init__(workflow, request_id, step, identity, cause)
         self.workflow = workflow
         self.request_id = request_id
         self.step = step
         self.identity = identity
         self.cause = cause
+        self.retry = retry
+        """The step's own or its workflow's retry policy (None: the worker's default)."""
+        self.error = error
+        """What the step raised (a failed compensation: what the compensation raised), which the
+        policy judges (non-retryable types)."""
 
     def __str__(self) -> str:
         return (
             f"workflow {self.workflow!r} request {self.request_id!r} step {self.step} "
             f"({self.identity}) failed: {self.cause}"
         )
+
+
+class EffectTimeout(IdemflowError, TimeoutError):
+    """An effect's attempt ran longer than its ``timeout``: that attempt failed (and may be retried).
+
+    The call itself may still finish in the background; its answer is dropped, and the next
+    attempt passes the same idempotency key, so the outside service can tell it is a repeat.
+    """
+
+    def __init__(self, name: str, seconds: float) -> None:
+        super().__init__(name, seconds)
+        self.name = name
+        self.seconds = seconds
+
+    def __str__(self) -> str:
+        return f"effect {self.name!r} did not answer within {self.seconds:g} s"
 
 
 class VersionNotHeldError(IdemflowError):

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from idemflow.errors import InvalidInputError
-from idemflow.monad import Effect, Idem, Now, Random, Uuid4
+from idemflow.monad import Effect, Idem, Now, Random, Uuid4, check_retry
+from idemflow.step_retry import StepRetry
 
 T = TypeVar("T")
 
@@ -49,7 +50,15 @@ def random() -> Idem[float]:
     return Idem(Random())
 
 
-def effect(fn: Callable[[str], T], *, name: str | None = None, lease: float | None = None) -> Idem[T]:
+def effect(
+    fn: Callable[[str], T],
+    *,
+    name: str | None = None,
+    lease: float | None = None,
+    compensate: Callable[[str, T], object] | None = None,
+    retry: StepRetry | None = None,
+    timeout: float | None = None,
+) -> Idem[T]:
     """Call ``fn(idempotency_key)`` outside the store: at least once, result memoized.
 
     ``name`` identifies the step for non-determinism checks (default: the
@@ -59,10 +68,52 @@ def effect(fn: Callable[[str], T], *, name: str | None = None, lease: float | No
     others wait for its result; a holder that crashed (or whose call outlives
     the lease) is taken over once the lease ends. Choose a lease longer than
     the call can take. It costs one more commit per call.
+
+    ``compensate=undo`` makes the call undoable: whenever the request is
+    undone after this call returned (a later step aborts, ``yield abort(...)``,
+    ``on_failure="compensate"``, an operator's abort, a request deadline),
+    ``undo(key, result)`` runs exactly once, in reverse order with the other
+    compensations, with the memoized ``result`` and a stable idempotency
+    ``key`` of its own (not the call's: a provider refuses one key for two
+    different calls). A failing undo is retried under ``retry``; it is never
+    dropped. ``retry`` (a :class:`~idemflow.step_retry.StepRetry`) says how a
+    call that raised is made again; ``timeout=seconds`` fails an attempt that
+    takes longer (:class:`~idemflow.errors.EffectTimeout`).
+
+    >>> from idemflow import MemoryStore, WorkflowAborted, run, workflow
+    >>> from idemflow.compensation import abort
+    >>> refunds = []
+    >>> @workflow("pay")
+    ... def pay(order):
+    ...     charge = yield effect(lambda key: {"charge": "ch_1"},
+    ...                           compensate=lambda key, charge: refunds.append(charge["charge"]))
+    ...     yield abort("out of stock")
+    >>> try:
+    ...     run(pay({"n": 1}), request_id="o-1", store=MemoryStore())
+    ... except WorkflowAborted as aborted:
+    ...     print(aborted.reason, refunds)
+    out of stock ['ch_1']
     """
     if lease is not None and (
         isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < math.inf
     ):
         raise InvalidInputError(f"effect lease must be a positive number of seconds, not {lease!r}")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf
+    ):
+        raise InvalidInputError(f"effect timeout must be a positive number of seconds, not {timeout!r}")
+    if not callable(fn):
+        raise InvalidInputError(f"effect() takes a callable, not {type(fn).__name__}")
+    if compensate is not None and not callable(compensate):
+        raise InvalidInputError(f"effect compensate= takes a callable, not {type(compensate).__name__}")
     label = name if name is not None else getattr(fn, "__qualname__", type(fn).__qualname__)
-    return Idem(Effect(label, fn, None if lease is None else float(lease)))
+    return Idem(
+        Effect(
+            label,
+            fn,
+            None if lease is None else float(lease),
+            compensate,
+            check_retry(retry),
+            None if timeout is None else float(timeout),
+        )
+    )

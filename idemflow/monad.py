@@ -34,6 +34,7 @@ from returns.primitives.hkt import Kind1, SupportsKind1, dekind
 from idemflow.keys import check_partition, check_table
 
 if TYPE_CHECKING:
+    from idemflow.step_retry import StepRetry
     from idemflow.tx import Tx
 
 T = TypeVar("T")
@@ -58,6 +59,8 @@ class Atomic(NamedTuple):
     body: Body
     compensate: Compensate | None
     name: str
+    retry: StepRetry | None = None
+    """How the step is tried again when its body raises (None: the workflow's policy)."""
 
 
 class Now(NamedTuple):
@@ -78,6 +81,12 @@ class Effect(NamedTuple):
     label: str
     function: Callable[[str], Any]
     lease: float | None = None
+    compensate: Callable[[str, Any], Any] | None = None
+    """``undo(key, result)``: the outside call that undoes this one if the request is undone."""
+    retry: StepRetry | None = None
+    """How a call that raised is made again (None: the workflow's policy)."""
+    timeout: float | None = None
+    """Seconds an attempt may take before it counts as failed."""
 
 
 class Abort(NamedTuple):
@@ -113,6 +122,9 @@ class Start(NamedTuple):
     fingerprint: str
     aliases: tuple[str, ...]
     input: Any
+    on_parent_abort: str = "abort"
+    """``"abort"``: if this request is undone, the child is aborted too (its compensations run);
+    ``"abandon"``: the child goes on by itself."""
 
 
 class WaitFor(NamedTuple):
@@ -173,6 +185,12 @@ class Call(NamedTuple):
     compared: Basis | AsWritten | None = None
     """What duplicates are compared on beyond ``args``/``kwargs``: only a :class:`Basis`, or also
     the call :class:`AsWritten`; None: the whole input as bound."""
+    retry: StepRetry | None = None
+    """The workflow's retry policy for its steps (``@workflow(..., retry=)``)."""
+    timeout: float | None = None
+    """Seconds a submitted request of this workflow may take (``@workflow(..., timeout=)``)."""
+    on_abort: Callable[..., Any] | None = None
+    """``on_abort(reason, *args, **kwargs)``: steps to run once the request is undone."""
 
 
 TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint
@@ -255,6 +273,7 @@ def atomic(
     *,
     compensate: Callable[[Tx, T], object] | None = None,
     name: str | None = None,
+    retry: StepRetry | None = None,
 ) -> Idem[T]:
     """One step: ``body(tx)`` as one serializable transaction on one partition.
 
@@ -262,6 +281,9 @@ def atomic(
     run's writes and result count. ``compensate(tx, result)`` undoes the step
     if the workflow later aborts. ``name`` identifies the step in its memo
     (default: the body's qualified name) for non-determinism detection.
+    ``retry`` (a :class:`~idemflow.step_retry.StepRetry`) tries a body that
+    raised again (see :mod:`idemflow.step_retry`); a data conflict is always
+    retried, whatever the policy.
 
     >>> def deposit(tx):
     ...     tx.increment("balance", 5)
@@ -276,4 +298,15 @@ def atomic(
 
         raise InvalidInputError(f"atomic step body must be callable, not {type(body).__name__}")
     step_name = name if name is not None else getattr(body, "__qualname__", type(body).__qualname__)
-    return Idem(Atomic(table, partition, body, compensate, step_name))
+    return Idem(Atomic(table, partition, body, compensate, step_name, check_retry(retry)))
+
+
+def check_retry(retry: object) -> StepRetry | None:
+    """A step's or workflow's ``retry=``: a :class:`~idemflow.step_retry.StepRetry` or None."""
+    from idemflow.step_retry import StepRetry
+
+    if retry is not None and not isinstance(retry, StepRetry):
+        from idemflow.errors import InvalidInputError
+
+        raise InvalidInputError(f"retry= takes a StepRetry or None, not {type(retry).__name__}")
+    return retry

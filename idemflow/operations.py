@@ -29,7 +29,7 @@ from typing import Any
 
 from idemflow._drive import drive
 from idemflow._io import Steps
-from idemflow.errors import InvalidInputError, VersionNotHeldError
+from idemflow.errors import CompensationFailed, InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.plan import Aborting, Plan
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
@@ -152,6 +152,7 @@ def abort_steps(
     clock: Callable[[], float],
     *,
     reader: Reader | None,
+    retry_in_place: bool = True,
 ) -> Steps[RunRecord]:
     """:func:`abort` as the engine's computation (the blocking and the asyncio worker); ``store``
     gives its capabilities, ``reader`` is the blocking store or None (see :class:`Execution`)."""
@@ -172,6 +173,20 @@ def abort_steps(
         abort=Aborting(reason),
         durable_outcome=True,
         parent=record.parent,  # a child's abort wakes the parent waiting for it
+        started_at=record.started_at,  # kept in the completion record
+        retry_in_place=retry_in_place,
     )
     request = describe_request(m)
-    return (yield from execution_steps(m, request, request_id, store, policy, clock, plan, (), reader=reader))
+    try:
+        return (
+            yield from execution_steps(m, request, request_id, store, policy, clock, plan, (), reader=reader)
+        )
+    except CompensationFailed as undo:
+        if retry_in_place:  # an operator's abort: say so in the record, never "running" with nobody on it
+            from idemflow.async_worklist._runs import failed_steps  # the package imports this module
+
+            reason = f"compensation of step {undo.step} ({undo.name}) failed: {undo.cause}"
+            yield from failed_steps(
+                workflow, request_id, reason, undo.step, 1, clock(), policy or DEFAULT_POLICY
+            )
+        raise

@@ -33,6 +33,8 @@ class Submission:
 
     input: JSON
     outbox: OutboxEntry
+    deadline: float | None = None
+    """Epoch seconds by which the request must have finished, kept in its run record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,14 @@ class Plan:
     message, and a child's outcome, also send it at once (else a worker's relay does)."""
     parent: OutboxEntry | None = None
     """The request to wake when this one finishes (it was started as a child)."""
+    retry_in_place: bool = True
+    """A step or effect with a retry policy (its own or its workflow's) that raises is tried
+    again here, after the policy's wait: ``run``, ``submit``, an operator's abort. Workers set
+    False: their next attempt is a delayed continuation (:mod:`idemflow.step_retry`)."""
+    started_at: float | None = None
+    """When the request was claimed (epoch seconds), as the run record a resuming caller read says
+    (workers, an operator's abort): a resumed execution claims nothing and reads no record, yet
+    its completion record must keep that time, or ``idemflow runs list`` loses it."""
 
 
 DEFAULT_PLAN = Plan()
@@ -100,9 +110,17 @@ class Checkpointed(BaseException):
 
     ``journal`` lists the steps before it, for the continuation to carry."""
 
-    def __init__(self, journal: tuple[JournalEntry, ...]) -> None:
+    def __init__(
+        self, journal: tuple[JournalEntry, ...], *, duplicate: bool = False, claimed_at: float | None = None
+    ) -> None:
         super().__init__(len(journal))
         self.journal = journal
+        self.duplicate = duplicate
+        """Another ``submit`` of this request claimed it first: its continuation is that one's
+        to send (or its outbox entry's, which a relay sends if it died)."""
+        self.claimed_at = claimed_at
+        """When that claim was made (epoch seconds), for a copy to tell a live first submit from
+        a dead one."""
 
 
 class Suspended(Checkpointed):
@@ -110,8 +128,16 @@ class Suspended(Checkpointed):
     for a worker, from a continuation due at ``due`` (epoch seconds), or, if None, when a
     wake-up (the child finishing, a message arriving) sends one."""
 
-    def __init__(self, journal: tuple[JournalEntry, ...], due: float | None, why: str) -> None:
-        super().__init__(journal)
+    def __init__(
+        self,
+        journal: tuple[JournalEntry, ...],
+        due: float | None,
+        why: str,
+        *,
+        duplicate: bool = False,
+        claimed_at: float | None = None,
+    ) -> None:
+        super().__init__(journal, duplicate=duplicate, claimed_at=claimed_at)
         self.due = due
         self.why = why
         """What it waits for, for the run record's note (``status(...).waiting``)."""

@@ -25,7 +25,7 @@ relay finds every due entry in a few partition reads.
 >>> RunRecord.from_json({"fp": "ab", "status": "running"}).version
 1
 >>> Memo.from_json({"id": "atomic debit", "v": 5})
-Memo(identity='atomic debit', value=5, aborted=False)
+Memo(identity='atomic debit', value=5, aborted=False, at=None)
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON
 from idemflow.stores.base import RowRef
 
-FORMAT = 3
+FORMAT = 4
 """The revision of this format: raised whenever a row gains a field or a kind of row appears,
 together with golden rows of the new revision under ``tests/golden`` (a test holds every revision
 to its rows). Readers take every earlier revision: a field a row lacks has its old meaning.
@@ -48,6 +48,10 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
 2. (0.2.0) run records gain ``st`` (started), ``in`` (a submission's input), ``wv`` (the workflow
    version, absent for 1), ``fail`` and ``wait``.
 3. (0.3.0) run records gain ``par`` (the parent to wake); wake-up rows and inbox messages appear.
+4. (0.4.0) run records gain ``rt`` (a step a worker tries again: :class:`Attempts`) and ``dl``
+   (the request's deadline), and the status ``cancelled``; memos gain ``t`` (when the step
+   committed); memos of an outside call's undo appear (``compensate effect ...``, beside the run
+   record).
 """
 
 MEMO_AT = 0
@@ -70,6 +74,9 @@ class RunStatus(enum.StrEnum):
     FAILED = "failed"
     """A step kept raising (or no worker held its workflow) until the retry policy was spent;
     its committed steps stay. ``idemflow retry`` resumes it, ``idemflow abort`` compensates it."""
+    CANCELLED = "cancelled"
+    """An operator stopped it (``idemflow cancel``): workers run none of its steps until it is
+    resumed (``idemflow resume``); nothing was undone (``idemflow abort`` undoes)."""
 
     @property
     def final(self) -> bool:
@@ -84,18 +91,22 @@ class Memo:
     identity: str
     value: JSON
     aborted: bool = False
+    at: float | None = None
+    """When the step committed (epoch seconds; absent before format 4)."""
 
     def to_json(self) -> dict[str, JSON]:
-        return memo_row(self.identity, self.value, aborted=self.aborted)
+        return memo_row(self.identity, self.value, aborted=self.aborted, at=self.at)
 
     @classmethod
     def from_json(cls, raw: Any) -> Memo | None:
         """The memo a row holds, or None if it is not one (so a replay reports non-determinism)."""
         if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
             return None
+        at = raw.get("t")
+        at = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
         if "abort" in raw:
-            return cls(raw["id"], raw["abort"], aborted=True)
-        return cls(raw["id"], raw.get("v"))
+            return cls(raw["id"], raw["abort"], aborted=True, at=at)
+        return cls(raw["id"], raw.get("v"), at=at)
 
 
 def run_ref(workflow: str, request_id: str) -> RowRef:
@@ -103,7 +114,12 @@ def run_ref(workflow: str, request_id: str) -> RowRef:
     return RowRef(RUNS_TABLE, request_id, run_key(workflow))
 
 
-OPEN_STATUSES = (RunStatus.RUNNING.value, RunStatus.FAILED.value, RunStatus.PENDING.value)
+OPEN_STATUSES = (
+    RunStatus.RUNNING.value,
+    RunStatus.FAILED.value,
+    RunStatus.PENDING.value,
+    RunStatus.CANCELLED.value,
+)
 """Statuses of a request an operator may still have to act on: what a store's open-run index holds."""
 
 
@@ -123,9 +139,14 @@ def outbox_ref(workflow: str, request_id: str) -> RowRef:
     return RowRef(RUNS_TABLE, outbox_partition(request_id), outbox_key(workflow, request_id))
 
 
-def memo_row(identity: str, value: JSON, *, aborted: bool = False) -> dict[str, JSON]:
-    """``Memo(identity, value, aborted).to_json()`` without building the Memo: every step writes one."""
-    return {"id": identity, "abort": value} if aborted else {"id": identity, "v": value}
+def memo_row(
+    identity: str, value: JSON, *, aborted: bool = False, at: float | None = None
+) -> dict[str, JSON]:
+    """``Memo(identity, value, aborted, at).to_json()`` without building the Memo: every step writes one."""
+    row: dict[str, JSON] = {"id": identity, "abort": value} if aborted else {"id": identity, "v": value}
+    if at is not None:
+        row["t"] = at
+    return row
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +163,49 @@ class Failure:
     @classmethod
     def from_json(cls, raw: Any) -> Failure:
         return cls(str(raw["reason"]), int(raw["step"]), int(raw["attempts"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Attempts:
+    """A step that failed under a worker and is tried again: the run record keeps its count, so
+    restarts, redeliveries and duplicate messages neither shorten nor multiply the budget.
+
+    ``identity`` names the step (a compensation is a step of its own); ``first`` is when it
+    first failed and ``due`` when the next attempt may start (epoch seconds); ``error`` the
+    last one.
+    """
+
+    step: int
+    identity: str
+    count: int
+    first: float
+    due: float
+    error: str
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "s": self.step,
+            "id": self.identity,
+            "n": self.count,
+            "first": self.first,
+            "due": self.due,
+            "err": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Attempts:
+        return cls(
+            int(raw["s"]),
+            str(raw["id"]),
+            int(raw["n"]),
+            float(raw["first"]),
+            float(raw["due"]),
+            str(raw["err"]),
+        )
+
+    def of(self, step: int, identity: str) -> int:
+        """Failed attempts counted for this step so far."""
+        return self.count if (self.step, self.identity) == (step, identity) else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +230,11 @@ class RunRecord:
     """Epoch seconds of the claim (absent from records written by 0.1)."""
     parent: OutboxEntry | None = None
     """The request that started this one as a child (``start``): woken when this one finishes."""
+    attempts: Attempts | None = None
+    """The step a worker tries again, with its count (cleared once the request finishes)."""
+    deadline: float | None = None
+    """Epoch seconds by which a submitted request must have finished (``@workflow(timeout=)``,
+    ``submit(deadline=)``): a worker then ends it as ``on_failure`` says."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
@@ -188,11 +257,15 @@ class RunRecord:
                 record["fail"] = self.failure.to_json()
             if self.waiting is not None:
                 record["wait"] = self.waiting
+            if self.attempts is not None:
+                record["rt"] = self.attempts.to_json()
+            if self.deadline is not None:
+                record["dl"] = self.deadline
         return record
 
     @classmethod
     def from_json(cls, value: Any) -> RunRecord:
-        failure, parent = value.get("fail"), value.get("par")
+        failure, parent, attempts = value.get("fail"), value.get("par"), value.get("rt")
         return cls(
             fingerprint=str(value["fp"]),
             status=RunStatus(value["status"]),
@@ -207,6 +280,8 @@ class RunRecord:
             parent=None
             if parent is None
             else OutboxEntry(str(parent[0]), int(parent[1]), str(parent[2]), 0.0),
+            attempts=None if attempts is None else Attempts.from_json(attempts),
+            deadline=value.get("dl"),
         )
 
     def arguments(self) -> tuple[list[Any], dict[str, Any]] | None:
@@ -221,7 +296,15 @@ class RunRecord:
     def finished(self, status: RunStatus, at: float, result: JSON = None, reason: JSON = None) -> RunRecord:
         """This request's record once it ended: the input is no longer needed."""
         return replace(
-            self, status=status, result=result, reason=reason, finished_at=at, input=None, waiting=None
+            self,
+            status=status,
+            result=result,
+            reason=reason,
+            finished_at=at,
+            input=None,
+            waiting=None,
+            attempts=None,
+            deadline=None,
         )
 
 

@@ -37,9 +37,10 @@ from idemflow._io import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
 from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
 from idemflow.keys import check_request_id, check_workflow_name
-from idemflow.monad import AsWritten, Basis, Bind, Call, Idem
+from idemflow.monad import AsWritten, Basis, Bind, Call, Idem, check_retry
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.serialization import JSON, decode, digest, encode, encode_canonical, fingerprint
+from idemflow.step_retry import StepRetry
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.tx import Reader
 
@@ -65,8 +66,19 @@ class Workflow(Generic[P, R]):
         version: int = 1,
         on_failure: OnFailure = "fail",
         basis: Callable[..., Any] | None = None,
+        retry: StepRetry | None = None,
+        timeout: float | None = None,
+        on_abort: Callable[..., Any] | None = None,
     ) -> None:
         self.name = check_workflow_name(name)
+        if on_abort is not None and not callable(on_abort):
+            raise InvalidInputError(f"on_abort takes a function, not {type(on_abort).__name__}")
+        self.on_abort = on_abort
+        """Called with the abort reason and the input once the request is undone: its steps run."""
+        self.retry = check_retry(retry)
+        """The retry policy of this workflow's steps that name none of their own."""
+        self.timeout = check_timeout(timeout)
+        """Seconds a submitted request may take before a worker ends it (None: no limit)."""
         self.version = check_version(version)
         if on_failure not in ("fail", "compensate"):
             raise InvalidInputError(f"on_failure must be 'fail' or 'compensate', not {on_failure!r}")
@@ -91,11 +103,35 @@ class Workflow(Generic[P, R]):
             compared = Basis(self.basis(*args, **kwargs))
         # Taken as written: every parameter given by position (bound already), or no signature.
         if self._signature is None or (not kwargs and len(args) == self._plain):
-            return Idem(Call(self.name, self.function, args, kwargs, self.version, compared))
+            return Idem(
+                Call(
+                    self.name,
+                    self.function,
+                    args,
+                    kwargs,
+                    self.version,
+                    compared,
+                    self.retry,
+                    self.timeout,
+                    self.on_abort,
+                )
+            )
         bound = self._signature.bind(*args, **kwargs)
         if compared is None and (bound.args, bound.kwargs) != (args, kwargs):
             compared = AsWritten(args, kwargs)
-        return Idem(Call(self.name, self.function, bound.args, bound.kwargs, self.version, compared))
+        return Idem(
+            Call(
+                self.name,
+                self.function,
+                bound.args,
+                bound.kwargs,
+                self.version,
+                compared,
+                self.retry,
+                self.timeout,
+                self.on_abort,
+            )
+        )
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} v{self.version}>"
@@ -111,6 +147,15 @@ def _plain_arity(signature: inspect.Signature | None) -> int:
         p.kind in kinds and p.default is inspect.Parameter.empty for p in signature.parameters.values()
     )
     return len(signature.parameters) if plain else -1
+
+
+def check_timeout(timeout: object) -> float | None:
+    """A workflow's ``timeout=``: positive finite seconds, or None."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise InvalidInputError(f"a workflow timeout is a positive number of seconds, not {timeout!r}")
+    return float(timeout)
 
 
 def check_version(version: object) -> int:
@@ -129,7 +174,15 @@ class WorkflowDecorator(Protocol):
     def __call__(self, function: Callable[P, Idem[R]]) -> Workflow[P, R]: ...
 
 
-def workflow(name: str, *, version: int = 1, on_failure: OnFailure = "fail") -> WorkflowDecorator:
+def workflow(
+    name: str,
+    *,
+    version: int = 1,
+    on_failure: OnFailure = "fail",
+    retry: StepRetry | None = None,
+    timeout: float | None = None,
+    on_abort: Callable[..., Any] | None = None,
+) -> WorkflowDecorator:
     """Name a generator function (do-notation) or an ``Idem``-returning function.
 
     Each yielded ``Idem`` is one or more numbered steps; ``return`` gives the
@@ -143,13 +196,36 @@ def workflow(name: str, *, version: int = 1, on_failure: OnFailure = "fail") -> 
     a step after a checkpoint has failed its retry budget: ``"fail"`` (the
     default) ends the request ``failed`` with its steps kept, for an operator
     to retry or abort; ``"compensate"`` runs the compensations of the
-    completed steps once and ends it ``aborted``.
+    completed steps once and ends it ``aborted``. ``retry`` (a
+    :class:`~idemflow.step_retry.StepRetry`) is how its steps and outside
+    calls that raise are tried again, unless a call names its own: in place
+    under ``run``, as delayed continuations under workers (whose default
+    retries for a day; see :mod:`idemflow.step_retry`). ``timeout`` is how
+    many seconds a submitted request may take: past it a worker ends it as
+    ``on_failure`` says (see :func:`~idemflow.async_worklist.submit`).
+    ``on_abort(reason, *input)`` lets the workflow see that it was undone: it
+    is called, after the compensations, with the abort's reason and the
+    workflow's input, and the steps it yields (or the ``Idem`` it returns)
+    run once, exactly as the workflow's own (an e-mail saying the booking
+    was cancelled).
     """
     check_workflow_name(name)
     check_version(version)
+    check_retry(retry)
+    check_timeout(timeout)
+    if on_abort is not None and not callable(on_abort):
+        raise InvalidInputError(f"on_abort takes a function, not {type(on_abort).__name__}")
 
     def decorate(function: Callable[P, Any]) -> Workflow[P, Any]:
-        return Workflow(name, function, version=version, on_failure=on_failure)
+        return Workflow(
+            name,
+            function,
+            version=version,
+            on_failure=on_failure,
+            retry=retry,
+            timeout=timeout,
+            on_abort=on_abort,
+        )
 
     return decorate
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from decimal import Context, Decimal
+import sys
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from typing import Any, Union
 
 from idemflow import codecs
@@ -72,7 +73,7 @@ def encode_canonical(value: object, where: str = "value", *, envelope: int = 0) 
     if _SPELLED.search(text) is None:  # no whole float, no decimal: the text is canonical already
         return text, text
     normal = _by_value(form)
-    return text, (text if normal is form else _dumps(normal))
+    return text, (text if normal is form else _dumped(normal, where))
 
 
 def _text(value: object, where: str, envelope: int) -> tuple[Any, str]:
@@ -81,13 +82,72 @@ def _text(value: object, where: str, envelope: int) -> tuple[Any, str]:
     problem = _find_problem(value, -envelope)
     if problem is _FOREIGN:
         form = _tagged(value, -envelope, where)
-        return form, _dumps(form)
+        return form, _dumped(form, where)
     if problem is not None:
         raise InvalidValueError(where, problem)
-    text = _dumps(value)
+    text = _dumped(value, where)
     if _MARK in text and _reserved_key(value):
         raise InvalidValueError(where, f"a dict key starts with {codecs.TAG!r}: {_RESERVED}")
     return value, text
+
+
+def _dumped(form: Any, where: str) -> str:
+    """The JSON text of ``form``, which every backend can write as UTF-8, or :class:`InvalidValueError`.
+
+    Two values pass the walk of :func:`_find_problem` (which looks at types, not contents) but not
+    the trip to bytes: a str holding a lone surrogate, which no UTF-8 text can carry, and an int
+    past Python's int-to-str digit limit. Both would otherwise escape from a backend or a digest,
+    after the run began, as a bare ``UnicodeEncodeError`` or ``ValueError``. Found here, they are
+    refused before anything is written. The check is nearly free: an ASCII text (the usual case)
+    is known to be one without a scan, and any other is encoded once, at C speed.
+    """
+    try:
+        text = _dumps(form)
+        if not text.isascii():
+            text.encode("utf-8")
+    except ValueError:  # a UnicodeEncodeError is one too
+        raise InvalidValueError(where, _unstorable(form) or "cannot be written as JSON text") from None
+    return text
+
+
+def _unstorable(form: Any) -> str:
+    """What in ``form`` has no JSON text as UTF-8 (only called once encoding failed: no hot path)."""
+    kind = type(form)
+    if kind is str:
+        return _unencodable_text("text", form)
+    if kind is int:
+        try:
+            str(form)  # refused at once, before any conversion, when past the limit
+        except ValueError:
+            digits = int(form.bit_length() * 0.30103) + 1  # log10(2): the limit forbids str(form)
+            return (
+                f"an int of about {digits} digits is past Python's limit of "
+                f"{sys.get_int_max_str_digits()} for writing ints as text (sys.get_int_max_str_digits())"
+            )
+    if kind is list:
+        for item in form:
+            problem = _unstorable(item)
+            if problem:
+                return problem
+    if kind is dict:
+        for key, item in form.items():
+            problem = _unencodable_text("dict key", key) if type(key) is str else ""
+            problem = problem or _unstorable(item)
+            if problem:
+                return problem
+    return ""
+
+
+def _unencodable_text(what: str, text: str) -> str:
+    """Why ``text`` cannot be written as UTF-8 (a lone surrogate), or ``""``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"{what} {_short(text)} holds a lone surrogate ({text[exc.start]!r} at {exc.start}), "
+            "which is not valid unicode"
+        )
+    return ""
 
 
 def sorted_keys(value: JSON) -> JSON:
@@ -229,13 +289,23 @@ def _by_value(form: Any) -> Any:
 
 
 def _decimal_by_value(number: Decimal) -> Any:
-    if number == number.to_integral_value():
+    if number == number.to_integral_value() and _fits_int_text(number):
         return int(number)
     near = float(number)
     if Decimal(repr(near)) == number:
         return near
-    exact = Context(prec=max(1, len(number.as_tuple().digits)))  # normalize() rounds to its context
+    # normalize() rounds to its context, and traps an exponent past the context's range (1E+999999999)
+    exact = Context(prec=max(1, len(number.as_tuple().digits)), Emax=MAX_EMAX, Emin=MIN_EMIN)
     return {codecs.TAG + "decimal": str(number.normalize(exact))}
+
+
+def _fits_int_text(number: Decimal) -> bool:
+    """Whether the integral ``number`` as an int can be written as text. One that cannot (``1E+5000``)
+    keeps its tagged form, which is canonical as well: no int or float of that value is storable.
+    Checked on the exponent, so ``Decimal("1E+999999999")`` never builds its billion-digit int
+    (unless the limit is off: ``sys.set_int_max_str_digits(0)``)."""
+    limit = sys.get_int_max_str_digits()
+    return limit == 0 or number.adjusted() < limit
 
 
 def _short(value: object) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from idemflow import MemoryStore, SqliteStore, Tx, atomic, idempotent, workflow
-from idemflow.asgi import Idempotency
+from idemflow import InvalidValueError, MemoryStore, SqliteStore, Tx, atomic, idempotent, workflow
+from idemflow.asgi import Idempotency, answer
 from idemflow.async_worklist import SqliteQueue, Worker, checkpoint
 from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import data_rows
@@ -100,6 +101,38 @@ def test_bad_requests_are_answered_before_anything_is_written(
         answer = client.post("/orders", json=body, headers=headers)
     assert (answer.status_code, answer.json()["error"]) == (status, code)
     assert data_rows(store, "accounts", "orders") == {}
+
+
+@pytest.mark.parametrize("route", ["/orders", "/orders/later"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"customer": "ann", "amount": 1, "note": "\\ud800"}',
+        '{"customer": "ann", "amount": 1, "note": {"\\udc00": [1]}}',
+        '{"customer": "\\udfff", "amount": 1}',
+    ],
+    ids=["value", "dict-key", "partition"],
+)
+def test_a_lone_surrogate_in_the_json_body_is_400_not_500(
+    sqlite_idem: Idempotency, route: str, text: str
+) -> None:
+    """JSON may escape a lone surrogate, which no UTF-8 backend can store: refused as bad input."""
+    with TestClient(fastapi_app(sqlite_idem), raise_server_exceptions=False) as client:
+        answer = client.post(
+            route, content=text, headers={"Idempotency-Key": "k", "Content-Type": "application/json"}
+        )
+    assert (answer.status_code, answer.json()["error"]) == (400, "invalid_input")
+    assert "lone surrogate" in answer.json()["detail"]
+    store = sqlite_idem.store
+    assert isinstance(store, SqliteStore)
+    assert [row for table in store.tables() for row in store.scan(table)] == []
+
+
+def test_an_error_quoting_a_lone_surrogate_is_still_answered() -> None:
+    """A detail may quote the client's text, which a UTF-8 body cannot carry raw: escaped instead."""
+    found = answer(InvalidValueError("result of step 1 (note \udc00)", "bad"))
+    assert found is not None and found.status_code == 400
+    assert json.loads(found.body)["detail"] == "result of step 1 (note \\udc00): bad"
 
 
 def test_a_key_reused_for_another_request_is_422() -> None:

@@ -147,3 +147,24 @@ def test_the_engine_ab_runs_both_versions_side_by_side(tmp_path: Path) -> None:
     page = (tmp_path / "engine_ab.md").read_text()
     for metric in ("memory 1 steps", "memory replay of 100 steps", "sqlite 2 steps"):
         assert metric in page, metric
+
+
+def test_quick_booking_writes_its_results(tmp_path: Path) -> None:
+    """The booking benchmark at tiny sizes on SQLite: copies cost no execution, latencies recorded."""
+    out = tmp_path / "results"
+    bench(["benchmarks.booking", "--quick", "--stores", "sqlite", "--out", str(out)], timeout=60)
+    for name in ("booking.md", "booking.json"):
+        assert (out / name).stat().st_size > 0, name
+    record = json.loads((out / "booking.json").read_text())
+    assert record["parameters"]["stores"] == ["sqlite"]
+    headlines = record["headlines"]
+    for variant in ("once", "copies"):  # one worker execution per request, however many copies
+        assert headlines[f"booking.sqlite.executions_per_request.{variant}"]["value"] == 1.0, variant
+    assert (
+        headlines["booking.sqlite.confirm_p99_ms"]["value"]
+        >= headlines["booking.sqlite.confirm_p50_ms"]["value"]
+        > 0
+    )
+    [executed] = record["executions"]["sqlite"]["3 copies"]
+    assert executed["starts"] == executed["requests"] and executed["unfinished"] == 0
+    assert all(got["unfinished"] == 0 and got["seconds"] for got in record["latency"]["sqlite"])

@@ -1,7 +1,8 @@
 """The chaos suite (``python -m samples.chaos``): a short run inside the test suite, and proof
 that its checks would notice a double count, a double charge, a worker ending itself, a
-request finished on a version it did not start on, and a timer early, a step, a child or a
-message twice, or a message lost."""
+request finished on a version it did not start on, a timer early, a step, a child or a
+message twice, a message lost, and a charge kept by an aborted booking, refunded twice or
+refunded without ever being made."""
 
 from __future__ import annotations
 
@@ -65,13 +66,16 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
         rounds, requests, duplicates, oversize, kills, deploys, faults, checks, anomalies = counts
         assert rounds >= 1 and requests > 0 and duplicates > 0 and anomalies == 0, name
         if name.startswith(
-            ("survey", "auction", "transfer, deploy", "coordination")
+            ("survey", "auction", "transfer, deploy", "coordination", "payments")
         ):  # killed, faulty, watched
             assert kills > 0 and faults > 0 and checks > 0, name
         if name.startswith(("transfer, run", "transfer, deploy")):  # inputs over the queue's body limit
             assert oversize > 0, name
         assert (deploys > 0) is name.startswith(("transfer, deploy", "**total**")), name
     assert "None found." in summary
+    [paid] = re.findall(r"(?m)^\| payments [^|]+" + r"\| (\d+) " * 7 + r"\|$", summary)  # its 2nd table
+    charges, refunds, declined, outages, _late, aborts, owed = map(int, paid)
+    assert charges > refunds > 0 and declined > 0 and outages > 0 and aborts > 0 and owed == 0, paid
     assert time.monotonic() - started < 120  # a runaway guard, not a measurement
 
 
@@ -249,7 +253,7 @@ def _coordinated(store: Store) -> Any:
 
 
 def test_the_coordination_checks_notice_a_step_and_a_message_twice(tmp_path: Path) -> None:
-    from idemflow.async_worklist.deliver import send_message
+    from idemflow import send
     from samples.chaos import coordination_flows as flows
 
     path, store = _sqlite(tmp_path, flows.TABLES)
@@ -257,7 +261,8 @@ def test_the_coordination_checks_notice_a_step_and_a_message_twice(tmp_path: Pat
     assert _watch(path, flows.invariants) == []
     run(atomic(flows.NAPS, "n1", lambda tx: tx.increment("second")), request_id="x1", store=store)
     run(atomic(flows.MAIL, "r1", lambda tx: tx.increment("got:r1.s:0")), request_id="x2", store=store)
-    send_message(store, flows.RECEIVER, "r1", flows.TOPIC, flows.note("r1.out", 1, 2), key="again")
+    # A step's send (send_message refuses a finished receiver): a second copy no one will take.
+    run(send(flows.RECEIVER, "r1", flows.TOPIC, flows.note("r1.out", 1, 2)), request_id="again", store=store)
     found = [
         "nap n1: second applied 2 times",
         "receiver r1: message 0 of r1.s taken 2 times",
@@ -287,3 +292,60 @@ def test_the_coordination_checks_notice_an_early_timer_an_orphan_child_and_a_los
     assert "receiver r1: message 2 of r1.s never taken" in problems
     assert "receiver r1: 4 taken + 0 waiting, 4 message rows, 5 sent" in problems
     assert "chaos-sender r1.s: answered 2, its rows say 3" in problems
+
+
+# -- the payments workload's checks notice money kept, refunded twice, or refunded never charged ------
+
+
+def test_the_payment_checks_notice_money_kept_a_refund_twice_and_a_seat_too_many(tmp_path: Path) -> None:
+    """Two bookings run against the provider over HTTP, as the workers call it: one completes, one
+    pays and then aborts, sold out, and is refunded. Then the books and the tables are spoiled."""
+    from idemflow import WorkflowAborted
+    from idemflow.async_worklist.deliver import send_message
+    from samples.chaos import payments_checks as checks
+    from samples.chaos import payments_flows as flows
+    from samples.chaos.payments_provider import Provider
+
+    _path, store = _sqlite(tmp_path, flows.TABLES)
+    provider = Provider(random.Random(1), late_share=0.0)
+    bookings = [
+        flows.booking_request("ok", "F1", 2, 2, "4242", 10, quick=True),
+        flows.booking_request("gone", "F2", 2, 0, "4242", 20, quick=True),  # no meals: sold out
+    ]
+    with provider.serve() as url:
+        flows.use_provider(url)
+        try:
+            for booking in bookings:
+                rid = booking["id"]
+                send_message(store, flows.BOOKING, rid, flows.CONFIRM, "yes", key=f"{rid}.confirm")
+                try:
+                    run(flows.booking(booking), request_id=rid, store=store)
+                except WorkflowAborted as aborted:
+                    assert (rid, aborted.reason) == ("gone", "sold out")
+        finally:
+            flows.use_provider(None)
+    capacities = {"F1": (2, 2), "F2": (2, 0)}
+    seen = {booking["id"]: status(store, flows.BOOKING, booking["id"]) for booking in bookings}
+    ledger = provider.ledger()
+    assert (len(ledger.charges), len(ledger.refunds)) == (2, 1)
+    assert checks.invariants(provider, capacities)(store) == []
+    assert checks.check_round(store, ledger, bookings, seen, 3).problems == []
+
+    charge_ok, charge_gone = sorted(ledger.charges)  # ch-1 (ok), ch-2 (gone)
+    provider.call("/refund", {"key": "again", "charge": charge_gone, "request": "gone"}, 0)
+    provider.call("/refund", {"key": "ok-undo", "charge": charge_ok, "request": "ok"}, 0)
+    provider.call("/refund", {"key": "stray", "charge": "ch-77", "request": "nobody"}, 0)
+    provider.call("/charge", {"key": "k2", "request": "gone", "card": "4242", "amount": 20}, 0)
+    run(atomic(flows.SEATS, "F1", lambda tx: tx.increment(flows.HELD)), request_id="x", store=store)
+    found = checks.invariants(provider, capacities)(store)
+    assert found == [
+        "refund stray of ch-77, never charged (request nobody)",
+        f"charge {charge_gone} of gone refunded 2 times",
+        "gone charged 2 times: ['ch-2', 'ch-3']",
+        f"ok completed, but its charge {charge_ok} was refunded",
+        "gone aborted, but its charge ch-3 was never refunded",
+        "payseats/F1: held 2, but 1 holders",
+    ]
+    problems = checks.check_round(store, provider.ledger(), bookings, seen, 3).problems
+    assert "ok completed with 1 charges, 1 refunds" in problems
+    assert "payseats/F1: 2 held, 1 completed bookings" in problems

@@ -15,7 +15,9 @@ import pytest
 
 from idemflow import Idem, SqliteStore, atomic, run, workflow
 from idemflow.async_worklist import SqliteQueue, checkpoint, status, submit
-from idemflow.records import RunStatus
+from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.serialization import JSON, encode
+from idemflow.stores.base import Insert
 from tests.servers import Moto
 
 
@@ -142,3 +144,31 @@ def test_worker_imports_workflows_from_the_current_directory(tmp_path: Path, fla
     )
     assert missing.returncode == 2 and "cannot import 'myapp.workflows'" in missing.stderr
     store.close()
+
+
+@pytest.mark.parametrize("listing", [["--json"], []], ids=["json", "lines"])
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path, listing: list[str]) -> None:
+    """`idemflow runs list | head -1`: the reader closes the pipe after one line; the command stops
+    with 141 (a closed pipe's status), and no traceback reaches the terminal."""
+    path = tmp_path / "many.sqlite3"
+    store = SqliteStore(path)
+    for batch in range(20):  # more than a pipe's buffer (64 KiB) of lines, written as run records
+        rows = []
+        for n in range(100):
+            value: JSON = RunRecord("f" * 64, RunStatus.COMPLETED, result=n, finished_at=1.0e9 + n).to_json()
+            rows.append(
+                Insert(run_ref("listed", f"request-{batch:02d}-{n:03d}-{'x' * 40}"), value, encode(value))
+            )
+        store.commit(rows)
+    store.close()
+    listed = subprocess.Popen(
+        [sys.executable, "-m", "idemflow.cli", "runs", "list", "--store", f"sqlite:{path}", *listing],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert listed.stdout is not None and listed.stderr is not None
+    assert b"request-" in listed.stdout.readline()
+    listed.stdout.close()  # as `head -1` exits
+    errors = listed.stderr.read().decode()
+    assert listed.wait(timeout=120) == 141
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors and "Exception ignored" not in errors

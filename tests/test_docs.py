@@ -15,6 +15,7 @@ DOCS = [
     ROOT / "docs" / "contention.md",
     ROOT / "docs" / "migrating.md",
     ROOT / "docs" / "coordination.md",
+    ROOT / "docs" / "outside-calls.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]
 

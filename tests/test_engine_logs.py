@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Generator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -42,3 +44,28 @@ def _logged_transfer() -> Any:
         return amount
 
     return logged
+
+
+def test_worker_log_lines_start_with_a_utc_timestamp(caplog: pytest.LogCaptureFixture) -> None:
+    """A worker's JSON lines are shipped as they are: each carries its own time, first."""
+    from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, submit
+
+    @workflow("timed")
+    def flow(amount: int) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()  # the rest is a worker's
+        yield atomic("accounts", "ann", lambda tx: tx.increment("balance", amount))
+        return amount
+
+    store, queue = MemoryStore(), MemoryQueue()
+    submit(flow(5), request_id="timed", store=store, queue=queue)
+    before = datetime.now(UTC)
+    with caplog.at_level(logging.INFO, logger="idemflow.worker"):
+        Worker([flow], store=store, queue=queue, wait=0.01).run(idle_timeout=0.1)
+    after = datetime.now(UTC)
+    lines = [r.getMessage() for r in caplog.records if r.name == "idemflow.worker"]
+    assert lines and all(line.startswith('{"ts": "') for line in lines)
+    for line in lines:
+        stamp = datetime.fromisoformat(json.loads(line)["ts"])
+        assert stamp.utcoffset() == timedelta(0)
+        assert before - timedelta(milliseconds=1) <= stamp <= after
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", json.loads(line)["ts"])

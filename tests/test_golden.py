@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from idemflow import Store, WorkflowAborted, rows, run
-from idemflow.async_worklist import MemoryQueue, Worker, status
-from idemflow.records import FORMAT
+from idemflow.async_worklist import MemoryQueue, Worker, retry, status
+from idemflow.records import FORMAT, RunStatus
 from idemflow.serialization import encode
 from idemflow.stores.base import Insert, RowRef
 from tests.conformance.test_continuations import Clock, deliver_all
@@ -112,11 +112,52 @@ def test_requests_caught_waiting_by_every_release_finish(store: Store, path: Pat
     }
 
 
-RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3}
+RETRYING = sorted(Path(__file__).with_name("golden").joinpath("retrying").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("fixed", [True, False], ids=["fixed", "still-failing"])
+@pytest.mark.parametrize("path", RETRYING, ids=lambda path: path.stem)
+def test_requests_caught_retrying_by_every_release_keep_their_count(
+    store: Store, path: Path, fixed: bool
+) -> None:
+    """A request a worker was retrying, and an aborted one whose charge was refunded, as an
+    earlier release left them (``make_retrying_golden.py``): no outside call is made again, and
+    the stored attempt count is kept (one attempt of three was left)."""
+    from tests.golden import make_retrying_golden as g
+
+    messages = load(store, path)
+    g.CALLS.clear()
+    g.FIXED[0] = fixed
+    clock = Clock()
+    clock.now = json.loads(path.read_text())["now"]
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    deliver_all(Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None), queue, clock)
+    done = status(store, "g-retry", "retry-rae")
+    if fixed:
+        assert done.result == {"charge": "charge rae", "key": done.result["key"]}
+        assert rows(store, "tablea") == {("rae", "shipped"): 1}
+    else:
+        assert done.failure is not None and (done.failure.step, done.failure.attempts) == (2, 3)
+    late = status(store, "g-retry", "late-dee")
+    assert late.failure is not None and "deadline exceeded" in late.failure.reason
+    assert status(store, "g-retry", "cancel-cal").status is RunStatus.CANCELLED
+    with pytest.raises(WorkflowAborted, match="sold out"):
+        run(g.undoing("uma"), request_id="undo-uma", store=store)
+    assert g.CALLS == {}  # the charges and the refund are memoized: none is made again
+    retry(store, queue, "g-retry", "cancel-cal")  # resumed: it runs now, on this version
+    deliver_all(Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None), queue, clock)
+    resumed = status(store, "g-retry", "cancel-cal").status
+    assert resumed is (RunStatus.COMPLETED if fixed else RunStatus.FAILED)
+
+
+RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4}
 """The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
 
 
 def test_every_format_revision_has_golden_rows() -> None:
     """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
-    releases = {path.stem for path in [*GOLDEN, *COORDINATION]}
+    releases = {path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING]}
     assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))

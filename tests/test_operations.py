@@ -12,6 +12,7 @@ from idemflow import InvalidInputError, Store, run
 from idemflow.async_worklist import MemoryQueue, Worker, retry, status, submit
 from idemflow.operations import abort, runs
 from idemflow.records import RunStatus
+from idemflow.step_retry import StepRetry
 from idemflow.stores.base import OpenRuns
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
 from tests.checkout_workflows import V1, checkout_v1
@@ -23,7 +24,11 @@ from tests.test_cli import idemflow
 
 def failed_request(store: Store, space: str, clock: Clock, queue: MemoryQueue) -> str:
     submit(checkout_v1(order(space, explode=True)), request_id=space + "bad", store=store, queue=queue)
-    deliver_all(Worker(V1, store=store, queue=queue, max_deliveries=2), queue, clock)
+    deliver_all(
+        Worker(V1, store=store, queue=queue, step_retry=StepRetry(maximum_attempts=2), clock=clock),
+        queue,
+        clock,
+    )
     assert status(store, "checkout", space + "bad").status is RunStatus.FAILED
     return space + "bad"
 
@@ -52,6 +57,41 @@ def test_runs_lists_requests_by_workflow_status_and_age(store: Store) -> None:
     ]
     assert space + "queued" in old and space + "done" not in old
     assert len(runs(store, limit=1)) == 1 and runs(store, workflow="nosuch") == []
+
+
+def test_finished_requests_keep_the_time_they_started(store: Store) -> None:
+    """``idemflow runs list`` shows when a finished request started: its completion record keeps
+    the claim's time, whoever finished it (``run``, a worker, an abort, a ``run`` resuming a crashed one)."""
+    space, clock = new_space(), Clock()
+    queue, other = MemoryQueue(clock=clock), MemoryQueue(clock=clock)
+    began = clock.now
+    run(checkout_v1(order(space, 1)), request_id=space + "ran", store=store, clock=clock)
+    submit(checkout_v1(order(space, 2)), request_id=space + "worked", store=store, queue=queue, clock=clock)
+    submit(checkout_v1(order(space, 3)), request_id=space + "aborted", store=store, queue=other, clock=clock)
+    run(checkout_v1(order(space, 4)), request_id=space + "twice", store=store, clock=clock)
+    dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == 0 else None)
+    with pytest.raises(SimulatedCrash):  # claimed with its first step, then the process died
+        run(checkout_v1(order(space, 5)), request_id=space + "resumed", store=dying, clock=clock)
+    store.flush()  # completion records some stores write in the background
+    clock.now += 60
+    run(checkout_v1(order(space, 5)), request_id=space + "resumed", store=store, clock=clock)
+    deliver_all(Worker(V1, store=store, queue=queue, clock=clock), queue, clock)
+    abort(store, V1, "checkout", space + "aborted", reason="stop", clock=clock)
+    assert run(checkout_v1(order(space, 4)), request_id=space + "twice", store=store, clock=clock)
+    store.flush()
+    shown = [found.to_json() for found in runs(store, workflow="checkout")]
+    times = {
+        str(one["request_id"])[len(space) :]: (one["status"], one.get("started_at"), one.get("finished_at"))
+        for one in shown
+        if str(one["request_id"]).startswith(space)
+    }
+    assert times == {
+        "ran": ("completed", began, began),
+        "worked": ("completed", began, began + 60),
+        "aborted": ("aborted", began, began + 60),
+        "twice": ("completed", began, began),
+        "resumed": ("completed", began, began + 60),
+    }
 
 
 def test_open_runs_are_found_without_reading_finished_ones(store: Store, store_kind: str) -> None:
@@ -166,7 +206,9 @@ def test_worker_log_events_name_the_request(caplog: pytest.LogCaptureFixture) ->
     with caplog.at_level("INFO", logger="idemflow"):
         failed_request(store, "s-", clock, queue)
     events = {
-        record.msg.split('"')[3]: record for record in caplog.records if record.name == "idemflow.worker"
+        json.loads(record.getMessage())["event"]: record
+        for record in caplog.records
+        if record.name == "idemflow.worker"
     }
     assert {"retry", "failed"} <= set(events)
     for event in ("retry", "failed"):

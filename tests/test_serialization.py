@@ -105,6 +105,7 @@ ERRORS = [
     errors.StoreConfigError("bad url"),
     errors.WorkflowAborted({"why": "x"}, "wf", "r"),
     errors.CompensationFailed("wf", "r", 2, "undo", "boom"),
+    errors.MessageNotDelivered("wf", "r", "topic", "request already finished: completed"),
 ]
 
 

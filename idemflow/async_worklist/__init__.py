@@ -29,7 +29,7 @@ from idemflow.async_worklist.queues import (
 )
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
-from idemflow.async_worklist.retry import retry
+from idemflow.async_worklist.retry import cancel, retry
 from idemflow.async_worklist.submit import (
     Pending,
     RequestStatus,
@@ -40,6 +40,7 @@ from idemflow.async_worklist.submit import (
     submit,
 )
 from idemflow.async_worklist.worker import Worker, WorkerStats
+from idemflow.errors import MessageNotDelivered
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -57,6 +58,7 @@ __all__ = [
     "MemoryQueue",
     "Message",
     "MessageLostError",
+    "MessageNotDelivered",
     "MessageRejected",
     "Pending",
     "Queue",
@@ -69,6 +71,7 @@ __all__ = [
     "asend_message",
     "astatus",
     "asubmit",
+    "cancel",
     "checkpoint",
     "open_async_queue",
     "open_queue",

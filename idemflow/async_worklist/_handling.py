@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from tenacity import wait_exponential
@@ -31,11 +32,12 @@ from idemflow.async_worklist.messages import MessageRejected, Pointer, decode_po
 from idemflow.async_worklist.queues.base import Message, check_seconds
 from idemflow.async_worklist.submit import announcer, hop, resolve_signing_key
 from idemflow.engine import Plan, Suspended
-from idemflow.errors import InvalidInputError, NonDeterminismError, StepFailedError
+from idemflow.errors import CompensationFailed, InvalidInputError, NonDeterminismError, StepFailedError
 from idemflow.operations import abort_steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff
-from idemflow.records import RunRecord, RunStatus
+from idemflow.records import Attempts, RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, status_steps
+from idemflow.step_retry import DEFAULT_STEP_RETRY, StepRetry
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.tx import Reader
 
@@ -43,8 +45,16 @@ log = logging.getLogger("idemflow.worker")
 
 
 def event(level: int, name: str, **fields: Any) -> None:
-    """One log event: JSON text for people and log shippers, the same fields as ``extra``."""
-    log.log(level, json.dumps({"event": name, **fields}, default=str), extra=fields)
+    """One log event: JSON text for people and log shippers, the same fields as ``extra``.
+
+    The text starts with ``ts``, an ISO-8601 UTC time to the millisecond: a worker's stderr is
+    often shipped as bare lines (no logging format around them), and events of several workers
+    can only be put in order, or matched with a request's ``started_at``, by a time of their own.
+    """
+    from datetime import UTC, datetime  # here: this function is the only user in the module
+
+    stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+    log.log(level, json.dumps({"ts": stamp, "event": name, **fields}, default=str), extra=fields)
 
 
 @dataclass
@@ -59,6 +69,8 @@ class WorkerStats:
     failed: int = 0
     waiting: int = 0
     relayed: int = 0
+    cancelled: int = 0
+    """Continuations of cancelled requests, dropped until an operator resumes them."""
     suspended: int = 0
     """Requests handed back to the queue at a sleep, a wait for a child or a receive."""
     started: float = field(default_factory=time.monotonic)
@@ -87,6 +99,8 @@ class Holder:
     def __init__(self, message: Message) -> None:
         self.message = message
         self.lost = False
+        self.seen: Attempts | None = None
+        """The retry count the run record held when this delivery began (see ``_step_failed``)."""
         self.lock = threading.Lock()
         self.alock = asyncio.Lock()
 
@@ -99,6 +113,16 @@ class Wait(Exception):
         self.why = why
         self.bounded = bounded
         """Counts toward ``max_deliveries`` (a workflow nobody here holds), then fails."""
+
+
+class DeadlinePassed(Exception):
+    """The request's deadline passed before it finished: end it as ``on_failure`` says."""
+
+    def __init__(self, workflow: str, request_id: str, record: RunRecord) -> None:
+        at = datetime.fromtimestamp(record.deadline or 0.0, UTC).isoformat(timespec="seconds")
+        self.reason = f"deadline exceeded ({at})"
+        super().__init__(self.reason)
+        self.failure = StepFailedError(workflow, request_id, 0, "deadline", self.reason)
 
 
 class Handling:
@@ -118,6 +142,7 @@ class Handling:
         policy: RetryPolicy | None,
         version_wait: float,
         clock: Callable[[], float] | None,
+        step_retry: StepRetry | None = None,
     ) -> None:
         self.registry: dict[str, dict[int, Workflow[Any, Any]]] = {}
         for flow in workflows:
@@ -126,6 +151,8 @@ class Handling:
             self.registry.setdefault(flow.name, {})[flow.version] = flow
         self.key = resolve_signing_key(signing_key)
         self.max_deliveries = max_deliveries
+        self.step_retry = DEFAULT_STEP_RETRY if step_retry is None else step_retry
+        """The retry policy of steps whose call and workflow name none."""
         self.policy = policy
         self._retries = policy or DEFAULT_POLICY
         self.version_wait = check_seconds(version_wait, "version_wait", high=900.0)  # SQS's longest delay
@@ -139,7 +166,7 @@ class Handling:
         """Process one message to ack, nack or dead letter. False if the request only waits."""
         started = time.monotonic()
         try:
-            outcome = yield from self._finish(holder.message, fields)
+            outcome = yield from self._finish(holder, fields)
         except InvalidInputError as invalid:  # MessageRejected too: the same on every delivery
             yield from self._dead_letter(holder, f"rejected: {invalid}", fields)
             return True
@@ -148,6 +175,9 @@ class Handling:
             return False
         except StepFailedError as failed:
             yield from self._step_failed(holder, failed, fields)
+            return True
+        except DeadlinePassed as passed:
+            yield from self._give_up(holder, passed.failure, 0, fields, passed.reason)
             return True
         except Exception as exc:  # noqa: BLE001 - the store or queue: retried, never a failed request
             yield from self._retry(holder, exc, fields)
@@ -158,7 +188,8 @@ class Handling:
         event(logging.INFO, "finished", outcome=outcome, **fields)
         return True
 
-    def _finish(self, message: Message, fields: dict[str, Any]) -> Steps[str]:
+    def _finish(self, holder: Holder, fields: dict[str, Any]) -> Steps[str]:
+        message = holder.message
         pointer = decode_pointer(message.body, self.key)
         fields.update(workflow=pointer.workflow, request_id=pointer.request_id, version=pointer.version)
         record = yield from status_steps(pointer.workflow, pointer.request_id, self._retries)
@@ -169,6 +200,16 @@ class Handling:
             telemetry.lag(max(self.clock() - record.started_at, 0.0), pointer.workflow)
         if record.status.final or record.status is RunStatus.FAILED:
             return "duplicate"
+        if record.status is RunStatus.CANCELLED:
+            return "cancelled"  # until an operator resumes it (which sends a fresh continuation)
+        holder.seen = record.attempts
+        now = self.clock()
+        if record.deadline is not None and now >= record.deadline:
+            raise DeadlinePassed(pointer.workflow, pointer.request_id, record)
+        if record.attempts is not None and record.attempts.due > now:  # early: a long delay's hop
+            yield Send(message.body, hop(record.attempts.due, now))
+            fields["due"] = record.attempts.due
+            return "suspended"
         flow = self._flow(pointer.workflow, record.version)
         args, kwargs = _input_of(pointer, record)
         m = flow(*args, **kwargs)
@@ -182,8 +223,10 @@ class Handling:
             step_errors=True,
             expected=pointer.steps,
             suspend=True,
+            retry_in_place=False,
             announce=announcer(self.key),
             parent=record.parent,
+            started_at=record.started_at,  # kept in the completion record
         )
         try:
             done = yield from execution_steps(
@@ -203,6 +246,9 @@ class Handling:
             ) from exc
         except Suspended as suspended:  # a timer, a child or a message: no worker waits for it
             yield from _runs.waiting_steps(pointer.workflow, pointer.request_id, suspended.why, self._retries)
+            if record.deadline is not None:  # whatever it waits for, it is looked at by its deadline
+                due_by = record.deadline
+                suspended = Suspended(suspended.journal, min(suspended.due or due_by, due_by), suspended.why)
             if suspended.due is not None:
                 again = Pointer(pointer.workflow, record.version, pointer.request_id)
                 yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()))
@@ -226,6 +272,8 @@ class Handling:
         with self._lock:
             if outcome == "duplicate":
                 self.stats.duplicates += 1
+            elif outcome == "cancelled":
+                self.stats.cancelled += 1
             elif outcome == "suspended":
                 self.stats.suspended += 1
             elif outcome == RunStatus.ABORTED.value:
@@ -250,36 +298,86 @@ class Handling:
             self.stats.waiting += 1
 
     def _step_failed(self, holder: Holder, failed: StepFailedError, fields: dict[str, Any]) -> Steps[None]:
+        """A step raised: try it again later under its policy, as a delayed continuation whose
+        count is in the run record; once the policy ends, fail or compensate the request."""
         fields["step"] = failed.step
-        if holder.message.deliveries < self.max_deliveries:
-            yield from self._retry(holder, failed, fields)
+        policy = failed.retry if failed.retry is not None else self.step_retry
+        seen, now = holder.seen, self.clock()
+        count = (0 if seen is None else seen.of(failed.step, failed.identity)) + 1
+        first = seen.first if seen is not None and count > 1 else now
+        error = failed.error if failed.error is not None else failed
+        wait = policy.next_delay(count, error, elapsed=now - first)
+        if wait is not None:
+            attempts = Attempts(failed.step, failed.identity, count, first, now + wait, failed.cause[:500])
+            counted = yield from _runs.attempt_steps(
+                failed.workflow, failed.request_id, seen, attempts, self._retries
+            )
+            if counted:  # else another delivery of this request counted it: this one is a duplicate
+                yield Send(holder.message.body, hop(attempts.due, now))
+            event(
+                logging.WARNING,
+                "retry",
+                error=failed.cause,
+                failed_attempts=count,
+                due=attempts.due,
+                duplicate=not counted,
+                **fields,
+            )
+            yield Settle(holder, "ack")
+            with self._lock:
+                self.stats.retried += 1
             return
-        flow = self._flow(failed.workflow, fields["version"])
-        if flow.on_failure == "compensate":
-            reason = f"step {failed.step} ({failed.identity}) failed: {failed.cause}"
-            try:
-                yield from abort_steps(
-                    self._target,
-                    [flow],
-                    flow.name,
-                    failed.request_id,
-                    reason,
-                    self.policy,
-                    self.clock,
-                    reader=self._reader,
-                )
-            except Exception as exc:  # noqa: BLE001 - a compensation that fails leaves it failed
-                event(logging.ERROR, "compensation-failed", error=repr(exc), **fields)
-            else:
-                event(logging.WARNING, "compensated", reason=reason, **fields)
-                yield Settle(holder, "ack")
-                with self._lock:
-                    self.stats.aborted += 1
-                return
-        yield from self._fail(holder, failed.cause, failed.step, fields)
+        yield from self._give_up(holder, failed, count, fields)
 
-    def _fail(self, holder: Holder, reason: str, step: int, fields: dict[str, Any]) -> Steps[None]:
-        attempts = holder.message.deliveries
+    def _give_up(
+        self, holder: Holder, failed: StepFailedError, count: int, fields: dict[str, Any], reason: str = ""
+    ) -> Steps[None]:
+        """End the request as its workflow's ``on_failure`` says: ``failed``, or compensated and
+        ``aborted`` (a compensation that cannot complete ends it ``failed``, naming it)."""
+        flow = self._flow(failed.workflow, fields["version"])
+        if failed.identity.startswith("compensate "):  # an undo that cannot complete: never dropped
+            why = f"compensation of step {failed.step} ({failed.identity}) failed: {failed.cause}"
+            yield from self._fail(holder, reason or why, failed.step, fields, count)
+            return
+        if flow.on_failure != "compensate":
+            yield from self._fail(holder, reason or failed.cause, failed.step, fields, count)
+            return
+        reason = reason or f"step {failed.step} ({failed.identity}) failed: {failed.cause}"
+        try:
+            yield from abort_steps(
+                self._target,
+                [flow],
+                flow.name,
+                failed.request_id,
+                reason,
+                self.policy,
+                self.clock,
+                reader=self._reader,
+                retry_in_place=False,
+            )
+        except CompensationFailed as undo:  # tried again as a step of its own, from the abort memo
+            cause = f"{type(undo.__cause__ or undo).__name__}: {undo.__cause__ or undo}"
+            retry = failed.retry if failed.retry is not None else flow.retry
+            name = undo.name if undo.name.startswith("compensate ") else "compensate " + undo.name
+            again = StepFailedError(
+                failed.workflow, failed.request_id, undo.step, name, cause, retry, undo.__cause__
+            )
+            event(logging.ERROR, "compensation-failed", error=cause, **fields)
+            yield from self._step_failed(holder, again, fields)
+            return
+        except Exception as exc:  # noqa: BLE001 - the store: the delivery is tried again
+            yield from self._retry(holder, exc, fields)
+            return
+        event(logging.WARNING, "compensated", reason=reason, **fields)
+        yield Settle(holder, "ack")
+        with self._lock:
+            self.stats.aborted += 1
+
+    def _fail(
+        self, holder: Holder, reason: str, step: int, fields: dict[str, Any], attempts: int | None = None
+    ) -> Steps[None]:
+        if attempts is None:
+            attempts = holder.message.deliveries
         yield from _runs.failed_steps(
             fields["workflow"], fields["request_id"], reason, step, attempts, self.clock(), self._retries
         )

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from idemflow._drive import drive
 from idemflow._io import Commit, Read, Steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
-from idemflow.records import Failure, RunRecord, RunStatus, run_ref
+from idemflow.records import Attempts, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Put, Row, Store
 
@@ -41,15 +41,20 @@ def _replace_running(
             return False
         record, row = found
         updated = dataclasses.replace(record, **change)  # type: ignore[arg-type]
-        if updated == record:
-            return True
-        value: JSON = updated.to_json()
-        text = encode(value, "run record", envelope=3)
-        expires = time.time() + policy.retention
-        put = Put(run_ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
-        if isinstance((yield from resent(policy.resending(policy.until()), Commit([put]))), Committed):
+        if updated == record or (yield from _rewrite(workflow, request_id, updated, row, policy)):
             return True
     return False
+
+
+def _rewrite(
+    workflow: str, request_id: str, updated: RunRecord, row: Row, policy: RetryPolicy
+) -> Steps[bool]:
+    """Write ``updated`` over the record read as ``row``, if it is still that version."""
+    value: JSON = updated.to_json()
+    text = encode(value, "run record", envelope=3)
+    expires = time.time() + policy.retention
+    put = Put(run_ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
+    return isinstance((yield from resent(policy.resending(policy.until()), Commit([put]))), Committed)
 
 
 def waiting_steps(
@@ -70,8 +75,39 @@ def failed_steps(
 ) -> Steps[bool]:
     """End an unfinished request ``failed``; its input and memos stay for a retry or an abort."""
     failure = Failure(reason[:1000], step, attempts)
-    change = {"status": RunStatus.FAILED, "failure": failure, "finished_at": at, "waiting": None}
+    change = {
+        "status": RunStatus.FAILED,
+        "failure": failure,
+        "finished_at": at,
+        "waiting": None,
+        "attempts": None,
+    }
     return _replace_running(workflow, request_id, change, policy)
+
+
+def attempt_steps(
+    workflow: str,
+    request_id: str,
+    seen: Attempts | None,
+    failed: Attempts,
+    policy: RetryPolicy = DEFAULT_POLICY,
+) -> Steps[bool]:
+    """Count a failed attempt of a step and when the next may start; False if the record no
+    longer holds ``seen`` (what the execution read before it ran): another delivery of the same
+    request counted this attempt already (or it finished), so this one must not schedule another.
+    """
+    while True:
+        found = yield from _read(workflow, request_id, policy)
+        if found is None or found[0].status.final or found[0].attempts != seen:
+            return False
+        record, row = found
+        note = (
+            f"retrying step {failed.step} ({failed.identity}) after {failed.count} failed "
+            f"attempt(s): {failed.error}"
+        )
+        updated = dataclasses.replace(record, attempts=failed, waiting=note[:500])
+        if (yield from _rewrite(workflow, request_id, updated, row, policy)):
+            return True
 
 
 def note_waiting(
@@ -95,7 +131,22 @@ def mark_failed(
     return drive(failed_steps(workflow, request_id, reason, step, attempts, at, policy), store)
 
 
+def cancel(
+    store: Store, workflow: str, request_id: str, reason: str, policy: RetryPolicy = DEFAULT_POLICY
+) -> bool:
+    """Mark an unfinished request ``cancelled`` (False if it finished meanwhile)."""
+    change = {"status": RunStatus.CANCELLED, "waiting": f"cancelled: {reason}"[:500], "attempts": None}
+    return drive(_replace_running(workflow, request_id, change, policy), store)
+
+
 def reopen(store: Store, workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY) -> bool:
-    """Put a ``failed`` request back to ``running`` (its memos are kept: a retry resumes it)."""
-    change = {"status": RunStatus.RUNNING, "failure": None, "finished_at": None, "waiting": None}
+    """Put a ``failed`` or ``cancelled`` request back to ``running`` (its memos are kept: a retry
+    resumes it)."""
+    change = {
+        "status": RunStatus.RUNNING,
+        "failure": None,
+        "finished_at": None,
+        "waiting": None,
+        "attempts": None,
+    }
     return drive(_replace_running(workflow, request_id, change, policy), store)

@@ -41,6 +41,7 @@ from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
 from idemflow.policy import RetryPolicy
 from idemflow.runner import Workflow
+from idemflow.step_retry import StepRetry
 from idemflow.stores.aio import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 
@@ -69,6 +70,7 @@ class AsyncWorker(Handling):
         version_wait: float = 30.0,
         relay_every: float | None = 10.0,
         clock: Callable[[], float] | None = None,
+        step_retry: StepRetry | None = None,
     ) -> None:
         target = to_async(store)
         super().__init__(
@@ -80,6 +82,7 @@ class AsyncWorker(Handling):
             policy=policy,
             version_wait=version_wait,
             clock=clock,
+            step_retry=step_retry,
         )
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")

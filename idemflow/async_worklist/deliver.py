@@ -6,6 +6,14 @@ under the idempotency ``key``: sent twice with one key, the message arrives
 once. With ``queue=`` a receiver waiting for it is woken at once; without,
 a worker's relay wakes it (within its ``relay_every``).
 
+A message to a request that has not started yet waits for it (as below). One
+to a request that already completed or aborted could never be taken, so it is
+refused with :class:`~idemflow.errors.MessageNotDelivered` before anything is
+written; so is one to a request never started, when the sender says it must
+have started (``require_started=True``: a mistyped id fails at once). A resend
+under a key already used replays the first send, whatever the receiver did
+since.
+
 >>> from idemflow import MemoryStore, receive, run, workflow
 >>> @workflow("mailbox")
 ... def mailbox():
@@ -24,14 +32,15 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import Steps
+from idemflow._io import ReadMany, Steps
 from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.submit import announcer, resolve_signing_key
 from idemflow.coordination import send
 from idemflow.engine import Plan
+from idemflow.errors import MessageNotDelivered
 from idemflow.keys import check_request_id
-from idemflow.records import RunRecord
+from idemflow.records import RunRecord, run_ref
 from idemflow.runner import Workflow, describe_request, execution_steps, workflow
 from idemflow.stores.aio import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
@@ -55,14 +64,45 @@ def _steps(
     queue: object,
     signing_key: bytes | str | None,
     reader: Reader | None,
+    require_started: bool,
 ) -> Steps[RunRecord]:
-    """The one computation both APIs drive: the ``send`` step run under the request id ``key``."""
+    """The one computation both APIs drive: the ``send`` step run under the request id ``key``,
+    once :func:`_deliverable` found a receiver that may still take the message. Names, topic and
+    value are checked here, when called, before any read."""
     check_request_id(key)
     name = workflow.name if isinstance(workflow, Workflow) else workflow
+    send(name, request_id, topic, value)  # the checks only: the step itself runs in _message
     m = _message(name, request_id, topic, value)
     announce = None if queue is None else announcer(resolve_signing_key(signing_key))
     plan = Plan(announce=announce)
-    return execution_steps(m, describe_request(m), key, store, None, time.time, plan, (), reader=reader)
+    sending = execution_steps(m, describe_request(m), key, store, None, time.time, plan, (), reader=reader)
+    return _then(_deliverable(name, request_id, topic, key, require_started), sending)
+
+
+def _then(first: Steps[None], second: Steps[RunRecord]) -> Steps[RunRecord]:
+    yield from first
+    return (yield from second)
+
+
+def _deliverable(workflow: str, request_id: str, topic: str, key: str, require_started: bool) -> Steps[None]:
+    """Refuse a message no ``receive`` could take, before anything is written.
+
+    Both run records come in one round trip. Only a first send under ``key`` is judged: a resend
+    replays it (its answer may have been lost after the receiver finished), so a client retrying
+    a message that was delivered is never told it was not.
+    """
+    sent, found = yield ReadMany([run_ref(_message.name, key), run_ref(workflow, request_id)])
+    if sent is not None:
+        return
+    if found is None:
+        if require_started:
+            raise MessageNotDelivered(workflow, request_id, topic, "unknown request")
+        return
+    receiver = RunRecord.from_json(found.value)
+    if receiver.status.final:  # completed or aborted: a failed one may be retried and receive it
+        raise MessageNotDelivered(
+            workflow, request_id, topic, f"request already finished: {receiver.status.value}"
+        )
 
 
 def send_message(
@@ -75,9 +115,14 @@ def send_message(
     key: str,
     queue: Queue | None = None,
     signing_key: bytes | str | None = None,
+    require_started: bool = False,
 ) -> None:
-    """Send ``value`` on ``topic`` to the request ``request_id`` of ``workflow``, once per ``key``."""
-    steps = _steps(store, workflow, request_id, topic, value, key, queue, signing_key, store)
+    """Send ``value`` on ``topic`` to the request ``request_id`` of ``workflow``, once per ``key``.
+
+    Raises :class:`~idemflow.errors.MessageNotDelivered` if that request already completed or
+    aborted (or, with ``require_started``, was never started), before anything is written.
+    """
+    steps = _steps(store, workflow, request_id, topic, value, key, queue, signing_key, store, require_started)
     drive(steps, store, queue)
 
 
@@ -91,9 +136,13 @@ async def asend_message(
     key: str,
     queue: Queue | AsyncQueue | None = None,
     signing_key: bytes | str | None = None,
+    require_started: bool = False,
 ) -> None:
-    """:func:`send_message`, awaitable."""
+    """:func:`send_message`, awaitable (the same checks, the same ``MessageNotDelivered``)."""
     target = to_async(store)
     sink = None if queue is None else to_async_queue(queue)
-    steps = _steps(target, workflow, request_id, topic, value, key, sink, signing_key, sync_reader(target))
+    reader = sync_reader(target)
+    steps = _steps(
+        target, workflow, request_id, topic, value, key, sink, signing_key, reader, require_started
+    )
     await adrive(steps, target, sink)

@@ -4,9 +4,9 @@
 durably enqueues the rest as a continuation message and returns at once;
 background :class:`~idemflow.async_worklist.worker.Worker` processes finish
 it. The same workflow code runs under :func:`idemflow.run`, where the
-checkpoint is a no-op. Submitting the same request again is harmless: the
-steps replay from their memos and the continuation is enqueued again, which
-workers treat as a duplicate.
+checkpoint is a no-op. Submitting the same request again is harmless and
+cheap: a copy of a request already submitted answers from its run record and
+enqueues nothing, so the workers run it once however many copies arrive.
 
 >>> from idemflow import MemoryStore, atomic, workflow
 >>> from idemflow.async_worklist import MemoryQueue, checkpoint, submit
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
 from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import CommitCache, Send, Steps
+from idemflow._io import CommitCache, Read, Send, Steps
 from idemflow.arunner import arun_status
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import Pointer, encode_pointer
@@ -228,6 +229,7 @@ def submit(
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] | None = None,
     grace: float = DEFAULT_GRACE,
+    deadline: float | None = None,
 ) -> Pending:
     """Run ``m`` up to its first checkpoint, hand the rest to workers, return a :class:`Pending`.
 
@@ -246,10 +248,26 @@ def submit(
     pointer. ``clock`` is the wall clock of the run (seconds since the epoch:
     ``now()`` values, retention expiry, the outbox due time), ``time.time``
     by default, as in :func:`idemflow.run`.
+
+    ``deadline`` (epoch seconds) is when the request must have finished; the
+    workflow's ``@workflow(timeout=)`` gives one too, counted from now (the
+    earlier wins). Past it a worker ends the request as the workflow's
+    ``on_failure`` says: ``failed``, or compensated and ``aborted``. A copy of
+    a request already submitted keeps the first one's deadline.
     """
     request = _submission(m, request_id)
     steps = submission_steps(
-        m, request, request_id, store, queue.max_body_bytes, signing_key, policy, clock, grace, reader=store
+        m,
+        request,
+        request_id,
+        store,
+        queue.max_body_bytes,
+        signing_key,
+        policy,
+        clock,
+        grace,
+        reader=store,
+        deadline=deadline,
     )
     outcome = drive(steps, store, queue)
     return Pending(store, request.workflow, request_id, outcome=outcome)
@@ -265,6 +283,7 @@ async def asubmit(
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] | None = None,
     grace: float = DEFAULT_GRACE,
+    deadline: float | None = None,
 ) -> Pending:
     """:func:`submit`, awaitable: the same steps, claim, outbox and pointer, on the event loop.
 
@@ -285,6 +304,7 @@ async def asubmit(
         clock,
         grace,
         reader=sync_reader(target),
+        deadline=deadline,
     )
     outcome = await adrive(steps, target, sink)
     return Pending(target, request.workflow, request_id, outcome=outcome)
@@ -310,15 +330,18 @@ def submission_steps(
     grace: float,
     *,
     reader: Reader | None,
+    deadline: float | None = None,
 ) -> Steps[RequestStatus | None]:
     """What ``submit`` and ``asubmit`` do (one computation): the outcome, if known already."""
     wall = time.time if clock is None else clock
-    entry = OutboxEntry(request.workflow, request.version, request_id, wall() + grace)
+    started = wall()
+    entry = OutboxEntry(request.workflow, request.version, request_id, started + grace)
+    due_by = _deadline(request, deadline, started)
     key = resolve_signing_key(signing_key)
     plan = Plan(
         version=request.version,
         at_checkpoint=AtCheckpoint.STOP,
-        submission=Submission(request.input(), entry),
+        submission=Submission(request.input(), entry, due_by),
         durable_outcome=True,  # the handle returned says final: so must the store
         suspend=True,
         announce=announcer(key),
@@ -329,8 +352,20 @@ def submission_steps(
         )
     except Checkpointed as reached:
         pointer = Pointer(request.workflow, request.version, request_id, reached.journal)
+        if reached.duplicate:  # the first submit sends it, or the relay for its outbox entry
+            claimed = reached.claimed_at
+            if claimed is not None and wall() - claimed < TAKEOVER:
+                return None  # the first submit is most likely alive and sending: enqueue nothing
+            if (yield Read(outbox_ref(request.workflow, request_id))) is None:
+                return None  # sent already
+            # A retry after the first submit died before its send: send now rather than wait for
+            # the relay (a relay racing this sends a second pointer, which the memos make harmless).
+            yield from _send(pointer, key, max_body_bytes)
+            return None
         if isinstance(reached, Suspended):
             yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
+            due = reached.due if due_by is None else min(reached.due or due_by, due_by)
+            reached = Suspended(reached.journal, due, reached.why)
             if reached.due is None:  # a child's outcome or a message wakes it: no continuation yet
                 yield CommitCache([Delete(outbox_ref(request.workflow, request_id))])
                 return None
@@ -342,6 +377,25 @@ def submission_steps(
         yield from _send(Pointer(request.workflow, other.version, request_id), key, max_body_bytes)
         return None
     return RequestStatus.of(record)
+
+
+def _deadline(request: Request, deadline: object, now: float) -> float | None:
+    """The request's deadline: ``submit(deadline=)`` or now plus ``@workflow(timeout=)``, the earlier."""
+    if deadline is not None and (
+        isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not math.isfinite(deadline)
+    ):
+        raise InvalidInputError(f"submit deadline must be epoch seconds, not {deadline!r}")
+    timeout = request.call.timeout if request.call is not None else None
+    candidates = [
+        float(at) for at in (deadline, None if timeout is None else now + timeout) if at is not None
+    ]
+    return min(candidates) if candidates else None
+
+
+TAKEOVER = 5.0
+"""Seconds after a request's claim before a copy of its ``submit`` sends the continuation itself
+if the first has not (its outbox entry is still there): a live ``submit`` sends well within this,
+so racing copies enqueue nothing, and a client retrying after a crash is not left to the relay."""
 
 
 MAX_HOP = 900.0

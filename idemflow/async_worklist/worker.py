@@ -52,6 +52,7 @@ from idemflow.async_worklist.outbox import relay_steps
 from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
 from idemflow.policy import RetryPolicy
 from idemflow.runner import Workflow
+from idemflow.step_retry import StepRetry
 from idemflow.stores.base import Store
 
 __all__ = ["Worker", "WorkerStats"]
@@ -63,8 +64,13 @@ class Worker(Handling):
     ``workflows`` may hold several versions of one workflow: each request
     finishes on the version it started with. ``concurrency`` threads take
     messages; ``signing_key`` (default: ``IDEMFLOW_SIGNING_KEY``) makes the
-    worker refuse unsigned or tampered messages; a request whose step failed
-    ``max_deliveries`` times ends ``failed`` (or compensated); ``policy`` is
+    worker refuse unsigned or tampered messages; a step that raises is tried
+    again under its retry policy (its call's, else its workflow's, else
+    ``step_retry``, by default :data:`~idemflow.step_retry.DEFAULT_STEP_RETRY`:
+    a day), each attempt a delayed continuation counted in the run record,
+    and once the policy ends the request is ``failed`` (or compensated);
+    ``max_deliveries`` only bounds a message that cannot even be read
+    (a workflow no worker here holds); ``policy`` is
     the runs' :class:`~idemflow.policy.RetryPolicy`; ``wait`` is the receive
     long-poll in seconds; ``version_wait`` (at most 900 s, SQS's longest
     delay) how long a request this worker cannot run waits before it is
@@ -90,6 +96,7 @@ class Worker(Handling):
         version_wait: float = 30.0,
         relay_every: float | None = 10.0,
         clock: Callable[[], float] | None = None,
+        step_retry: StepRetry | None = None,
     ) -> None:
         super().__init__(
             workflows,
@@ -100,6 +107,7 @@ class Worker(Handling):
             policy=policy,
             version_wait=version_wait,
             clock=clock,
+            step_retry=step_retry,
         )
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")

@@ -1,6 +1,6 @@
 """The chaos suite: the samples under sustained load while processes are killed and commits misbehave.
 
-``python -m samples.chaos --minutes 10`` (``make chaos``) repeats eight
+``python -m samples.chaos --minutes 10`` (``make chaos``) repeats nine
 workloads until the time is up, each checked continuously while it runs and
 exactly at its end (``--only NAME`` runs those whose names start with NAME):
 
@@ -71,6 +71,25 @@ exactly at its end (``--only NAME`` runs those whose names start with NAME):
    parent (whose result says what the child did), each message taken once in
    its sender's order and none lost (taken + still waiting = sent), every
    request finished, nothing dead-lettered.
+9. **payments** (:mod:`samples.chaos.payments`; the saga in
+   :mod:`samples.chaos.payments_flows`, the provider in
+   :mod:`samples.chaos.payments_provider`, the checks in
+   :mod:`samples.chaos.payments_checks`) — outside calls: a booking saga
+   holds a seat, charges the card with ``effect(charge, compensate=refund,
+   timeout=, retry=StepRetry(...))``, waits for a confirmation and takes a
+   meal (sold out for some), run by worker processes (faulty stores, exiting
+   after some commits, SIGKILLed at random and restarted) against a fake
+   payment provider in the driver process, outside the workers, that goes down
+   for 2-30 s at a time, declines some cards (non-retryable), answers some
+   calls later than the timeout and SIGKILLs its caller right at an effect
+   boundary now and then; every request submitted 2-3 times, some never
+   confirmed, some aborted by an operator (``idemflow.operations.abort``)
+   while in flight. Checked while it runs and at the end: every charge in the
+   provider's books belongs to a completed request or is refunded exactly
+   once (never twice, never a refund of a charge never made), every request
+   ended, seats and meals held equal the completed bookings. A second table
+   gives the provider's side: charges, refunds, declines, outages, late
+   answers, operators' aborts.
 
 The summary table goes to ``benchmarks/results/chaos.md``; the exit status
 is 1 if any anomaly was found. ``--quick`` runs smaller rounds (the test

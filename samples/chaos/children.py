@@ -1,10 +1,12 @@
 """The child processes of the chaos suite: ``python -m samples.chaos serve|worker ...``.
 
 Both run over a faulty store (:class:`~samples.chaos.faults.DyingStore`) that loses commit
-answers and injects transient errors and conflicts; a worker also exits, now and then, right
-after a commit. ``worker transfer --hold 1,2`` is a transfer worker holding those versions of
-the workflow (:mod:`samples.chaos.versions`), as a deploy runs it; ``worker coordination`` runs
-the timers, children and messages of :mod:`samples.chaos.coordination_flows`.
+answers and injects transient errors and conflicts (``--faults`` names which); a worker also
+exits, now and then, right after a commit. ``worker transfer --hold 1,2`` is a transfer worker
+holding those versions of the workflow (:mod:`samples.chaos.versions`), as a deploy runs it;
+``worker coordination`` runs the timers, children and messages of
+:mod:`samples.chaos.coordination_flows`; ``worker payments`` the booking saga of
+:mod:`samples.chaos.payments_flows`, calling the provider the driver runs.
 
 >>> args = _child_parser("worker").parse_args(["transfer", "--store", "s", "--queue", "q", "--log", "l"])
 >>> [flow.version for flow in _workflows(args)[0] if flow.name == "transfer"]
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from idemflow import Workflow, open_store
+from idemflow.testing import Fault
 from samples.chaos.faults import IN_PROCESS_FAULTS, DyingStore, random_plan
 
 if TYPE_CHECKING:
@@ -31,10 +34,16 @@ def _versions(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
 
+def _faults(text: str) -> tuple[Fault, ...]:
+    return tuple(Fault(part.strip()) for part in text.split(",") if part.strip())
+
+
 def _child_parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m samples.chaos {command}")
     samples = (
-        ["survey", "auction"] if command == "serve" else ["survey", "auction", "transfer", "coordination"]
+        ["survey", "auction"]
+        if command == "serve"
+        else ["survey", "auction", "transfer", "coordination", "payments"]
     )
     parser.add_argument("sample", choices=samples)
     parser.add_argument("--store", required=True)
@@ -42,6 +51,12 @@ def _child_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--log", type=Path, required=True, help="one byte per injected fault")
     parser.add_argument("--fault-rate", type=float, default=0.08)
     parser.add_argument("--die", type=float, default=0.0, help="chance to exit right after a commit")
+    parser.add_argument(
+        "--faults",
+        type=_faults,
+        default=IN_PROCESS_FAULTS,
+        help="the faults injected, e.g. transient,conflict (default: lost-answer,transient,conflict)",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
@@ -62,6 +77,10 @@ def _workflows(args: argparse.Namespace) -> tuple[list[Workflow[Any, Any]], Sequ
         from samples.chaos import coordination_flows
 
         return list(coordination_flows.WORKFLOWS), coordination_flows.TABLES
+    if args.sample == "payments":  # the provider's URL comes in the environment (CHAOS_PAYMENTS_URL)
+        from samples.chaos import payments_flows
+
+        return list(payments_flows.WORKFLOWS), payments_flows.TABLES
     sample = importlib.import_module(f"samples.{args.sample}.workflows")
     return list(sample.WORKFLOWS), sample.TABLES
 
@@ -69,7 +88,7 @@ def _workflows(args: argparse.Namespace) -> tuple[list[Workflow[Any, Any]], Sequ
 def _faulty(args: argparse.Namespace, tables: Sequence[str]) -> DyingStore:
     store = open_store(args.store)
     store.create_tables(*tables)
-    plan = random_plan(random.Random(), args.fault_rate, IN_PROCESS_FAULTS)
+    plan = random_plan(random.Random(), args.fault_rate, args.faults)
     return DyingStore(store, plan, args.die, args.log)
 
 

@@ -14,6 +14,7 @@ from samples.chaos.children import serve_main, worker_main
 from samples.chaos.coordination import coordination_killed
 from samples.chaos.demos import auction_killed, auction_on_dynamodb, survey_killed, survey_on_dynamodb
 from samples.chaos.deploy import transfer_deploy
+from samples.chaos.payments import payments_killed
 from samples.chaos.report import Options, Totals, render
 from samples.chaos.transfer import transfer_faulty, transfer_killed
 
@@ -49,6 +50,11 @@ WORKLOADS: list[tuple[str, Workload]] = [
         "coordination (async, worker processes): timers, children, messages; SIGKILLed and exiting "
         "workers, faulty stores",
         coordination_killed,
+    ),
+    (
+        "payments (async, worker processes): a booking saga charging through an outside provider that "
+        "goes down, declines and answers late; SIGKILLs at effect boundaries, operators' aborts",
+        payments_killed,
     ),
 ]
 ON_DYNAMODB = {survey_on_dynamodb, auction_on_dynamodb}

@@ -44,6 +44,10 @@ from samples.chaos.report import Options, Totals
 WORKERS = 2
 RELAY_EVERY = 0.5
 """``--relay-every`` of the workers: how soon a continuation or wake-up whose send was lost goes."""
+GRACE = 2.0
+"""``submit``'s grace: a client that crashed after its claim and retries at once sends nothing (a
+copy within ``submit``'s takeover time enqueues nothing), so the relay sends it this long after
+the claim; the default (30 s) stalled a quick round that long."""
 
 Action = Callable[[Store, Queue, str], None]
 """One copy of a request, sent by a client: ``(store, queue, signing key)``."""
@@ -90,7 +94,7 @@ def make_plan(rng: random.Random, prefix: str, quick: bool) -> flows.Plan:
 
 def _submitting(flow: Workflow[Any, Any], req: object, request_id: str) -> Action:
     def action(store: Store, queue: Queue, key: str) -> None:
-        submit(flow(req), request_id=request_id, store=store, queue=queue, signing_key=key)
+        submit(flow(req), request_id=request_id, store=store, queue=queue, signing_key=key, grace=GRACE)
 
     return action
 

@@ -30,6 +30,19 @@ class Totals:
     """Worker fleets replaced, while requests were in flight, by workers holding other versions."""
     oversize: int = 0
     """Requests whose input is larger than the queue's body limit (only a pointer travels)."""
+    charges: int = 0
+    """Charges in an outside payment provider's books (the payments workload)."""
+    refunds: int = 0
+    declines: int = 0
+    """Requests whose card the provider declined."""
+    outages: int = 0
+    """Times the provider went down."""
+    late: int = 0
+    """Provider calls answered later than the caller's timeout."""
+    aborts: int = 0
+    """Operators' aborts of requests in flight."""
+    owed: int = 0
+    """Requests that ended failed naming a refund still owed, while the provider was down at the end."""
 
     @property
     def duplicates(self) -> int:
@@ -104,10 +117,11 @@ def render(totals: Sequence[Totals], opts: Options, seconds: float) -> str:
     for t in [*totals, all_]:
         counts = (t.rounds, t.requests, t.duplicates, t.oversize, t.kills, t.deploys, t.faults, t.checks)
         lines.append(f"| {t.workload} | " + " | ".join(map(str, counts)) + f" | {len(t.anomalies)} |")
+    lines += _payments([*totals, all_])
     lines += [
         "",
         "Requests are distinct requests (transfers, survey responses, bids, naps, parents, senders, "
-        "receivers), duplicates the extra "
+        "receivers, bookings), duplicates the extra "
         "copies sent; oversize, the requests whose input is larger than the queue's 256 KiB body "
         "limit; kills count SIGKILLs and processes that ended themselves right after a commit; "
         "deploys, how often the worker processes were replaced by ones holding other versions of "
@@ -119,3 +133,45 @@ def render(totals: Sequence[Totals], opts: Options, seconds: float) -> str:
     ]
     lines += [f"- {anomaly}" for anomaly in all_.anomalies[:50]]
     return "\n".join(lines) + "\n"
+
+
+PAYMENT_COLUMNS = (
+    "workload",
+    "charges",
+    "refunds",
+    "declined",
+    "outages",
+    "late answers",
+    "operator aborts",
+    "refunds owed (provider down)",
+)
+
+
+def _payments(totals: Sequence[Totals]) -> list[str]:
+    """The outside provider's side, for the workloads that pay through one (none: no table).
+    Requests, kills and anomalies are in the table above.
+
+    >>> table = _payments([Totals("p", charges=3, refunds=1, outages=2), Totals("t")])
+    >>> [line for line in table if line.startswith("| p ")]
+    ['| p | 3 | 1 | 0 | 2 | 0 | 0 | 0 |']
+    """
+    paying = [t for t in totals if t.charges or t.declines or t.outages]
+    if not paying:
+        return []
+    lines = [
+        "",
+        "| " + " | ".join(PAYMENT_COLUMNS) + " |",
+        "|---" + "|---:" * (len(PAYMENT_COLUMNS) - 1) + "|",
+    ]
+    for t in paying:
+        counts = (t.charges, t.refunds, t.declines, t.outages, t.late, t.aborts, t.owed)
+        lines.append(f"| {t.workload} | " + " | ".join(map(str, counts)) + " |")
+    return [
+        *lines,
+        "",
+        "Charges and refunds are those in the provider's books (one per idempotency key); declined, "
+        "the requests whose card it declined; outages, how often it went down; late answers, its "
+        "answers later than the caller's timeout; refunds owed, requests that ended failed naming "
+        "their refund while the provider was still down at the end (with the provider up that is an "
+        "anomaly).",
+    ]

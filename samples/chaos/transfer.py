@@ -26,6 +26,10 @@ from samples.chaos.report import Options, Totals
 from samples.chaos.versions import padded, plain
 from samples.transfer.demo import reset
 
+GRACE = 2.0
+"""``submit``'s grace in the faulty rounds: how soon the relay sends a continuation its client did
+not send (the default, 30 s, stalled a quick round that long)."""
+
 
 def transfer_killed(opts: Options, rng: random.Random, round_no: int, totals: Totals) -> None:
     from samples.transfer.demo import Settings, run_harness
@@ -73,7 +77,9 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
     worker_plan = random_plan(random.Random(rng.random()), opts.fault_rate, IN_PROCESS_FAULTS)
     worker_store = FaultyStore(store, worker_plan)
     queue = MemoryQueue(visibility_timeout=2.0)
-    worker = Worker([transfer], store=worker_store, queue=queue, concurrency=2, wait=0.05)
+    # A client that crashed after its claim and retries at once sends nothing (a copy within
+    # submit's takeover time enqueues nothing): the relay sends it, GRACE after the claim.
+    worker = Worker([transfer], store=worker_store, queue=queue, concurrency=2, wait=0.05, relay_every=0.5)
     opening = {f"acct-{n}": settings.balance for n in range(settings.accounts)}
     for name, balance in opening.items():
         run(open_account({"account": name, "balance": balance}), request_id=f"open-{name}", store=store)
@@ -94,7 +100,8 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
             for _attempt in range(200):
                 try:
                     if asynchronous:
-                        pending = submit(transfer(req), request_id=request_id, store=faulty, queue=queue)
+                        m = transfer(req)
+                        pending = submit(m, request_id=request_id, store=faulty, queue=queue, grace=GRACE)
                     else:
                         outcome = run_result(transfer(req), request_id=request_id, store=faulty)
                 except RETRIED:

@@ -21,6 +21,7 @@ from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.errors import InvalidValueError, RequestFailed, StoreError, TransientStoreError, WorkflowAborted
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
 from idemflow.records import RunStatus
+from idemflow.step_retry import StepRetry
 from idemflow.testing import SimulatedCrash
 from tests.checkout_workflows import (
     V1,
@@ -172,7 +173,7 @@ def test_a_step_that_keeps_failing_ends_failed_with_its_step_and_reason(store: S
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     pending = submit(checkout_v1(order(space, explode=True)), request_id=space, store=store, queue=queue)
-    worker = Worker(V1, store=store, queue=queue, max_deliveries=3)
+    worker = Worker(V1, store=store, queue=queue, step_retry=StepRetry(maximum_attempts=3), clock=clock)
     deliver_all(worker, queue, clock)
     failed = status(store, "checkout", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
@@ -190,7 +191,11 @@ def test_on_failure_compensate_refunds_once_and_ends_aborted(store: Store) -> No
         checkout_refunding(order(space, explode=True)), request_id=space, store=store, queue=queue
     )
     queue.send(queue.receive()[0].body)  # a duplicate message: the refund still happens once
-    deliver_all(Worker(V1, store=store, queue=queue, max_deliveries=2), queue, clock)
+    deliver_all(
+        Worker(V1, store=store, queue=queue, step_retry=StepRetry(maximum_attempts=2), clock=clock),
+        queue,
+        clock,
+    )
     with pytest.raises(WorkflowAborted, match="step 2"):
         pending.result(timeout=0)
     assert balance(store, space) == 0 and ("tableb", "shipments", "o0") not in rows_of(store, space)
@@ -288,7 +293,8 @@ def test_waiting_for_a_version_never_counts_as_an_attempt(store: Store) -> None:
         only_v2.handle(message)
         clock.now += 2
     assert only_v2.stats.waiting == 4 and status(store, "checkout", space).status is RunStatus.RUNNING
-    deliver_all(Worker(V1, store=store, queue=queue, max_deliveries=2), queue, clock)
+    two = StepRetry(maximum_attempts=2)
+    deliver_all(Worker(V1, store=store, queue=queue, step_retry=two, clock=clock), queue, clock)
     failed = status(store, "checkout", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None and failed.failure.attempts == 2
 

@@ -20,6 +20,7 @@ from idemflow import (
     InvalidValueError,
     Store,
     Tx,
+    WorkflowAborted,
     atomic,
     receive,
     run,
@@ -34,6 +35,7 @@ from idemflow.async_worklist import MemoryQueue, Worker, status, submit
 from idemflow.async_worklist.submit import MAX_HOP
 from idemflow.keys import INBOX, RUNS_TABLE
 from idemflow.records import RunStatus
+from idemflow.step_retry import StepRetry
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
 from tests.conformance.test_continuations import Clock, deliver_all, outbox_rows
 from tests.conformance.test_workflow_contract import new_space
@@ -212,7 +214,9 @@ def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(sto
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     submit(parent(space, "fail"), request_id=space, store=store, queue=queue, clock=clock)
-    worker = Worker([parent, kid], store=store, queue=queue, clock=clock, max_deliveries=2)
+    worker = Worker(
+        [parent, kid], store=store, queue=queue, clock=clock, step_retry=StepRetry(maximum_attempts=2)
+    )
     deliver(worker, queue, clock)
     assert status(store, "kid", f"{space}-kid").status is RunStatus.FAILED
     waiting = status(store, "parent", space)
@@ -334,6 +338,55 @@ def test_a_message_sent_from_outside_with_one_key_arrives_once_on_both_apis(stor
     sent = [key for _, key, _ in store.scan(RUNS_TABLE, space) if key.startswith(INBOX)]
     assert len(sent) == 2
     assert sorted(run(inbox(space, 2), request_id=space, store=store)) == ["async", "sync"]
+
+
+@workflow("refuser")
+def refuser(space: str) -> Generator[Any, Any, None]:
+    yield atomic("tablea", space, lambda tx: tx.abort("no"), name="refuse")
+
+
+@pytest.mark.blocking_api
+def test_a_message_from_outside_that_no_receive_could_take_is_refused_on_both_apis(store: Store) -> None:
+    """A finished receiver (or, asked for, one never started) answers MessageNotDelivered and
+    nothing is written; a message sent before its receiver started still waits for it, and a
+    resend under a key already delivered replays quietly even once the receiver finished."""
+    import asyncio
+
+    from idemflow.async_worklist import MessageNotDelivered, asend_message, send_message
+
+    space, refused, nobody = new_space(), new_space(), new_space()
+    send_message(store, "inbox", space, "notes", "early", key=f"{space}-k1")
+    assert run(inbox(space, 1), request_id=space, store=store) == ["early"]
+    send_message(store, "inbox", space, "notes", "early", key=f"{space}-k1")  # the client's retry
+    with pytest.raises(WorkflowAborted):
+        run(refuser(refused), request_id=refused, store=store)
+    store.flush()  # the completion records, which some stores write in the background
+    before = sorted(store.scan(RUNS_TABLE))
+    cases = [
+        ("inbox", space, "request already finished: completed", False),
+        ("refuser", refused, "request already finished: aborted", False),
+        ("inbox", nobody, "unknown request", True),
+    ]
+    for flow, request_id, reason, require_started in cases:
+        for send_it in (send_message, lambda *a, **k: asyncio.run(asend_message(*a, **k))):
+            with pytest.raises(MessageNotDelivered) as caught:
+                send_it(
+                    store,
+                    flow,
+                    request_id,
+                    "notes",
+                    "late",
+                    key=f"{request_id}-k2",
+                    require_started=require_started,
+                )
+            got = caught.value
+            assert (got.workflow, got.request_id, got.topic, got.reason) == (
+                flow,
+                request_id,
+                "notes",
+                reason,
+            )
+    assert sorted(store.scan(RUNS_TABLE)) == before
 
 
 def test_a_receive_that_times_out_returns_none_durably(store: Store) -> None:

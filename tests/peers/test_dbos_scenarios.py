@@ -41,6 +41,7 @@ from idemflow import (
 )
 from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, retry, send_message, status, submit
 from idemflow.cli import main as idemflow_cli
+from idemflow.step_retry import StepRetry
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash, data_rows
 
@@ -65,7 +66,8 @@ def counted(counter: list[str], name: str, amount: int = 1) -> Callable[[Tx], st
 
 
 def worker(store: Store, queue: MemoryQueue, *flows: Any, max_deliveries: int = 5) -> Worker:
-    return Worker(flows, store=store, queue=queue, max_deliveries=max_deliveries, wait=0.02, relay_every=None)
+    fast = StepRetry(initial=0.01, maximum_attempts=max_deliveries)  # attempts as DBOS's max_attempts
+    return Worker(flows, store=store, queue=queue, step_retry=fast, wait=0.02, relay_every=None)
 
 
 # --- one workflow id, one execution --------------------------------------------------------------

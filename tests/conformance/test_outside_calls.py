@@ -1,0 +1,356 @@
+"""Outside calls as steps, on every store and both APIs: undone when the request is undone,
+retried under a policy (in place under ``run``, as counted delayed continuations under workers),
+bounded in time.
+
+The outside service is a fake payment provider that keeps its own ledger by idempotency key, as
+real ones do; each test counts what it charged and refunded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from idemflow import Idem, Store, atomic, effect, receive, run, workflow
+from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, status, submit
+from idemflow.compensation import abort
+from idemflow.errors import CompensationFailed, EffectTimeout, InvalidInputError, WorkflowAborted
+from idemflow.records import RunStatus
+from idemflow.step_retry import StepRetry
+from tests.conformance.test_continuations import Clock, deliver_all
+from tests.conformance.test_workflow_contract import new_space
+from tests.workflows import rows_of
+
+BOTH_APIS = True
+"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
+
+FAST = StepRetry(initial=0.001, maximum_interval=0.002, maximum_attempts=6)
+"""In-place retries that wait (almost) nothing."""
+
+
+class Payments:
+    """A payment provider: one charge per idempotency key, refunds by key; ``down`` calls fail."""
+
+    def __init__(self) -> None:
+        self.charges: dict[str, int] = {}
+        self.refunds: dict[str, str] = {}
+        self.calls = 0
+        self.down = 0
+        self.refunds_down = 0
+        self.lock = threading.Lock()
+
+    def charge(self, amount: int) -> Any:
+        def charge(key: str) -> dict[str, Any]:
+            with self.lock:
+                self.calls += 1
+                if self.down:
+                    self.down -= 1
+                    raise ConnectionError("payments down")
+                self.charges.setdefault(key, amount)
+                return {"charge": key, "amount": amount}
+
+        return charge
+
+    def refund(self, key: str, charge: dict[str, Any]) -> str:
+        with self.lock:
+            if self.refunds_down:
+                self.refunds_down -= 1
+                raise ConnectionError("refunds down")
+            assert charge["charge"] in self.charges, "refund of a charge never made"
+            self.refunds.setdefault(key, charge["charge"])
+            return "refunded"
+
+    def kept(self) -> int:
+        """Money charged and not refunded."""
+        refunded = set(self.refunds.values())
+        return sum(amount for key, amount in self.charges.items() if key not in refunded)
+
+
+def hold(key: str) -> Any:
+    def body(tx: Any) -> int:
+        tx.increment(key)
+        return 1
+
+    return body
+
+
+def release(key: str) -> Any:
+    def body(tx: Any, _result: object) -> None:
+        tx.increment(key, -1)
+
+    return body
+
+
+def booking(pay: Payments, *, retry: StepRetry | None = None, wait: bool = False) -> Any:
+    """Hold a seat, charge the card (undone by a refund), then abort, or wait for a message."""
+
+    @workflow("booking", retry=retry)
+    def book(req: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+        space = req["space"]
+        yield atomic("tablea", space + "seats", hold("held"), compensate=release("held"))
+        paid = yield effect(pay.charge(req["amount"]), compensate=pay.refund, name="charge")
+        if wait:
+            yield checkpoint()
+            confirmed = yield receive("confirm", timeout=3600)
+            if confirmed is None:
+                yield abort("not confirmed")
+            return paid
+        yield atomic("tablea", space + "rooms", hold("held"), compensate=release("held"))
+        if req.get("abort"):
+            yield abort("no room")
+        return paid
+
+    return book
+
+
+def test_an_abort_refunds_the_charge_once_in_reverse_order(store: Store) -> None:
+    space, pay = new_space(), Payments()
+    book = booking(pay)
+    for _ in range(3):  # the first run and two duplicates
+        with pytest.raises(WorkflowAborted, match="no room"):
+            run(book({"space": space, "amount": 30, "abort": True}), request_id=space, store=store)
+    assert pay.calls == 1 and len(pay.refunds) == 1 and pay.kept() == 0
+    [(undo_key, charged)] = pay.refunds.items()
+    assert undo_key != charged  # the refund has a stable key of its own, not the charge's
+    assert rows_of(store, space) == {("tablea", "seats", "held"): 0, ("tablea", "rooms", "held"): 0}
+
+
+def test_a_completed_request_keeps_its_charge(store: Store) -> None:
+    space, pay = new_space(), Payments()
+    paid = run(booking(pay)({"space": space, "amount": 5}), request_id=space, store=store)
+    assert paid["amount"] == 5 and pay.refunds == {} and pay.kept() == 5
+
+
+def test_a_failing_refund_is_retried_in_place_under_its_policy(store: Store) -> None:
+    space, pay = new_space(), Payments()
+    pay.down, pay.refunds_down = 2, 3  # the charge and the refund each fail a few times
+    with pytest.raises(WorkflowAborted):
+        run(
+            booking(pay, retry=FAST)({"space": space, "amount": 7, "abort": True}),
+            request_id=space,
+            store=store,
+        )
+    assert pay.calls == 3 and pay.kept() == 0 and len(pay.refunds) == 1
+
+
+def test_a_refund_that_cannot_complete_is_never_dropped(store: Store) -> None:
+    space, pay = new_space(), Payments()
+    pay.refunds_down = 10**6
+    book = booking(pay, retry=StepRetry(initial=0.001, maximum_attempts=2))
+    with pytest.raises(CompensationFailed, match="compensate effect charge"):
+        run(book({"space": space, "amount": 9, "abort": True}), request_id=space, store=store)
+    assert pay.kept() == 9  # not refunded yet, and not reported aborted either
+    pay.refunds_down = 0  # the provider is back: running the request again finishes the undo
+    with pytest.raises(WorkflowAborted, match="no room"):
+        run(book({"space": space, "amount": 9, "abort": True}), request_id=space, store=store)
+    assert pay.kept() == 0 and pay.calls == 1
+
+
+def test_an_effect_that_answers_too_late_fails_its_attempt(store: Store) -> None:
+    space = new_space()
+    calls: list[str] = []
+
+    def slow(key: str) -> str:
+        calls.append(key)
+        if len(calls) == 1:
+            time.sleep(0.5)  # longer than the timeout: this attempt counts as failed
+        return "ok"
+
+    @workflow("late")
+    def late(req: str) -> Generator[Idem[Any], Any, Any]:
+        return (yield effect(slow, timeout=0.1, retry=FAST))
+
+    assert run(late(space), request_id=space, store=store) == "ok"
+    assert len(calls) == 2 and calls[0] == calls[1]  # the repeat carries the same key
+
+    @workflow("late-once")
+    def late_once(req: str) -> Generator[Idem[Any], Any, Any]:
+        return (yield effect(lambda key: time.sleep(0.5), timeout=0.05))
+
+    with pytest.raises(EffectTimeout, match=r"did not answer within 0\.05 s"):
+        run(late_once(space), request_id=space + "once", store=store)
+
+
+def test_a_worker_retries_an_outage_for_as_long_as_the_policy_says(store: Store) -> None:
+    """Twelve failed attempts over about two simulated hours: the request still completes, and
+    three copies of every message neither multiply the calls nor spend the budget faster."""
+    space, pay, clock = new_space(), Payments(), Clock()
+    queue = MemoryQueue(clock=clock)
+    policy = StepRetry(initial=60, maximum_interval=900, maximum_attempts=20)
+
+    @workflow("outage", retry=policy)
+    def outage(req: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        return (yield effect(pay.charge(req["amount"]), name="charge"))
+
+    pay.down = 12
+    submit(outage({"amount": 3}), request_id=space, store=store, queue=queue, clock=clock)
+    body = queue.receive()[0].body
+    queue.send(body)
+    queue.send(body)  # three copies of the continuation in all
+    worker = Worker([outage], store=store, queue=queue, clock=clock, max_deliveries=2)
+    deliver_all(worker, queue, clock, rounds=400, step=300)
+    done = status(store, "outage", space)
+    assert done.status is RunStatus.COMPLETED and done.result == {
+        "charge": done.result["charge"],
+        "amount": 3,
+    }
+    assert pay.calls <= 13 + 2  # one call per attempt, plus at most the copies' first race
+    assert pay.kept() == 3
+
+
+def test_a_worker_fails_a_request_once_its_policy_ends_and_names_the_attempts(store: Store) -> None:
+    space, pay, clock = new_space(), Payments(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("doomed", retry=StepRetry(initial=10, maximum_attempts=4))
+    def doomed(req: int) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        return (yield effect(pay.charge(req), name="charge"))
+
+    pay.down = 10**6
+    pending = submit(doomed(1), request_id=space, store=store, queue=queue, clock=clock)
+    deliver_all(Worker([doomed], store=store, queue=queue, clock=clock), queue, clock, rounds=100)
+    failed = status(store, "doomed", space)
+    assert failed.status is RunStatus.FAILED and failed.failure is not None
+    assert (failed.failure.attempts, pay.calls) == (4, 4) and "payments down" in failed.failure.reason
+    assert pending.status() is RunStatus.FAILED
+
+
+def test_a_non_retryable_error_fails_at_once(store: Store) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    calls: list[int] = []
+
+    def declined(key: str) -> None:
+        calls.append(1)
+        raise PermissionError("card declined")
+
+    @workflow("declined", retry=StepRetry(non_retryable=(PermissionError,)))
+    def decline(req: int) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        return (yield effect(declined))
+
+    submit(decline(1), request_id=space, store=store, queue=queue, clock=clock)
+    deliver_all(Worker([decline], store=store, queue=queue, clock=clock), queue, clock)
+    failed = status(store, "declined", space)
+    assert failed.failure is not None and failed.failure.attempts == 1 and calls == [1]
+
+
+def test_on_failure_compensate_refunds_through_a_refund_outage(store: Store) -> None:
+    space, pay, clock = new_space(), Payments(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("saga", on_failure="compensate", retry=StepRetry(initial=5, maximum_attempts=3))
+    def saga(req: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        yield effect(pay.charge(req["amount"]), compensate=pay.refund, name="charge")
+        yield atomic("tablea", req["space"] + "rooms", lambda tx: tx.get("missing")["boom"], name="room")
+        return "booked"
+
+    pay.refunds_down = 2  # the refund fails twice: its third and last attempt refunds
+    submit(saga({"space": space, "amount": 12}), request_id=space, store=store, queue=queue, clock=clock)
+    worker = Worker([saga], store=store, queue=queue, clock=clock)
+    deliver_all(worker, queue, clock, rounds=100)
+    ended = status(store, "saga", space)
+    assert ended.status is RunStatus.ABORTED, ended
+    assert pay.kept() == 0 and len(pay.refunds) == 1
+    pay.refunds_down = 10**6  # a refund that never succeeds: failed, naming it, never "aborted"
+    again = saga({"space": space, "amount": 6})
+    submit(again, request_id=space + "x", store=store, queue=queue, clock=clock)
+    deliver_all(worker, queue, clock, rounds=100)
+    stuck = status(store, "saga", space + "x")
+    assert stuck.status is RunStatus.FAILED and stuck.failure is not None
+    assert stuck.failure.reason == (
+        "compensation of step 1 (compensate effect charge) failed: ConnectionError: refunds down"
+    )
+    assert pay.kept() == 6
+
+
+@pytest.mark.blocking_api
+def test_an_operators_abort_refunds_a_waiting_booking(store: Store) -> None:
+    from idemflow import operations
+
+    space, pay, clock = new_space(), Payments(), Clock()
+    queue = MemoryQueue(clock=clock)
+    book = booking(pay, wait=True)
+    submit(book({"space": space, "amount": 40}), request_id=space, store=store, queue=queue, clock=clock)
+    Worker([book], store=store, queue=queue, clock=clock).handle(queue.receive()[0])  # it now waits
+    assert status(store, "booking", space).status is RunStatus.RUNNING and pay.kept() == 40
+    pay.refunds_down = 1
+    with pytest.raises(CompensationFailed):  # the refund failed: the record says so, never aborted
+        operations.abort(store, [book], "booking", space, reason="operator", clock=clock)
+    failed = status(store, "booking", space)
+    assert failed.status is RunStatus.FAILED and failed.failure is not None
+    assert "compensate effect charge" in failed.failure.reason
+    record = operations.abort(store, [book], "booking", space, reason="operator", clock=clock)
+    assert record.status is RunStatus.ABORTED and pay.kept() == 0 and len(pay.refunds) == 1
+    assert rows_of(store, space) == {("tablea", "seats", "held"): 0}
+
+
+@pytest.mark.blocking_api
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"initial": 0},
+        {"initial": float("nan")},
+        {"backoff": 0.5},
+        {"maximum_attempts": 0},
+        {"maximum_attempts": True},
+        {"expiry": -1},
+        {"non_retryable": [ValueError]},
+        {"non_retryable": (int,)},
+    ],
+)
+def test_a_bad_policy_is_refused_before_anything_runs(options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInputError, match="StepRetry"):
+        StepRetry(**options)
+
+
+@pytest.mark.blocking_api
+def test_bad_effect_options_are_refused() -> None:
+    with pytest.raises(InvalidInputError, match="timeout"):
+        effect(lambda key: None, timeout=0)
+    with pytest.raises(InvalidInputError, match="compensate"):
+        effect(lambda key: None, compensate="refund")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="retry"):
+        effect(lambda key: None, retry=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="retry"):
+        workflow("w", retry={"attempts": 3})  # type: ignore[arg-type]
+
+
+def test_copies_of_a_submit_cost_the_workers_one_execution(store: Store) -> None:
+    """Four copies of a request, two of them racing the first: one continuation is queued, one
+    worker execution finishes it, and every copy answers from the run record."""
+    space, pay, clock = new_space(), Payments(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("copied")
+    def copied(req: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+        yield atomic("tablea", req["space"] + "seats", hold("held"))
+        yield checkpoint()
+        return (yield effect(pay.charge(req["amount"]), name="charge"))
+
+    def copy() -> None:
+        submit(copied({"space": space, "amount": 8}), request_id=space, store=store, queue=queue, clock=clock)
+
+    copy()
+    racers = [threading.Thread(target=copy) for _ in range(2)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    copy()
+    assert queue.approximate_size() == 1
+    worker = Worker([copied], store=store, queue=queue, clock=clock)
+    deliver_all(worker, queue, clock)
+    assert (worker.stats.completed, worker.stats.duplicates) == (1, 0)
+    assert status(store, "copied", space).result == {
+        "charge": next(iter(pay.charges)),
+        "amount": 8,
+    }
+    assert rows_of(store, space) == {("tablea", "seats", "held"): 1} and pay.calls == 1
