@@ -44,6 +44,8 @@ class Done:
     step: int
     node: Atomic | Effect | Start
     result: Any
+    late: bool = False
+    """An effect whose call this execution saw answered after the request was undone at it."""
 
 
 class ExecutionBase:
@@ -100,6 +102,9 @@ class ExecutionBase:
         """Operations beyond the step's partition that commit with the current step (a child's
         claim, a message), recomputed on every attempt."""
         self._copy = False
+        self._called: Any = None
+        """What the current effect's call answered in this execution, if it was called (an undo
+        needs it when the request is undone at that very call)."""
         self._workflow_call: Call | None = None
         """The workflow this execution runs (its policy, its ``on_abort``)."""
         self._cleaning = False

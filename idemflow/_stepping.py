@@ -235,13 +235,13 @@ class Stepping(RunRecording):
                     tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
                 if call_out is not None:
                     if call_out.lease is None:
-                        result = yield call_out
+                        result = self._called = yield call_out
                     else:
                         recorded = yield from self._leased(memo_ref, call_out.lease)
                         if recorded is not None:  # another execution made the call
                             return self._memo_result(recorded, identity)
                         try:
-                            result = yield call_out
+                            result = self._called = yield call_out
                         except Exception:  # a call that failed gives the lease up: a retry need not wait
                             with contextlib.suppress(TransientStoreError):  # else it ends by itself
                                 yield from self._commit([Delete(self._lease_ref(memo_ref))], memo_ref)
@@ -268,7 +268,7 @@ class Stepping(RunRecording):
             else:
                 aborted, value = False, result
                 data_ops = tx.ops()
-            memo_value = memo_row(identity, value, aborted=aborted, at=self.clock())
+            memo_value = memo_row(identity, value, aborted=aborted, at=int(self.clock() * 1000))
             try:
                 memo_text = encode(memo_value, "", envelope=1)
             except InvalidValueError as bad:  # the place is named only when needed: it costs a format

@@ -49,7 +49,7 @@ from idemflow.errors import (
     StepFailedError,
     StoreError,
 )
-from idemflow.keys import RUNS_TABLE, compensation_tag
+from idemflow.keys import RUNS_TABLE, compensation_tag, late_undo_tag
 from idemflow.monad import (
     Abort,
     Atomic,
@@ -122,6 +122,10 @@ def undo_key(workflow: str, request_id: str, step: int) -> str:
 
 def _digest(workflow: str, request_id: str, step: int) -> bytes:
     return hashlib.sha256(f"{workflow}\x00{request_id}\x00{step}".encode()).digest()
+
+
+_NOT_CALLED = object()
+"""No call out was answered in this execution's attempt at the effect."""
 
 
 def _settle(tx: Tx) -> None:
@@ -331,15 +335,25 @@ class Execution(Waiting):
                 identity = "effect " + label
                 retry = retry if retry is not None else self._workflow_retry
                 self._step_retry = retry
-                if retry is None or not self.plan.retry_in_place:
-                    value = yield from self._forward(RUNS_TABLE, self.request_id, identity, _settle, call)
-                else:
-                    value = yield from self._in_place(
-                        retry,
-                        lambda again: self._forward(
-                            RUNS_TABLE, self.request_id, identity, _settle, call, again=again
-                        ),
-                    )
+                self._called = _NOT_CALLED
+                try:
+                    if retry is None or not self.plan.retry_in_place:
+                        value = yield from self._forward(RUNS_TABLE, self.request_id, identity, _settle, call)
+                    else:
+                        value = yield from self._in_place(
+                            retry,
+                            lambda again: self._forward(
+                                RUNS_TABLE, self.request_id, identity, _settle, call, again=again
+                            ),
+                        )
+                except AbortWorkflow:
+                    # The request was undone at this very call: it may have been made (in flight
+                    # here or elsewhere, or an attempt that timed out). Undo it by its key; with
+                    # its answer if this execution has it, else None (the outcome is unknown).
+                    if compensate is not None:
+                        late = self._called is not _NOT_CALLED
+                        self._done.append(Done(step, node, self._called if late else None, late))
+                    raise
                 if compensate is not None:
                     self._done.append(Done(step, node, value))
                 return value
@@ -370,7 +384,7 @@ class Execution(Waiting):
         for done in reversed(self._done):
             node, result = done.node, done.result
             if isinstance(node, Effect):
-                yield from self._undo_call(done.step, node, result)
+                yield from self._undo_call(done.step, node, result, done.late)
             elif isinstance(node, Start):
                 yield from self._abort_child(node, reason)
             else:
@@ -446,19 +460,21 @@ class Execution(Waiting):
         )
         yield from inner.run(node.call)
 
-    def _undo_call(self, step: int, node: Effect, result: Any) -> Steps[None]:
+    def _undo_call(self, step: int, node: Effect, result: Any, late: bool = False) -> Steps[None]:
         """Undo an outside call: ``undo(key, result)`` as an effect of its own, memoized at the
-        call's compensation tag beside the run record, with a stable key of its own."""
+        call's compensation tag beside the run record (``late``: at a tag of its own, for a call
+        answered after the request was undone at it, which the first undo may have missed)."""
         undo = node.compensate
         assert undo is not None
         identity = "compensate effect " + node.label
         key = undo_key(self.workflow, self.request_id, step)
+        effect_key = idempotency_key(self.workflow, self.request_id, step)
 
-        def call_undo(key: str) -> Any:
-            return undo(key, result)
+        def call_undo(_own_key: str) -> Any:
+            return undo(effect_key, result)
 
         call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label)
-        tag = compensation_tag(step)
+        tag = late_undo_tag(step) if late else compensation_tag(step)
         retry = node.retry if node.retry is not None else self._workflow_retry
         self._step, self._identity, self._extra, self._step_retry = step, identity, None, retry
 

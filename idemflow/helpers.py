@@ -70,15 +70,20 @@ def effect(
     the call can take. It costs one more commit per call.
 
     ``compensate=undo`` makes the call undoable: whenever the request is
-    undone after this call returned (a later step aborts, ``yield abort(...)``,
-    ``on_failure="compensate"``, an operator's abort, a request deadline),
-    ``undo(key, result)`` runs exactly once, in reverse order with the other
-    compensations, with the memoized ``result`` and a stable idempotency
-    ``key`` of its own (not the call's: a provider refuses one key for two
-    different calls). A failing undo is retried under ``retry``; it is never
-    dropped. ``retry`` (a :class:`~idemflow.step_retry.StepRetry`) says how a
-    call that raised is made again; ``timeout=seconds`` fails an attempt that
-    takes longer (:class:`~idemflow.errors.EffectTimeout`).
+    undone once this call was reached (a later step aborts, ``yield
+    abort(...)``, ``on_failure="compensate"``, an operator's abort, a
+    request deadline), ``undo(key, result)`` runs exactly once, in reverse
+    order with the other compensations. ``key`` is the call's own idempotency
+    key and ``result`` its memoized answer — or None when the request was
+    undone at this very call, whose outcome is then unknown (it may be in
+    flight, or an attempt that timed out may have gone through): the undo
+    must then find what ``key`` did at the provider, if anything. Derive the
+    undo's own idempotency key from ``key`` (``"refund-" + key``): a provider
+    refuses one key for two different calls. A failing undo is retried under
+    ``retry``; it is never dropped. ``retry`` (a
+    :class:`~idemflow.step_retry.StepRetry`) says how a call that raised is
+    made again; ``timeout=seconds`` fails an attempt that takes longer
+    (:class:`~idemflow.errors.EffectTimeout`).
 
     >>> from idemflow import MemoryStore, WorkflowAborted, run, workflow
     >>> from idemflow.compensation import abort
@@ -86,7 +91,7 @@ def effect(
     >>> @workflow("pay")
     ... def pay(order):
     ...     charge = yield effect(lambda key: {"charge": "ch_1"},
-    ...                           compensate=lambda key, charge: refunds.append(charge["charge"]))
+    ...                           compensate=lambda key, charge: refunds.append(charge and charge["charge"]))
     ...     yield abort("out of stock")
     >>> try:
     ...     run(pay({"n": 1}), request_id="o-1", store=MemoryStore())

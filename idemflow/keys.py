@@ -74,6 +74,12 @@ def compensation_tag(step: int) -> str:
     return f"c{step}"
 
 
+def late_undo_tag(step: int) -> str:
+    """Memo tag of the undo of effect step ``step`` whose call an execution saw answered after the
+    request was undone at that step (the first undo may have found nothing to undo yet)."""
+    return f"u{step}"
+
+
 def lease_tag(step: int) -> str:
     """Row tag of the lease of effect step ``step`` (beside its memo, collected with it)."""
     return f"l{step}"

@@ -298,7 +298,9 @@ def atomic(
 
         raise InvalidInputError(f"atomic step body must be callable, not {type(body).__name__}")
     step_name = name if name is not None else getattr(body, "__qualname__", type(body).__qualname__)
-    return Idem(Atomic(table, partition, body, compensate, step_name, check_retry(retry)))
+    if retry is not None:
+        check_retry(retry)
+    return Idem(Atomic(table, partition, body, compensate, step_name, retry))
 
 
 def check_retry(retry: object) -> StepRetry | None:

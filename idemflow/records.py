@@ -50,8 +50,8 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
 3. (0.3.0) run records gain ``par`` (the parent to wake); wake-up rows and inbox messages appear.
 4. (0.4.0) run records gain ``rt`` (a step a worker tries again: :class:`Attempts`) and ``dl``
    (the request's deadline), and the status ``cancelled``; memos gain ``t`` (when the step
-   committed); memos of an outside call's undo appear (``compensate effect ...``, beside the run
-   record).
+   committed, epoch milliseconds); memos of an outside call's undo appear (``compensate
+   effect ...``, beside the run record).
 """
 
 MEMO_AT = 0
@@ -92,10 +92,11 @@ class Memo:
     value: JSON
     aborted: bool = False
     at: float | None = None
-    """When the step committed (epoch seconds; absent before format 4)."""
+    """When the step committed (epoch seconds; absent before format 4, which writes milliseconds)."""
 
     def to_json(self) -> dict[str, JSON]:
-        return memo_row(self.identity, self.value, aborted=self.aborted, at=self.at)
+        at = None if self.at is None else round(self.at * 1000)
+        return memo_row(self.identity, self.value, aborted=self.aborted, at=at)
 
     @classmethod
     def from_json(cls, raw: Any) -> Memo | None:
@@ -103,7 +104,7 @@ class Memo:
         if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
             return None
         at = raw.get("t")
-        at = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+        at = at / 1000 if type(at) is int else None  # milliseconds: an int is cheaper to write
         if "abort" in raw:
             return cls(raw["id"], raw["abort"], aborted=True, at=at)
         return cls(raw["id"], raw.get("v"), at=at)
@@ -139,10 +140,9 @@ def outbox_ref(workflow: str, request_id: str) -> RowRef:
     return RowRef(RUNS_TABLE, outbox_partition(request_id), outbox_key(workflow, request_id))
 
 
-def memo_row(
-    identity: str, value: JSON, *, aborted: bool = False, at: float | None = None
-) -> dict[str, JSON]:
-    """``Memo(identity, value, aborted, at).to_json()`` without building the Memo: every step writes one."""
+def memo_row(identity: str, value: JSON, *, aborted: bool = False, at: int | None = None) -> dict[str, JSON]:
+    """``Memo(identity, value, aborted, at).to_json()`` without building the Memo: every step writes
+    one (``at`` in epoch milliseconds)."""
     row: dict[str, JSON] = {"id": identity, "abort": value} if aborted else {"id": identity, "v": value}
     if at is not None:
         row["t"] = at

@@ -85,7 +85,12 @@ def _text(value: object, where: str, envelope: int) -> tuple[Any, str]:
         return form, _dumped(form, where)
     if problem is not None:
         raise InvalidValueError(where, problem)
-    text = _dumped(value, where)
+    try:  # the hot path: _dumped inlined
+        text = _dumps(value)
+    except ValueError:  # an int past the digit limit
+        raise InvalidValueError(where, _unstorable(value) or "cannot be written as JSON text") from None
+    if not text.isascii():
+        _dumped(value, where)
     if _MARK in text and _reserved_key(value):
         raise InvalidValueError(where, f"a dict key starts with {codecs.TAG!r}: {_RESERVED}")
     return value, text

@@ -194,10 +194,10 @@ def _noted(steps: list[StepView], request: Read, row: Any) -> None:
         return
     _, _, tag = parsed
     memo = Memo.from_json(row.value)
-    if memo is None or not tag[1:].isdigit() or tag[0] not in "sc":
+    if memo is None or not tag[1:].isdigit() or tag[0] not in "scu":
         return
     kind, _, name = memo.identity.partition(" ")
-    outcome = "aborted" if memo.aborted else ("compensated" if tag[0] == "c" else "committed")
+    outcome = "aborted" if memo.aborted else ("compensated" if tag[0] in "cu" else "committed")
     steps.append(
         StepView(
             int(tag[1:]), kind, name, request.ref.table, request.ref.partition, outcome, memo.value, memo.at

@@ -395,7 +395,8 @@ def _deadline(request: Request, deadline: object, now: float) -> float | None:
 TAKEOVER = 5.0
 """Seconds after a request's claim before a copy of its ``submit`` sends the continuation itself
 if the first has not (its outbox entry is still there): a live ``submit`` sends well within this,
-so racing copies enqueue nothing, and a client retrying after a crash is not left to the relay."""
+so racing copies enqueue nothing, and a client retrying later than this after a crash is not left
+to the relay (a sooner retry is: the outbox grace, ``submit(grace=)``)."""
 
 
 MAX_HOP = 900.0

@@ -147,11 +147,11 @@ def charge(req: Booking) -> Callable[[str], dict[str, JSON]]:
     return call
 
 
-def refund(idempotency_key: str, charged: dict[str, JSON]) -> dict[str, JSON]:
-    """The undo of a charge: its own key, the charge's id from the memoized answer."""
-    return post(
-        "/refund", {"key": idempotency_key, "charge": charged["charge"], "request": charged["request"]}
-    )
+def refund(charge_key: str, charged: dict[str, JSON] | None) -> dict[str, JSON]:
+    """The undo of a charge, by the charge's own key (its answer is None when the booking was
+    undone while the charge was in flight), under a refund key derived from it."""
+    request = None if charged is None else charged.get("request")
+    return post("/refund", {"key": "refund-" + charge_key, "charge_key": charge_key, "request": request})
 
 
 def _take(capacity: int, request_id: str, why: str) -> Callable[[Tx], int]:

@@ -23,7 +23,7 @@ key, a refund of a charge it never made — but writes it down, for the checks t
 200
 >>> provider.call("/charge", {"key": "k1", "request": "r1", "card": "4242", "amount": 5}, 0)[1]["charge"]
 'ch-1'
->>> provider.call("/refund", {"key": "u1", "charge": "ch-1", "request": "r1"}, 0)[0]
+>>> provider.call("/refund", {"key": "u1", "charge_key": "k1", "request": "r1"}, 0)[0]
 200
 >>> ledger = provider.ledger()
 >>> len(ledger.charges), ledger.refunds, ledger.repeats
@@ -138,10 +138,17 @@ class Provider:
         return 200, _answer(made), True
 
     def _refund(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], bool]:
-        key, charge = str(body["key"]), str(body["charge"])
+        key = str(body["key"])
         if key in self._refunds:
             self._counts["repeat"] += 1
             return 200, {"refund": key, "charge": self._refunds[key]}, False
+        if "charge_key" in body:  # by the charge's own key: its outcome may be unknown to the caller
+            made = self._by_key.get(str(body["charge_key"]))
+            if made is None:
+                return 200, {"refund": None, "charge": None}, False  # never charged: nothing to undo
+            charge = made.id
+        else:
+            charge = str(body["charge"])
         if charge not in self._charges:
             self._strays.append(
                 f"refund {key[:12]} of {charge}, never charged (request {body.get('request')})"

@@ -55,13 +55,17 @@ class Payments:
 
         return charge
 
-    def refund(self, key: str, charge: dict[str, Any]) -> str:
+    def refund(self, key: str, charge: dict[str, Any] | None) -> str:
+        """Refund the charge made under ``key`` (the charge's own key), under the refund's own key
+        derived from it; ``charge`` is None when the charge's outcome is unknown."""
         with self.lock:
             if self.refunds_down:
                 self.refunds_down -= 1
                 raise ConnectionError("refunds down")
-            assert charge["charge"] in self.charges, "refund of a charge never made"
-            self.refunds.setdefault(key, charge["charge"])
+            assert charge is None or charge["charge"] == key
+            if key not in self.charges:
+                return "nothing to refund"  # an outcome-unknown charge that never went through
+            self.refunds.setdefault("refund-" + key, key)
             return "refunded"
 
     def kept(self) -> int:
@@ -115,7 +119,7 @@ def test_an_abort_refunds_the_charge_once_in_reverse_order(store: Store) -> None
             run(book({"space": space, "amount": 30, "abort": True}), request_id=space, store=store)
     assert pay.calls == 1 and len(pay.refunds) == 1 and pay.kept() == 0
     [(undo_key, charged)] = pay.refunds.items()
-    assert undo_key != charged  # the refund has a stable key of its own, not the charge's
+    assert undo_key == "refund-" + charged  # the refund's own key, derived from the charge's
     assert rows_of(store, space) == {("tablea", "seats", "held"): 0, ("tablea", "rooms", "held"): 0}
 
 
@@ -354,3 +358,39 @@ def test_copies_of_a_submit_cost_the_workers_one_execution(store: Store) -> None
         "amount": 8,
     }
     assert rows_of(store, space) == {("tablea", "seats", "held"): 1} and pay.calls == 1
+
+
+@pytest.mark.blocking_api
+def test_an_abort_that_lands_while_the_charge_is_in_flight_refunds_it(store: Store) -> None:
+    """The operator aborts while a worker's charge is on its way: the charge goes through after
+    the abort memo was written. Whoever compensates refunds it by its key, exactly once."""
+    from idemflow import operations
+
+    space, pay, clock = new_space(), Payments(), Clock()
+    queue = MemoryQueue(clock=clock)
+    in_flight, release_call = threading.Event(), threading.Event()
+
+    def slow_charge(key: str) -> dict[str, Any]:
+        in_flight.set()
+        release_call.wait(10)
+        return pay.charge(15)(key)
+
+    @workflow("in-flight", retry=StepRetry(initial=1, maximum_attempts=3))
+    def in_flight_booking(req: str) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        yield effect(slow_charge, compensate=pay.refund, name="charge")
+        return "booked"
+
+    submit(in_flight_booking(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = Worker([in_flight_booking], store=store, queue=queue, clock=clock)
+    message = queue.receive()[0]
+    running = threading.Thread(target=worker.handle, args=(message,))
+    running.start()
+    assert in_flight.wait(10)
+    record = operations.abort(store, [in_flight_booking], "in-flight", space, reason="operator", clock=clock)
+    assert record.status is RunStatus.ABORTED
+    release_call.set()  # the charge goes through now, after the abort
+    running.join(10)
+    assert pay.calls == 1 and len(pay.charges) == 1
+    assert pay.kept() == 0 and len(pay.refunds) == 1  # refunded once, though the abort came first
+    assert status(store, "in-flight", space).status is RunStatus.ABORTED
