@@ -13,7 +13,7 @@ import dataclasses
 from idemflow._execution import ExecutionBase
 from idemflow._io import Steps
 from idemflow.errors import IdempotencyKeyReuseError, LimitExceededError
-from idemflow.plan import Finished, OtherVersion
+from idemflow.plan import Checkpointed, Finished, OtherVersion
 from idemflow.records import OutboxEntry, RunRecord, RunStatus, outbox_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
@@ -112,6 +112,8 @@ class RunRecording(ExecutionBase):
                 # or a relay would send a stray continuation.
                 self._outbox_written = None
                 yield from self._commit([Delete(self._outbox_ref())], self._run_ref)
+            if record.version != self.plan.version:  # this code cannot replay it: answer as a copy
+                raise Checkpointed((), duplicate=True, claimed_at=record.started_at, version=record.version)
         if record.version != self.plan.version:
             raise OtherVersion(record)
         self._run_known = True

@@ -111,10 +111,18 @@ class Checkpointed(BaseException):
     ``journal`` lists the steps before it, for the continuation to carry."""
 
     def __init__(
-        self, journal: tuple[JournalEntry, ...], *, duplicate: bool = False, claimed_at: float | None = None
+        self,
+        journal: tuple[JournalEntry, ...],
+        *,
+        duplicate: bool = False,
+        claimed_at: float | None = None,
+        version: int | None = None,
     ) -> None:
         super().__init__(len(journal))
         self.journal = journal
+        self.version = version
+        """The workflow version the request runs on, where it is not this code's (a copy of a
+        request submitted on another version: its continuation names that one)."""
         self.duplicate = duplicate
         """Another ``submit`` of this request claimed it first: its continuation is that one's
         to send (or its outbox entry's, which a relay sends if it died)."""

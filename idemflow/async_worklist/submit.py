@@ -351,7 +351,7 @@ def submission_steps(
             m, request, request_id, store, policy, wall, plan, (), reader=reader
         )
     except Checkpointed as reached:
-        pointer = Pointer(request.workflow, request.version, request_id, reached.journal)
+        pointer = Pointer(request.workflow, reached.version or request.version, request_id, reached.journal)
         if reached.duplicate:  # the first submit sends it, or the relay for its outbox entry
             claimed = reached.claimed_at
             if claimed is not None and wall() - claimed < TAKEOVER:

@@ -394,3 +394,26 @@ def test_an_abort_that_lands_while_the_charge_is_in_flight_refunds_it(store: Sto
     assert pay.calls == 1 and len(pay.charges) == 1
     assert pay.kept() == 0 and len(pay.refunds) == 1  # refunded once, though the abort came first
     assert status(store, "in-flight", space).status is RunStatus.ABORTED
+
+
+def test_a_copy_on_another_version_enqueues_nothing_and_answers_from_the_record(store: Store) -> None:
+    """During a rolling deploy a copy may reach a server holding the other version: it cannot
+    replay that code, so it answers from the run record and leaves the continuation to the first."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    def flow(version: int) -> Any:
+        @workflow("rolling", version=version)
+        def rolling(req: str) -> Generator[Idem[Any], Any, Any]:
+            yield atomic("tablea", req + "v", hold("n"))
+            yield checkpoint()
+            return f"v{version}"
+
+        return rolling
+
+    old, new = flow(1), flow(2)
+    submit(old(space), request_id=space, store=store, queue=queue, clock=clock)
+    pending = submit(new(space), request_id=space, store=store, queue=queue, clock=clock)
+    assert queue.approximate_size() == 1 and pending.status() is RunStatus.RUNNING
+    deliver_all(Worker([old, new], store=store, queue=queue, clock=clock), queue, clock)
+    assert pending.result(timeout=0) == "v1" and rows_of(store, space) == {("tablea", "v", "n"): 1}
