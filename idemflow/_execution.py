@@ -102,6 +102,7 @@ class ExecutionBase:
         """Operations beyond the step's partition that commit with the current step (a child's
         claim, a message), recomputed on every attempt."""
         self._copy = False
+        """A submission met a request another submit claimed: it sends no continuation."""
         self._called: Any = None
         """What the current effect's call answered in this execution, if it was called (an undo
         needs it when the request is undone at that very call)."""
@@ -111,7 +112,6 @@ class ExecutionBase:
         """Running ``on_abort`` steps: an operator's abort does not replace them."""
         self._outbox_written: float | None = None
         """When this submission inserted its outbox entry before its claim (Azure), if it did."""
-        """A submission met a request another submit claimed: it sends no continuation."""
         self._adopted = False
         """This submission stored its input in a record ``run`` claimed: it sends the continuation."""
         self._workflow_retry: StepRetry | None = None

@@ -103,7 +103,6 @@ __all__ = [
     "Submission",
     "Suspended",
     "idempotency_key",
-    "undo_key",
 ]
 
 _INFRASTRUCTURE = (StoreError, ConflictError)
@@ -113,11 +112,6 @@ _INFRASTRUCTURE = (StoreError, ConflictError)
 def idempotency_key(workflow: str, request_id: str, step: int) -> str:
     """The stable key an effect passes to its outside service (hex sha256)."""
     return hashlib.sha256(b"effect\x00" + _digest(workflow, request_id, step)).hexdigest()
-
-
-def undo_key(workflow: str, request_id: str, step: int) -> str:
-    """The stable key the undo of the effect at ``step`` passes to its outside service."""
-    return hashlib.sha256(b"undo\x00" + _digest(workflow, request_id, step)).hexdigest()
 
 
 def _digest(workflow: str, request_id: str, step: int) -> bytes:
@@ -297,6 +291,13 @@ class Execution(Waiting):
             self._done.append(Done(step, node, value))
         return value
 
+    def _tried(self, retry: StepRetry | None, attempt: Callable[[bool], Steps[Any]]) -> Steps[Any]:
+        """``attempt(False)``, or under a policy that retries here, :meth:`_in_place` (a plain
+        function: no generator frame of its own)."""
+        if retry is None or not self.plan.retry_in_place:
+            return attempt(False)
+        return self._in_place(retry, attempt)
+
     def _in_place(self, retry: StepRetry, attempt: Callable[[bool], Steps[Any]]) -> Steps[Any]:
         """``attempt`` until it returns or ``retry`` ends (then its error is raised), waiting the
         policy's backoff between attempts; each attempt is the same step (same number and memo)."""
@@ -337,15 +338,12 @@ class Execution(Waiting):
                 self._step_retry = retry
                 self._called = _NOT_CALLED
                 try:
-                    if retry is None or not self.plan.retry_in_place:
-                        value = yield from self._forward(RUNS_TABLE, self.request_id, identity, _settle, call)
-                    else:
-                        value = yield from self._in_place(
-                            retry,
-                            lambda again: self._forward(
-                                RUNS_TABLE, self.request_id, identity, _settle, call, again=again
-                            ),
-                        )
+                    value = yield from self._tried(
+                        retry,
+                        lambda again: self._forward(
+                            RUNS_TABLE, self.request_id, identity, _settle, call, again=again
+                        ),
+                    )
                 except AbortWorkflow:
                     # The request was undone at this very call: it may have been made (in flight
                     # here or elsewhere, or an attempt that timed out). Undo it by its key; with
@@ -427,10 +425,7 @@ class Execution(Waiting):
             return self._run_step(node.table, node.partition, tag, identity, body, False)
 
         try:
-            if retry is None or not self.plan.retry_in_place:
-                yield from attempt(False)
-            else:
-                yield from self._in_place(retry, attempt)
+            yield from self._tried(retry, attempt)
         except IdemflowError:
             raise
         except (Exception, StepAborted) as exc:
@@ -467,12 +462,11 @@ class Execution(Waiting):
         undo = node.compensate
         assert undo is not None
         identity = "compensate effect " + node.label
-        key = undo_key(self.workflow, self.request_id, step)
-        effect_key = idempotency_key(self.workflow, self.request_id, step)
 
-        def call_undo(_own_key: str) -> Any:
-            return undo(effect_key, result)
+        def call_undo(key: str) -> Any:
+            return undo(key, result)
 
+        key = idempotency_key(self.workflow, self.request_id, step)  # the call's: undo finds it by it
         call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label)
         tag = late_undo_tag(step) if late else compensation_tag(step)
         retry = node.retry if node.retry is not None else self._workflow_retry
@@ -482,10 +476,7 @@ class Execution(Waiting):
             return self._run_step(RUNS_TABLE, self.request_id, tag, identity, _settle, False, call)
 
         try:
-            if retry is None or not self.plan.retry_in_place:
-                yield from attempt(False)
-            else:
-                yield from self._in_place(retry, attempt)
+            yield from self._tried(retry, attempt)
         except (NonDeterminismError, *_INFRASTRUCTURE):
             raise
         except Exception as exc:

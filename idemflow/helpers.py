@@ -24,11 +24,11 @@ differs between executions goes through these, each an ``Idem`` to yield:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TypeVar
 
 from idemflow.errors import InvalidInputError
+from idemflow.keys import check_duration
 from idemflow.monad import Effect, Idem, Now, Random, Uuid4, check_retry
 from idemflow.step_retry import StepRetry
 
@@ -99,14 +99,8 @@ def effect(
     ...     print(aborted.reason, refunds)
     out of stock ['ch_1']
     """
-    if lease is not None and (
-        isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease < math.inf
-    ):
-        raise InvalidInputError(f"effect lease must be a positive number of seconds, not {lease!r}")
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf
-    ):
-        raise InvalidInputError(f"effect timeout must be a positive number of seconds, not {timeout!r}")
+    lease = None if lease is None else check_duration(lease, "effect lease")
+    timeout = None if timeout is None else check_duration(timeout, "effect timeout")
     if not callable(fn):
         raise InvalidInputError(f"effect() takes a callable, not {type(fn).__name__}")
     if compensate is not None and not callable(compensate):
@@ -116,9 +110,9 @@ def effect(
         Effect(
             label,
             fn,
-            None if lease is None else float(lease),
+            lease,
             compensate,
             check_retry(retry),
-            None if timeout is None else float(timeout),
+            timeout,
         )
     )

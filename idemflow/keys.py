@@ -32,9 +32,10 @@ so the ``|`` separators are unambiguous: the encoding is injective.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 
-from idemflow.errors import InvalidNameError
+from idemflow.errors import InvalidInputError, InvalidNameError
 
 RUNS_TABLE = "idemflowruns"
 """Logical table holding run records and table-less step memos."""
@@ -236,3 +237,27 @@ def check_partition(partition: object) -> str:
 def check_key(key: object) -> str:
     """A data key: any non-empty unicode text up to 512 characters."""
     return _check_text("key", key, MAX_KEY_CHARS)
+
+
+def check_duration(value: object, what: str, *, zero: bool = False) -> float:
+    """A finite number of seconds, ``> 0`` (``>= 0`` with ``zero``): an effect's lease and
+    timeout, a workflow's timeout, a retry policy's intervals. Else :class:`InvalidInputError`
+    naming ``what``.
+
+    >>> check_duration(2, "effect timeout")
+    2.0
+    >>> check_duration(float("inf"), "effect timeout")
+    Traceback (most recent call last):
+    ...
+    idemflow.errors.InvalidInputError: effect timeout must be a finite number of seconds > 0, not inf
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not (value >= 0 if zero else value > 0)
+    ):
+        raise InvalidInputError(
+            f"{what} must be a finite number of seconds {'>= 0' if zero else '> 0'}, not {value!r}"
+        )
+    return float(value)

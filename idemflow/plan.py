@@ -149,3 +149,12 @@ class Suspended(Checkpointed):
         self.due = due
         self.why = why
         """What it waits for, for the run record's note (``status(...).waiting``)."""
+
+    def capped(self, deadline: float | None) -> Suspended:
+        """This suspension with its continuation due no later than ``deadline`` (the request's),
+        whatever it waits for: so a request waiting for something that never comes is woken by
+        its own continuation when its deadline passes."""
+        if deadline is None:
+            return self
+        due = deadline if self.due is None else min(self.due, deadline)
+        return Suspended(self.journal, due, self.why, duplicate=self.duplicate, claimed_at=self.claimed_at)

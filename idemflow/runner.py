@@ -36,7 +36,7 @@ from idemflow._drive import drive
 from idemflow._io import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
 from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
-from idemflow.keys import check_request_id, check_workflow_name
+from idemflow.keys import check_duration, check_request_id, check_workflow_name
 from idemflow.monad import AsWritten, Basis, Bind, Call, Idem, check_retry
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.serialization import JSON, decode, digest, encode, encode_canonical, fingerprint
@@ -151,11 +151,7 @@ def _plain_arity(signature: inspect.Signature | None) -> int:
 
 def check_timeout(timeout: object) -> float | None:
     """A workflow's ``timeout=``: positive finite seconds, or None."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
-        raise InvalidInputError(f"a workflow timeout is a positive number of seconds, not {timeout!r}")
-    return float(timeout)
+    return None if timeout is None else check_duration(timeout, "workflow timeout")
 
 
 def check_version(version: object) -> int:

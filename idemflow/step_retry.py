@@ -36,17 +36,10 @@ from dataclasses import dataclass
 from tenacity import wait_exponential
 
 from idemflow.errors import EffectTimeout, IdemflowError, InvalidInputError
+from idemflow.keys import check_duration
 from idemflow.policy import backoff as _backoff
 
 __all__ = ["DEFAULT_STEP_RETRY", "StepRetry"]
-
-
-def _seconds(value: object, what: str, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidInputError(f"StepRetry {what} must be a finite number of seconds, not {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidInputError(f"StepRetry {what} must be {'>= 0' if allow_zero else '> 0'}, not {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +66,8 @@ class StepRetry:
     non_retryable: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
-        _seconds(self.initial, "initial")
-        _seconds(self.maximum_interval, "maximum_interval")
+        check_duration(self.initial, "StepRetry initial")
+        check_duration(self.maximum_interval, "StepRetry maximum_interval")
         if (
             isinstance(self.backoff, bool)
             or not isinstance(self.backoff, (int, float))
@@ -89,7 +82,7 @@ class StepRetry:
                 f"StepRetry maximum_attempts must be a positive int or None, not {attempts!r}"
             )
         if self.expiry is not None:
-            _seconds(self.expiry, "expiry", allow_zero=True)
+            check_duration(self.expiry, "StepRetry expiry", zero=True)
         kinds = self.non_retryable
         if not isinstance(kinds, tuple) or not all(
             isinstance(kind, type) and issubclass(kind, BaseException) for kind in kinds

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from idemflow._drive import STORE_REQUESTS, store_answer
-from idemflow._io import CallOut, Commit, Read
+from idemflow._io import CallOut, Commit, CommitCache, Read, Send, Settle, Sleep, Turn
 from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import parse_memo_key
 from idemflow.operations import known_run, stored_arguments
@@ -127,7 +127,7 @@ class RequestView:
         return shown
 
 
-_WRITES = ("Commit", "CommitCache", "CallOut", "Send", "Settle", "Sleep", "Turn")
+_WRITES = (Commit, CommitCache, CallOut, Send, Settle, Sleep, Turn)
 """Requests a replay that only reads must not carry out."""
 
 
@@ -162,7 +162,7 @@ def show(
         answer: Any = None
         while True:
             wanted = computation.send(answer)
-            if type(wanted).__name__ in _WRITES:
+            if isinstance(wanted, _WRITES):
                 execution_at.append(_described(wanted, steps))
                 break
             if type(wanted) not in STORE_REQUESTS:

@@ -51,8 +51,6 @@ def event(level: int, name: str, **fields: Any) -> None:
     often shipped as bare lines (no logging format around them), and events of several workers
     can only be put in order, or matched with a request's ``started_at``, by a time of their own.
     """
-    from datetime import UTC, datetime  # here: this function is the only user in the module
-
     stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
     log.log(level, json.dumps({"ts": stamp, "event": name, **fields}, default=str), extra=fields)
 
@@ -246,9 +244,7 @@ class Handling:
             ) from exc
         except Suspended as suspended:  # a timer, a child or a message: no worker waits for it
             yield from _runs.waiting_steps(pointer.workflow, pointer.request_id, suspended.why, self._retries)
-            if record.deadline is not None:  # whatever it waits for, it is looked at by its deadline
-                due_by = record.deadline
-                suspended = Suspended(suspended.journal, min(suspended.due or due_by, due_by), suspended.why)
+            suspended = suspended.capped(record.deadline)
             if suspended.due is not None:
                 again = Pointer(pointer.workflow, record.version, pointer.request_id)
                 yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()))

@@ -364,8 +364,7 @@ def submission_steps(
             return None
         if isinstance(reached, Suspended):
             yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
-            due = reached.due if due_by is None else min(reached.due or due_by, due_by)
-            reached = Suspended(reached.journal, due, reached.why)
+            reached = reached.capped(due_by)
             if reached.due is None:  # a child's outcome or a message wakes it: no continuation yet
                 yield CommitCache([Delete(outbox_ref(request.workflow, request_id))])
                 return None

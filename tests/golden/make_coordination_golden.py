@@ -1,4 +1,4 @@
-"""Write the golden rows of requests caught waiting: ``python tests/golden/make_coordination_golden.py OUT``.
+"""Write the golden rows of requests caught waiting: ``python -m tests.golden.make_coordination_golden OUT``.
 
 Timers, children and messages keep requests in flight for as long as they wait (a sleep of a
 week): across releases. So their rows are pinned as the first releases' are (``make_golden.py``),
@@ -10,12 +10,12 @@ finishes them with this version's workers: each effect once, every result as it 
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from idemflow import MemoryStore, atomic, receive, send, sleep, start, wait, workflow
 from idemflow.async_worklist import MemoryQueue, submit
+from tests.golden.make_golden import write_golden
 
 NOW = 1_800_000_000.0
 """The clock the rows were written under (the replay moves it past the sleep)."""
@@ -78,13 +78,7 @@ def main(out: str) -> None:
     store.flush()
     queue_time[0] += 3600  # every message, the sleeper's delayed continuation too
     messages = sorted(m.body for m in queue.receive(max_messages=10, visibility_timeout=1e6))
-    rows = [
-        [table, partition, key, row.value]
-        for table in store.tables()
-        for partition, key, row in store.scan(table)
-    ]
-    with open(out, "w") as file:
-        json.dump({"rows": rows, "messages": messages, "now": NOW}, file, indent=1, sort_keys=True)
+    write_golden(out, [store], messages=messages, now=NOW)
 
 
 if __name__ == "__main__":

@@ -67,14 +67,20 @@ def main(out: str) -> None:
     with contextlib.suppress(SystemExit):
         run(golden({"id": "halfway", "who": "cy", "amount": 2}), request_id="halfway", store=dying)
     store.flush()
+    write_golden(out, [store, dying], messages=[message.body])
+
+
+def write_golden(out: str, stores: list[Any], **recorded: Any) -> None:
+    """Write every row of ``stores`` to ``out`` as golden JSON, beside ``recorded`` (messages,
+    the clock): the form ``tests/test_golden.py`` loads back into each store."""
     rows = [
         [table, partition, key, row.value]
-        for source in (store, dying)
+        for source in stores
         for table in source.tables()
         for partition, key, row in source.scan(table)
     ]
     with open(out, "w") as file:
-        json.dump({"rows": rows, "messages": [message.body]}, file, indent=1, sort_keys=True)
+        json.dump({"rows": rows, **recorded}, file, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Write the golden rows of requests caught retrying: ``python tests/golden/make_retrying_golden.py OUT``.
+"""Write the golden rows of requests caught retrying: ``python -m tests.golden.make_retrying_golden OUT``.
 
 Format revision 4 keeps a worker's retry count in the run record (``rt``) and memoizes the undo of
 an outside call beside it. Requests retried for hours outlive a release, so their rows are pinned
@@ -12,7 +12,6 @@ is never charged or refunded again and the stored count is kept.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -20,6 +19,7 @@ from idemflow import MemoryStore, atomic, effect, workflow
 from idemflow.async_worklist import MemoryQueue, Worker, cancel, checkpoint, submit
 from idemflow.compensation import abort
 from idemflow.step_retry import StepRetry
+from tests.golden.make_golden import write_golden
 
 NOW = 1_800_000_000.0
 """The clock the rows were written under."""
@@ -87,18 +87,7 @@ def main(out: str) -> None:
         now[0] += 3600
     store.flush()
     messages = sorted(m.body for m in queue.receive(max_messages=10, visibility_timeout=1e6))
-    rows = [
-        [table, partition, key, row.value]
-        for table in store.tables()
-        for partition, key, row in store.scan(table)
-    ]
-    with open(out, "w") as file:
-        json.dump(
-            {"rows": rows, "messages": messages, "now": now[0], "calls": CALLS},
-            file,
-            indent=1,
-            sort_keys=True,
-        )
+    write_golden(out, [store], messages=messages, now=now[0], calls=CALLS)
 
 
 if __name__ == "__main__":
