@@ -152,13 +152,15 @@ def drive(
                 if kill_at is None and kill_after and received >= kill_after[0]:
                     kill_after.popleft()
                     kill_at = time.monotonic() + rng.uniform(0, settings.kill_jitter)
-            if kill_at is not None and time.monotonic() >= kill_at:
-                kill_at = None
+            # Once nothing is left to hand out the jitter could outlast the run: kill now.
+            if kill_at is not None and (time.monotonic() >= kill_at or not pending):
                 # A busy worker, preferably one past its start-up (it has answered): it is
-                # somewhere inside a transfer, between or in the middle of its commits.
+                # somewhere inside a transfer, between or in the middle of its commits. With
+                # none busy the kill waits for the next one, so every kill asked for happens.
                 busy = [worker for worker in workers if worker.outstanding]
                 started_up = [worker for worker in busy if worker.answered]
                 if busy:
+                    kill_at = None
                     replace(rng.choice(started_up or busy), kill=True)
                     stats["kills"] += 1
     except _GiveUp:
