@@ -31,6 +31,7 @@ Memo(identity='atomic debit', value=5, aborted=False, at=None)
 from __future__ import annotations
 
 import enum
+import secrets
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -166,6 +167,43 @@ class Failure:
 
 
 @dataclass(frozen=True, slots=True)
+class Continuation:
+    """Which queued continuation of a waiting request is the one to run.
+
+    A request waiting on a timer has one pointer on the queue; a pointer
+    that replays it again (a relay racing a send, a redelivery, a timer
+    a message's wake made obsolete) would queue a second one, and both
+    would live on for every wait that follows. Each pointer a suspension
+    sends carries a continuation, recorded in the run record *after* the
+    send: a later generation than the record's is the newest (its write may
+    not have landed), an older one, or the same generation from another
+    execution, was superseded and is dropped after one read.
+    """
+
+    generation: int
+    nonce: str
+
+    def to_json(self) -> list[JSON]:
+        return [self.generation, self.nonce]
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Continuation:
+        return cls(int(raw[0]), str(raw[1]))
+
+    @classmethod
+    def after(cls, *seen: Continuation | None) -> Continuation:
+        """The next continuation of a request whose record or pointer held ``seen``."""
+        generation = max((c.generation for c in seen if c is not None), default=0) + 1
+        return cls(generation, secrets.token_hex(4))
+
+    def superseded_by(self, recorded: Continuation | None) -> bool:
+        """Whether a pointer carrying this one must not run, the record holding ``recorded``."""
+        if recorded is None or self.generation > recorded.generation:
+            return False
+        return self.generation < recorded.generation or self.nonce != recorded.nonce
+
+
+@dataclass(frozen=True, slots=True)
 class Attempts:
     """A step that failed under a worker and is tried again: the run record keeps its count, so
     restarts, redeliveries and duplicate messages neither shorten nor multiply the budget.
@@ -235,6 +273,8 @@ class RunRecord:
     deadline: float | None = None
     """Epoch seconds by which a submitted request must have finished (``@workflow(timeout=)``,
     ``submit(deadline=)``): a worker then ends it as ``on_failure`` says."""
+    continuation: Continuation | None = None
+    """The queued continuation of a request waiting on a timer (the others are stray)."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
@@ -261,11 +301,13 @@ class RunRecord:
                 record["rt"] = self.attempts.to_json()
             if self.deadline is not None:
                 record["dl"] = self.deadline
+            if self.continuation is not None:
+                record["ct"] = self.continuation.to_json()
         return record
 
     @classmethod
     def from_json(cls, value: Any) -> RunRecord:
-        failure, parent, attempts = value.get("fail"), value.get("par"), value.get("rt")
+        failure, parent, attempts, continuation = (value.get(f) for f in ("fail", "par", "rt", "ct"))
         return cls(
             fingerprint=str(value["fp"]),
             status=RunStatus(value["status"]),
@@ -282,6 +324,7 @@ class RunRecord:
             else OutboxEntry(str(parent[0]), int(parent[1]), str(parent[2]), 0.0),
             attempts=None if attempts is None else Attempts.from_json(attempts),
             deadline=value.get("dl"),
+            continuation=None if continuation is None else Continuation.from_json(continuation),
         )
 
     def arguments(self) -> tuple[list[Any], dict[str, Any]] | None:

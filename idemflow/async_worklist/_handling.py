@@ -35,7 +35,7 @@ from idemflow.engine import Plan, Suspended
 from idemflow.errors import CompensationFailed, InvalidInputError, NonDeterminismError, StepFailedError
 from idemflow.operations import abort_steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff
-from idemflow.records import Attempts, RunRecord, RunStatus
+from idemflow.records import Attempts, Continuation, RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, status_steps
 from idemflow.step_retry import DEFAULT_STEP_RETRY, StepRetry
 from idemflow.stores.base import AsyncStore, Store
@@ -200,6 +200,8 @@ class Handling:
             return "duplicate"
         if record.status is RunStatus.CANCELLED:
             return "cancelled"  # until an operator resumes it (which sends a fresh continuation)
+        if pointer.continuation is not None and pointer.continuation.superseded_by(record.continuation):
+            return "duplicate"  # a stray: the recorded continuation runs the request
         holder.seen = record.attempts
         now = self.clock()
         if record.deadline is not None and now >= record.deadline:
@@ -243,12 +245,19 @@ class Handling:
                 f"the code of version {record.version} differs from what the request ran: {exc}"
             ) from exc
         except Suspended as suspended:  # a timer, a child or a message: no worker waits for it
-            yield from _runs.waiting_steps(pointer.workflow, pointer.request_id, suspended.why, self._retries)
             suspended = suspended.capped(record.deadline)
-            if suspended.due is not None:
-                again = Pointer(pointer.workflow, record.version, pointer.request_id)
-                yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()))
             fields["due"] = suspended.due
+            if suspended.due is None:  # a child's outcome or a message wakes it
+                yield from _runs.waiting_steps(
+                    pointer.workflow, pointer.request_id, suspended.why, self._retries
+                )
+                return "suspended"
+            continuation = Continuation.after(record.continuation, pointer.continuation)
+            again = Pointer(pointer.workflow, record.version, pointer.request_id, continuation=continuation)
+            yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()))
+            yield from _runs.suspended_steps(
+                pointer.workflow, pointer.request_id, suspended.why, continuation, self._retries
+            )
             return "suspended"
         return done.status.value  # its completion record is durable: the caller may ack
 

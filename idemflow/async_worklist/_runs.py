@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from idemflow._drive import drive
 from idemflow._io import Commit, Read, Steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
-from idemflow.records import Attempts, Failure, RunRecord, RunStatus, run_ref
+from idemflow.records import Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Put, Row, Store
 
@@ -32,15 +32,20 @@ def _read(workflow: str, request_id: str, policy: RetryPolicy) -> Steps[tuple[Ru
 
 
 def _replace_running(
-    workflow: str, request_id: str, change: Mapping[str, object], policy: RetryPolicy
+    workflow: str,
+    request_id: str,
+    change: Mapping[str, object] | Callable[[RunRecord], Mapping[str, object]],
+    policy: RetryPolicy,
 ) -> Steps[bool]:
-    """Rewrite an unfinished record with ``change``; False if it finished meanwhile or was gone."""
+    """Rewrite an unfinished record with ``change`` (or what it says for the record read);
+    False if it finished meanwhile or was gone."""
     for _ in range(3):  # only another note or failure can move it: a few tries settle it
         found = yield from _read(workflow, request_id, policy)
         if found is None or found[0].status.final:
             return False
         record, row = found
-        updated = dataclasses.replace(record, **change)  # type: ignore[arg-type]
+        fields = change(record) if callable(change) else change
+        updated = dataclasses.replace(record, **fields)  # type: ignore[arg-type]
         if updated == record or (yield from _rewrite(workflow, request_id, updated, row, policy)):
             return True
     return False
@@ -62,6 +67,25 @@ def waiting_steps(
 ) -> Steps[bool]:
     """Say in the run record why no worker could run the request yet."""
     return _replace_running(workflow, request_id, {"waiting": why[:500]}, policy)
+
+
+def suspended_steps(
+    workflow: str,
+    request_id: str,
+    why: str,
+    continuation: Continuation,
+    policy: RetryPolicy = DEFAULT_POLICY,
+) -> Steps[bool]:
+    """Record what a request waits for and the continuation just queued for it (after the send:
+    a continuation in a record was always sent). A later generation recorded meanwhile stays."""
+
+    def change(record: RunRecord) -> Mapping[str, object]:
+        recorded = record.continuation
+        if recorded is not None and recorded.generation >= continuation.generation:
+            return {"waiting": why[:500]}
+        return {"waiting": why[:500], "continuation": continuation}
+
+    return _replace_running(workflow, request_id, change, policy)
 
 
 def failed_steps(

@@ -16,7 +16,7 @@ fingerprint and their carried step values are ignored.
 
 >>> body = encode_pointer(Pointer("survey", 2, "r-1"), b"k")
 >>> decode_pointer(body, b"k")
-Pointer(workflow='survey', version=2, request_id='r-1', steps=(), legacy_input=None)
+Pointer(workflow='survey', version=2, request_id='r-1', steps=(), legacy_input=None, continuation=None)
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from idemflow.errors import InvalidInputError, InvalidValueError
+from idemflow.records import Continuation
 from idemflow.serialization import JSON, encode
 
 FORMAT_VERSION = 2
@@ -59,6 +60,9 @@ class Pointer:
     a resume checks them against its code. Absent from pointers a relay sends."""
     legacy_input: dict[str, JSON] | None = None
     """The input a format-1 message carried (checked against the stored fingerprint)."""
+    continuation: Continuation | None = None
+    """Which continuation of a waiting request this is (see :class:`~idemflow.records.Continuation`):
+    absent from wake-ups, relays and operators' pointers, which always run."""
 
 
 def _payload(pointer: Pointer) -> dict[str, JSON]:
@@ -70,6 +74,8 @@ def _payload(pointer: Pointer) -> dict[str, JSON]:
     }
     if pointer.steps:
         payload["steps"] = [list(step) for step in pointer.steps]
+    if pointer.continuation is not None:
+        payload["c"] = pointer.continuation.to_json()
     return payload
 
 
@@ -97,7 +103,7 @@ _FIELDS = {
     2: {"v", "workflow", "version", "request_id"},
     1: {"v", "workflow", "request_id", "input", "recorded"},
 }
-_OPTIONAL = {2: {"sig", "steps"}, 1: {"sig"}}
+_OPTIONAL = {2: {"sig", "steps", "c"}, 1: {"sig"}}
 
 
 def decode_pointer(body: str, key: bytes | None) -> Pointer:
@@ -124,8 +130,29 @@ def decode_pointer(body: str, key: bytes | None) -> Pointer:
     steps = raw.get("steps", [])
     if not isinstance(steps, list) or not all(_is_journal_entry(step) for step in steps):
         raise MessageRejected("steps must be a list of [table, partition, identity]")
+    continuation = raw.get("c")
+    if continuation is not None and not _is_continuation(continuation):
+        raise MessageRejected("c must be [generation >= 1, nonce]")
     _check_signature(raw, key)
-    return Pointer(workflow, version, request_id, tuple(tuple(step) for step in steps), legacy)
+    return Pointer(
+        workflow,
+        version,
+        request_id,
+        tuple(tuple(step) for step in steps),
+        legacy,
+        None if continuation is None else Continuation.from_json(continuation),
+    )
+
+
+def _is_continuation(raw: object) -> bool:
+    return (
+        isinstance(raw, list)
+        and len(raw) == 2
+        and type(raw[0]) is int
+        and raw[0] >= 1
+        and isinstance(raw[1], str)
+        and 0 < len(raw[1]) <= 32
+    )
 
 
 def _is_journal_entry(step: object) -> bool:

@@ -38,7 +38,7 @@ from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
 from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import CommitCache, Read, Send, Steps
+from idemflow._io import CommitCache, Read, Send, Sleep, Steps
 from idemflow.arunner import arun_status
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import Pointer, encode_pointer
@@ -50,7 +50,7 @@ from idemflow.errors import InvalidInputError, RequestFailed, StoreError, Versio
 from idemflow.keys import check_request_id
 from idemflow.monad import Call, Checkpoint, Idem
 from idemflow.policy import RetryPolicy
-from idemflow.records import Failure, OutboxEntry, RunRecord, RunStatus, outbox_ref
+from idemflow.records import Continuation, Failure, OutboxEntry, RunRecord, RunStatus, outbox_ref, run_ref
 from idemflow.runner import Request, describe_request, execution_steps, run_status
 from idemflow.serialization import JSON
 from idemflow.stores.aio import is_async, sync_reader, to_async
@@ -354,6 +354,10 @@ def submission_steps(
         pointer = Pointer(request.workflow, reached.version or request.version, request_id, reached.journal)
         if reached.duplicate:  # the first submit sends it, or the relay for its outbox entry
             claimed = reached.claimed_at
+            if reached.version is not None:  # this code cannot replay the first's steps
+                answered, first = yield from _first_submit(request.workflow, request_id, claimed, wall)
+                if answered:
+                    return first
             if claimed is not None and wall() - claimed < TAKEOVER:
                 return None  # the first submit is most likely alive and sending: enqueue nothing
             if (yield Read(outbox_ref(request.workflow, request_id))) is None:
@@ -363,12 +367,17 @@ def submission_steps(
             yield from _send(pointer, key, max_body_bytes)
             return None
         if isinstance(reached, Suspended):
-            yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
             reached = reached.capped(due_by)
             if reached.due is None:  # a child's outcome or a message wakes it: no continuation yet
+                yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
                 yield CommitCache([Delete(outbox_ref(request.workflow, request_id))])
                 return None
-            yield from _send(pointer, key, max_body_bytes, hop(reached.due, wall()))
+            continuation = Continuation.after()
+            pointer = dataclasses.replace(pointer, continuation=continuation)
+            if (yield from _send(pointer, key, max_body_bytes, hop(reached.due, wall()))):
+                yield from _runs.suspended_steps(request.workflow, request_id, reached.why, continuation)
+            else:  # the relay's pointer, which carries none, resumes it
+                yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
             return None
         yield from _send(pointer, key, max_body_bytes)
         return None
@@ -376,6 +385,31 @@ def submission_steps(
         yield from _send(Pointer(request.workflow, other.version, request_id), key, max_body_bytes)
         return None
     return RequestStatus.of(record)
+
+
+def _first_submit(
+    workflow: str, request_id: str, claimed: float | None, wall: Callable[[], float]
+) -> Steps[tuple[bool, RequestStatus | None]]:
+    """What the first ``submit`` of a request running on another version answered, for a copy.
+
+    The copy cannot replay that version's steps, and those before the checkpoint may still
+    refuse the request: answering "accepted" at once could contradict the first's answer. So it
+    watches the outbox entry, which goes with the checkpoint's send or after a final outcome
+    (committed first): gone, the run record says which. Answers (True, the first's final
+    status or None once its continuation is out), or (False, None) past :data:`TAKEOVER`: the
+    first is presumed dead, and the caller sends the continuation itself.
+    """
+    looks = 0
+    while claimed is None or wall() - claimed < TAKEOVER:
+        if (yield Read(outbox_ref(workflow, request_id))) is None:
+            row = yield Read(run_ref(workflow, request_id))
+            record = None if row is None else RunRecord.from_json(row.value)
+            if record is not None and record.status.final:
+                return True, RequestStatus.of(record)
+            return True, None  # sent: the request is the workers' now
+        looks += 1
+        yield Sleep(min(0.01 * 2**looks, 0.5), time.sleep)
+    return False, None
 
 
 def _deadline(request: Request, deadline: object, now: float) -> float | None:
@@ -413,8 +447,9 @@ def announcer(key: bytes | None) -> Callable[[OutboxEntry], str]:
     return lambda entry: encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), key)
 
 
-def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float = 0.0) -> Steps[None]:
-    """Send the pointer and clear the outbox entry; a queue that fails leaves it to the relay."""
+def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float = 0.0) -> Steps[bool]:
+    """Send the pointer and clear the outbox entry; a queue that fails leaves it to the relay
+    (False)."""
     body = encode_pointer(pointer, key)
     if len(body.encode("utf-8")) > max_body_bytes:  # hundreds of long-named steps
         body = encode_pointer(dataclasses.replace(pointer, steps=()), key)
@@ -431,5 +466,6 @@ def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float
                 "request_id": pointer.request_id,
             },
         )
-        return
+        return False
     yield CommitCache([Delete(outbox_ref(pointer.workflow, pointer.request_id))])
+    return True

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Store, atomic, effect, receive, run, workflow
+from idemflow import Idem, Store, atomic, effect, receive, run, send, sleep, workflow
 from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, status, submit
 from idemflow.compensation import abort
 from idemflow.errors import CompensationFailed, EffectTimeout, InvalidInputError, WorkflowAborted
@@ -417,3 +417,117 @@ def test_a_copy_on_another_version_enqueues_nothing_and_answers_from_the_record(
     assert queue.approximate_size() == 1 and pending.status() is RunStatus.RUNNING
     deliver_all(Worker([old, new], store=store, queue=queue, clock=clock), queue, clock)
     assert pending.result(timeout=0) == "v1" and rows_of(store, space) == {("tablea", "v", "n"): 1}
+
+
+def test_a_copy_on_another_version_answers_as_the_first_that_refuses_before_its_checkpoint(
+    store: Store,
+) -> None:
+    """The copy cannot replay the first's steps, so it waits for them: a request the first refuses
+    before its checkpoint is refused to the copy too, never accepted (202) with nothing to run."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    deciding, decide = threading.Event(), threading.Event()
+
+    def seat_free(key: str) -> bool:
+        deciding.set()
+        decide.wait(10)
+        return False
+
+    def flow(version: int) -> Any:
+        @workflow("refusing", version=version)
+        def refusing(req: str) -> Generator[Idem[Any], Any, Any]:
+            yield atomic("tablea", req + "v", hold("n"))  # claims the request
+            if not (yield effect(seat_free, name="seat")):
+                yield abort("sold out")
+            yield checkpoint()
+            return f"v{version}"
+
+        return refusing
+
+    old, new = flow(1), flow(2)
+    answers: dict[str, Any] = {}
+    looks = 0
+
+    def copy_clock() -> float:  # the copy reads the clock at every look at the first's progress
+        nonlocal looks
+        looks += 1
+        if looks > WALL_READS_BEFORE_WATCHING:
+            decide.set()
+        return clock()
+
+    def send(name: str, wf: Any, wall: Any) -> None:
+        answers[name] = submit(wf(space), request_id=space, store=store, queue=queue, clock=wall).status()
+
+    first = threading.Thread(target=send, args=("first", old, clock))
+    first.start()
+    assert deciding.wait(10)
+    copy = threading.Thread(target=send, args=("copy", new, copy_clock))
+    copy.start()
+    first.join(10)
+    copy.join(10)
+    assert answers["first"] is RunStatus.ABORTED
+    assert answers["copy"] is RunStatus.ABORTED
+    assert queue.approximate_size() == 0
+    assert decide.is_set()  # the first decided while the copy watched (or the test proves nothing)
+
+
+WALL_READS_BEFORE_WATCHING = 3
+"""How often ``submit`` reads its clock before it meets the claim of the first (counted)."""
+
+
+def _doubled(queue: MemoryQueue, clock: Clock, seconds: float) -> None:
+    """Move time on and deliver the due pointer twice, as a redelivery or a racing relay would."""
+    clock.now += seconds
+    message = queue.receive()[0]
+    queue.send(message.body)
+    queue.nack(message)
+
+
+def test_a_stray_continuation_is_read_once_and_never_multiplies(store: Store) -> None:
+    """A second pointer to a request waiting on a timer is dropped after one read: each wait
+    that follows queues one continuation, not one per copy."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("three-naps")
+    def three_naps(req: str) -> Generator[Idem[Any], Any, Any]:
+        for _ in range(3):
+            yield sleep(60)
+        return "rested"
+
+    pending = submit(three_naps(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = Worker([three_naps], store=store, queue=queue, clock=clock)
+    _doubled(queue, clock, 61)
+    deliver_all(worker, queue, clock, step=61)
+    assert pending.result(timeout=0) == "rested"
+    stats = worker.stats
+    assert (stats.suspended, stats.completed, stats.duplicates) == (2, 1, 1)
+
+
+def test_a_timer_a_message_made_obsolete_is_dropped_after_one_read(store: Store) -> None:
+    """A receive's timeout pointer outlives the message that woke the request: when it comes,
+    the request waits on its next timer, whose continuation it must not copy."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("confirmed")
+    def confirmed(req: str) -> Generator[Idem[Any], Any, Any]:
+        answer = yield receive("confirm", timeout=600)
+        yield sleep(3600)  # a reminder, long after the confirmation's timeout
+        yield sleep(60)
+        return answer
+
+    @workflow("confirmer")
+    def confirmer(req: str) -> Generator[Idem[Any], Any, Any]:
+        yield send("confirmed", req, "confirm", "yes")
+        return None
+
+    pending = submit(confirmed(space), request_id=space, store=store, queue=queue, clock=clock)
+    submit(confirmer(space), request_id=space + "-c", store=store, queue=queue, clock=clock)
+    worker = Worker([confirmed], store=store, queue=queue, clock=clock)  # submit ran the sender
+    deliver_all(worker, queue, clock, rounds=200, step=300)
+    assert pending.result(timeout=0) == "yes"
+    stats = worker.stats
+    assert stats.completed == 1 and stats.duplicates == 1  # the timeout's pointer, read once
+    # Woken by the message up to the long sleep, its hops (one per 15 minutes), the last sleep.
+    assert stats.suspended == 1 + (3600 // 900 - 1) + 1
