@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from idemflow.errors import IdemflowError, InvalidInputError
 from idemflow.gc import collect, parse_duration
 from idemflow.keys import check_table
-from idemflow.operations import abort, runs
+from idemflow.operations import ABORT_WAIT, abort, runs
 from idemflow.records import RunStatus
 from idemflow.runner import Workflow, run_status
 from idemflow.step_retry import StepRetry
@@ -103,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
     abort.add_argument("--store", required=True)
     abort.add_argument("--workflows", required=True, action="append", help="MODULE:ATTR, as for worker")
     abort.add_argument("--reason", required=True)
+    abort.add_argument(
+        "--wait",
+        type=float,
+        default=ABORT_WAIT,
+        help=f"seconds to retry a failing compensation here (default {ABORT_WAIT:g}); then the "
+        "request ends failed naming it and `idemflow retry` hands the undo to workers",
+    )
     abort.add_argument("workflow")
     abort.add_argument("request_id")
 
@@ -259,7 +266,7 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
         return 0
     if args.command == "abort":
         flows = [flow for spec in args.workflows for flow in _load_workflows(spec)]
-        ended = abort(store, flows, args.workflow, args.request_id, reason=args.reason)
+        ended = abort(store, flows, args.workflow, args.request_id, reason=args.reason, wait=args.wait)
         print(json.dumps({"status": ended.status.value, "reason": ended.reason, "result": ended.result}))
         return 0
     record = run_status(store, args.workflow, args.request_id)

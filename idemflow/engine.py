@@ -310,8 +310,10 @@ class Execution(Waiting):
                 raise
             except Exception as exc:
                 failures += 1
-                wait = retry.next_delay(failures, exc, elapsed=time.monotonic() - first)
-                if wait is None:
+                elapsed = time.monotonic() - first
+                wait = retry.next_delay(failures, exc, elapsed=elapsed)
+                budget = self.plan.in_place_for
+                if wait is None or (budget is not None and elapsed + wait > budget):
                     raise
                 yield Sleep(wait, self.policy.conflicts.sleep)
 

@@ -30,7 +30,7 @@ from typing import Any
 from idemflow._drive import drive
 from idemflow._io import Steps
 from idemflow.errors import CompensationFailed, InvalidInputError, VersionNotHeldError
-from idemflow.keys import RUN, RUNS_TABLE
+from idemflow.keys import RUN, RUNS_TABLE, check_duration
 from idemflow.plan import Aborting, Plan
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import OPEN_STATUSES, RunRecord, RunStatus
@@ -38,6 +38,9 @@ from idemflow.runner import Workflow, describe_request, execution_steps, run_sta
 from idemflow.serialization import JSON
 from idemflow.stores.base import AsyncStore, OpenRuns, Row, Store
 from idemflow.tx import Reader
+
+ABORT_WAIT = 30.0
+"""Seconds an operator's :func:`abort` retries a failing compensation before it hands it back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +134,23 @@ def abort(
     reason: JSON,
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] = time.time,
+    wait: float = ABORT_WAIT,
 ) -> RunRecord:
     """Compensate an unfinished request and end it ``aborted``; its record if it already finished.
 
     Safe to run twice and while workers run it: memos decide every step, so
     if a worker commits the last step first, the request ends ``completed``
     and that record is returned.
+
+    A compensation that fails is retried here under its policy for at most
+    ``wait`` seconds in all; then the request ends ``failed`` naming it and
+    :class:`~idemflow.errors.CompensationFailed` is raised: ``retry`` hands
+    the rest of the undo to workers, who retry it under the full policy.
     """
-    steps = abort_steps(store, workflows, workflow, request_id, reason, policy, clock, reader=store)
+    budget = check_duration(wait, "abort wait", zero=True)
+    steps = abort_steps(
+        store, workflows, workflow, request_id, reason, policy, clock, reader=store, in_place_for=budget
+    )
     return drive(steps, store)
 
 
@@ -153,6 +165,7 @@ def abort_steps(
     *,
     reader: Reader | None,
     retry_in_place: bool = True,
+    in_place_for: float | None = None,
 ) -> Steps[RunRecord]:
     """:func:`abort` as the engine's computation (the blocking and the asyncio worker); ``store``
     gives its capabilities, ``reader`` is the blocking store or None (see :class:`Execution`)."""
@@ -175,6 +188,7 @@ def abort_steps(
         parent=record.parent,  # a child's abort wakes the parent waiting for it
         started_at=record.started_at,  # kept in the completion record
         retry_in_place=retry_in_place,
+        in_place_for=in_place_for,
     )
     request = describe_request(m)
     try:

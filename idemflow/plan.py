@@ -80,6 +80,10 @@ class Plan:
     """A step or effect with a retry policy (its own or its workflow's) that raises is tried
     again here, after the policy's wait: ``run``, ``submit``, an operator's abort. Workers set
     False: their next attempt is a delayed continuation (:mod:`idemflow.step_retry`)."""
+    in_place_for: float | None = None
+    """Seconds a step may be retried here in all, whatever its policy allows: an operator waits
+    at a prompt, not for a day (its abort then ends the request ``failed`` naming the undo, and
+    a retry resumes it under workers)."""
     started_at: float | None = None
     """When the request was claimed (epoch seconds), as the run record a resuming caller read says
     (workers, an operator's abort): a resumed execution claims nothing and reads no record, yet

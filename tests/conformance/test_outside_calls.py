@@ -296,6 +296,42 @@ def test_an_operators_abort_refunds_a_waiting_booking(store: Store) -> None:
     assert rows_of(store, space) == {("tablea", "seats", "held"): 0}
 
 
+def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store) -> None:
+    """Under a policy that retries for an hour, an operator's abort gives the undo back after its
+    wait: the request ends failed naming it, and a retry lets workers finish the refund."""
+    from idemflow import operations
+    from idemflow.async_worklist import retry as retry_request
+
+    space, pay, clock = new_space(), Payments(), Clock()
+    queue = MemoryQueue(clock=clock)
+    book = booking(pay, wait=True, retry=StepRetry(initial=3600, expiry=7200))
+    submit(book({"space": space, "amount": 40}), request_id=space, store=store, queue=queue, clock=clock)
+    worker = Worker([book], store=store, queue=queue, clock=clock)
+    worker.handle(queue.receive()[0])  # it now waits for its confirmation
+    pay.refunds_down = 10**6
+    started = time.monotonic()
+    with pytest.raises(CompensationFailed):
+        operations.abort(store, [book], "booking", space, reason="operator", clock=clock, wait=5)
+    assert time.monotonic() - started < 60  # not the policy's hour between attempts
+    failed = status(store, "booking", space)
+    assert failed.status is RunStatus.FAILED and failed.failure is not None
+    assert "compensate effect charge" in failed.failure.reason and pay.kept() == 40
+    pay.refunds_down = 0
+    retry_request(store, queue, "booking", space)
+    deliver_all(worker, queue, clock)
+    assert status(store, "booking", space).status is RunStatus.ABORTED
+    assert pay.kept() == 0 and len(pay.refunds) == 1
+
+
+@pytest.mark.blocking_api
+@pytest.mark.parametrize("wait", [-1, float("nan"), "30"])
+def test_an_abort_wait_that_is_not_seconds_is_refused(wait: Any) -> None:
+    from idemflow import MemoryStore, operations
+
+    with pytest.raises(InvalidInputError, match="abort wait"):
+        operations.abort(MemoryStore(), [], "booking", "r-1", reason="operator", wait=wait)
+
+
 @pytest.mark.blocking_api
 @pytest.mark.parametrize(
     "options",
