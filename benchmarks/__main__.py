@@ -7,11 +7,13 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, summary. ``--stores`` limits the store-parametrized benchmarks (calls,
-users, outbox, asyncio_api, runs_list, timers, and contention and booking, which run
+runs_list, timers, booking, cost, summary. ``--stores`` limits the store-parametrized benchmarks
+(calls, users, outbox, asyncio_api, runs_list, timers, and contention, booking and cost, which run
 sqlite,dynamodb-local,azurite unless told); ``cloud``
 and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
-server stores, leaving only the pure-Python and SQLite parts).
+server stores, leaving only the pure-Python and SQLite parts). ``--library PATH`` and ``--tag TAG``
+go to ``cost``: the idemflow under PATH is imported instead of this tree's, and the pages are
+written as ``cost-TAG.*`` (a before/after pair in one folder).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ ORDER = (
     "runs_list",
     "timers",
     "booking",
+    "cost",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -58,6 +61,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "runs_list",
         "timers",
         "booking",
+        "cost",
         "summary",
     ):
         import importlib
@@ -95,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stores", default=None, help="comma-separated stores for calls, users, outbox, asyncio_api, timers"
     )
     parser.add_argument("--no-servers", action="store_true", help="skip moto and Azurite (and the peers)")
+    parser.add_argument("--library", default=None, help="cost: import idemflow from PATH first")
+    parser.add_argument("--tag", default=None, help="cost: write cost-TAG.md/.json/.png")
     args = parser.parse_args(argv)
     out: Path = args.out or (QUICK_OUT if args.quick else RESULTS)
     names = list(args.names) or list(ORDER)
@@ -113,8 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if name in ("calls", "users", "outbox", "asyncio_api", "runs_list", "timers")
             else []
         )
-        if name in ("contention", "booking") and (args.stores or args.no_servers):  # else their own
+        if name in ("contention", "booking", "cost") and (args.stores or args.no_servers):  # else their own
             extra = ["--stores", stores]
+        if name == "cost":
+            extra += ["--library", args.library] if args.library else []
+            extra += ["--tag", args.tag] if args.tag else []
         print(f"== {name}{' (quick)' if args.quick else ''} -> {out}", flush=True)
         t0 = time.time()
         _runner(name)(extra, out, args.quick)

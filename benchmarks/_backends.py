@@ -112,6 +112,8 @@ class Backend:
     """azure TableServiceClient (Azurite) for baselines."""
     make_url: Callable[[str], str] | None = None
     """The ``open_store`` / ``open_async_store`` URL of the stores ``make_store`` gives a tag."""
+    connection_string: str | None = None
+    """Azurite's connection string, for clients a benchmark builds itself (e.g. with its own policies)."""
     _counter: Iterator[int] = field(default_factory=itertools.count)
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
@@ -276,7 +278,15 @@ def _azurite_backend(folder: Path) -> Iterator[Backend]:
             return f"azure:?connection_string={quote(conn, safe='')}&prefix={tag}"
 
         service = TableServiceClient.from_connection_string(conn)
-        backend = Backend("azurite", folder, make_store, make_queue, tables=service, make_url=make_url)
+        backend = Backend(
+            "azurite",
+            folder,
+            make_store,
+            make_queue,
+            tables=service,
+            make_url=make_url,
+            connection_string=conn,
+        )
         try:
             yield backend
         finally:

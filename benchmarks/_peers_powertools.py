@@ -19,11 +19,44 @@ from benchmarks._counting import backend_calls
 from benchmarks._two_step_survey import peer_survey
 from idemflow import idempotent_function, run
 
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+"""A handler of an event ``{"id": request key, "user": ...}``."""
 
-def powertools_variants(
-    endpoint: str, region: str
-) -> tuple[dict[str, Callable[[int], None]], dict[str, Any]]:
-    import boto3
+
+def put_and_add(client: Any, responses: str, summaries: str) -> Handler:
+    """The handler every variant protects: ``PutItem`` the user's response into ``responses``,
+    ``UpdateItem ADD`` its count in ``summaries`` (both keyed ``pk``/``sk``); answers ``ok``.
+    ``benchmarks.cost`` runs the same handler."""
+
+    def handle(event: dict[str, Any]) -> dict[str, Any]:
+        client.put_item(
+            TableName=responses,
+            Item={"pk": {"S": "s1"}, "sk": {"S": event["user"]}, "v": {"S": '"yes"'}},
+        )
+        client.update_item(
+            TableName=summaries,
+            Key={"pk": {"S": "s1"}, "sk": {"S": "yes"}},
+            UpdateExpression="ADD n :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+        return {"status": "ok"}
+
+    return handle
+
+
+def create_idempotency_table(client: Any, name: str) -> None:
+    """The table Powertools' ``DynamoDBPersistenceLayer`` keeps its records in (hash key ``id``)."""
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def powertools_protect(client: Any, table: str, handler: Handler) -> Callable[..., dict[str, Any]]:
+    """``handler`` under Powertools' ``idempotent_function`` (``DynamoDBPersistenceLayer`` on
+    ``table`` through ``client``, the key the event's ``id``): call it as ``protected(event=...)``."""
     from aws_lambda_powertools.utilities.idempotency import (
         DynamoDBPersistenceLayer,
         IdempotencyConfig,
@@ -31,6 +64,26 @@ def powertools_variants(
     from aws_lambda_powertools.utilities.idempotency import (
         idempotent_function as powertools_idempotent_function,
     )
+
+    # Outside Lambda there is no remaining time to register; Powertools warns on every call.
+    warnings.filterwarnings("ignore", message="Couldn't determine the remaining time")
+    persistence = DynamoDBPersistenceLayer(table_name=table, boto3_client=client)
+
+    @powertools_idempotent_function(  # type: ignore[untyped-decorator]
+        data_keyword_argument="event",
+        persistence_store=persistence,
+        config=IdempotencyConfig(event_key_jmespath="id"),
+    )
+    def protected(event: dict[str, Any]) -> dict[str, Any]:
+        return handler(event)
+
+    return protected  # type: ignore[no-any-return]
+
+
+def powertools_variants(
+    endpoint: str, region: str
+) -> tuple[dict[str, Callable[[int], None]], dict[str, Any]]:
+    import boto3
 
     from idemflow.stores.dynamodb import DynamoDBStore
 
@@ -51,43 +104,14 @@ def powertools_variants(
     fn_client.meta.events.register("before-call.dynamodb.*", counter("idemflow function handler"))
     for table in ("bresponses", "bsummaries", "presponses", "psummaries", "fresponses", "fsummaries"):
         create_dynamodb_table(bare_client, prefix + table)
-    bare_client.create_table(
-        TableName=prefix + "idempotency",
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_idempotency_table(bare_client, prefix + "idempotency")
     calls["bare"] = 0  # table creation is not a request
 
-    def handler(client: Any, table: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        def handle(event: dict[str, Any]) -> dict[str, Any]:
-            client.put_item(
-                TableName=f"{prefix}{table}responses",
-                Item={"pk": {"S": "s1"}, "sk": {"S": event["user"]}, "v": {"S": '"yes"'}},
-            )
-            client.update_item(
-                TableName=f"{prefix}{table}summaries",
-                Key={"pk": {"S": "s1"}, "sk": {"S": "yes"}},
-                UpdateExpression="ADD n :one",
-                ExpressionAttributeValues={":one": {"N": "1"}},
-            )
-            return {"status": "ok"}
-
-        return handle
+    def handler(client: Any, table: str) -> Handler:
+        return put_and_add(client, f"{prefix}{table}responses", f"{prefix}{table}summaries")
 
     bare = handler(bare_client, "b")
-    # Outside Lambda there is no remaining time to register; Powertools warns on every call.
-    warnings.filterwarnings("ignore", message="Couldn't determine the remaining time")
-    persistence = DynamoDBPersistenceLayer(table_name=prefix + "idempotency", boto3_client=pt_client)
-    protected_handler = handler(pt_client, "p")
-
-    @powertools_idempotent_function(  # type: ignore[untyped-decorator]
-        data_keyword_argument="event",
-        persistence_store=persistence,
-        config=IdempotencyConfig(event_key_jmespath="id"),
-    )
-    def protected(event: dict[str, Any]) -> dict[str, Any]:
-        return protected_handler(event)
+    protected = powertools_protect(pt_client, prefix + "idempotency", handler(pt_client, "p"))
 
     store = DynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=prefix + "i")
     store.create_tables("responses", "summaries")

@@ -72,6 +72,7 @@ SECTIONS = [
     ("asyncio API: arun against run in a threadpool", r"^asyncio_api\."),
     ("Durable timers: lateness; calls of sleep, start + wait, send + receive", r"^timers\."),
     ("Booking saga: worker executions per request; confirm → completed latency", r"^booking\."),
+    ("Cost per request: calls, request units, CPU (DynamoDB Local, Azurite, SQLite)", r"^cost[\w-]*\."),
 ]
 
 

@@ -3,6 +3,7 @@ and leave their pages, records and plots. Timings are not asserted (see benchmar
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -168,3 +169,34 @@ def test_quick_booking_writes_its_results(tmp_path: Path) -> None:
     [executed] = record["executions"]["sqlite"]["3 copies"]
     assert executed["starts"] == executed["requests"] and executed["unfinished"] == 0
     assert all(got["unfinished"] == 0 and got["seconds"] for got in record["latency"]["sqlite"])
+
+
+def test_quick_cost_counts_every_sqlite_variant(tmp_path: Path) -> None:
+    """The cost benchmark at tiny sizes on SQLite alone: every variant on the page with positive
+    numbers; the minimal exactly-once protocol makes one transaction per step (2 for 2 steps) and
+    answers a duplicate of a finished request with one (its first step's, rolled back)."""
+    pytest.importorskip("matplotlib", reason="the plots need the 'bench' extra: pip install -e '.[bench]'")
+    out = tmp_path / "results"
+    bench(["benchmarks.cost", "--quick", "--stores", "sqlite", "--out", str(out)], timeout=60)
+    page = (out / "cost.md").read_text()
+    assert (out / "cost.png").stat().st_size > 0
+    record = json.loads((out / "cost.json").read_text())
+    assert record["parameters"]["stores"] == ["sqlite"]
+    rows = {row["name"]: row for row in record["rows"]}
+    firsts = ["plain handler", "idemflow function"]
+    for what in ("minimal", "idemflow"):
+        firsts += [f"{what} 1 step", f"{what} 2 steps", f"{what} 5 steps"]
+    duplicated = ["idemflow function", "minimal 2 steps", "idemflow 2 steps"]
+    if importlib.util.find_spec("dbos") is not None:
+        firsts.append("DBOS")
+        duplicated.append("DBOS")
+    assert set(rows) == {*firsts, *(f"{name}, duplicate" for name in duplicated)}
+    assert {row["backend"] for row in rows.values()} == {"sqlite"}
+    for name, row in rows.items():
+        assert f"| {name} |" in page, name
+        for number in ("p50_ms", "p99_ms", "cpu_ms", "calls_path", "calls_all"):
+            assert row[number] > 0, (name, number)
+    assert rows["minimal 2 steps"]["calls_path"] == rows["minimal 2 steps"]["calls_all"] == 2
+    assert rows["minimal 2 steps, duplicate"]["calls_all"] == 1
+    assert rows["minimal 5 steps"]["calls_all"] == 5
+    assert rows["plain handler"]["calls_all"] == 2
