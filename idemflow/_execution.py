@@ -37,6 +37,35 @@ _log = logging.getLogger("idemflow.engine")
 
 
 @dataclass(frozen=True, slots=True)
+class Pending:
+    """A step executed and not yet committed: its commit waits for the workflow's next move, so
+    that the last step's commit can carry the request's outcome too (one call fewer).
+
+    ``ops`` begin with the memo insert (:data:`~idemflow.records.MEMO_AT`) and, where
+    ``claims``, the run record's insert (:data:`~idemflow.records.RUN_AT`).
+    """
+
+    ops: list[Op]
+    memo_ref: RowRef
+    claims: bool
+    resend: bool
+    """An effect's commit: resent as it is on a transient error (a rerun would call out again)."""
+    leased: bool = False
+    """An effect called under a lease: executions waiting on the lease watch for its memo."""
+
+
+class Restart(BaseException):
+    """A deferred commit did not apply (a racing execution, a data conflict, an unknown outcome):
+    the workflow went on from a value that may not stand, so the execution starts over, replaying.
+
+    ``existing`` is the run record the commit met, if it met one."""
+
+    def __init__(self, existing: Row | None = None) -> None:
+        super().__init__()
+        self.existing = existing
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """A committed step that is undone if the request is: a table step or an outside call with a
     compensation, or a child started with ``on_parent_abort="abort"``."""
@@ -114,6 +143,14 @@ class ExecutionBase:
         """When this submission inserted its outbox entry before its claim (Azure), if it did."""
         self._adopted = False
         """This submission stored its input in a record ``run`` claimed: it sends the continuation."""
+        self._fold = plan.fold and plan.submission is None
+        """Steps a workflow yields directly may defer their commit to its next move (a
+        submission's claim carries its outbox entry, which its outcome deletes: never folded)."""
+        self._defer = False
+        """The step about to run may leave its commit :attr:`_pending` (set per step by the
+        driver of a generator workflow, taken by the step's first attempt)."""
+        self._pending: Pending | None = None
+        """A step executed and not yet committed (see :class:`Pending`)."""
         self._workflow_retry: StepRetry | None = None
         """The workflow's own retry policy for its steps (``@workflow(..., retry=)``)."""
         self._step_retry: StepRetry | None = None

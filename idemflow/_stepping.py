@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from idemflow import telemetry
+from idemflow._execution import Pending, Restart
 from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
 from idemflow._lease import acquire
 from idemflow._run_record import RunRecording
@@ -155,7 +156,8 @@ class Stepping(RunRecording):
         try:
             with telemetry.span("idemflow.step", **fields) if self._traced else contextlib.nullcontext():
                 value = yield from self._step_once(step)
-            outcome = "committed" if self._commits > commits else "replayed"
+            # A step whose commit waits for the workflow's next move is committed with it.
+            outcome = "committed" if self._commits > commits or self._pending is not None else "replayed"
             return value
         except AbortWorkflow:
             outcome = "aborted"
@@ -209,6 +211,7 @@ class Stepping(RunRecording):
 
     def _attempt(self, step: _Step) -> Steps[Any]:
         memo_ref, identity, body, abortable, call_out = step
+        defer, self._defer = self._defer, False  # this step's first attempt only
         while True:  # loops only when the commit revealed an existing run record
             if self._replaying:
                 row = yield from self._read(memo_ref)
@@ -284,6 +287,11 @@ class Stepping(RunRecording):
                 ops.extend((yield from self._extra()))
             if call_out is not None and call_out.lease is not None:
                 ops.append(Delete(self._lease_ref(memo_ref)))  # ended with the call it guarded
+            if defer and not aborted and self._extra is None and self._foldable(ops):
+                # Committed by the workflow's next move: with the outcome, if it returns now.
+                leased = call_out is not None and call_out.lease is not None
+                self._pending = Pending(ops, memo_ref, run_included, call_out is not None, leased)
+                return value
             if call_out is not None or self._traced:  # an effect's commit is resent as it is
                 outcome = yield from self._commit(ops, memo_ref, resend=call_out is not None)
             else:  # any other's failed send reruns the body
@@ -309,6 +317,35 @@ class Stepping(RunRecording):
             if run_included and RUN_AT in by_index:
                 continue  # replaying now: read the memo first
             return _RETRY
+
+    def _foldable(self, ops: Sequence[Op]) -> bool:
+        """Whether these operations can share one commit with the run record's."""
+        if self.capabilities.cross_partition_commit:
+            return True
+        request = self.request_id
+        return all(op.ref.table == RUNS_TABLE and op.ref.partition == request for op in ops)
+
+    def _flush(self) -> Steps[None]:
+        """Commit the step the workflow went on from (see :class:`Pending`)."""
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        yield from self._commit_deferred(pending.ops, pending, RUN_AT if pending.claims else None)
+
+    def _commit_deferred(self, ops: list[Op], pending: Pending, run_at: int | None) -> Steps[None]:
+        """Commit ``ops``, which carry a deferred step; :class:`Restart` if they did not apply:
+        the workflow went on from a value that may not stand."""
+        try:
+            outcome = yield from self._commit(ops, pending.memo_ref, resend=pending.resend)
+        except TransientStoreError:  # applied or not: a replay reads which
+            raise Restart() from None
+        if isinstance(outcome, Committed):
+            self._run_known = True
+            self._commits += 1
+            if self._traced:
+                telemetry.count(telemetry.STEPS_COMMITTED, self.workflow)
+            return
+        met = {failure.index: failure.existing for failure in outcome.failures}
+        raise Restart(met.get(run_at) if run_at is not None else None)
 
     def _lease_ref(self, memo_ref: RowRef) -> RowRef:
         return RowRef(memo_ref.table, memo_ref.partition, self._memo_prefix + lease_tag(self._step))

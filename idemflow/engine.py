@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, assert_never
 
 from idemflow import telemetry
-from idemflow._execution import Done
+from idemflow._execution import Done, Restart
 from idemflow._io import CallOut, CommitCache, Sleep, Steps
 from idemflow._stepping import AbortWorkflow
 from idemflow._waiting import Waiting
@@ -83,7 +84,7 @@ from idemflow.plan import (
     Suspended,
 )
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
-from idemflow.records import RunRecord, RunStatus
+from idemflow.records import MEMO_AT, RUN_AT, RunRecord, RunStatus
 from idemflow.serialization import JSON, encode, sorted_keys
 from idemflow.step_retry import StepRetry
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put
@@ -104,6 +105,8 @@ __all__ = [
     "Suspended",
     "idempotency_key",
 ]
+
+_log = logging.getLogger("idemflow.engine")
 
 _INFRASTRUCTURE = (StoreError, ConflictError)
 """Errors of the store, not of a step: never a reason to fail a request."""
@@ -169,14 +172,11 @@ class Execution(Waiting):
 
     def _outcome(self, node: Node) -> Steps[RunRecord]:
         try:
-            try:
-                value = yield from self.evaluate(node)
-            except AbortWorkflow as abort:
-                reached = self._step
-                yield from self._compensate(abort.reason)
-                yield from self._aborted(abort.reason, reached)
-                return (yield from self._finish(RunStatus.ABORTED, reason=abort.reason))
-            return (yield from self._finish(RunStatus.COMPLETED, result=value))
+            while True:
+                try:
+                    return (yield from self._settled(node))
+                except Restart as restart:
+                    yield from self._restart(restart)
         except Finished as finished:
             if self.plan.submission is not None and not self.capabilities.cross_partition_commit:
                 yield CommitCache([Delete(self._outbox_ref())])  # written before the claim
@@ -193,24 +193,60 @@ class Execution(Waiting):
                 self.workflow, self.request_id, self._step, self._identity, cause, self._step_retry, error
             ) from exc
 
+    def _settled(self, node: Node) -> Steps[RunRecord]:
+        """The workflow run to its end, compensated if it aborted, and its outcome recorded."""
+        try:
+            value = yield from self.evaluate(node)
+        except AbortWorkflow as abort:
+            reached = self._step
+            yield from self._compensate(abort.reason)
+            yield from self._aborted(abort.reason, reached)
+            return (yield from self._finish(RunStatus.ABORTED, reason=abort.reason))
+        return (yield from self._finish(RunStatus.COMPLETED, result=value))
+
+    def _restart(self, restart: Restart) -> Steps[None]:
+        """Start the workflow over after a deferred commit did not apply: replaying what is
+        committed (memos decide), and committing each step at once from now on."""
+        self._fold = False
+        if restart.existing is not None:  # another execution claimed the request: check it
+            yield from self._on_run_record(restart.existing)
+        self._replaying = self._replaying or self._run_known
+        self._step, self._identity, self._extra = 0, "", None
+        self._done, self._pending, self._defer, self._cleaning = [], None, False, False
+        self._workflow_call, self._workflow_retry, self._step_retry = None, None, None
+        if self._journal is not None:
+            self._journal = []
+
     # -- interpretation -------------------------------------------------
 
     def evaluate(self, node: Node) -> Steps[Any]:
         """Run a description to its value (an explicit stack keeps long bind chains flat)."""
         stack: list[Callable[[Any], Idem[Any]]] = []
         while True:
+            if self._pending is not None and type(node) is not Bind and type(node) is not Pure:
+                yield from self._flush()  # what comes next must not run before it is committed
             match node:
                 case Bind(source, then):
                     stack.append(then)
                     node = source
                     continue
                 case Atomic():
-                    value = yield from self._atomic(node)
+                    self._defer = self._fold  # see _drive
+                    try:
+                        value = yield from self._atomic(node)
+                    finally:
+                        self._defer = False
                 case Pure(value):
                     pass
                 case Call():
                     value = yield from self._call(node)
-                case Now() | Uuid4() | Random() | Effect() | Abort() | Checkpoint():
+                case Effect(compensate=undo):
+                    self._defer = self._fold and undo is None  # see _drive
+                    try:
+                        value = yield from self._table_less(node)
+                    finally:
+                        self._defer = False
+                case Now() | Uuid4() | Random() | Abort() | Checkpoint():
                     value = yield from self._table_less(node)
                 case Deadline() | Until() | Start() | WaitFor() | Post() | Receive():
                     value = yield from self._coordinate(node)
@@ -260,13 +296,32 @@ class Execution(Waiting):
                         "another Idem"
                     )
                 node = yielded.node  # a step directly: one generator frame fewer on the hot path
-                step = self._atomic(node) if type(node) is Atomic else self.evaluate(node)
+                if self._pending is not None:
+                    yield from self._flush()
+                if type(node) is Atomic:
+                    # Its commit may wait for the workflow's next move (see Pending): the last
+                    # step's then carries the outcome. Not an effect with an undo: an execution
+                    # that sees its call undone must know it made the call (a late answer is
+                    # undone again), which a restart would forget.
+                    self._defer = self._fold
+                    step = self._atomic(node)
+                else:
+                    step = self.evaluate(node)
                 try:
                     value = yield from step
                 except ChildAborted as aborted:  # the workflow may catch it where it waited
                     yielded = generator.throw(aborted)
                     continue
-                yielded = generator.send(value)
+                finally:
+                    self._defer = False
+                try:
+                    yielded = generator.send(value)
+                except StopIteration:
+                    raise
+                except Exception:  # the workflow's own error: the step it ran from stands
+                    if self._pending is not None:
+                        yield from self._flush()
+                    raise
         except StopIteration as stop:
             return stop.value
         finally:
@@ -381,6 +436,8 @@ class Execution(Waiting):
 
     def _compensate(self, reason: JSON = None) -> Steps[None]:
         """Undo the completed steps in reverse order, each an idempotent step of its own."""
+        if self._pending is not None:
+            yield from self._flush()
         for done in reversed(self._done):
             node, result = done.node, done.result
             if isinstance(node, Effect):
@@ -500,10 +557,11 @@ class Execution(Waiting):
         yield from inner.run(call)
 
     def _finish(self, status: RunStatus, result: JSON = None, reason: JSON = None) -> Steps[RunRecord]:
-        """Record the outcome: durably if no step claimed the request or if ``durable_outcome``,
-        else as a cache. Strict encoding guarantees the result equals what duplicates read back;
-        a result holding dicts is returned as read back (keys sorted), so the first answer and
-        every duplicate's serialise to the same bytes."""
+        """Record the outcome before the caller has it: in the last step's own commit where that
+        step's commit waited for it (:class:`Pending`), else in a commit of its own. Strict
+        encoding guarantees the result equals what duplicates read back; a result holding dicts
+        is returned as read back (keys sorted), so the first answer and every duplicate's
+        serialise to the same bytes."""
         self._until = self.policy.until()
         if type(result) is dict or type(result) is list:
             result = sorted_keys(result)
@@ -512,6 +570,15 @@ class Execution(Waiting):
         ).finished(status, self.clock(), result=result, reason=reason)
         value: JSON = record.to_json()
         text = encode(value, f"result of workflow {self.workflow!r}", envelope=1)
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.claims:  # the request's only step: its outcome says all
+            outcome_insert = Insert(self._run_ref, value, text, self._expiry())
+            if pending.leased:  # executions waiting on the lease watch for the memo: keep it
+                kept = [pending.ops[MEMO_AT], outcome_insert, *pending.ops[RUN_AT + 1 :]]
+                yield from self._commit_deferred(kept, pending, RUN_AT)
+            else:
+                yield from self._commit_deferred([outcome_insert, *pending.ops[RUN_AT + 1 :]], pending, 0)
+            return record
         if not self._run_known:
             insert = Insert(self._run_ref, value, text, self._expiry())
             outcome = yield from self._commit([insert], self._run_ref)
@@ -532,12 +599,32 @@ class Execution(Waiting):
                 ops.append(wake)
             else:
                 yield from self._commit([wake], wake.ref)
-        if self.plan.durable_outcome or parent is not None:
-            yield from self._commit(ops, self._run_ref)  # Puts and Deletes that expect nothing: applied
-        else:
-            yield CommitCache(ops)
+        if pending is not None:
+            if self._foldable(ops) and len(pending.ops) + len(ops) <= self.capabilities.max_ops_per_commit:
+                yield from self._commit_deferred([*pending.ops, *ops], pending, None)
+                ops = []
+            else:
+                yield from self._commit_deferred(pending.ops, pending, None)
+        if ops:
+            yield from self._settle_outcome(ops)
         if cleanup:
             yield CommitCache(cleanup)
         if parent is not None and wake is not None:
             yield from self._announce(parent, wake.ref)
         return record
+
+    def _settle_outcome(self, ops: list[Op]) -> Steps[None]:
+        """Write the outcome (Puts and Deletes that expect nothing: applied). Where nothing but
+        the caller relies on it (``run``: every step is committed, a duplicate replays them), a
+        store that stays unreachable costs the record, not the answer."""
+        if self.plan.durable_outcome or self.plan.parent is not None:
+            yield from self._commit(ops, self._run_ref)
+            return
+        try:
+            yield from self._commit(ops, self._run_ref)
+        except StoreError as lost:
+            _log.warning(
+                "outcome not recorded (duplicates replay the steps instead): %s",
+                lost,
+                extra={"workflow": self.workflow, "request_id": self.request_id},
+            )

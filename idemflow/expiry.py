@@ -32,11 +32,12 @@ rules and commits, with its own "finished more than D ago" selection.
 >>> from idemflow import MemoryStore, atomic, run
 >>> from idemflow.policy import RetryPolicy
 >>> store = MemoryStore(expire_every=None)
->>> run(atomic("items", "p", lambda tx: tx.put("k", 1)), request_id="r", store=store,
-...     policy=RetryPolicy(retention=60.0))
+>>> two_steps = atomic("items", "p", lambda tx: tx.put("k", 1)).then(
+...     atomic("items", "q", lambda tx: tx.put("k", 2)))
+>>> run(two_steps, request_id="r", store=store, policy=RetryPolicy(retention=60.0))
 >>> report = store.expire(now=1e12)
->>> report.deleted, [key for _, key, _ in store.scan("items")]
-(2, ['dk'])
+>>> report.deleted, [key for _, key, _ in store.scan("items")]  # two memos and the run record
+(3, ['dk', 'dk'])
 """
 
 from __future__ import annotations

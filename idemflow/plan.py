@@ -80,6 +80,10 @@ class Plan:
     """A step or effect with a retry policy (its own or its workflow's) that raises is tried
     again here, after the policy's wait: ``run``, ``submit``, an operator's abort. Workers set
     False: their next attempt is a delayed continuation (:mod:`idemflow.step_retry`)."""
+    fold: bool = True
+    """A step the workflow yields may commit with its next move, the last one with the outcome
+    (one call fewer); off where a caller must see each commit as the step makes it (``runs
+    show`` stops at the first)."""
     in_place_for: float | None = None
     """Seconds a step may be retried here in all, whatever its policy allows: an operator waits
     at a prompt, not for a day (its abort then ends the request ``failed`` naming the undo, and

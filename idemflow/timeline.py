@@ -153,7 +153,7 @@ def show(
         return RequestView(workflow, request_id, record, waits_for=record.waiting)
     m = flow(*args, **kwargs)
     request = describe_request(m)
-    plan = Plan(version=record.version, resume=True, suspend=True, retry_in_place=False)
+    plan = Plan(version=record.version, resume=True, suspend=True, retry_in_place=False, fold=False)
     steps: list[StepView] = []
     computation = execution_steps(m, request, request_id, store, None, time.time, plan, (), reader=store)
     waits_for: str | None = None

@@ -76,10 +76,15 @@ def dynamodb(moto: Moto) -> Iterator[DynamoDBStore]:
     store.close()
 
 
-def test_a_dynamodb_commit_is_sent_once_and_its_failure_reported(dynamodb: DynamoDBStore) -> None:
-    sends = failing_sends(dynamodb, "TransactWriteItems", failures=3)
+@pytest.mark.parametrize(
+    ("rows", "operation"), [(2, "TransactWriteItems"), (1, "UpdateItem")], ids=["transaction", "one row"]
+)
+def test_a_dynamodb_commit_is_sent_once_and_its_failure_reported(
+    dynamodb: DynamoDBStore, rows: int, operation: str
+) -> None:
+    sends = failing_sends(dynamodb, operation, failures=3)
     with pytest.raises(TransientStoreError):
-        dynamodb.commit([Put(RowRef("tablea", "p", "k"), 1, encode(1))])
+        dynamodb.commit([Put(RowRef("tablea", "p", f"k{i}"), 1, encode(1)) for i in range(rows)])
     assert len(sends) == 1  # botocore's standard mode sent it 3 times
 
 

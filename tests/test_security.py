@@ -211,7 +211,11 @@ def test_user_rows_that_mimic_bookkeeping_never_touch_it(local_factory: Callable
 @settings(max_examples=150)
 def test_workflow_names_are_legal_or_refused(name: str) -> None:
     try:
-        flow = workflow(name)(lambda: atomic("tablea", "p", lambda tx: tx.increment("n")))
+        flow = workflow(name)(  # two steps: a one-step request's run record replaces its memo
+            lambda: atomic("tablea", "p", lambda tx: tx.increment("n")).then(
+                atomic("tableb", "p", lambda tx: tx.increment("n"))
+            )
+        )
     except InvalidNameError:
         legal = False
     else:

@@ -35,6 +35,8 @@ from idemflow import (
     uuid4,
     workflow,
 )
+from idemflow.records import RunStatus
+from idemflow.runner import run_status
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.workflows import rows_of, setup_accounts, transfer
 
@@ -263,7 +265,8 @@ def test_an_effect_first_is_not_called_again_by_duplicates_of_a_finished_request
         return (yield effect(lambda key: calls.append(key) or f"sent to {who}", name="send"))
 
     request_id = "mail-" + uuid.uuid4().hex
-    lost_answer = FaultyStore(store, before_step(1, Fault.CRASH_AFTER))
+    # Its one commit (the effect's answer with the outcome) applies, and its answer is lost.
+    lost_answer = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.kind == "commit" else None)
     with pytest.raises(SimulatedCrash):
         run(mailer("ann"), request_id=request_id, store=lost_answer)
     for _ in range(3):
@@ -345,8 +348,80 @@ def test_first_run_costs_one_commit_per_step(store: Store) -> None:
     before = store.round_trips
     run(m, request_id="cost", store=store)
     store.flush()
-    extra = 0 if store.capabilities.cross_partition_commit else 1  # Azure: run record alone
-    assert store.round_trips - before == 4 + extra + 1  # + the completion cache write
+    # The outcome rides in the last step's commit; Azure: the claim and the outcome alone.
+    extra = 0 if store.capabilities.cross_partition_commit else 2
+    assert store.round_trips - before == 4 + extra
+
+
+@pytest.mark.exact_calls
+@pytest.mark.blocking_api
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_a_workflow_costs_one_call_per_step_with_its_outcome_in_the_last(store: Store, n: int) -> None:
+    """The last step's commit carries the outcome, and the outcome is in the store when the
+    caller has its answer: no completion write is left to a background thread."""
+    space = new_space()
+
+    @workflow("per-step")
+    def per_step(k: int) -> Generator[Idem[Any], Any, Any]:
+        total = 0
+        for i in range(k):
+            total += yield atomic("items", f"{space}{i}", lambda tx, i=i: tx.put("k", i) or i)
+        return total
+
+    before = store.round_trips
+    assert run(per_step(n), request_id=space, store=store) == sum(range(n))
+    made = store.round_trips - before
+    record = run_status(store, "per-step", space)
+    assert record is not None and record.status is RunStatus.COMPLETED
+    extra = 0 if store.capabilities.cross_partition_commit else 2  # Azure: the claim, the outcome
+    assert made == n + extra
+
+
+@pytest.mark.blocking_api
+def test_a_step_whose_commit_waited_and_lost_its_data_runs_again_on_fresh_data(store: Store) -> None:
+    """Between a step and its commit the workflow goes on; if the rows the step read change in
+    that time, the commit is refused and the request starts over from what is committed."""
+    space, poked = new_space(), []
+
+    def copy(tx: Tx) -> int:
+        seen = tx.get("n", 0)
+        tx.put("copy", seen)
+        return int(seen)
+
+    @workflow("fresh")
+    def fresh(key: str) -> Generator[Idem[Any], Any, Any]:
+        seen = yield atomic("items", space + "p", copy)
+        if not poked:  # another writer moves the row on before the step's commit
+            poked.append(True)
+            run(
+                atomic("items", space + "p", lambda tx: tx.increment("n", 5)),
+                request_id=space + "w",
+                store=store,
+            )
+        return seen
+
+    result = run(fresh("x"), request_id=space, store=store)
+    rows = rows_of(store, space)
+    assert rows[("items", "p", "copy")] == result and rows[("items", "p", "n")] == 5
+    assert run(fresh("x"), request_id=space, store=store) == result
+
+
+@pytest.mark.blocking_api
+def test_a_duplicate_that_finishes_while_the_first_waits_to_commit_wins_once(store: Store) -> None:
+    """A copy of the request runs to its end between the first's step and that step's commit:
+    the first's commit is refused and it answers as the copy did, the step applied once."""
+    space, copies, answers = new_space(), [], []
+
+    @workflow("raced")
+    def raced(key: str) -> Generator[Idem[Any], Any, Any]:
+        n = yield atomic("items", space + "p", lambda tx: tx.increment("n") or len(copies))
+        if not copies:
+            copies.append(key)
+            answers.append(run(raced(key), request_id=space, store=store))  # the copy, to its end
+        return n
+
+    first = run(raced("x"), request_id=space, store=store)
+    assert answers == [first] and rows_of(store, space) == {("items", "p", "n"): 1}
 
 
 # -- bad input: a typed error, nothing written ------------------------------------
