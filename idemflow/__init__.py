@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from idemflow._lazy import load_optional
 from idemflow.aggregates import ShardedCounter
+from idemflow.answer_cache import AnswerCache
 from idemflow.arunner import arun, arun_result
 from idemflow.codecs import register_codec
 from idemflow.coordination import Child, receive, send, sleep, sleep_until, start, wait
@@ -63,6 +64,7 @@ from idemflow.stores import _LAZY, MemoryStore, SqliteStore, Store, open_store
 from idemflow.tx import Tx
 
 __all__ = [
+    "AnswerCache",
     "Child",
     "ChildAborted",
     "CompensationFailed",

@@ -15,6 +15,7 @@ workflow for a streaming response.
 
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 import inspect
@@ -26,14 +27,15 @@ from collections.abc import Callable, Generator
 from typing import Any, ParamSpec
 
 from idemflow._picks import Pick, picker
+from idemflow.answer_cache import AnswerCache
 from idemflow.arunner import aexecute
 from idemflow.errors import InvalidInputError
 from idemflow.helpers import effect
 from idemflow.monad import Idem
 from idemflow.plan import Plan
-from idemflow.policy import RetryPolicy
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import RunRecord
-from idemflow.runner import Workflow, execute, result_of
+from idemflow.runner import Request, Workflow, describe_request, execute, result_of
 from idemflow.stores.base import AsyncStore, Store
 
 P = ParamSpec("P")
@@ -41,6 +43,15 @@ P = ParamSpec("P")
 log = logging.getLogger(__name__)
 
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+class Default(enum.Enum):
+    """The marker of an argument left out (None means "none" for ``cache``)."""
+
+    TOKEN = enum.auto()
+
+
+DEFAULT = Default.TOKEN
 
 
 NAME_LIMIT = 100
@@ -83,6 +94,7 @@ def idempotent(
     fingerprint: Pick | None = None,
     key_required: bool = True,
     on_replay: Callable[[Any], Any] | None = None,
+    cache: AnswerCache | Default | None = DEFAULT,
 ) -> Callable[[Callable[P, Any]], Callable[P, Any]]:
     """Make a handler exactly-once per request id ``key(*args, **kwargs)``.
 
@@ -102,6 +114,9 @@ def idempotent(
     ``on_replay(result)`` is called when the answer is an earlier call's (no
     step of this call committed), and what it returns is answered instead:
     Powertools' ``response_hook``, e.g. to mark a replayed HTTP answer.
+    ``cache`` keeps finished answers in this process, so a duplicate here
+    costs no store call: an :class:`~idemflow.answer_cache.AnswerCache` of
+    its own per handler by default (256 answers, 5 minutes), None for none.
 
     >>> from idemflow import MemoryStore, atomic
     >>> store = MemoryStore()
@@ -132,7 +147,8 @@ def idempotent(
                 handler.name, function, version=handler.version, on_failure=handler.on_failure, basis=basis
             )
         keyed = picker(key, function, "key")
-        return _handler(store, flow, handler, function, keyed, key_required, policy, on_replay)
+        kept = AnswerCache() if isinstance(cache, Default) else cache
+        return _handler(store, flow, handler, function, keyed, key_required, policy, on_replay, kept)
 
     return decorate
 
@@ -147,6 +163,7 @@ def idempotent_function(
     key_required: bool = True,
     on_replay: Callable[[Any], Any] | None = None,
     lease: float | None = None,
+    cache: AnswerCache | Default | None = DEFAULT,
 ) -> Callable[[Callable[P, Any]], Callable[P, Any]]:
     """Make a plain function (``def`` or ``async def``) exactly-once per key: one memoized call.
 
@@ -157,8 +174,8 @@ def idempotent_function(
     effect, unless ``lease=seconds`` is given: then one calls and the others
     wait for its answer, and a caller that crashed is replaced once its lease
     ends (``effect(fn, lease=)``). ``key``, ``fingerprint``, ``key_required``,
-    ``on_replay``, ``name`` and ``policy`` are :func:`idempotent`'s. This is
-    Powertools' ``@idempotent_function``.
+    ``on_replay``, ``name``, ``policy`` and ``cache`` are :func:`idempotent`'s.
+    This is Powertools' ``@idempotent_function``.
 
     >>> from idemflow import MemoryStore
     >>> calls = []
@@ -181,7 +198,8 @@ def idempotent_function(
         once = _one_call(function, lease)
         flow: Workflow[P, Any] = Workflow(name or _derived_name(function), once, basis=basis)
         keyed = picker(key, function, "key")
-        return _handler(store, flow, function, function, keyed, key_required, policy, on_replay)
+        kept = AnswerCache() if isinstance(cache, Default) else cache
+        return _handler(store, flow, function, function, keyed, key_required, policy, on_replay, kept)
 
     return decorate
 
@@ -238,9 +256,23 @@ def _handler(
     key_required: bool,
     policy: RetryPolicy | None,
     on_replay: Callable[[Any], Any] | None,
+    cache: AnswerCache | None,
 ) -> Callable[P, Any]:
-    """The wrapper: each call runs ``flow`` under the request id its key gives."""
+    """The wrapper: each call runs ``flow`` under the request id its key gives (or answers from
+    ``cache``, the finished answers this process kept)."""
     label = flow.name
+    retention = (policy or DEFAULT_POLICY).retention
+
+    def kept(rid: str, request: Request, replayed: list[bool]) -> RunRecord | None:
+        record = None if cache is None else cache.get(rid, request.matches)
+        if record is not None:
+            replayed.append(True)
+        return record
+
+    def keep(rid: str, record: RunRecord) -> RunRecord:
+        if cache is not None:
+            cache.put(rid, record, retention)
+        return record
 
     def plan() -> tuple[Plan, list[bool]]:
         replayed: list[bool] = []
@@ -267,7 +299,10 @@ def _handler(
         async def ahandle(*args: P.args, **kwargs: P.kwargs) -> Any:
             rid = request_id(*args, **kwargs)
             m, (told, replayed) = flow(*args, **kwargs), plan()
-            record = await aexecute(m, request_id=rid, store=store, policy=policy, plan=told)
+            request = describe_request(m)
+            record = kept(rid, request, replayed) or keep(
+                rid, await aexecute(m, request_id=rid, store=store, policy=policy, plan=told, request=request)
+            )
             return answer(m, record, rid, replayed)
 
         return _named_like(ahandle, handler, function)
@@ -282,7 +317,11 @@ def _handler(
     def handle(*args: P.args, **kwargs: P.kwargs) -> Any:
         rid = request_id(*args, **kwargs)
         m, (told, replayed) = flow(*args, **kwargs), plan()
-        return answer(m, execute(m, request_id=rid, store=blocking, policy=policy, plan=told), rid, replayed)
+        request = describe_request(m)
+        record = kept(rid, request, replayed) or keep(
+            rid, execute(m, request_id=rid, store=blocking, policy=policy, plan=told, request=request)
+        )
+        return answer(m, record, rid, replayed)
 
     return _named_like(handle, handler, function)
 
