@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+# Before idemflow's stores are imported: botocore checks every request idemflow builds here
+# (off in production, where it costs CPU on every call).
+os.environ.setdefault("IDEMFLOW_VALIDATE_REQUESTS", "1")
+
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores import MemoryStore, SqliteStore, Store
 from tests.servers import (

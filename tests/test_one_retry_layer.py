@@ -222,3 +222,12 @@ def test_a_failed_message_comes_back_after_a_doubling_delay() -> None:
             30.0,
         ]
     )
+
+
+def test_botocore_checks_every_request_in_the_suite_and_none_by_default() -> None:
+    """Every request idemflow builds is checked against the service model here (the suite sets
+    IDEMFLOW_VALIDATE_REQUESTS before idemflow's stores are imported); users' clients skip it."""
+    from idemflow.stores._dynamodb_calls import CONFIG, client_config
+
+    assert CONFIG.parameter_validation is True
+    assert client_config(validate=False).parameter_validation is False
