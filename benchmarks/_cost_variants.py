@@ -73,6 +73,12 @@ def _workflow_call(store: Store, steps: int) -> Callable[[int], object]:
     return lambda i: run(flow(event(i)), request_id=f"q{i}", store=store)
 
 
+def _workflow_variant(variant: Callable[..., Variant], store: Any, steps: int) -> Variant:
+    """The idemflow workflow of ``steps`` steps on ``store``, made by a backend's ``variant``."""
+    call = _workflow_call(store, steps)
+    return variant(steps_name("idemflow", steps), call, settle=store.flush, family="workflow", steps=steps)
+
+
 # -- DynamoDB Local -------------------------------------------------------------------------------
 
 
@@ -127,15 +133,7 @@ def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], Dynamo
     for steps in STEPS:
         store: Any = backend.store(backend.tag(f"kw{steps}"), *TABLES)
         meter.attach(store.client)
-        variants.append(
-            variant(
-                steps_name("idemflow", steps),
-                _workflow_call(store, steps),
-                settle=store.flush,
-                family="workflow",
-                steps=steps,
-            )
-        )
+        variants.append(_workflow_variant(variant, store, steps))
     tag = backend.tag("ka")
     backend.store(tag, *TABLES)  # creates the asynchronous store's tables
     aio = AsyncDynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=tag)
@@ -209,16 +207,7 @@ def azure_variants(backend: Backend) -> tuple[list[Variant], AzureMeter, Callabl
         call = _called(minimal)
         variants.append(variant(steps_name("minimal", steps), call, family="minimal", steps=steps))
     for steps in STEPS:
-        opened = store(backend.tag(f"zw{steps}"), *TABLES)
-        variants.append(
-            variant(
-                steps_name("idemflow", steps),
-                _workflow_call(opened, steps),
-                settle=opened.flush,
-                family="workflow",
-                steps=steps,
-            )
-        )
+        variants.append(_workflow_variant(variant, store(backend.tag(f"zw{steps}"), *TABLES), steps))
 
     def close() -> None:
         for opened in stores:

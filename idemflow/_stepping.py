@@ -326,10 +326,11 @@ class Stepping(RunRecording):
         return all(op.ref.table == RUNS_TABLE and op.ref.partition == request for op in ops)
 
     def _flush(self) -> Steps[None]:
-        """Commit the step the workflow went on from (see :class:`Pending`)."""
+        """Commit the step the workflow went on from (see :class:`Pending`); a plain function: no
+        generator frame of its own on the hot path."""
         pending, self._pending = self._pending, None
         assert pending is not None
-        yield from self._commit_deferred(pending.ops, pending, RUN_AT if pending.claims else None)
+        return self._commit_deferred(pending.ops, pending, RUN_AT if pending.claims else None)
 
     def _commit_deferred(self, ops: list[Op], pending: Pending, run_at: int | None) -> Steps[None]:
         """Commit ``ops``, which carry a deferred step; :class:`Restart` if they did not apply:

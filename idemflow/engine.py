@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, assert_never
 
 from idemflow import telemetry
-from idemflow._execution import Done, Restart
+from idemflow._execution import Done, Restart, _log
 from idemflow._io import CallOut, CommitCache, Sleep, Steps
 from idemflow._stepping import AbortWorkflow
 from idemflow._waiting import Waiting
@@ -105,8 +104,6 @@ __all__ = [
     "Suspended",
     "idempotency_key",
 ]
-
-_log = logging.getLogger("idemflow.engine")
 
 _INFRASTRUCTURE = (StoreError, ConflictError)
 """Errors of the store, not of a step: never a reason to fail a request."""
@@ -231,7 +228,7 @@ class Execution(Waiting):
                     node = source
                     continue
                 case Atomic():
-                    self._defer = self._fold  # see _drive
+                    self._defer = self._fold  # its commit may wait for the next move (Pending)
                     try:
                         value = yield from self._atomic(node)
                     finally:
@@ -241,7 +238,9 @@ class Execution(Waiting):
                 case Call():
                     value = yield from self._call(node)
                 case Effect(compensate=undo):
-                    self._defer = self._fold and undo is None  # see _drive
+                    # Not one with an undo: an execution that sees its call undone must know it
+                    # made the call (a late answer is undone again), which a restart would forget.
+                    self._defer = self._fold and undo is None
                     try:
                         value = yield from self._table_less(node)
                     finally:
@@ -300,9 +299,7 @@ class Execution(Waiting):
                     yield from self._flush()
                 if type(node) is Atomic:
                     # Its commit may wait for the workflow's next move (see Pending): the last
-                    # step's then carries the outcome. Not an effect with an undo: an execution
-                    # that sees its call undone must know it made the call (a late answer is
-                    # undone again), which a restart would forget.
+                    # step's then carries the outcome.
                     self._defer = self._fold
                     step = self._atomic(node)
                 else:

@@ -191,11 +191,8 @@ class DynamoDBCalls:
             return COMMITTED
         found: Any = failed[0].response.get("Item")  # the row that failed it, as ALL_OLD returns it
         if isinstance(op, Increment):  # its only condition: the row holds no JSON text
-            held = type(row(found).value).__name__ if found else "JSON text"
-            raise not_a_number(op.ref, held, " DynamoDB can add") from failed[0]
-        if isinstance(op, Insert):
-            return Conflict((OpFailure(0, row(found) if found else (yield from self.read(op.ref))),))
-        return Conflict((OpFailure(0),))
+            raise _not_a_number(op, found) from failed[0]
+        return Conflict(((yield from self._failure(0, op, found)),))
 
     def scan(self, table: str, partition: str | None = None) -> Calls[list[tuple[str, str, Row]]]:
         """Every row of ``table`` (in ``partition``) as ``(partition, key, row)``, sorted."""
@@ -369,17 +366,20 @@ class DynamoDBCalls:
             item = reason.get("Item")
             if isinstance(op, Increment):  # its only condition: the row holds no JSON text
                 not_numbers.append((op, item))
-            elif isinstance(op, Insert):
-                failures.append(OpFailure(index, row(item) if item else (yield from self.read(op.ref))))
             else:
-                failures.append(OpFailure(index))
+                failures.append((yield from self._failure(index, op, item)))
         if failures:  # a definite answer even if another item also met a transient failure
             return Conflict(tuple(failures))
         if not_numbers:
-            op, item = not_numbers[0]
-            held = type(row(item).value).__name__ if item else "JSON text"
-            raise not_a_number(op.ref, held, " DynamoDB can add") from exc
+            raise _not_a_number(*not_numbers[0]) from exc
         raise self._cancel_error("commit", tables, exc) from exc
+
+    def _failure(self, index: int, op: Op, item: Mapping[str, Any] | None) -> Calls[OpFailure]:
+        """The failed condition of ``op``: an insert's names the row that was there (the item
+        ALL_OLD returned, else read)."""
+        if not isinstance(op, Insert):
+            return OpFailure(index)
+        return OpFailure(index, row(item) if item else (yield from self.read(op.ref)))
 
     def _cancel_error(self, action: str, tables: Sequence[str], exc: ClientError) -> Exception:
         """The error of a transaction cancelled for no failed condition: a permanent reason wins."""
@@ -390,6 +390,12 @@ class DynamoDBCalls:
             return TransientStoreError(f"{self._what(action, tables)} cancelled: {error_message(exc)}")
         worst = next((reason for reason in reasons if reason["Code"] not in TRANSIENT), reasons[0])
         return self._error(action, tables, str(worst["Code"]), str(worst.get("Message", "")))
+
+
+def _not_a_number(op: Increment, item: Mapping[str, Any] | None) -> Exception:
+    """An increment refused because its row holds a value DynamoDB cannot add to."""
+    held = type(row(item).value).__name__ if item else "JSON text"
+    return not_a_number(op.ref, held, " DynamoDB can add")
 
 
 def _logical(name: str) -> bool:
