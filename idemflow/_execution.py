@@ -113,6 +113,9 @@ class ExecutionBase:
         self._until = policy.until()
         """When the current step (or the outcome's write) stops retrying: ``time.monotonic()``."""
         self._run_known = plan.resume
+        self._incarnation = plan.incarnation
+        """The run's incarnation as this execution knows it: drawn by its claim, or read from the
+        record it met (None for a record older than format 5: then every memo is trusted)."""
         self._replaying = plan.resume
         self._done: list[Done] = []
         self._journal: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None

@@ -14,7 +14,7 @@ from idemflow._execution import ExecutionBase
 from idemflow._io import Steps
 from idemflow.errors import IdempotencyKeyReuseError, LimitExceededError
 from idemflow.plan import Checkpointed, Finished, OtherVersion
-from idemflow.records import OutboxEntry, RunRecord, RunStatus, outbox_ref
+from idemflow.records import OutboxEntry, RunRecord, RunStatus, new_incarnation, outbox_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
 
@@ -34,6 +34,7 @@ class RunRecording(ExecutionBase):
     def _claim_ops(self, expires: float, *, with_outbox: bool) -> list[Op]:
         submission = self.plan.submission
         self._started_at = self.clock()  # each attempt's own: the one that commits is kept
+        self._incarnation = new_incarnation()  # likewise: the claim that commits is the run's
         record = RunRecord(
             self.fingerprint,
             RunStatus.RUNNING,
@@ -41,6 +42,7 @@ class RunRecording(ExecutionBase):
             input=None if submission is None else submission.input,
             deadline=None if submission is None else submission.deadline,
             started_at=self._started_at,
+            incarnation=self._incarnation,
         )
         value: JSON = record.to_json()
         where = f"input of workflow {self.workflow!r} request {self.request_id!r}"
@@ -91,6 +93,7 @@ class RunRecording(ExecutionBase):
             return
         record = RunRecord.from_json(existing.value)
         self._started_at = record.started_at  # the claim that won, not this execution's attempt
+        self._incarnation = record.incarnation
         if record.fingerprint != self.fingerprint and record.fingerprint not in self.aliases:
             raise IdempotencyKeyReuseError(
                 self.workflow, self.request_id, record.fingerprint, self.fingerprint

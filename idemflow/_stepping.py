@@ -28,9 +28,9 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
 from idemflow.policy import DataConflict, retried
-from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row
+from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row, of_earlier_run
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
+from idemflow.stores.base import CommitOutcome, Committed, Cond, Delete, Insert, Op, Row, RowRef
 from idemflow.tx import StepAborted, Tx
 
 
@@ -48,6 +48,11 @@ class _RunRecordSeen(BaseException):
     def __init__(self, row: Row) -> None:
         super().__init__()
         self.row = row
+
+
+def _has_incarnation(memo: Row) -> bool:
+    value = memo.value
+    return type(value) is dict and isinstance(value.get("i"), str)
 
 
 def _stop_if_present(row: Row | None) -> None:
@@ -215,6 +220,8 @@ class Stepping(RunRecording):
         while True:  # loops only when the commit revealed an existing run record
             if self._replaying:
                 row = yield from self._read(memo_ref)
+                if row is not None and of_earlier_run(row, self._incarnation):
+                    row = yield from self._this_runs(memo_ref, row)
                 if row is not None:
                     return self._memo_result(row, identity)
                 self._replaying = False
@@ -263,6 +270,16 @@ class Stepping(RunRecording):
                 # A replay whose data moved on may fail where the first run
                 # succeeded: the memo, if any, is the answer.
                 row = yield from self._read(memo_ref)
+                if row is not None and not self._run_known and _has_incarnation(row):
+                    # No claim yet: a memo never precedes its run's record, which says whose it is.
+                    met = yield from self._read(self._run_ref)
+                    if met is not None:
+                        yield from self._on_run_record(met)
+                    else:
+                        yield from self._this_runs(memo_ref, row)
+                    continue
+                if row is not None and of_earlier_run(row, self._incarnation):
+                    row = yield from self._this_runs(memo_ref, row)
                 if row is not None:
                     return self._memo_result(row, identity)
                 if (yield from self._stale(tx)):  # reads that were never one snapshot: run it again
@@ -271,17 +288,18 @@ class Stepping(RunRecording):
             else:
                 aborted, value = False, result
                 data_ops = tx.ops()
-            memo_value = memo_row(identity, value, aborted=aborted, at=int(self.clock() * 1000))
+            expires = self._expiry()
+            run_included = not self._run_known
+            claim = self._claim_ops(expires, with_outbox=True) if run_included else ()  # draws the run
+            memo_value = memo_row(
+                identity, value, aborted=aborted, at=int(self.clock() * 1000), run=self._incarnation
+            )
             try:
                 memo_text = encode(memo_value, "", envelope=1)
             except InvalidValueError as bad:  # the place is named only when needed: it costs a format
                 where = f"result of step {self._step} ({identity}) of workflow {self.workflow!r}"
                 raise InvalidValueError(where, bad.problem) from None
-            expires = self._expiry()
-            ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires)]
-            run_included = not self._run_known
-            if run_included:
-                ops.extend(self._claim_ops(expires, with_outbox=True))
+            ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires), *claim]
             ops.extend(data_ops)
             if self._extra is not None and not aborted:
                 ops.extend((yield from self._extra()))
@@ -292,13 +310,18 @@ class Stepping(RunRecording):
                 leased = call_out is not None and call_out.lease is not None
                 self._pending = Pending(ops, memo_ref, run_included, call_out is not None, leased)
                 return value
-            if call_out is not None or self._traced:  # an effect's commit is resent as it is
-                outcome = yield from self._commit(ops, memo_ref, resend=call_out is not None)
-            else:  # any other's failed send reruns the body
-                try:
-                    outcome = yield Commit(ops)
-                except LimitExceededError as refused:
-                    raise self._named(refused, memo_ref) from None
+            while True:  # more than once only to replace a memo an earlier run left
+                if call_out is not None or self._traced:  # an effect's commit is resent as it is
+                    outcome = yield from self._commit(ops, memo_ref, resend=call_out is not None)
+                else:  # any other's failed send reruns the body
+                    try:
+                        outcome = yield Commit(ops)
+                    except LimitExceededError as refused:
+                        raise self._named(refused, memo_ref) from None
+                if isinstance(outcome, Committed):
+                    break
+                if not (yield from self._earlier_memo_dropped(outcome, ops, memo_ref, claims=run_included)):
+                    break
             if isinstance(outcome, Committed):
                 self._run_known = True
                 self._commits += 1
@@ -312,6 +335,14 @@ class Stepping(RunRecording):
             if run_included and RUN_AT in by_index:
                 yield from self._on_run_record(by_index[RUN_AT].existing)
             existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
+            if existing_memo is not None and of_earlier_run(existing_memo, self._incarnation):
+                if run_included and RUN_AT not in by_index:  # this claim did not fail: is it the run?
+                    met = yield from self._read(self._run_ref)
+                    if met is not None:  # another execution's claim: its record says whose memo this is
+                        yield from self._on_run_record(met)
+                        continue
+                yield from self._this_runs(memo_ref, existing_memo)  # an earlier run's
+                continue
             if existing_memo is not None:
                 return self._memo_result(existing_memo, identity)
             if run_included and RUN_AT in by_index:
@@ -336,7 +367,13 @@ class Stepping(RunRecording):
         """Commit ``ops``, which carry a deferred step; :class:`Restart` if they did not apply:
         the workflow went on from a value that may not stand."""
         try:
-            outcome = yield from self._commit(ops, pending.memo_ref, resend=pending.resend)
+            while True:  # more than once only to replace a memo an earlier run left
+                outcome = yield from self._commit(ops, pending.memo_ref, resend=pending.resend)
+                if isinstance(outcome, Committed):
+                    break
+                claims = run_at is not None
+                if not (yield from self._earlier_memo_dropped(outcome, ops, pending.memo_ref, claims=claims)):
+                    break
         except TransientStoreError:  # applied or not: a replay reads which
             raise Restart() from None
         if isinstance(outcome, Committed):
@@ -353,15 +390,64 @@ class Stepping(RunRecording):
 
     def _leased(self, memo_ref: RowRef, seconds: float) -> Steps[Row | None]:
         """Hold the effect's lease (None), or the memo of the execution that held it."""
-        return acquire(
-            memo_ref,
-            self._lease_ref(memo_ref),
-            seconds,
-            commit=lambda ops: self._commit(ops, memo_ref),
-            read=self._read,
-            sleep=self.policy.conflicts.sleep,
-            expires=self._expiry(),
-        )
+        while True:
+            recorded = yield from acquire(
+                memo_ref,
+                self._lease_ref(memo_ref),
+                seconds,
+                commit=lambda ops: self._commit(ops, memo_ref),
+                read=self._read,
+                sleep=self.policy.conflicts.sleep,
+                expires=self._expiry(),
+            )
+            if recorded is None:
+                return None
+            if not self._run_known:  # no claim yet: a memo never precedes its run's record
+                if not _has_incarnation(recorded):
+                    return recorded  # written before incarnations: trusted, as it always was
+                met = yield from self._read(self._run_ref)
+                if met is not None:
+                    raise _RunRecordSeen(met)  # replay, judging the memo by that record's run
+            elif not of_earlier_run(recorded, self._incarnation):
+                return recorded
+            yield from self._this_runs(memo_ref, recorded)  # the lease is taken again over nothing
+
+    def _this_runs(self, memo_ref: RowRef, row: Row) -> Steps[Row | None]:
+        """``row`` (read at ``memo_ref``), unless it is a memo an earlier request with this id left:
+        then it is deleted, if it is still as read, and the place read again.
+
+        Such a memo outlived its run record (DynamoDB's TTL deletes in no order; a sweep visits
+        rows in key order) and this request reuses the id after retention: it is a new request,
+        and replaying that memo would make it a partial run of the old one. One delete, one
+        read: what is read next is judged by the caller (a racing execution may have claimed
+        the request meanwhile, and only its record says whose memo that is)."""
+        assert row is not None
+        yield from self._commit([Delete(memo_ref, expect=row.version)], memo_ref)
+        return (yield from self._read(memo_ref))
+
+    def _earlier_memo_dropped(
+        self, outcome: CommitOutcome, ops: Sequence[Op], memo_ref: RowRef, *, claims: bool
+    ) -> Steps[bool]:
+        """Whether a step's commit failed only on its memo insert meeting an earlier run's memo,
+        now deleted: then the same operations are sent again (no rerun: an effect's call is not
+        made twice). Anything else is left to the caller.
+
+        Where the commit also claims the request (``claims``), this execution's incarnation is
+        only drawn, not established: a memo of another incarnation may be a racing execution's
+        that claimed first (a store may report only the first failed condition). Only a run
+        record that is absent proves the memo an earlier run's: a memo is never written before
+        its run's record, and a record goes only once its request has finished."""
+        assert not isinstance(outcome, Committed)
+        failures = outcome.failures
+        if len(failures) != 1 or failures[0].index != MEMO_AT or ops[MEMO_AT].ref != memo_ref:
+            return False
+        existing = failures[0].existing
+        if existing is None or not of_earlier_run(existing, self._incarnation):
+            return False
+        if claims and (yield from self._read(self._run_ref)) is not None:
+            return False
+        yield from self._this_runs(memo_ref, existing)
+        return True
 
     def _stale(self, tx: Tx) -> Steps[bool]:
         """Did a row the body read change before it raised? Then it saw no consistent state.

@@ -31,7 +31,16 @@ from idemflow.errors import (
 from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix, outbox_partition, step_tag, wake_key
 from idemflow.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
 from idemflow.plan import Suspended
-from idemflow.records import Message, OutboxEntry, RunRecord, RunStatus, child_outcome, run_ref
+from idemflow.records import (
+    Message,
+    OutboxEntry,
+    RunRecord,
+    RunStatus,
+    child_outcome,
+    new_incarnation,
+    of_earlier_run,
+    run_ref,
+)
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
 from idemflow.tx import Tx
@@ -109,7 +118,10 @@ class Waiting(Stepping):
         """The current step's memo when replaying: ``(True, value)``, else ``(False, None)``."""
         if not self._replaying:
             return False, None
-        row = yield from self._read(self._here())
+        here = self._here()
+        row = yield from self._read(here)
+        if row is not None and of_earlier_run(row, self._incarnation):
+            row = yield from self._this_runs(here, row)
         if row is None:
             self._replaying = False  # memos are sequential: none after a missing one
             return False, None
@@ -185,6 +197,7 @@ class Waiting(Stepping):
             version=node.version,
             input=node.input,
             started_at=self.clock(),
+            incarnation=new_incarnation(),
             # A parent a worker runs is woken by the child's outcome; one ``run`` runs polls.
             parent=OutboxEntry(self.workflow, self.plan.version, self.request_id, 0.0)
             if self.plan.suspend

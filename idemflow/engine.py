@@ -83,7 +83,7 @@ from idemflow.plan import (
     Suspended,
 )
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
-from idemflow.records import MEMO_AT, RUN_AT, RunRecord, RunStatus
+from idemflow.records import MEMO_AT, RUN_AT, RunRecord, RunStatus, new_incarnation
 from idemflow.serialization import JSON, encode, sorted_keys
 from idemflow.step_retry import StepRetry
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put
@@ -540,7 +540,7 @@ class Execution(Waiting):
 
     def _run_child(self, call: Call, request_id: str, record: RunRecord) -> Steps[None]:
         """Under ``run``, a child nobody finished yet runs here, as its own request."""
-        plan = Plan(version=record.version, resume=True, durable_outcome=True)
+        plan = Plan(version=record.version, resume=True, durable_outcome=True, incarnation=record.incarnation)
         inner = Execution(
             self.capabilities,
             call.name,
@@ -562,8 +562,15 @@ class Execution(Waiting):
         self._until = self.policy.until()
         if type(result) is dict or type(result) is list:
             result = sorted_keys(result)
+        incarnation = self._incarnation
+        if incarnation is None and not self._run_known:  # a request with no step claims here
+            incarnation = new_incarnation()
         record = RunRecord(
-            self.fingerprint, RunStatus.RUNNING, version=self.plan.version, started_at=self._claimed_at()
+            self.fingerprint,
+            RunStatus.RUNNING,
+            version=self.plan.version,
+            started_at=self._claimed_at(),
+            incarnation=incarnation,
         ).finished(status, self.clock(), result=result, reason=reason)
         value: JSON = record.to_json()
         text = encode(value, f"result of workflow {self.workflow!r}", envelope=1)

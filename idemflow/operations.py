@@ -187,6 +187,7 @@ def abort_steps(
         durable_outcome=True,
         parent=record.parent,  # a child's abort wakes the parent waiting for it
         started_at=record.started_at,  # kept in the completion record
+        incarnation=record.incarnation,
         retry_in_place=retry_in_place,
         in_place_for=in_place_for,
     )

@@ -153,7 +153,7 @@ def test_requests_caught_retrying_by_every_release_keep_their_count(
     assert resumed is (RunStatus.COMPLETED if fixed else RunStatus.FAILED)
 
 
-RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4}
+RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5}
 """The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
 
 

@@ -227,6 +227,7 @@ class Handling:
             announce=announcer(self.key),
             parent=record.parent,
             started_at=record.started_at,  # kept in the completion record
+            incarnation=record.incarnation,
         )
         try:
             done = yield from execution_steps(
