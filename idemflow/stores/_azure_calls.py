@@ -74,7 +74,8 @@ _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _CONDITION_CODES = frozenset({"UpdateConditionNotSatisfied", "EntityAlreadyExists", "ResourceNotFound"})
 _MAX_HINTS = 10_000
 """Tombstone ETags remembered, so writing over a tombstone costs no extra round trip."""
-_SINGLE = {"create": "create_entity", "upsert": "upsert_entity", "update": "update_entity"}
+_SINGLE = frozenset({"create", "upsert", "update"})
+"""Writes sent alone when a batch holds one (``write_entity`` of :mod:`idemflow.stores._azure_clients`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,11 +376,8 @@ class _SingleFailed(Exception):
 
 
 def _single(table: str, operation: Operation) -> Calls[dict[str, Any]]:
-    kind, entity, options = operation
     try:
-        answer: dict[str, Any] = yield Call(
-            table, _SINGLE[kind], (entity,), {} if kind == "create" else options
-        )
+        answer: dict[str, Any] = yield Call(table, "write_entity", (operation,))
     except ResourceExistsError as exc:
         raise _SingleFailed("EntityAlreadyExists") from exc
     except ResourceNotFoundError as exc:

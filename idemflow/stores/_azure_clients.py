@@ -48,6 +48,14 @@ class BatchTableClient(TableClient):
         response.read()
         return _answers(response, len(triples))
 
+    def write_entity(self, operation: TransactionOperationType) -> Mapping[str, Any]:
+        """One ``submit_transaction`` operation sent alone: ``{"etag": …}``, or the exception
+        ``create_entity`` / ``upsert_entity`` / ``update_entity`` raise (``ResourceExistsError``,
+        ``ResourceNotFoundError``, ``ResourceModifiedError`` …)."""
+        response = self._client._client.send_request(_single(self, _triple(operation)), stream=True)
+        response.read()
+        return _written(response)
+
 
 class AsyncBatchTableClient(tables_aio.TableClient):
     """An asyncio ``TableClient`` whose ``submit_transaction`` is idemflow's (see the module docstring)."""
@@ -67,6 +75,12 @@ class AsyncBatchTableClient(tables_aio.TableClient):
         response = await self._client._client.send_request(request, stream=True, **kwargs)
         await response.read()
         return _answers(response, len(triples))
+
+    async def write_entity(self, operation: TransactionOperationType) -> Mapping[str, Any]:
+        """The asyncio twin of :meth:`BatchTableClient.write_entity`."""
+        response = await self._client._client.send_request(_single(self, _triple(operation)), stream=True)
+        await response.read()
+        return _written(response)
 
 
 def table_client(service: TableServiceClient, table_name: str) -> BatchTableClient:
@@ -121,7 +135,22 @@ def _request(client: TableClient | tables_aio.TableClient, triples: list[Triple]
         batch_id=str(uuid4()),
         changeset_id=str(uuid4()),
     )
-    return HttpRequest("POST", encoded.url, headers=encoded.headers, content=encoded.body)
+    return HttpRequest(encoded.method, encoded.url, headers=encoded.headers, content=encoded.body)
+
+
+def _single(client: TableClient | tables_aio.TableClient, triple: Triple) -> HttpRequest:
+    """The request of one operation sent alone, at the URL the SDK uses for it."""
+    endpoint = f"{client.scheme}://{client._primary_hostname}"
+    encoded = egt.single(endpoint, client.table_name, triple, version=client.api_version)
+    return HttpRequest(encoded.method, encoded.url, headers=encoded.headers, content=encoded.body)
+
+
+def _written(response: Any) -> Mapping[str, Any]:
+    """A single write's metadata, or the SDK's exception for its error answer."""
+    if not 200 <= response.status_code < 300:
+        raise _decode_error(response)
+    etag = response.headers.get("ETag")
+    return {} if etag is None else {"etag": etag}
 
 
 def _answers(response: Any, count: int) -> list[Mapping[str, Any]]:

@@ -50,11 +50,12 @@ _INT32 = 2**31
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """What to send: ``POST url`` with these headers and body."""
+    """What to send: ``method url`` with these headers and body."""
 
+    method: str
     url: str
     headers: dict[str, str]
-    body: bytes
+    body: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,21 @@ def encode(
         "Content-Type": f"multipart/mixed; boundary=batch_{batch_id}",
         "Accept": _JSON,
     }
-    return Request(f"{endpoint}/$batch", headers, body)
+    return Request("POST", f"{endpoint}/$batch", headers, body)
+
+
+def single(
+    endpoint: str, table: str, operation: tuple[str, Mapping[str, Any], Mapping[str, Any]], *, version: str
+) -> Request:
+    """One operation sent alone, the same request a batch would hold (atomic by itself; an
+    insert answers ``204`` with the new ETag, no entity)."""
+    kind, entity, options = operation
+    method, url, extra, content = _operation(endpoint, table, kind, entity, options)
+    headers = {"x-ms-version": version, "DataServiceVersion": "3.0"}
+    if content is not None:
+        headers["Content-Type"] = _JSON
+    headers.update(extra)
+    return Request(method, url, headers, None if content is None else content.encode("ascii"))
 
 
 def _operation(
