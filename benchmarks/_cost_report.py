@@ -175,6 +175,9 @@ def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]
         for steps in (1, 2, 5):
             suffix = f"{steps} step{'s' if steps > 1 else ''}"
             pairs.append((kind, f"idemflow / minimal, {suffix}", f"idemflow {suffix}", f"minimal {suffix}"))
+            asyncio = f"idemflow {suffix}, asyncio"
+            if steps != 2 or kind == "azurite":  # DynamoDB's asyncio 2 steps: against blocking below
+                pairs.append((kind, f"idemflow / minimal, {suffix}, asyncio", asyncio, f"minimal {suffix}"))
         pairs.append(
             (
                 kind,
