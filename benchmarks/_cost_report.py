@@ -176,8 +176,7 @@ def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]
             suffix = f"{steps} step{'s' if steps > 1 else ''}"
             pairs.append((kind, f"idemflow / minimal, {suffix}", f"idemflow {suffix}", f"minimal {suffix}"))
             asyncio = f"idemflow {suffix}, asyncio"
-            if steps != 2 or kind == "azurite":  # DynamoDB's asyncio 2 steps: against blocking below
-                pairs.append((kind, f"idemflow / minimal, {suffix}, asyncio", asyncio, f"minimal {suffix}"))
+            pairs.append((kind, f"idemflow / minimal, {suffix}, asyncio", asyncio, f"minimal {suffix}"))
         pairs.append(
             (
                 kind,
@@ -194,11 +193,9 @@ def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]
             "idemflow function, duplicate",
             "Powertools, duplicate",
         ),
-        (
-            "dynamodb-local",
-            "idemflow 2 steps: asyncio / blocking",
-            "idemflow 2 steps, asyncio",
-            "idemflow 2 steps",
+        *(
+            (kind, "idemflow 2 steps: asyncio / blocking", "idemflow 2 steps, asyncio", "idemflow 2 steps")
+            for kind in ("dynamodb-local", "azurite")
         ),
         ("sqlite", "idemflow 2 steps / DBOS", "idemflow 2 steps", "DBOS"),
     ]
