@@ -91,16 +91,16 @@ def test_a_refused_batch_names_the_failing_operation_and_its_code(
 
 def test_the_client_answers_as_the_sdk_does() -> None:
     content_type, body = recorded.COMMITTED
-    response = SimpleNamespace(status_code=202, headers={"Content-Type": content_type}, content=body)
-    assert _answers(response, 3) == [
+    response = SimpleNamespace(status_code=202, headers={"Content-Type": content_type})
+    assert _answers(response, body, 3) == [
         {"etag": "W/\"datetime'2026-11-27T12%3A21%3A23.1575149Z'\""},
         {"etag": "W/\"datetime'2026-11-27T12%3A21%3A23.1575159Z'\""},
         {},
     ]
     content_type, body = recorded.ENTITY_EXISTS_AT_1
-    refused = SimpleNamespace(status_code=202, headers={"Content-Type": content_type}, content=body)
+    refused = SimpleNamespace(status_code=202, headers={"Content-Type": content_type})
     with pytest.raises(TableTransactionError) as caught:
-        _answers(refused, 2)
+        _answers(refused, body, 2)
     assert caught.value.index == 1
 
 

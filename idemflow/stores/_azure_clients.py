@@ -18,7 +18,7 @@ from typing import Any
 from uuid import uuid4
 
 from azure.core.pipeline import AsyncPipeline, Pipeline
-from azure.core.rest import HttpRequest
+from azure.core.pipeline.transport import HttpRequest
 from azure.data.tables import TableClient, TableServiceClient, TableTransactionError, _base_client, _error
 from azure.data.tables import aio as tables_aio
 from azure.data.tables._table_batch import TransactionOperationType
@@ -46,17 +46,17 @@ class BatchTableClient(TableClient):
         triples = [_triple(operation) for operation in operations]
         if not triples:
             return []
-        request = _request(self, triples)
-        response = self._client._client.send_request(request, stream=True, **kwargs)
-        response.read()
-        return _answers(response, len(triples))
+        pipeline = self._client._client._pipeline
+        response = pipeline.run(_batch(self, triples), stream=True, **kwargs).http_response
+        return _answers(response, response.body(), len(triples))
 
     def write_entity(self, operation: TransactionOperationType) -> Mapping[str, Any]:
         """One ``submit_transaction`` operation sent alone: ``{"etag": …}``, or the exception
         ``create_entity`` / ``upsert_entity`` / ``update_entity`` raise (``ResourceExistsError``,
         ``ResourceNotFoundError``, ``ResourceModifiedError`` …)."""
-        response = self._client._client.send_request(_single(self, _triple(operation)), stream=True)
-        response.read()
+        pipeline = self._client._client._pipeline
+        response = pipeline.run(_single(self, _triple(operation)), stream=True).http_response
+        response.body()  # read to the end: the connection goes back to the pool
         return _written(response)
 
 
@@ -76,15 +76,16 @@ class AsyncBatchTableClient(tables_aio.TableClient):
             triples = [_triple(operation) for operation in operations]
         if not triples:
             return []
-        request = _request(self, triples)
-        response = await self._client._client.send_request(request, stream=True, **kwargs)
-        await response.read()
-        return _answers(response, len(triples))
+        pipeline = self._client._client._pipeline
+        response = (await pipeline.run(_batch(self, triples), stream=True, **kwargs)).http_response
+        await response.load_body()
+        return _answers(response, response.body(), len(triples))
 
     async def write_entity(self, operation: TransactionOperationType) -> Mapping[str, Any]:
         """The asyncio twin of :meth:`BatchTableClient.write_entity`."""
-        response = await self._client._client.send_request(_single(self, _triple(operation)), stream=True)
-        await response.read()
+        pipeline = self._client._client._pipeline
+        response = (await pipeline.run(_single(self, _triple(operation)), stream=True)).http_response
+        await response.load_body()  # read to the end: the connection goes back to the pool
         return _written(response)
 
 
@@ -130,7 +131,7 @@ def _triple(operation: TransactionOperationType) -> Triple:
     return kind, entity, options
 
 
-def _request(client: TableClient | tables_aio.TableClient, triples: list[Triple]) -> HttpRequest:
+def _batch(client: TableClient | tables_aio.TableClient, triples: list[Triple]) -> HttpRequest:
     """The ``POST $batch`` of ``triples`` to the client's table, at the URL the SDK uses."""
     encoded = egt.encode(
         f"{client.scheme}://{client._primary_hostname}",
@@ -140,14 +141,23 @@ def _request(client: TableClient | tables_aio.TableClient, triples: list[Triple]
         batch_id=str(uuid4()),
         changeset_id=str(uuid4()),
     )
-    return HttpRequest(encoded.method, encoded.url, headers=encoded.headers, content=encoded.body)
+    return _http(encoded)
 
 
 def _single(client: TableClient | tables_aio.TableClient, triple: Triple) -> HttpRequest:
     """The request of one operation sent alone, at the URL the SDK uses for it."""
     endpoint = f"{client.scheme}://{client._primary_hostname}"
-    encoded = egt.single(endpoint, client.table_name, triple, version=client.api_version)
-    return HttpRequest(encoded.method, encoded.url, headers=encoded.headers, content=encoded.body)
+    return _http(egt.single(endpoint, client.table_name, triple, version=client.api_version))
+
+
+def _http(encoded: egt.Request) -> HttpRequest:
+    """The pipeline's request for ``encoded``: azure-core's transport-level ``HttpRequest``, which
+    its pipeline and transports take as they take the ``azure.core.rest`` one (about 60 µs of
+    CPU less per call: no attribute shims between the two APIs)."""
+    request = HttpRequest(encoded.method, encoded.url, headers=encoded.headers)
+    if encoded.body is not None:
+        request.set_bytes_body(encoded.body)
+    return request
 
 
 def _written(response: Any) -> Mapping[str, Any]:
@@ -158,14 +168,14 @@ def _written(response: Any) -> Mapping[str, Any]:
     return {} if etag is None else {"etag": etag}
 
 
-def _answers(response: Any, count: int) -> list[Mapping[str, Any]]:
+def _answers(response: Any, body: bytes, count: int) -> list[Mapping[str, Any]]:
     """Each operation's metadata, or the SDK's exception for the answer (the rare whole-request
     failures are decoded by the SDK's own ``_decode_error``)."""
     if response.status_code == 413:
         raise _decode_error(response, "The transaction request was too large", _too_large)
     if response.status_code != 202:
         raise _decode_error(response)
-    found = egt.outcome(egt.parse(response.headers.get("Content-Type", ""), response.content), count)
+    found = egt.outcome(egt.parse(response.headers.get("Content-Type", ""), body), count)
     if isinstance(found, egt.Failure):
         if found.status == 413:
             raise _decode_error(response, "The transaction request was too large", _too_large)
