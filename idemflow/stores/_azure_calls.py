@@ -33,7 +33,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError
 
 from idemflow._io import Sleep
-from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
+from idemflow.errors import LimitExceededError, StoreConfigError, StoreError, TransientStoreError
 from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
@@ -298,8 +298,8 @@ class AzureCalls:
         self.physical(table)  # a bad name fails this commit like the SDK's errors
         kind = batch[0][0]
         if len(batch) == 1 and kind in _SINGLE:
-            # One write needs no entity group transaction: the plain call is
-            # atomic by itself and about 3x cheaper (the run-record insert).
+            # One write needs no entity group transaction: the plain request is
+            # atomic by itself and smaller, for Azure and for us (the run-record insert).
             answers: list[Mapping[str, Any]] = [(yield from _single(table, batch[0]))]
         else:
             answers = yield Call(table, "submit_transaction", (batch,))
@@ -349,6 +349,8 @@ class AzureCalls:
             index = positions[exc.index]
         except _SingleFailed:
             index = positions[0]
+        except LimitExceededError:
+            raise  # the batch body, sized exactly before sending: nothing was sent
         except Exception as exc:  # every SDK failure becomes a StoreError
             raise self._error(exc, first.table, "commit") from exc
         op = ops[index]
