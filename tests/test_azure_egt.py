@@ -260,3 +260,19 @@ def test_entity_json_carries_every_value_as_the_service_reads_it(entity: dict[st
             assert float(wire[name]) == value or value != value
         else:
             assert wire[name] == value and name + "@odata.type" not in wire
+
+
+def test_a_cosmos_db_endpoint_keeps_the_sdks_own_batch() -> None:
+    # Cosmos DB's Table API takes a merge as POST + X-HTTP-Method: MERGE, which the SDK writes.
+    transport = NoNetwork()
+    client = BatchTableClient(
+        "https://acct.table.cosmos.azure.com",
+        table_name="rec",
+        credential=AzureNamedKeyCredential("acct", KEY),
+        transport=transport,
+    )
+    options = {"mode": UpdateMode.MERGE, "etag": "e", "match_condition": MatchConditions.IfNotModified}
+    with pytest.raises(AssertionError, match="reached the transport"):
+        client.submit_transaction([("update", {"PartitionKey": "p", "RowKey": "r"}, options)])
+    body = transport.sent[0].body
+    assert b"X-HTTP-Method: MERGE" in body and b"PATCH " not in body
