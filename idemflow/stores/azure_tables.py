@@ -54,6 +54,7 @@ from idemflow.stores._azure_calls import (
     Calls,
     Page,
 )
+from idemflow.stores._azure_clients import table_client
 from idemflow.stores._azure_layout import (
     assemble,
     logical_tables,
@@ -114,7 +115,7 @@ class AzureTableStore(AzureCalls):
         with self._lock:
             client = self._clients.get(table)
             if client is None:
-                client = self._clients[table] = self._service.get_table_client(self.physical(table))
+                client = self._clients[table] = table_client(self._service, self.physical(table))
             return client
 
     def _pool(self) -> ThreadPoolExecutor:
