@@ -11,6 +11,7 @@
     idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
+        [--retention SECONDS]
 
 Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
@@ -34,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow.errors import IdemflowError, InvalidInputError
 from idemflow.gc import collect, parse_duration
-from idemflow.keys import check_table
+from idemflow.keys import check_duration, check_table
 from idemflow.operations import ABORT_WAIT, abort, runs
+from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
 from idemflow.runner import Workflow, run_status
 from idemflow.step_retry import StepRetry
@@ -163,6 +165,14 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds before a request this worker cannot run returns",
     )
     worker.add_argument("--relay-every", type=float, default=10.0, help="seconds between outbox relay passes")
+    worker.add_argument(
+        "--retention",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long rows are kept for requests that carry no retention of their own (children, "
+        "requests submitted before 1.0); others keep the one submit stored (default: 7 days)",
+    )
     return parser
 
 
@@ -367,6 +377,8 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
         "step_retry": None if args.retry_for is None else StepRetry(expiry=args.retry_for),
         "relay_every": args.relay_every,
     }
+    if args.retention is not None:
+        options["policy"] = RetryPolicy(retention=check_duration(args.retention, "--retention"))
 
     def progress(stats: WorkerStats) -> None:
         elapsed = max(time.monotonic() - stats.started, 1e-9)

@@ -32,7 +32,7 @@ from idemflow._io import Steps
 from idemflow.errors import CompensationFailed, InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE, check_duration
 from idemflow.plan import Aborting, Plan
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for
 from idemflow.records import OPEN_STATUSES, RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, run_status, status_steps
 from idemflow.serialization import JSON
@@ -174,6 +174,7 @@ def abort_steps(
         raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
     if record.status.final:
         return record
+    policy = kept_for(policy or DEFAULT_POLICY, record.retention)  # its rows keep its retention
     held = {flow.version: flow for flow in workflows if flow.name == workflow}
     flow = held.get(record.version)
     if flow is None:
@@ -200,7 +201,5 @@ def abort_steps(
             from idemflow.async_worklist._runs import failed_steps  # the package imports this module
 
             reason = f"compensation of step {undo.step} ({undo.name}) failed: {undo.cause}"
-            yield from failed_steps(
-                workflow, request_id, reason, undo.step, 1, clock(), policy or DEFAULT_POLICY
-            )
+            yield from failed_steps(workflow, request_id, reason, undo.step, 1, clock(), policy)
         raise

@@ -7,17 +7,19 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from idemflow import Idem, SqliteStore, atomic, run, workflow
+from idemflow import Idem, RetryPolicy, SqliteStore, atomic, run, workflow
 from idemflow.async_worklist import SqliteQueue, checkpoint, status, submit
 from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Insert
+from idemflow.stores.base import Committed, Insert, Put
+from tests.expiries import expiries
 from tests.servers import Moto
 
 
@@ -172,3 +174,55 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path, listing: li
     errors = listed.stderr.read().decode()
     assert listed.wait(timeout=120) == 141
     assert "Traceback" not in errors and "BrokenPipeError" not in errors and "Exception ignored" not in errors
+
+
+def test_worker_retention_is_for_requests_that_carry_none(tmp_path: Path) -> None:
+    """``--retention`` keeps the rows of a request whose record stores no retention (written before
+    format 5) that long; one that stores its own keeps it; a retention that is no duration is one
+    clear line."""
+    project = tmp_path / "project"
+    (project / "myapp").mkdir(parents=True)
+    (project / "myapp" / "__init__.py").write_text("")
+    (project / "myapp" / "workflows.py").write_text(textwrap.dedent(APP))
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    queue = SqliteQueue(tmp_path / "queue.sqlite3")
+    for name in ("old", "new"):
+        submit(greeting(name), request_id=name, store=store, queue=queue, policy=RetryPolicy(retention=600))
+    queue.close()
+    row_ref = run_ref("greeting", "old")
+    row = store.read(row_ref)
+    assert row is not None
+    older: Any = row.value
+    older["in"].pop("rn")  # as format 4 wrote it
+    assert isinstance(store.commit([Put(row_ref, older, encode(older))]), Committed)
+    urls = [
+        "--store",
+        f"sqlite:{tmp_path / 'store.sqlite3'}",
+        "--queue",
+        f"sqlite:{tmp_path / 'queue.sqlite3'}",
+    ]
+    began = time.time()
+    command = [sys.executable, "-m", "idemflow.cli", "worker", "myapp.workflows:WORKFLOWS", *urls]
+    worker = subprocess.run(
+        [*command, "--idle-timeout", "0.5", "--retention", "120"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker.returncode == 0, worker.stderr
+    kept = expiries(store)
+    assert (
+        status(store, "greeting", "old").status
+        is status(store, "greeting", "new").status
+        is RunStatus.COMPLETED
+    )
+    for request, retention in (("old", 120), ("new", 600)):
+        record = kept[(row_ref.table, request, row_ref.key)]
+        assert record is not None and began + retention - 1 <= record <= time.time() + retention + 1
+    refused = subprocess.run(
+        [*command, "--retention", "0"], cwd=project, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert refused.returncode == 2 and "--retention must be a finite number of seconds > 0" in refused.stderr
+    store.close()
