@@ -226,3 +226,28 @@ def test_worker_retention_is_for_requests_that_carry_none(tmp_path: Path) -> Non
     )
     assert refused.returncode == 2 and "--retention must be a finite number of seconds > 0" in refused.stderr
     store.close()
+
+
+def test_runs_list_pages_with_a_cursor(tmp_path: Path) -> None:
+    """``--limit`` prints a page and the cursor of the next (stderr for lines, a last JSON line
+    ``{"next": ...}`` with ``--json``); ``--after`` continues, newest first on SQLite; a cursor
+    no page printed is one clear line."""
+    path = tmp_path / "paged.sqlite3"
+    store = SqliteStore(path)
+    for n in range(5):
+        value: JSON = RunRecord("f" * 64, RunStatus.RUNNING, started_at=1.8e9 + n).to_json()
+        store.commit([Insert(run_ref("listed", f"r{n}"), value, encode(value))])
+    store.close()
+    url = f"sqlite:{path}"
+    first = idemflow("runs", "list", "--store", url, "--limit", "2", "--json")
+    assert first.returncode == 0, first.stderr
+    *shown, last = [json.loads(line) for line in first.stdout.splitlines()]
+    assert [one["request_id"] for one in shown] == ["r4", "r3"] and set(last) == {"next"}
+    second = idemflow("runs", "list", "--store", url, "--limit", "2", "--after", last["next"])
+    assert [line.split()[-1] for line in second.stdout.splitlines()] == ["r2", "r1"]
+    assert "2 request(s), newest first; next page: --after " in second.stderr
+    cursor = second.stderr.rsplit("--after ", 1)[1].strip()
+    third = idemflow("runs", "list", "--store", url, "--limit", "2", "--after", cursor, "--json")
+    assert [json.loads(line)["request_id"] for line in third.stdout.splitlines()] == ["r0"]
+    bad = idemflow("runs", "list", "--store", url, "--after", "garbage")
+    assert bad.returncode == 2 and "not a" in bad.stderr and "Traceback" not in bad.stderr
