@@ -114,8 +114,8 @@ class SqliteStore:
     ``synchronous=FULL``); a window costs nothing on the commit path.
 
     ``runs list`` pages through a partial index of run records only, by start time
-    (:mod:`idemflow.stores._sqlite_runs`): a run record's write pays for it (its claim and its
-    outcome), no other row's.
+    (:mod:`idemflow.stores._sqlite_runs`): a run record's claim pays for it (one more page),
+    no other row's write does, and its outcome, a blind write, neither.
     """
 
     capabilities = SQLITE_CAPABILITIES
