@@ -3,7 +3,8 @@
 ``submit(..., policy=RetryPolicy(retention=...))`` stores the retention with the request; the
 worker that finishes it (steps after the checkpoint, retries counted in the run record, timers,
 messages, compensations) and the operators that cancel, resume or abort it write every row with
-it, not with their own policy. A worker's own retention is for requests that carry none.
+it, not with their own policy, and so does a message sent to it from outside any workflow. A
+worker's own retention is for requests that carry none.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from idemflow import RetryPolicy, Store, Tx, atomic, send, sleep, workflow
 from idemflow.async_worklist import MemoryQueue, Worker, cancel, checkpoint, retry, status, submit
+from idemflow.async_worklist.deliver import send_message
 from idemflow.errors import InvalidInputError
 from idemflow.keys import RUNS_TABLE
 from idemflow.operations import abort
@@ -85,6 +87,7 @@ def test_every_row_a_worker_writes_keeps_the_requests_retention(store: Store, ve
     began = time.time()
     policy = RetryPolicy(retention=RETENTION)
     submit(keeper(space, verdict), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
+    send_message(store, "keeper", space, "notes", "from outside", key=space + "-out")  # its row too
     worker = Worker([keeper], store=store, queue=queue, clock=clock, policy=RetryPolicy(retention=3600.0))
     deliver_all(worker, queue, clock, rounds=200, step=30.0)
     ended = status(store, "keeper", space)
@@ -96,6 +99,7 @@ def test_every_row_a_worker_writes_keeps_the_requests_retention(store: Store, ve
     assert any(where[1] == space and where[2] == "rkeeper" for where in rows)  # the run record
     assert any(where[2].startswith(f"qkeeper|{space}-peer|") for where in rows)  # the message
     assert any(where[2].startswith(f"okeeper|{space}-peer|") for where in rows)  # its wake-up
+    assert any(where[2].startswith(f"qkeeper|{space}|") for where in rows)  # the one from outside
     assert_kept_for(rows, RETENTION, began)
 
 
