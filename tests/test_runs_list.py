@@ -54,6 +54,9 @@ def test_pages_list_every_request_once_in_the_stores_order(store: Store) -> None
     assert all(len(page.runs) == 4 for page in pages[:-1]) and len(pages[-1].runs) <= 4
     listed = [found.request_id for page in pages for found in page.runs]
     assert sorted(listed) == [f"{space}{n:03d}" for n in range(23)]  # each once
+    shown = pages[0].to_json()
+    assert shown["next"] == pages[0].next and shown["order"] == pages[0].order
+    assert [one["request_id"] for one in shown["runs"]] == listed[:4]  # type: ignore[index, union-attr]
     if pages[0].order == "newest first":
         assert listed == [f"{space}{n:03d}" for n in reversed(range(23))]
     else:

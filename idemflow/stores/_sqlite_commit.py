@@ -63,12 +63,10 @@ def apply(conn: sqlite3.Connection, ops: Sequence[Op]) -> list[OpFailure]:
     for index, op in enumerate(ops):
         key = (op.ref.table, op.ref.partition, op.ref.key)
         if isinstance(op, Insert):
-            if (
-                conn.execute(
-                    _INSERT_NEW, (*key, op.text, op.expires_at, run_started(op.ref, op.value))
-                ).rowcount
-                == 0
-            ):
+            inserted = conn.execute(
+                _INSERT_NEW, (*key, op.text, op.expires_at, run_started(op.ref, op.value))
+            )
+            if inserted.rowcount == 0:
                 found = conn.execute(SELECT_ROW, key).fetchone()
                 failures.append(OpFailure(index, Row(decode(found[0]), found[1])))
             continue
