@@ -13,9 +13,10 @@ a replay that meets another step's memo is caught as non-determinism.
 A run record lives at ``(RUNS_TABLE, request id, run_key(workflow))``:
 ``{"fp": input fingerprint, "status": ..., "wv": workflow version}`` plus, for
 a submitted request, ``"in"`` (the input, so a worker resumes from a small
-queue pointer), and the outcome once finished: ``result``, ``reason`` or
-``fail`` (a failed request: reason, step, attempts). ``wait`` notes why no
-worker could run it yet. Rows written before versions existed lack ``wv``:
+queue pointer, and ``rn``, the retention every row of the request is written
+with), and the outcome once finished: ``result``, ``reason`` or ``fail`` (a
+failed request: reason, step, attempts). ``wait`` notes why no worker could
+run it yet. Rows written before versions existed lack ``wv``:
 they are version 1.
 
 An outbox entry says a submitted request's continuation is due: it lives in
@@ -57,6 +58,10 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    :class:`Continuation`) and ``i`` (the run's incarnation: :func:`new_incarnation`); memos gain
    ``i``, their run's incarnation, so a memo that outlived its run record is told apart from the
    memos of a later request reusing the id.
+   Run records also gain ``rn`` (the request's retention in seconds, ``submit``'s
+   ``RetryPolicy.retention``), inside ``in`` beside ``args`` and ``kwargs``: it is stored with
+   the submission, as long as a worker or an operator may still write rows for the request, so
+   every row they write expires by it (:attr:`RunRecord.retention`).
 """
 
 MEMO_AT = 0
@@ -374,6 +379,23 @@ class RunRecord:
             incarnation=_text_or_none(value.get("i")),
         )
 
+    @property
+    def retention(self) -> float | None:
+        """Seconds the request's rows are kept, as its submitter's policy said (``in.rn``); None
+        for a request ``run`` started, a child, or a record written before format 5: a worker then
+        writes with its own ``RetryPolicy.retention``.
+
+        It lives in the stored submission, not beside it, because that is what the claim writes
+        unchanged (and ``submit`` adopting a record ``run`` claimed): the one place a request's
+        own settings reach its record, and it stays exactly as long as the input does, until
+        the request finishes and nobody writes for it again.
+        """
+        given = self.input
+        kept = given.get("rn") if isinstance(given, dict) else None
+        if isinstance(kept, bool) or not isinstance(kept, (int, float)) or not kept > 0:
+            return None
+        return float(kept)
+
     def arguments(self) -> tuple[list[Any], dict[str, Any]] | None:
         """The stored input as call arguments, or None (a request ``run`` started stores none)."""
         given = self.input
@@ -445,6 +467,17 @@ class Message:
     def as_taken(self) -> Message:
         """This message's row once a ``receive`` took it."""
         return replace(self, value=None, taken=True)
+
+
+def submitted_input(given: JSON, retention: float) -> JSON:
+    """What a submission stores as ``in``: its input and its retention (``rn``, format 5).
+
+    >>> RunRecord("fp", RunStatus.RUNNING, input=submitted_input({"args": [], "kwargs": {}}, 60.0)).retention
+    60.0
+    """
+    if not isinstance(given, dict):
+        return given
+    return {**given, "rn": retention}
 
 
 def child_outcome(record: RunRecord) -> dict[str, JSON]:

@@ -302,20 +302,6 @@ class DynamoDBCalls:
             }
             yield from self.call("mark an open run", [RUNS_TABLE], "update_item", mark, condition_failed)
 
-    def open_runs(self, workflow: str | None) -> Calls[list[tuple[str, str, Row]]]:
-        """Run records of unfinished requests (of ``workflow``): the sparse index, not the table.
-
-        Index reads are eventually consistent (DynamoDB offers no other on a global index): a
-        request claimed or finished a moment ago may be missing or still listed.
-        """
-        args: dict[str, Any] = {"TableName": self.table_name(RUNS_TABLE), "IndexName": OPEN_INDEX}
-        if workflow is not None:
-            args["KeyConditionExpression"] = "#open = :w"
-            args["ExpressionAttributeNames"] = {"#open": OPEN_ATTRIBUTE}
-            args["ExpressionAttributeValues"] = {":w": {"S": workflow}}
-        operation = "scan" if workflow is None else "query"
-        return (yield from self._pages("list open runs", RUNS_TABLE, operation, args))
-
     # -- calls and errors --------------------------------------------------------------------------
 
     def call(
