@@ -180,6 +180,7 @@ class AzureTableStore(AzureCalls):
         report = NO_EXPIRY
         for table in sweep_order(self.tables()):
             report += apply(self, self._drive(self._expired_page(table, at, limit)), at)
+        self._expiry.passes.note(report, report.found, self.expiry_pass_ended(), at)
         return report
 
     def _sweep_later(self) -> None:
@@ -189,7 +190,7 @@ class AzureTableStore(AzureCalls):
                 if self._sweeper is None:
                     self._sweeper = ThreadPoolExecutor(1, thread_name_prefix="idemflow-azure-expiry")
                 where = f"Azure tables {self.prefix or '(no prefix)'}"
-                self._sweep = self._sweeper.submit(swept, self.expire, self._expiry, where)
+                self._sweep = self._sweeper.submit(swept, self.expire, self._expiry, where, self.expiry_more)
                 return
         self._expiry.done(None, LIMIT)
 

@@ -254,6 +254,8 @@ class ExpiryReport:
     """Rows of unfinished requests given a later ``expires_at`` instead."""
     raced: int = 0
     """Rows a writer changed between the sweep's read and its commit: left as they are."""
+    late: float = 0.0
+    """Most seconds past its ``expires_at`` of a row deleted: how far behind the sweeps run."""
 
     def __add__(self, other: ExpiryReport) -> ExpiryReport:
         return ExpiryReport(
@@ -261,6 +263,7 @@ class ExpiryReport:
             self.deleted + other.deleted,
             self.kept + other.kept,
             self.raced + other.raced,
+            max(self.late, other.late),
         )
 
 

@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from idemflow.keys import RUNS_TABLE
 from idemflow.records import open_workflow
 from idemflow.serialization import decode
-from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
+from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Backlog, Schedule, swept
 from idemflow.stores._local import Stored, commit_locally
 from idemflow.stores.base import Capabilities, CommitOutcome, Expired, ExpiryReport, Op, Row, RowRef
 
 _UNLIMITED = 1 << 62
+_START = (float("-inf"), ("", "", ""))
 
 MEMORY_CAPABILITIES = Capabilities(
     cross_partition_commit=True,
@@ -38,7 +39,10 @@ class MemoryStore:
     """Rows in a dict keyed by (table, partition, key), guarded by a lock.
 
     Rows expire as on SQLite (:mod:`idemflow.expiry`): a ``commit`` sweeps at
-    most once per ``expire_every`` seconds (None: never), by a scan.
+    most once per ``expire_every`` seconds (None: never), by a scan, in expiry
+    order from where the last sweep stopped: a row it must leave (a finished run
+    record in its hold) is met once per pass, and never stands before the rows
+    that expired after it.
     """
 
     capabilities = MEMORY_CAPABILITIES
@@ -47,6 +51,7 @@ class MemoryStore:
         self._rows: dict[tuple[str, str, str], Stored] = {}
         self._expires: dict[tuple[str, str, str], float] = {}
         self._expiry = Schedule(expire_every)
+        self._cursor: tuple[float, tuple[str, str, str]] = _START  # the last row a sweep met
         self._floor = 0  # the highest version a deleted row had (see stores._local)
         self._lock = threading.Lock()
         self._round_trips = 0
@@ -92,12 +97,33 @@ class MemoryStore:
     def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
         """Settle the ``limit`` rows that expired first, before ``now`` (see :mod:`idemflow.expiry`)."""
         at = self._expiry.clock() if now is None else now
+        after = self._cursor
         with self._lock:
-            due = sorted((when, key) for key, when in self._expires.items() if when < at)[:limit]
+            due = sorted(
+                (when, key) for key, when in self._expires.items() if when < at and (when, key) > after
+            )
+            due = due[:limit]
             found = [Expired(RowRef(*key), self._rows[key][1], when, self._rows[key][0]) for when, key in due]
+        wrapped = len(due) < limit
+        self._cursor = _START if wrapped else due[-1]
         from idemflow.expiry import apply  # the rules import the engine, which imports stores
 
-        return apply(self, found, at)
+        report = apply(self, found, at)
+        self._expiry.passes.note(report, len(found), wrapped, at)
+        return report
+
+    @property
+    def expiry_backlog(self) -> Backlog | None:
+        """What the last complete pass of the sweeps met (:class:`~idemflow.stores._expiring.Backlog`)."""
+        return self._expiry.backlog
+
+    def expired_rows(self, now: float | None = None) -> Iterator[tuple[RowRef, float]]:
+        """Every row whose ``expires_at`` passed (by ``now``), with it."""
+        at = self._expiry.clock() if now is None else now
+        with self._lock:
+            found = sorted((key, when) for key, when in self._expires.items() if when < at)
+        for key, when in found:
+            yield RowRef(*key), when
 
     def schedule_expiry(self, every: float | None, *, clock: Callable[[], float] = time.time) -> None:
         """Sweep from ``commit`` at most once per ``every`` seconds (None: never), rows expiring
