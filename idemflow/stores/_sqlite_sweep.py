@@ -90,10 +90,10 @@ class Window:
         self.allowance = max(self.read, WINDOW_ROWS) // READ_PER_WRITE
 
     def behind(self, now: float) -> bool:
-        """Whether the sweeps have read less than their pace asks (the next one is due at once)."""
-        return (
-            self.written > self.allowance or self.read < self.last_pass * (now - self.started) / PASS_SECONDS
-        )
+        """Whether the sweeps have read less than their pace asks (the next one is due at once);
+        by time, a whole window short (a file smaller than a window is read whole every sweep)."""
+        due = self.last_pass * (now - self.started) / PASS_SECONDS  # what the pass should have read by now
+        return self.written > self.allowance or self.read + WINDOW_ROWS <= due
 
 
 def auto_vacuum(conn: sqlite3.Connection) -> bool:
