@@ -165,7 +165,9 @@ def _plain(backlog: Any) -> dict[str, Any]:
     """The store's backlog as JSON (a dataclass of numbers in the library's version)."""
     import dataclasses
 
-    return dataclasses.asdict(backlog) if dataclasses.is_dataclass(backlog) else {"value": str(backlog)}
+    if dataclasses.is_dataclass(backlog) and not isinstance(backlog, type):
+        return dataclasses.asdict(backlog)
+    return {"value": str(backlog)}
 
 
 if __name__ == "__main__":

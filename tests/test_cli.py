@@ -172,3 +172,24 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path, listing: li
     errors = listed.stderr.read().decode()
     assert listed.wait(timeout=120) == 141
     assert "Traceback" not in errors and "BrokenPipeError" not in errors and "Exception ignored" not in errors
+
+
+def test_gc_counts_expired_rows_and_vacuums_on_sqlite(tmp_path: Path) -> None:
+    """``gc --stats`` counts the expired rows still in the file by kind; ``gc --vacuum`` rewrites
+    the file; neither needs ``--older-than``, and a store with no file to vacuum is refused."""
+    path = tmp_path / "cli.sqlite3"
+    store = SqliteStore(path, expire_every=None)
+    store.commit([Insert(run_ref("wf", f"r{n}"), {"status": "x"}, '{"status":"x"}', 1.0) for n in range(3)])
+    store.close()
+    url = f"sqlite:{path}"
+    counted = idemflow("gc", "--store", url, "--stats")
+    assert counted.returncode == 0, counted.stderr
+    stats = json.loads(counted.stdout)
+    assert stats["expired_rows"] == {"memos": 0, "run records": 3, "outbox/inbox": 0, "other": 0}
+    assert stats["oldest_seconds_past_expiry"]["run records"] > 1e9
+    vacuumed = idemflow("gc", "--store", url, "--vacuum")
+    assert vacuumed.returncode == 0 and vacuumed.stdout.startswith("vacuumed: "), vacuumed.stderr
+    refused = idemflow("gc", "--store", "memory:", "--vacuum")
+    assert refused.returncode == 2 and "no file to vacuum" in refused.stderr
+    nothing = idemflow("gc", "--store", url)
+    assert nothing.returncode == 2 and "--older-than" in nothing.stderr

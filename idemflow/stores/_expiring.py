@@ -76,24 +76,27 @@ class Schedule:
     """When a store sweeps next: at most once per ``every`` seconds, one sweep at a time.
 
     ``commit`` asks :meth:`due` after its own work; the common answer is one
-    ``time.monotonic()`` compare. A sweep that found a full batch, or whose store says it
-    has more to read (``more``: SQLite's pace, an Azure page with more after it), asks for
-    the next one at once (the next commit), so sweeping keeps pace with writing.
-    ``clock`` is the wall clock rows expire by (tests pass a fixed one).
+    ``time.monotonic()`` compare (``ticks``: the clock sweeps are spaced by; monotonic unless
+    the schedule is given a clock of its own, as tests give one, then that one: simulated
+    time). A sweep that found a full batch, or whose store says it has more to read
+    (``more``: SQLite's pace, an Azure page with more after it), asks for the next one at
+    once (the next commit), so sweeping keeps pace with writing. ``clock`` is the wall clock
+    rows expire by (tests pass a fixed one).
 
     >>> schedule = Schedule(None)
     >>> schedule.due()
     False
     """
 
-    __slots__ = ("_lock", "_running", "clock", "every", "next_at", "passes")
+    __slots__ = ("_lock", "_running", "clock", "every", "next_at", "passes", "ticks")
 
     def __init__(self, every: float | None, clock: Callable[[], float] = time.time) -> None:
         if every is not None and not every >= 0:
             raise StoreConfigError(f"expire_every must be None or seconds >= 0, not {every!r}")
         self.every = every
         self.clock = clock
-        self.next_at = math.inf if every is None else time.monotonic() + every
+        self.ticks = time.monotonic if clock is time.time else clock
+        self.next_at = math.inf if every is None else self.ticks() + every
         self.passes = Passes(clock())
         self._lock = threading.Lock()
         self._running = False
@@ -101,10 +104,10 @@ class Schedule:
     def due(self, *, early: bool = False) -> bool:
         """Claim the next sweep if it is due (``early``: the store's pace asks for one before
         its time); the caller then runs it and calls :meth:`done`."""
-        if self.every is None or (not early and time.monotonic() < self.next_at):
+        if self.every is None or (not early and self.ticks() < self.next_at):
             return False
         with self._lock:
-            if self._running or (not early and time.monotonic() < self.next_at):
+            if self._running or (not early and self.ticks() < self.next_at):
                 return False
             self._running = True
             return True
@@ -116,9 +119,9 @@ class Schedule:
             if self.every is None:
                 self.next_at = math.inf
             elif report is not None and (more or report.found >= limit):
-                self.next_at = time.monotonic()
+                self.next_at = self.ticks()
             else:
-                self.next_at = time.monotonic() + self.every
+                self.next_at = self.ticks() + self.every
 
     @property
     def backlog(self) -> Backlog | None:

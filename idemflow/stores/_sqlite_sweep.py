@@ -33,6 +33,11 @@ PASS_SECONDS = 1800.0
 pass's rows per this many seconds, so an expired row is met within about half an hour even in
 a large file written slowly (10 million rows: about 5,600 rows a second, well under 1% of a core)."""
 _START = ("", "", "")
+ROW_BYTES = 40
+"""Bytes a row is taken to fill, to estimate a file's rows from its pages before a pass has
+counted them: a small data row's size (a memo or run record fills 200-600), so the first pass
+after a store opens errs on the fast side (a file of big rows is read several times quicker
+than it needs, once)."""
 
 KEEP_FREE_PAGES = 1024
 """Free pages a sweep leaves in the file for new rows to reuse (4 MiB at the default page size):
@@ -49,7 +54,7 @@ class Window:
     ``written > allowance``. The counts start again at each pass's end: a pass met every row
     there was, so it kept pace with whatever was written during it.
 
-    >>> window = Window(now=0.0)
+    >>> window = Window(now=0.0, rows=0)
     >>> window.written = 600
     >>> window.written > window.allowance, window.behind(now=0.0)
     (True, True)
@@ -57,11 +62,11 @@ class Window:
 
     __slots__ = ("allowance", "cursor", "last_pass", "read", "started", "written")
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, rows: int) -> None:
         self.cursor = _START
         self.written = 0
         self.read = 0
-        self.last_pass = 0
+        self.last_pass = rows  # until the first pass ends: an estimate (:func:`rows_estimate`)
         self.started = now
         self.allowance = WINDOW_ROWS // READ_PER_WRITE
 
@@ -94,6 +99,15 @@ class Window:
         by time, a whole window short (a file smaller than a window is read whole every sweep)."""
         due = self.last_pass * (now - self.started) / PASS_SECONDS  # what the pass should have read by now
         return self.written > self.allowance or self.read + WINDOW_ROWS <= due
+
+
+def rows_estimate(conn: sqlite3.Connection) -> int:
+    """About how many rows the file holds, from its size alone (counting them reads the whole
+    file): :data:`ROW_BYTES` a row, so the first pass after a store opens keeps the time pace too."""
+    pages = (
+        conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
+    )
+    return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0]) // ROW_BYTES
 
 
 def auto_vacuum(conn: sqlite3.Connection) -> bool:

@@ -35,7 +35,6 @@ where the last sweep stopped, and settles it; tombstones are deleted too.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -167,7 +166,7 @@ class AzureTableStore(AzureCalls):
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         outcome = self._drive(self._commit(ops))
-        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+        if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             self._sweep_later()
         return outcome
 

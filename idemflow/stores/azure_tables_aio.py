@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -124,7 +123,7 @@ class AsyncAzureTableStore(AzureCalls):
 
     async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         outcome = await self._drive(self._commit(ops))
-        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+        if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             if self._cache.closed:
                 self._expiry.done(None, LIMIT)
             else:

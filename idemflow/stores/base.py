@@ -286,6 +286,30 @@ class Expiring(Protocol):
 
 
 @runtime_checkable
+class ExpiredRows(Protocol):
+    """A store that can list every row whose ``expires_at`` passed (SQLite, memory): what
+    ``idemflow gc --stats`` counts. A full read, for operators; sweeps never call it."""
+
+    def expired_rows(self, now: float | None = None) -> Iterator[tuple[RowRef, float]]:
+        """``(row, expires_at)`` of every row expired by ``now`` (wall time by default)."""
+        ...
+
+
+@runtime_checkable
+class Shrinking(Protocol):
+    """A store whose file can give space back (SQLite): deleting rows frees pages inside the
+    file, and only these calls return them to the file system."""
+
+    def release(self, pages: int | None = None) -> int:
+        """Give back at most ``pages`` free pages (None: all), in bounded steps; how many."""
+        ...
+
+    def vacuum(self) -> tuple[int, int]:
+        """Rewrite the whole file (every writer waits meanwhile); ``(bytes before, bytes after)``."""
+        ...
+
+
+@runtime_checkable
 class OpenRuns(Protocol):
     """A store that finds the run records of unfinished requests without reading every request.
 

@@ -90,7 +90,7 @@ class MemoryStore:
         with self._lock:
             self._round_trips += 1
             outcome, self._floor = commit_locally(ops, lookup, write, remove, self._floor)
-        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+        if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             swept(self.expire, self._expiry, "memory store")
         return outcome
 

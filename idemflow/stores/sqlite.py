@@ -125,8 +125,9 @@ class SqliteStore:
         self._connections_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._expiry = Schedule(expire_every)
-        self._window = sweep.Window(self._expiry.clock())
-        self._shrinks = sweep.auto_vacuum(self._connection("main"))  # (the schema is made now)
+        conn = self._connection("main")  # the schema is made now: a bad path fails here
+        self._window = sweep.Window(self._expiry.clock(), sweep.rows_estimate(conn))
+        self._shrinks = sweep.auto_vacuum(conn)
 
     def _connection(self, role: Literal["main", "cache"]) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, role, None)
@@ -182,7 +183,7 @@ class SqliteStore:
         window = self._window
         window.written += len(ops)
         early = window.written > window.allowance
-        if (early or time.monotonic() >= self._expiry.next_at) and self._expiry.due(early=early):
+        if (early or self._expiry.ticks() >= self._expiry.next_at) and self._expiry.due(early=early):
             swept(self.expire, self._expiry, self.path, self._behind)
         return outcome
 
@@ -221,7 +222,7 @@ class SqliteStore:
         behind the writers, rows expiring by ``clock`` (wall time; tests pass a fixed one). The
         constructor's ``expire_every`` sets it."""
         self._expiry = Schedule(every, clock)
-        self._window = sweep.Window(clock())
+        self._window = sweep.Window(clock(), sweep.rows_estimate(self._connection("main")))
 
     def release(self, pages: int | None = None) -> int:
         """Give free pages back to the file system (``incremental_vacuum``), at most ``pages``
