@@ -20,13 +20,14 @@ def write(report: Report, samples: list[Sample], retention: float) -> Path:
         "",
         f"Expired rows still in the file (whose `expires_at` passed, retention {retention:g} s), by kind; "
         "the oldest one's lateness (seconds past its expiry); rows in the file; database + WAL size; "
-        "the process's RSS; p50 latency of `run` and `submit` in the interval before the sample. Run records "
+        "the process's RSS; p50 latency of `run` and `submit` in the interval before the sample; the "
+        "process's CPU in the interval per request finished in it (load, worker and sweeps). Run records "
         "of finished requests stay one more retention window (at least 24 h) after they expire, by design "
         "(`idemflow.expiry`): they grow for the whole soak whatever the sweep does.",
         "",
     )
     header = ["t (s)", *KINDS, "oldest memo (s)", "oldest outbox (s)", "rows", "file MB", "RSS MB"]
-    header += ["run p50 ms", "submit p50 ms"]
+    header += ["run p50 ms", "submit p50 ms", "CPU ms/request"]
     rows = []
     for s in samples:
         rows.append(
@@ -40,6 +41,7 @@ def write(report: Report, samples: list[Sample], retention: float) -> Path:
                 f"{s.rss_mb:.0f}",
                 f"{s.run_p50_ms:.2f}",
                 f"{s.submit_p50_ms:.2f}",
+                f"{s.cpu_ms_per_request:.2f}",
             ]
         )
     report.table(header, rows)
@@ -83,6 +85,8 @@ def _headlines(report: Report, samples: list[Sample]) -> None:
         "run p50 first / last sample (ms)", f"{samples[0].run_p50_ms:.2f} / {last.run_p50_ms:.2f}"
     )
     report.headline("RSS first / last sample (MB)", f"{samples[0].rss_mb:.0f} / {last.rss_mb:.0f}")
+    cpu = sorted(s.cpu_ms_per_request for s in samples[len(samples) // 2 :])
+    report.headline("CPU per request, median over the second half (ms)", cpu[len(cpu) // 2])
     report.add(
         "## Headlines",
         "",

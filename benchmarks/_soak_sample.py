@@ -39,6 +39,8 @@ class Sample:
     run_p50_ms: float
     submit_p50_ms: float
     requests: int
+    cpu_ms_per_request: float = 0.0
+    """CPU of the whole process in the interval per request finished in it (load, worker, sweeps)."""
     store_backlog: dict[str, Any] | None = None
     """What the store itself says of its expired rows (the library's metric, where it has one)."""
 

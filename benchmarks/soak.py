@@ -21,6 +21,7 @@ Run: ``python -m benchmarks soak [--minutes 10] [--run-rate 30] [--submit-rate 5
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -115,6 +116,7 @@ def _soak(args: argparse.Namespace, folder: str) -> list[Any]:
     for thread in threads:
         thread.start()
     samples: list[Sample] = []
+    cpu, done = _cpu(), 0
     try:
         while True:
             now_m = time.monotonic()
@@ -122,6 +124,8 @@ def _soak(args: argparse.Namespace, folder: str) -> list[Any]:
             if next_at > until + 1e-6:
                 break
             time.sleep(max(0.0, next_at - now_m))
+            spent, finished = _cpu() - cpu, runs.requests + submits.requests - done
+            cpu, done = cpu + spent, done + finished
             counts, oldest, rows = expired_rows(path, time.time(), RUNS_TABLE)
             backlog = getattr(store, "expiry_backlog", None)
             samples.append(
@@ -135,6 +139,7 @@ def _soak(args: argparse.Namespace, folder: str) -> list[Any]:
                     run_p50_ms=round(p50_ms(runs.take()), 3),
                     submit_p50_ms=round(p50_ms(submits.take()), 3),
                     requests=runs.requests + submits.requests,
+                    cpu_ms_per_request=round(spent * 1e3 / max(finished, 1), 3),
                     store_backlog=None if backlog is None else _plain(backlog),
                 )
             )
@@ -159,6 +164,13 @@ def _soak(args: argparse.Namespace, folder: str) -> list[Any]:
         flush=True,
     )
     return samples
+
+
+def _cpu() -> float:
+    """CPU seconds of this process (every thread: the load, the worker, the sweeps; the sampler's
+    own count of the file is in it too, the same for every version)."""
+    times = os.times()
+    return times.user + times.system
 
 
 def _plain(backlog: Any) -> dict[str, Any]:
