@@ -75,19 +75,22 @@ class Window:
     def next(self, conn: sqlite3.Connection, now: float, limit: int) -> tuple[list[Expired], int, bool]:
         """The expired rows (at most ``limit``) of the next window, how many rows it covered, and
         whether it reached the end of the file (the next one starts again from the first row)."""
-        window = conn.execute(_WINDOW, (now, *self.cursor, WINDOW_ROWS)).fetchall()
         rows: list[Expired] = []
-        covered, cursor = len(window), _START
-        for n, (tbl, part, rk, ver, expires, text) in enumerate(window):
-            if len(window) == WINDOW_ROWS:
-                cursor = (tbl, part, rk)
-            if text is not None:
-                rows.append(Expired(RowRef(tbl, part, rk), ver, expires, text))
-                if len(rows) >= limit:
-                    covered, cursor = n + 1, (tbl, part, rk)
-                    break
-        self.cursor = cursor
-        return rows, covered, cursor == _START
+        covered, last = 0, _START
+        query = conn.execute(_WINDOW, (now, *self.cursor, WINDOW_ROWS))
+        try:
+            while len(rows) < limit and (batch := query.fetchmany(200)):  # SQLite reads no further
+                for tbl, part, rk, ver, expires, text in batch:
+                    covered, last = covered + 1, (tbl, part, rk)
+                    if text is not None:
+                        rows.append(Expired(RowRef(tbl, part, rk), ver, expires, text))
+                        if len(rows) >= limit:
+                            break
+        finally:
+            query.close()
+        ended = len(rows) < limit and covered < WINDOW_ROWS  # the window ran past the last row
+        self.cursor = _START if ended else last
+        return rows, covered, ended
 
     def advanced(self, covered: int, wrapped: bool, now: float) -> None:
         """A sweep read ``covered`` rows (and ended the pass if ``wrapped``)."""
