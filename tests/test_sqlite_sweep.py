@@ -40,7 +40,7 @@ def _file(path: Path) -> int:
     return sum(os.path.getsize(name) for name in (path, Path(f"{path}-wal")) if name.exists())
 
 
-@pytest.mark.parametrize("data_rows", [0, 20_000, 80_000])
+@pytest.mark.parametrize("data_rows", [0, 20_000, 60_000])
 def test_expired_rows_stay_bounded_whatever_the_file_size(tmp_path: Path, data_rows: int) -> None:
     """2 memos a (simulated) second for two hours, a fixed clock, sweeps ten simulated minutes
     apart by time (one window each: 3 rows a second) and sooner when behind their pace. However
