@@ -21,9 +21,10 @@ def write(report: Report, samples: list[Sample], retention: float) -> Path:
         f"Expired rows still in the file (whose `expires_at` passed, retention {retention:g} s), by kind; "
         "the oldest one's lateness (seconds past its expiry); rows in the file; database + WAL size; "
         "the process's RSS; p50 latency of `run` and `submit` in the interval before the sample; the "
-        "process's CPU in the interval per request finished in it (load, worker and sweeps). Run records "
-        "of finished requests stay one more retention window (at least 24 h) after they expire, by design "
-        "(`idemflow.expiry`): they grow for the whole soak whatever the sweep does.",
+        "process's CPU in the interval per request finished in it (load, worker and sweeps). Since 1.0 a "
+        "finished run record goes when it expires, like its memos (which carry its incarnation); "
+        "before, it stayed one more retention window (at least 24 h), so run records grew for the "
+        "whole soak. Data rows are never expired: `rows` grows by the data each request writes.",
         "",
     )
     header = ["t (s)", *KINDS, "oldest memo (s)", "oldest outbox (s)", "rows", "file MB", "RSS MB"]

@@ -86,8 +86,9 @@ KINDS = ("memos", "run records", "outbox/inbox", "other")
 class ExpiredStats:
     """Rows whose ``expires_at`` passed that are still in the store, by kind (:data:`KINDS`).
 
-    Some are there by design: a finished run record stays one more retention window (at least a
-    day) after it expired, and an unfinished request's rows stay until it ends. Memos and outbox
+    Some are there by design: a finished run record written before 1.0 stays one more retention
+    window (at least a day) after it expired, and an unfinished request's rows stay until it ends.
+    A sweep reaches the others some time after they expired (at most one pass). Memos and outbox
     rows of finished requests that stay long past their expiry mean the sweeps fall behind.
     """
 
