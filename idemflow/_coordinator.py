@@ -1,0 +1,310 @@
+"""The steps that wait or reach another request: timers, children, messages (the engine's part).
+
+:mod:`idemflow.coordination` builds these steps; this part interprets them
+with the same memos, claims and commits as every other step, through the
+stepper. A step that must wait raises :class:`~idemflow.plan.Suspended`
+where the plan says so (``submit`` and workers hand the rest to the queue)
+and waits in the process otherwise (``run``, ``arun``). It holds no state of
+its own: what it decides is in memos and in the rows it commits.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from typing import Any, assert_never
+
+from idemflow._cursor import Cursor
+from idemflow._given import Given
+from idemflow._io import Scan, Sleep, Steps
+from idemflow._recording import RunRecorder
+from idemflow._stepper import Extra, Stepper, constant
+from idemflow._store_calls import StoreCalls
+from idemflow._wakeups import announce, wake_row
+from idemflow.errors import ChildAborted, IdempotencyKeyReuseError, InvalidInputError, RequestFailed
+from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix
+from idemflow.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
+from idemflow.plan import Suspended
+from idemflow.records import Message, OutboxEntry, RunRecord, RunStatus, child_outcome, run_ref
+from idemflow.serialization import JSON, encode
+from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef
+
+_POLL = 0.2
+"""Seconds ``run`` waits between looks at a child or an inbox (a worker suspends instead)."""
+_LOOK_AGAIN = 15.0
+"""Seconds before a worker looks again at a request waited for by one that did not start it (its
+outcome wakes only the parent that started it)."""
+
+RunChild = Callable[[Call, str, RunRecord], Steps[None]]
+"""Under ``run``, a child nobody finished yet runs in the process, as its own request: an
+execution of its own, which only the engine on top builds (handed down, not imported up)."""
+
+
+def _when(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
+
+
+def _next_message(found: list[tuple[str, Row, Message]]) -> tuple[str, Row, Message]:
+    """The message a ``receive`` takes: each sender's lowest step first, then the earliest sent."""
+    heads: dict[str, tuple[str, Row, Message]] = {}
+    for key, row, message in found:
+        head = heads.get(message.sender)
+        if head is None or message.seq < head[2].seq:
+            heads[message.sender] = (key, row, message)
+    return min(heads.values(), key=lambda head: (head[2].at, head[0]))
+
+
+class Coordinator:
+    """Timers, children and messages, each a step (or a wait before one) of this execution."""
+
+    __slots__ = ("_calls", "_cursor", "_given", "_recorder", "_run_child", "_stepper")
+
+    def __init__(
+        self,
+        given: Given,
+        cursor: Cursor,
+        calls: StoreCalls,
+        recorder: RunRecorder,
+        stepper: Stepper,
+        run_child: RunChild,
+    ) -> None:
+        self._given = given
+        self._cursor = cursor
+        self._calls = calls
+        self._recorder = recorder
+        self._stepper = stepper
+        self._run_child = run_child
+
+    def coordinate(self, node: Coordination) -> Steps[Any]:
+        """The node's value: a deadline, None after a timer, a child's handle or outcome, a message."""
+        given, cursor, stepper = self._given, self._cursor, self._stepper
+        if (
+            given.plan.abort is not None
+            and not cursor.cleaning
+            and isinstance(node, Until | WaitFor | Receive)
+        ):
+            if isinstance(node, Until):
+                return None  # an abort waits for nothing: the next step not committed aborts
+            cursor.advance()  # a memo decides, else this step aborts (its body is replaced)
+            identity = "wait " + node.workflow if isinstance(node, WaitFor) else "receive " + node.topic
+            return (yield from stepper.forward(RUNS_TABLE, given.request_id, identity, constant(None), None))
+        match node:
+            case Deadline(seconds, at, label):
+                due = at if at is not None else given.clock() + (seconds or 0.0)
+                return (yield from stepper.memoized(label, lambda tx: due))
+            case Until(due):
+                while given.clock() < due:
+                    yield from self._suspend(due, None, "sleeping until " + _when(due))
+                return None
+            case Start():
+                return (yield from self._start(node))
+            case WaitFor():
+                return (yield from self._wait(node))
+            case Post():
+                return (yield from self._post(node))
+            case Receive():
+                return (yield from self._receive(node))
+            case _:
+                assert_never(node)
+
+    def _suspend(self, due: float | None, poll: float | None, why: str) -> Steps[None]:
+        """Hand the request to a worker until ``due`` (or a wake-up), or wait here: ``run`` sleeps
+        until ``due`` or for ``poll`` seconds, then the caller looks again."""
+        given, recorder = self._given, self._recorder
+        if given.plan.suspend:
+            if not self._cursor.run_known:
+                yield from recorder.claim()  # a worker accepts only requests that were submitted
+            raise Suspended(
+                self._stepper.journaled(), due, why, duplicate=recorder.copy, claimed_at=recorder.started_at
+            )
+        left = float("inf") if due is None else due - given.clock()
+        yield Sleep(max(min(left, poll if poll is not None else left), 0.0), time.sleep)
+
+    def _step_beside(self, identity: str, memo: JSON, beside: Extra, wake: Put) -> Steps[None]:
+        """A table-less step deciding ``memo`` whose commit also writes ``beside()``: rows in other
+        partitions (a child's claim, a message), recomputed on each attempt, empty once written.
+
+        Where one commit cannot span partitions (Azure), if ``beside()`` has rows to write, the
+        step's ``wake`` row goes first, then each of them, then the memo: a crash after the
+        wake-up only wakes a request for nothing, and a rerun that meets the rows (``beside()``
+        then returns nothing, and writes no wake-up) finds the wake-up written already."""
+        given, stepper, calls = self._given, self._stepper, self._calls
+        request_id = given.request_id
+        if given.capabilities.cross_partition_commit or given.plan.abort is not None:
+            yield from stepper.forward(RUNS_TABLE, request_id, identity, constant(memo), None, beside)
+            return
+        done, _ = yield from stepper.replayed(identity)
+        if done:
+            return
+        rows = yield from beside()
+        if rows:
+            yield from calls.commit([wake], wake.ref)
+        for op in rows:
+            if op is wake:
+                continue  # committed just above
+            if not isinstance((yield from calls.commit([op], op.ref)), Committed):
+                yield from beside()  # a rerun or a race wrote it: checked again
+        yield from stepper.forward(RUNS_TABLE, request_id, identity, constant(memo), None)
+
+    def _start(self, node: Start) -> Steps[Child]:
+        given, calls = self._given, self._calls
+        if node.call.name == given.workflow and node.request_id == given.request_id:
+            raise InvalidInputError(
+                f"workflow {given.workflow!r} request {given.request_id!r} cannot start itself as its child: "
+                "give the child a request id of its own"
+            )
+        self._cursor.advance()
+        identity = "start " + node.call.name
+        child = Child(node.call.name, node.request_id, node.call)
+        entry = OutboxEntry(node.call.name, node.version, node.request_id, 0.0)
+        claim_ref = run_ref(node.call.name, node.request_id)
+        outbox = wake_row(given, entry, "start")
+        record = RunRecord(
+            node.fingerprint,
+            RunStatus.RUNNING,
+            version=node.version,
+            input=node.input,
+            started_at=given.clock(),
+            # A parent a worker runs is woken by the child's outcome; one ``run`` runs polls.
+            parent=OutboxEntry(given.workflow, given.plan.version, given.request_id, 0.0)
+            if given.plan.suspend
+            else None,
+        )
+        claim_value: JSON = record.to_json()
+        claim_text = encode(claim_value, f"input of child {node.call.name!r} {node.request_id!r}", envelope=3)
+
+        made = [False]
+
+        def claimed() -> Steps[list[Op]]:
+            """The child's claim and outbox row, or nothing if it was claimed already."""
+            existing = yield from calls.read(claim_ref)
+            if existing is None:
+                made[0] = True  # this execution starts it: it sends the child's pointer too
+                return [Insert(claim_ref, claim_value, claim_text, given.expiry()), outbox]
+            found = RunRecord.from_json(existing.value)
+            if found.fingerprint != node.fingerprint and found.fingerprint not in node.aliases:
+                raise IdempotencyKeyReuseError(
+                    node.call.name, node.request_id, found.fingerprint, node.fingerprint
+                )
+            return []
+
+        memo: JSON = {"wf": node.call.name, "id": node.request_id}
+        yield from self._step_beside(identity, memo, claimed, outbox)
+        if made[0]:  # a replay, or a claim found made, sends nothing: the relay has its outbox row
+            yield from announce(given, entry, outbox.ref)
+        return child
+
+    def _wait(self, node: WaitFor) -> Steps[Any]:
+        given, stepper = self._given, self._stepper
+        self._cursor.advance()
+        identity = "wait " + node.workflow
+        while True:
+            done, value = yield from stepper.replayed(identity)
+            if done:
+                return _child_result(value, node)
+            row = yield from self._calls.read(run_ref(node.workflow, node.request_id))
+            if row is None:
+                raise InvalidInputError(
+                    f"wait: no request {node.request_id!r} of workflow {node.workflow!r} was started"
+                )
+            record = RunRecord.from_json(row.value)
+            if record.status.final:
+                outcome = child_outcome(record)
+                value = yield from stepper.forward(
+                    RUNS_TABLE, given.request_id, identity, constant(outcome), None
+                )
+                return _child_result(value, node)
+            if given.plan.suspend:
+                waiting = f"waiting for {node.workflow!r} request {node.request_id!r}"
+                parent = record.parent
+                woken = parent is not None and (parent.workflow, parent.request_id) == (
+                    given.workflow,
+                    given.request_id,
+                )
+                # Its outcome wakes the parent it recorded; any other waiter looks again now and then.
+                yield from self._suspend(None if woken else given.clock() + _LOOK_AGAIN, None, waiting)
+            elif record.status is RunStatus.FAILED and record.failure is not None:
+                failure = record.failure
+                raise RequestFailed(
+                    node.workflow, node.request_id, failure.step, failure.reason, failure.attempts
+                )
+            elif node.call is not None and node.call.version == record.version:
+                yield from self._run_child(node.call, node.request_id, record)
+            else:
+                yield from self._suspend(None, _POLL, "")
+
+    def _post(self, node: Post) -> Steps[None]:
+        given, calls = self._given, self._calls
+        step = self._cursor.advance()
+        identity = f"send {node.workflow} {node.topic}"
+        sender = f"{given.workflow}|{given.request_id}"
+        key = inbox_key(node.workflow, node.request_id, node.topic, f"{sender}|{step}")
+        ref = RowRef(RUNS_TABLE, node.request_id, key)
+        entry = OutboxEntry(node.workflow, 1, node.request_id, 0.0)
+        wake = wake_row(given, entry, "message " + key)
+        message: JSON = Message(node.value, sender, step, given.clock()).to_json()
+        text = encode(message, f"message to {node.workflow!r} {node.request_id!r} on {node.topic!r}")
+        waiting = [False]
+
+        def delivered() -> Steps[list[Op]]:
+            """The message and its wake-up, or nothing if a resent step delivered it already.
+
+            The receiver is woken at once only if it was submitted and is not finished; else the
+            relay sends the wake-up if the request exists by then (a ``run`` polls instead)."""
+            if (yield from calls.read(ref)) is not None:
+                return []
+            receiver = yield from calls.read(run_ref(node.workflow, node.request_id))
+            found = None if receiver is None else RunRecord.from_json(receiver.value)
+            waiting[0] = found is not None and found.input is not None and not found.status.final
+            return [Insert(ref, message, text, given.expiry()), wake]
+
+        yield from self._step_beside(identity, None, delivered, wake)
+        if waiting[0]:
+            yield from announce(given, entry, wake.ref)
+        return None
+
+    def _receive(self, node: Receive) -> Steps[Any]:
+        given, stepper = self._given, self._stepper
+        request_id = given.request_id
+        self._cursor.advance()
+        identity = "receive " + node.topic
+        prefix = inbox_prefix(given.workflow, request_id, node.topic)
+        while True:
+            done, value = yield from stepper.replayed(identity)
+            if done:
+                return value
+            inbox = [
+                (key, row, Message.from_json(row.value))
+                for _, key, row in (yield Scan(RUNS_TABLE, request_id))
+                if key.startswith(prefix)
+            ]
+            found = [(key, row, message) for key, row, message in inbox if not message.taken]
+            if found:
+                key, row, message = _next_message(found)
+                # Kept as taken, not deleted: a sender resending its step meets it (on Azure the
+                # message commits before the sender's memo) instead of sending it again.
+                taken: JSON = message.as_taken().to_json()
+                ref = RowRef(RUNS_TABLE, request_id, key)
+                consumed = Put(ref, taken, encode(taken), row.version, given.expiry())
+
+                def consume(consumed: Put = consumed) -> Steps[list[Op]]:
+                    return [consumed]
+                    yield  # a generator: the engine's extra operations are computations
+
+                value = message.value
+                return (
+                    yield from stepper.forward(
+                        RUNS_TABLE, request_id, identity, constant(value), None, consume
+                    )
+                )
+            if node.due is not None and given.clock() >= node.due:  # timed out: None, memoized
+                return (yield from stepper.forward(RUNS_TABLE, request_id, identity, lambda tx: None, None))
+            until = "" if node.due is None else " until " + _when(node.due)
+            yield from self._suspend(node.due, _POLL, f"waiting for a message on {node.topic!r}{until}")
+
+
+def _child_result(value: Any, node: WaitFor) -> Any:
+    if isinstance(value, dict) and value.get("status") == RunStatus.ABORTED.value:
+        raise ChildAborted(value.get("reason"), node.workflow, node.request_id)
+    return value.get("result") if isinstance(value, dict) else None

@@ -1,0 +1,483 @@
+"""One step: replay it from its memo, or execute its body and commit it exactly once.
+
+A step's memo is inserted in the same commit as its data; a commit that
+loses to another execution's memo returns that memo, one that meets the run
+record switches the execution to replay, and a data conflict reruns the body
+under the policy's tenacity retryer. A step the workflow goes on from may
+leave its commit :class:`Pending` for the workflow's next move.
+
+The stepper owns what lives for one step (its attempts, an effect's answer)
+and the journal of forward steps; what the step is, where it goes and whether
+its commit may wait is passed in, never left on an object for a later method
+to pick up. A commit that waits is handed to :mod:`idemflow._deferred`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from idemflow import telemetry
+from idemflow._cursor import Cursor
+from idemflow._deferred import DeferredCommit, Pending
+from idemflow._given import Given
+from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
+from idemflow._lease import acquire
+from idemflow._recording import RunRecorder
+from idemflow._store_calls import StoreCalls
+from idemflow.errors import (
+    ConflictError,
+    InvalidValueError,
+    LimitExceededError,
+    NonDeterminismError,
+    TransientStoreError,
+)
+from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
+from idemflow.plan import AtCheckpoint, JournalEntry
+from idemflow.policy import DataConflict, retried
+from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row
+from idemflow.serialization import JSON, encode
+from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
+from idemflow.tx import StepAborted, Tx
+
+Extra = Callable[[], Steps[list[Op]]]
+"""Operations beyond the step's partition that commit with it (a child's claim, a message),
+recomputed on every attempt."""
+
+NOT_CALLED: Any = object()
+"""No call out was answered in this execution's attempt at the effect."""
+
+
+class AbortWorkflow(BaseException):
+    """A step aborted (now or in an earlier execution): unwind to compensate."""
+
+    def __init__(self, reason: JSON) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _RunRecordSeen(BaseException):
+    """The run record, read beside a first step's first row, exists: stop the body."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__()
+        self.row = row
+
+
+def _stop_if_present(row: Row | None) -> None:
+    if row is not None:
+        raise _RunRecordSeen(row)
+
+
+_RETRY = object()
+
+
+class _Unreachable:
+    """An attempt whose reads could not reach the store: run it again, and if the step's time
+    runs out, report the store's error rather than a conflict there was none of."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: TransientStoreError) -> None:
+        self.error = error
+
+
+class _Step(NamedTuple):
+    """One step as its attempts see it: where its memo lives, what it is called, what it runs."""
+
+    memo_ref: RowRef
+    identity: str
+    body: Callable[[Tx], Any]
+    abortable: bool
+    call_out: CallOut | None
+    extra: Extra | None
+    defer: bool
+    """This attempt may leave its commit pending (a step's first attempt, where it may fold)."""
+
+
+def constant(value: Any) -> Callable[[Tx], Any]:
+    """A step body that only decides ``value`` (the step's memo is all it writes)."""
+    return lambda tx: value
+
+
+class Stepper:
+    """The steps of an execution, each replayed or executed and committed once."""
+
+    __slots__ = (
+        "_attempts",
+        "_calls",
+        "_cursor",
+        "_deferred",
+        "_given",
+        "_journal",
+        "_noting",
+        "_recorder",
+        "called",
+    )
+
+    def __init__(
+        self, given: Given, cursor: Cursor, calls: StoreCalls, recorder: RunRecorder, deferred: DeferredCommit
+    ) -> None:
+        self._given = given
+        self._deferred = deferred
+        self._cursor = cursor
+        self._calls = calls
+        self._recorder = recorder
+        plan = given.plan
+        self._journal: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
+        self._noting = self._journal is not None or bool(plan.expected)
+        self._attempts = 0
+        """Attempts of the current step beyond its first (conflicts, transient reads): for its log."""
+        self.called: Any = NOT_CALLED
+        """What the current effect's call answered in this execution, if it was called (an undo
+        needs it when the request is undone at that very call)."""
+
+    def journaled(self) -> tuple[JournalEntry, ...]:
+        """The forward steps so far, for a continuation to check its replay against."""
+        return tuple(self._journal or ())
+
+    def forget_call(self) -> None:
+        """An effect begins: no answer of it seen yet (its attempts share what they see)."""
+        self.called = NOT_CALLED
+
+    def restart(self) -> None:
+        """Start over (see :class:`~idemflow._deferred.Restart`): nothing journaled."""
+        if self._journal is not None:
+            self._journal = []
+
+    # -- steps --------------------------------------------------------------
+
+    def memoized(
+        self, identity: str, body: Callable[[Tx], Any], call_out: CallOut | None = None
+    ) -> Steps[Any]:
+        """The next step, with no table of its own: its memo sits beside the run record."""
+        self._cursor.advance()
+        return self.forward(RUNS_TABLE, self._given.request_id, identity, body, call_out)
+
+    def forward(
+        self,
+        table: str,
+        partition: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        call_out: CallOut | None,
+        extra: Extra | None = None,
+        *,
+        again: bool = False,
+        defer: bool = False,
+    ) -> Steps[Any]:
+        """The current forward step's computation (a plain function: no generator frame of its
+        own); ``again``: an attempt after a failed one, journaled already; ``defer``: its commit
+        may wait for the workflow's next move (:class:`Pending`)."""
+        given, cursor = self._given, self._cursor
+        plan = given.plan
+        if plan.abort is not None and not cursor.cleaning:  # memos win: only a new step aborts
+            reason = plan.abort.reason
+            body, call_out, extra = (lambda tx: tx.abort(reason)), None, None
+        cursor.identity = identity
+        if self._noting and not again:
+            self._note(table, partition, identity)
+        tag = step_tag(cursor.step)
+        return self.run_step(
+            table, partition, tag, identity, body, True, call_out, extra, defer and not again
+        )
+
+    def note_derived(self, name: str) -> None:
+        """Journal a derived value's step (``uuid4``, ``random``): no memo, but a number of its own."""
+        if self._noting:
+            self._note("", "", name)
+
+    def _note(self, table: str, partition: str, identity: str) -> None:
+        """Journal a forward step for the continuation, or check it against a resumed one's."""
+        if self._journal is not None:
+            self._journal.append((table, partition, identity))
+        expected = self._given.plan.expected
+        step = self._cursor.step
+        if step <= len(expected) and expected[step - 1] != (table, partition, identity):
+            recorded = "{2} on {0}/{1}".format(*expected[step - 1])
+            met = f"{identity} on {table}/{partition}"
+            raise NonDeterminismError(
+                self._given.workflow, self._given.request_id, step, repr(recorded), repr(met)
+            )
+
+    def run_step(
+        self,
+        table: str,
+        partition: str,
+        tag: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None = None,
+        extra: Extra | None = None,
+        defer: bool = False,
+    ) -> Steps[Any]:
+        """The computation that replays the step from its memo, or executes and commits it
+        exactly once (a plain function: no generator frame of its own). A step whose
+        body calls out (an effect) resends its commit on a transient error instead of rerunning:
+        a rerun would call the outside service again."""
+        given = self._given
+        step = _Step(
+            RowRef(table, partition, given.memo_prefix + tag),
+            identity,
+            body,
+            abortable,
+            call_out,
+            extra,
+            defer,
+        )
+        self._calls.renew()
+        if not (given.traced or given.logged):
+            return self._step_once(step)
+        return self._observed_step(step)
+
+    def _observed_step(self, step: _Step) -> Steps[Any]:
+        """A step with its span (OpenTelemetry) and its DEBUG log line: committed, replayed or
+        raised, with its attempts and duration."""
+        given, cursor = self._given, self._cursor
+        identity = step.identity
+        fields = {
+            "workflow": given.workflow,
+            "request_id": given.request_id,
+            "step": cursor.step,
+            "identity": identity,
+        }
+        started, commits, self._attempts = time.monotonic(), cursor.commits, 0
+        outcome = "raised"
+        try:
+            with telemetry.span("idemflow.step", **fields) if given.traced else contextlib.nullcontext():
+                value = yield from self._step_once(step)
+            # A step whose commit waits for the workflow's next move is committed with it.
+            outcome = (
+                "committed" if cursor.commits > commits or self._deferred.pending is not None else "replayed"
+            )
+            return value
+        except AbortWorkflow:
+            outcome = "aborted"
+            raise
+        finally:
+            if given.logged:
+                given.log_event(
+                    "step",
+                    step=fields["step"],
+                    identity=identity,
+                    outcome=outcome,
+                    attempt=self._attempts + 1,
+                    started=started,
+                )
+
+    def _step_once(self, step: _Step) -> Steps[Any]:
+        try:
+            outcome = yield from self._attempt(step)
+        except TransientStoreError:  # the commit's send failed: rerun (the loop re-raises it last)
+            if step.call_out is not None:  # resent until the deadline already; a rerun would call out again
+                raise
+            outcome = _RETRY
+        if outcome is not _RETRY and type(outcome) is not _Unreachable:
+            return outcome
+        given = self._given
+        retrying = given.policy.rerunning(self._calls.until)
+        again = step._replace(defer=False)  # only a step's first attempt may defer its commit
+        try:
+            return (yield from retried(retrying, lambda: self._retry(again)))
+        except DataConflict:
+            attempts = retrying.statistics.get("attempt_number", 0) + 1
+            where = step.memo_ref
+            raise ConflictError(
+                given.workflow, given.request_id, self._cursor.step, where.table, where.partition, attempts
+            ) from None
+
+    def _retry(self, step: _Step) -> Steps[Any]:
+        """One more attempt, in this process's turn on the partition (see :mod:`idemflow._gates`)."""
+        memo_ref = step.memo_ref
+        self._attempts += 1
+        if self._given.traced:
+            telemetry.count(telemetry.CONFLICTS_RETRIED, self._given.workflow)
+        give_back = yield Turn(memo_ref.table, memo_ref.partition, self._calls.until)
+        try:
+            outcome = yield from self._attempt(step)
+        finally:
+            give_back()
+        if outcome is _RETRY:
+            raise DataConflict
+        if type(outcome) is _Unreachable:
+            raise outcome.error  # retried as a conflict is; the last one reaches the caller
+        return outcome
+
+    def _attempt(self, step: _Step) -> Steps[Any]:
+        memo_ref, identity, body, abortable, call_out, extra, defer = step
+        given, cursor, calls, recorder = self._given, self._cursor, self._calls, self._recorder
+        while True:  # loops only when the commit revealed an existing run record
+            if cursor.replaying:
+                row = yield from calls.read(memo_ref)
+                if row is not None:
+                    return self.memo_result(row, identity)
+                cursor.fresh()
+            peek = None
+            if not cursor.run_known:
+                if not given.capabilities.cross_partition_commit:
+                    yield from recorder.claim()
+                    continue
+                peek = (given.run_ref, _stop_if_present)
+            reader = given.reader if given.reader is not None else Prefetched()
+            tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
+            try:
+                while True:  # more than once only where reads are prefetched
+                    try:
+                        result = body(tx)
+                        break
+                    except NeedRows as need:
+                        wanted: Sequence[RowRef] = need.refs
+                    assert isinstance(reader, Prefetched)
+                    reader.add(wanted, (yield ReadMany(wanted)))
+                    tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
+                if call_out is not None:
+                    if call_out.lease is None:
+                        result = self.called = yield call_out
+                    else:
+                        recorded = yield from self._leased(memo_ref, call_out.lease)
+                        if recorded is not None:  # another execution made the call
+                            return self.memo_result(recorded, identity)
+                        try:
+                            result = self.called = yield call_out
+                        except Exception:  # a call that failed gives the lease up: a retry need not wait
+                            with contextlib.suppress(TransientStoreError):  # else it ends by itself
+                                yield from calls.commit([Delete(self._lease_ref(memo_ref))], memo_ref)
+                            raise
+            except _RunRecordSeen as seen:
+                yield from recorder.meet(seen.row)  # returns only to replay
+                continue
+            except StepAborted as abort:
+                if not abortable:
+                    raise
+                aborted, value = True, abort.reason
+                data_ops: list[Op] = [*tx.read_checks()]
+            except TransientStoreError as unreachable:  # a read was throttled or got no answer
+                return _Unreachable(unreachable)
+            except Exception:
+                # A replay whose data moved on may fail where the first run
+                # succeeded: the memo, if any, is the answer.
+                row = yield from calls.read(memo_ref)
+                if row is not None:
+                    return self.memo_result(row, identity)
+                if (yield from self._stale(tx)):  # reads that were never one snapshot: run it again
+                    return _RETRY
+                raise
+            else:
+                aborted, value = False, result
+                data_ops = tx.ops()
+            memo_value = memo_row(identity, value, aborted=aborted, at=int(given.clock() * 1000))
+            try:
+                memo_text = encode(memo_value, "", envelope=1)
+            except InvalidValueError as bad:  # the place is named only when needed: it costs a format
+                where = f"result of step {cursor.step} ({identity}) of workflow {given.workflow!r}"
+                raise InvalidValueError(where, bad.problem) from None
+            expires = given.expiry()
+            ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires)]
+            run_included = not cursor.run_known
+            if run_included:
+                ops.extend(recorder.claim_ops(expires, with_outbox=True))
+            ops.extend(data_ops)
+            if extra is not None and not aborted:
+                ops.extend((yield from extra()))
+            if call_out is not None and call_out.lease is not None:
+                ops.append(Delete(self._lease_ref(memo_ref)))  # ended with the call it guarded
+            if defer and not aborted and extra is None and self._deferred.foldable(ops):
+                # Committed by the workflow's next move: with the outcome, if it returns now.
+                leased = call_out is not None and call_out.lease is not None
+                self._deferred.hold(Pending(ops, memo_ref, run_included, call_out is not None, leased))
+                return value
+            if call_out is not None or given.traced:  # an effect's commit is resent as it is
+                outcome = yield from calls.commit(ops, memo_ref, resend=call_out is not None)
+            else:  # any other's failed send reruns the body
+                try:
+                    outcome = yield Commit(ops)
+                except LimitExceededError as refused:
+                    raise calls.named(refused, memo_ref) from None
+            if isinstance(outcome, Committed):
+                cursor.committed()
+                if given.traced:
+                    telemetry.count(telemetry.STEPS_COMMITTED, given.workflow)
+                if aborted:
+                    raise AbortWorkflow(value)
+                # Strict encoding guarantees decode(encode(x)) == x: no need to parse it back.
+                return value
+            by_index = {failure.index: failure for failure in outcome.failures}
+            if run_included and RUN_AT in by_index:
+                yield from recorder.meet(by_index[RUN_AT].existing)
+            existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
+            if existing_memo is not None:
+                return self.memo_result(existing_memo, identity)
+            if run_included and RUN_AT in by_index:
+                continue  # replaying now: read the memo first
+            return _RETRY
+
+    # -- replay, leases, stale reads -------------------------------------------
+
+    def here(self) -> RowRef:
+        """Where the current table-less step's memo lives."""
+        given = self._given
+        return RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(self._cursor.step))
+
+    def replayed(self, identity: str) -> Steps[tuple[bool, Any]]:
+        """The current step's memo when replaying: ``(True, value)``, else ``(False, None)``."""
+        if not self._cursor.replaying:
+            return False, None
+        row = yield from self._calls.read(self.here())
+        if row is None:
+            self._cursor.fresh()  # memos are sequential: none after a missing one
+            return False, None
+        return True, self.memo_result(row, identity)
+
+    def memo_result(self, row: Row, identity: str) -> Any:
+        """The value a memo holds, or :class:`AbortWorkflow` if its step aborted; a memo of another
+        step is non-determinism."""
+        given = self._given
+        if given.traced:
+            telemetry.count(telemetry.DUPLICATES_ANSWERED, given.workflow)
+        memo = Memo.from_json(row.value)
+        if memo is None or memo.identity != identity:
+            recorded = row.value if memo is None else memo.identity
+            raise NonDeterminismError(
+                given.workflow, given.request_id, self._cursor.step, repr(recorded), repr(identity)
+            )
+        if memo.aborted:
+            raise AbortWorkflow(memo.value)
+        return memo.value
+
+    def _lease_ref(self, memo_ref: RowRef) -> RowRef:
+        return RowRef(
+            memo_ref.table, memo_ref.partition, self._given.memo_prefix + lease_tag(self._cursor.step)
+        )
+
+    def _leased(self, memo_ref: RowRef, seconds: float) -> Steps[Row | None]:
+        """Hold the effect's lease (None), or the memo of the execution that held it."""
+        calls = self._calls
+        return acquire(
+            memo_ref,
+            self._lease_ref(memo_ref),
+            seconds,
+            commit=lambda ops: calls.commit(ops, memo_ref),
+            read=calls.read,
+            sleep=self._given.policy.conflicts.sleep,
+            expires=self._given.expiry(),
+        )
+
+    def _stale(self, tx: Tx) -> Steps[bool]:
+        """Did a row the body read change before it raised? Then it saw no consistent state.
+
+        Reads inside a body are each strongly consistent but not one snapshot
+        (DynamoDB's are never cancelled by a concurrent commit, Azure's are
+        separate calls); the commit's conditions make a *committed* body
+        serializable, and this check gives the same to a body that raised.
+        """
+        checks = tx.read_checks()
+        if not checks:
+            return False
+        rows = yield ReadMany([check.ref for check in checks])
+        return any(
+            (Cond.ABSENT if row is None else row.version) != check.expect
+            for check, row in zip(checks, rows, strict=True)
+        )
