@@ -18,6 +18,7 @@ from typing import Any, assert_never
 from idemflow._cursor import Cursor
 from idemflow._given import Given
 from idemflow._io import Scan, Sleep, Steps
+from idemflow._memos import MemoReader
 from idemflow._recording import RunRecorder
 from idemflow._stepper import Extra, Stepper, constant
 from idemflow._store_calls import StoreCalls
@@ -58,18 +59,20 @@ def _next_message(found: list[tuple[str, Row, Message]]) -> tuple[str, Row, Mess
 class Coordinator:
     """Timers, children and messages, each a step (or a wait before one) of this execution."""
 
-    __slots__ = ("_calls", "_cursor", "_given", "_recorder", "_run_child", "_stepper")
+    __slots__ = ("_calls", "_cursor", "_given", "_memos", "_recorder", "_run_child", "_stepper")
 
     def __init__(
         self,
         given: Given,
         cursor: Cursor,
         calls: StoreCalls,
+        memos: MemoReader,
         recorder: RunRecorder,
         stepper: Stepper,
         run_child: RunChild,
     ) -> None:
         self._given = given
+        self._memos = memos
         self._cursor = cursor
         self._calls = calls
         self._recorder = recorder
@@ -134,7 +137,7 @@ class Coordinator:
         if given.capabilities.cross_partition_commit or given.plan.abort is not None:
             yield from stepper.forward(RUNS_TABLE, request_id, identity, constant(memo), None, beside)
             return
-        done, _ = yield from stepper.replayed(identity)
+        done, _ = yield from self._memos.replayed(identity)
         if done:
             return
         rows = yield from beside()
@@ -200,7 +203,7 @@ class Coordinator:
         self._cursor.advance()
         identity = "wait " + node.workflow
         while True:
-            done, value = yield from stepper.replayed(identity)
+            done, value = yield from self._memos.replayed(identity)
             if done:
                 return _child_result(value, node)
             row = yield from self._calls.read(run_ref(node.workflow, node.request_id))
@@ -271,7 +274,7 @@ class Coordinator:
         identity = "receive " + node.topic
         prefix = inbox_prefix(given.workflow, request_id, node.topic)
         while True:
-            done, value = yield from stepper.replayed(identity)
+            done, value = yield from self._memos.replayed(identity)
             if done:
                 return value
             inbox = [

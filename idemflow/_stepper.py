@@ -25,6 +25,7 @@ from idemflow._deferred import DeferredCommit, Pending
 from idemflow._given import Given
 from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
 from idemflow._lease import acquire
+from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._recording import RunRecorder
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import (
@@ -37,8 +38,8 @@ from idemflow.errors import (
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
 from idemflow.plan import AtCheckpoint, JournalEntry
 from idemflow.policy import DataConflict, retried
-from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row
-from idemflow.serialization import JSON, encode
+from idemflow.records import MEMO_AT, RUN_AT, memo_row
+from idemflow.serialization import encode
 from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
 from idemflow.tx import StepAborted, Tx
 
@@ -48,14 +49,6 @@ recomputed on every attempt."""
 
 NOT_CALLED: Any = object()
 """No call out was answered in this execution's attempt at the effect."""
-
-
-class AbortWorkflow(BaseException):
-    """A step aborted (now or in an earlier execution): unwind to compensate."""
-
-    def __init__(self, reason: JSON) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class _RunRecordSeen(BaseException):
@@ -112,15 +105,23 @@ class Stepper:
         "_deferred",
         "_given",
         "_journal",
+        "_memos",
         "_noting",
         "_recorder",
         "called",
     )
 
     def __init__(
-        self, given: Given, cursor: Cursor, calls: StoreCalls, recorder: RunRecorder, deferred: DeferredCommit
+        self,
+        given: Given,
+        cursor: Cursor,
+        calls: StoreCalls,
+        memos: MemoReader,
+        recorder: RunRecorder,
+        deferred: DeferredCommit,
     ) -> None:
         self._given = given
+        self._memos = memos
         self._deferred = deferred
         self._cursor = cursor
         self._calls = calls
@@ -313,7 +314,7 @@ class Stepper:
             if cursor.replaying:
                 row = yield from calls.read(memo_ref)
                 if row is not None:
-                    return self.memo_result(row, identity)
+                    return self._memos.answer(row, identity)
                 cursor.fresh()
             peek = None
             if not cursor.run_known:
@@ -339,7 +340,7 @@ class Stepper:
                     else:
                         recorded = yield from self._leased(memo_ref, call_out.lease)
                         if recorded is not None:  # another execution made the call
-                            return self.memo_result(recorded, identity)
+                            return self._memos.answer(recorded, identity)
                         try:
                             result = self.called = yield call_out
                         except Exception:  # a call that failed gives the lease up: a retry need not wait
@@ -361,7 +362,7 @@ class Stepper:
                 # succeeded: the memo, if any, is the answer.
                 row = yield from calls.read(memo_ref)
                 if row is not None:
-                    return self.memo_result(row, identity)
+                    return self._memos.answer(row, identity)
                 if (yield from self._stale(tx)):  # reads that were never one snapshot: run it again
                     return _RETRY
                 raise
@@ -409,43 +410,12 @@ class Stepper:
                 yield from recorder.meet(by_index[RUN_AT].existing)
             existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
             if existing_memo is not None:
-                return self.memo_result(existing_memo, identity)
+                return self._memos.answer(existing_memo, identity)
             if run_included and RUN_AT in by_index:
                 continue  # replaying now: read the memo first
             return _RETRY
 
     # -- replay, leases, stale reads -------------------------------------------
-
-    def here(self) -> RowRef:
-        """Where the current table-less step's memo lives."""
-        given = self._given
-        return RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(self._cursor.step))
-
-    def replayed(self, identity: str) -> Steps[tuple[bool, Any]]:
-        """The current step's memo when replaying: ``(True, value)``, else ``(False, None)``."""
-        if not self._cursor.replaying:
-            return False, None
-        row = yield from self._calls.read(self.here())
-        if row is None:
-            self._cursor.fresh()  # memos are sequential: none after a missing one
-            return False, None
-        return True, self.memo_result(row, identity)
-
-    def memo_result(self, row: Row, identity: str) -> Any:
-        """The value a memo holds, or :class:`AbortWorkflow` if its step aborted; a memo of another
-        step is non-determinism."""
-        given = self._given
-        if given.traced:
-            telemetry.count(telemetry.DUPLICATES_ANSWERED, given.workflow)
-        memo = Memo.from_json(row.value)
-        if memo is None or memo.identity != identity:
-            recorded = row.value if memo is None else memo.identity
-            raise NonDeterminismError(
-                given.workflow, given.request_id, self._cursor.step, repr(recorded), repr(identity)
-            )
-        if memo.aborted:
-            raise AbortWorkflow(memo.value)
-        return memo.value
 
     def _lease_ref(self, memo_ref: RowRef) -> RowRef:
         return RowRef(

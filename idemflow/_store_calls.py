@@ -11,6 +11,8 @@ limit refusal names.
 
 from __future__ import annotations
 
+import time
+
 from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._given import Given
@@ -23,17 +25,19 @@ from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
 class StoreCalls:
     """Reads and commits of one execution, resent until the current step's deadline."""
 
-    __slots__ = ("_cursor", "_given", "until")
+    __slots__ = ("_cursor", "_deadline", "_given", "until")
 
     def __init__(self, given: Given, cursor: Cursor) -> None:
         self._given = given
         self._cursor = cursor
-        self.until = given.policy.until()
+        self._deadline = given.policy.deadline
+        self.until = time.monotonic() + self._deadline
         """When the current step (or the outcome's write) stops retrying: ``time.monotonic()``."""
 
     def renew(self) -> None:
-        """A new step (or the outcome's write) begins: its own deadline from now."""
-        self.until = self._given.policy.until()
+        """A new step (or the outcome's write) begins: its own deadline from now (as
+        :meth:`~idemflow.policy.RetryPolicy.until` computes it, without the call)."""
+        self.until = time.monotonic() + self._deadline
 
     def read(self, ref: RowRef) -> Steps[Row | None]:
         """One strongly consistent read, resent on transient errors until the deadline."""

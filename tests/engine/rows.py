@@ -17,7 +17,9 @@ from idemflow._coordinator import Coordinator, RunChild
 from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit
 from idemflow._given import Given
+from idemflow._interpreter import Interpreter
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Sleep, Steps, Turn
+from idemflow._memos import MemoReader
 from idemflow._outcome import OutcomeWriter
 from idemflow._recording import RunRecorder
 from idemflow._stepper import Stepper
@@ -204,14 +206,18 @@ class Parts:
         self.calls = StoreCalls(facts, self.cursor)
         self.recorder = RunRecorder(facts, self.cursor, self.calls)
         self.deferred = DeferredCommit(facts, self.cursor, self.calls)
-        self.stepper = Stepper(facts, self.cursor, self.calls, self.recorder, self.deferred)
+        self.memos = MemoReader(facts, self.cursor, self.calls)
+        self.stepper = Stepper(facts, self.cursor, self.calls, self.memos, self.recorder, self.deferred)
         self.coordinator = Coordinator(
-            facts, self.cursor, self.calls, self.recorder, self.stepper, run_child or _no_child
+            facts, self.cursor, self.calls, self.memos, self.recorder, self.stepper, run_child or _no_child
         )
         self.compensator = Compensator(
             facts, self.cursor, self.stepper, self.deferred, abort_child or _no_child
         )
         self.outcome = OutcomeWriter(facts, self.cursor, self.calls, self.recorder, self.deferred)
+        self.interpreter = Interpreter(
+            facts, self.cursor, self.recorder, self.deferred, self.stepper, self.coordinator, self.compensator
+        )
 
 
 def _no_child(*_: object) -> Steps[None]:

@@ -8,7 +8,7 @@ import pytest
 
 from idemflow._deferred import Pending
 from idemflow._io import CallOut
-from idemflow._stepper import AbortWorkflow
+from idemflow._memos import AbortWorkflow
 from idemflow.errors import NonDeterminismError
 from idemflow.keys import data_key
 from idemflow.plan import AtCheckpoint, Plan
