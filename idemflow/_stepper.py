@@ -78,7 +78,8 @@ class _Unreachable:
 
 
 class _Step(NamedTuple):
-    """One step as its attempts see it: where its memo lives, what it is called, what it runs."""
+    """One step as its retries see it: where its memo lives, what it is called, what it runs
+    (the first attempt takes the same as arguments: no tuple on the hot path)."""
 
     memo_ref: RowRef
     identity: str
@@ -220,19 +221,11 @@ class Stepper:
         body calls out (an effect) resends its commit on a transient error instead of rerunning:
         a rerun would call the outside service again."""
         given = self._given
-        step = _Step(
-            RowRef(table, partition, given.memo_prefix + tag),
-            identity,
-            body,
-            abortable,
-            call_out,
-            extra,
-            defer,
-        )
+        memo_ref = RowRef(table, partition, given.memo_prefix + tag)
         self._calls.renew()
-        if not (given.traced or given.logged):
-            return self._step_once(step)
-        return self._observed_step(step)
+        if not (given.traced or given.logged):  # the hot path: no tuple of the step's own
+            return self._step_once(memo_ref, identity, body, abortable, call_out, extra, defer)
+        return self._observed_step(_Step(memo_ref, identity, body, abortable, call_out, extra, defer))
 
     def _observed_step(self, step: _Step) -> Steps[Any]:
         """A step with its span (OpenTelemetry) and its DEBUG log line: committed, replayed or
@@ -249,7 +242,7 @@ class Stepper:
         outcome = "raised"
         try:
             with telemetry.span("idemflow.step", **fields) if given.traced else contextlib.nullcontext():
-                value = yield from self._step_once(step)
+                value = yield from self._step_once(*step)
             # A step whose commit waits for the workflow's next move is committed with it.
             outcome = (
                 "committed" if cursor.commits > commits or self._deferred.pending is not None else "replayed"
@@ -269,25 +262,40 @@ class Stepper:
                     started=started,
                 )
 
-    def _step_once(self, step: _Step) -> Steps[Any]:
+    def _step_once(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+        extra: Extra | None,
+        defer: bool,
+    ) -> Steps[Any]:
+        """The step's first attempt, then, if it met a conflict, more under the policy."""
         try:
-            outcome = yield from self._attempt(step)
+            outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out, extra, defer)
         except TransientStoreError:  # the commit's send failed: rerun (the loop re-raises it last)
-            if step.call_out is not None:  # resent until the deadline already; a rerun would call out again
+            if call_out is not None:  # resent until the deadline already; a rerun would call out again
                 raise
             outcome = _RETRY
         if outcome is not _RETRY and type(outcome) is not _Unreachable:
             return outcome
         given = self._given
         retrying = given.policy.rerunning(self._calls.until)
-        again = step._replace(defer=False)  # only a step's first attempt may defer its commit
+        # Only a step's first attempt may defer its commit.
+        again = _Step(memo_ref, identity, body, abortable, call_out, extra, False)
         try:
             return (yield from retried(retrying, lambda: self._retry(again)))
         except DataConflict:
             attempts = retrying.statistics.get("attempt_number", 0) + 1
-            where = step.memo_ref
             raise ConflictError(
-                given.workflow, given.request_id, self._cursor.step, where.table, where.partition, attempts
+                given.workflow,
+                given.request_id,
+                self._cursor.step,
+                memo_ref.table,
+                memo_ref.partition,
+                attempts,
             ) from None
 
     def _retry(self, step: _Step) -> Steps[Any]:
@@ -298,7 +306,7 @@ class Stepper:
             telemetry.count(telemetry.CONFLICTS_RETRIED, self._given.workflow)
         give_back = yield Turn(memo_ref.table, memo_ref.partition, self._calls.until)
         try:
-            outcome = yield from self._attempt(step)
+            outcome = yield from self._attempt(*step)
         finally:
             give_back()
         if outcome is _RETRY:
@@ -307,8 +315,16 @@ class Stepper:
             raise outcome.error  # retried as a conflict is; the last one reaches the caller
         return outcome
 
-    def _attempt(self, step: _Step) -> Steps[Any]:
-        memo_ref, identity, body, abortable, call_out, extra, defer = step
+    def _attempt(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+        extra: Extra | None,
+        defer: bool,
+    ) -> Steps[Any]:
         given, cursor, calls, recorder = self._given, self._cursor, self._calls, self._recorder
         while True:  # loops only when the commit revealed an existing run record
             if cursor.replaying:

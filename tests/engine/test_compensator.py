@@ -24,7 +24,7 @@ def _undoable(name: str, undone: list[str]) -> Atomic:
 
 
 def test_steps_are_undone_newest_first_each_at_its_compensation_tag() -> None:
-    rows, parts, undone = Rows(), Parts(given()), []
+    rows, parts, undone = Rows(), Parts(given()), list[str]()
     parts.cursor.committed()
     parts.compensator.register(Done(1, _undoable("a", undone), 10))
     parts.compensator.register(Done(2, _undoable("b", undone), 20))
@@ -38,7 +38,7 @@ def test_steps_are_undone_newest_first_each_at_its_compensation_tag() -> None:
 
 
 def test_a_resumed_abort_undoes_nothing_twice() -> None:
-    rows, first, undone = Rows(), Parts(given()), []
+    rows, first, undone = Rows(), Parts(given()), list[str]()
     first.cursor.committed()
     first.compensator.register(Done(1, _undoable("a", undone), 10))
     rows.run(first.compensator.compensate("why", None))
@@ -49,7 +49,7 @@ def test_a_resumed_abort_undoes_nothing_twice() -> None:
 
 
 def test_an_outside_calls_undo_gets_the_calls_own_key_and_answer() -> None:
-    rows, parts, seen = Rows(), Parts(given()), []
+    rows, parts, seen = Rows(), Parts(given()), list[tuple[str, Any]]()
     parts.cursor.committed()
 
     def refund(key: str, result: Any) -> str:
@@ -77,7 +77,7 @@ def test_an_undo_that_raises_fails_the_compensation_naming_its_step() -> None:
 
 
 def test_a_restart_forgets_what_the_replay_registers_again() -> None:
-    rows, parts, undone = Rows(), Parts(given()), []
+    rows, parts, undone = Rows(), Parts(given()), list[str]()
     parts.compensator.register(Done(1, _undoable("a", undone), 10))
     parts.compensator.restart()
     rows.run(parts.compensator.compensate("why", None))

@@ -8,8 +8,8 @@ from idemflow.keys import inbox_prefix
 from idemflow.monad import Deadline, Post, Receive, Until, WaitFor
 from idemflow.plan import Plan, Suspended
 from idemflow.records import Message, RunRecord, RunStatus, run_ref
-from idemflow.stores.base import Insert, Put
-from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
+from idemflow.stores.base import Capabilities, Insert, Put
+from tests.engine.rows import CROSS, ONE_PARTITION, Parts, Rows, given
 
 
 def test_a_deadline_is_decided_once_and_replayed_as_decided() -> None:
@@ -28,12 +28,8 @@ def test_a_timer_suspends_a_request_workers_run_until_it_is_due() -> None:
     assert rows.run(Parts(given(clock=lambda: 1500.0)).coordinator.coordinate(Until(1500.0))) is None
 
 
-def _sent(rows: Rows, capabilities: object = None) -> Parts:
-    sender = Parts(
-        given(
-            workflow="a", request_id="s1", **({} if capabilities is None else {"capabilities": capabilities})
-        )
-    )
+def _sent(rows: Rows, capabilities: Capabilities = CROSS) -> Parts:
+    sender = Parts(given(workflow="a", request_id="s1", capabilities=capabilities))
     rows.run(sender.coordinator.coordinate(Post("b", "r2", "topic", {"n": 1})))
     return sender
 
@@ -44,6 +40,7 @@ def test_a_message_is_written_with_the_senders_step_and_a_wake_up() -> None:
     [commit] = rows.commits()
     kinds = [type(op) for op in commit]
     assert kinds == [Insert, Insert, Insert, Put]  # memo, claim, message, wake-up
+    assert isinstance(commit[2], Insert)
     message = Message.from_json(commit[2].value)
     assert (message.value, message.seq) == ({"n": 1}, 1)
 

@@ -8,7 +8,7 @@ from idemflow._deferred import Pending, Restart
 from idemflow._io import Commit
 from idemflow.errors import TransientStoreError
 from idemflow.records import RunRecord, RunStatus, run_ref
-from idemflow.stores.base import Insert, Put, RowRef
+from idemflow.stores.base import Insert, Op, Put, RowRef
 from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
 
 MEMO = RowRef("items", "p1", "mwf|r1|s1")
@@ -16,7 +16,7 @@ RUN = run_ref("wf", "r1")
 
 
 def _pending(claims: bool = True) -> Pending:
-    ops = [Insert(MEMO, {"id": "atomic a", "v": 1}, '{"id":"atomic a","v":1}')]
+    ops: list[Op] = [Insert(MEMO, {"id": "atomic a", "v": 1}, '{"id":"atomic a","v":1}')]
     if claims:
         ops.append(Insert(RUN, {"fp": "fp", "status": "running"}, '{"fp":"fp","status":"running"}'))
     ops.append(Put(RowRef("items", "p1", "dn"), 1, "1"))

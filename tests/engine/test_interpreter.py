@@ -76,7 +76,7 @@ def test_a_workflow_that_yields_something_else_is_refused_by_name() -> None:
 
 def test_a_checkpoint_under_submit_stops_with_the_journal() -> None:
     rows, parts = Rows(), Parts(given(Plan(at_checkpoint=AtCheckpoint.STOP)))
-    chain = atomic("items", "p1", _add).bind(lambda _: Idem(Checkpoint()))
+    chain: Idem[None] = atomic("items", "p1", _add).bind(lambda _: Idem(Checkpoint()))
     with pytest.raises(Checkpointed) as stopped:
         rows.run(parts.interpreter.evaluate(chain.node))
     assert stopped.value.journal == (("items", "p1", "atomic _add"),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from idemflow._deferred import Pending
 from idemflow.plan import Plan
 from idemflow.records import RunRecord, RunStatus, outbox_ref, run_ref
-from idemflow.stores.base import Insert, Put, RowRef
+from idemflow.stores.base import Insert, Op, Put, RowRef
 from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
 
 RUN = run_ref("wf", "r1")
@@ -15,7 +15,7 @@ DATA = RowRef("items", "p1", "dn")
 
 def _only_step() -> Pending:
     claim = RunRecord("fp", RunStatus.RUNNING).to_json()
-    ops = [
+    ops: list[Op] = [
         Insert(MEMO, {"id": "atomic a", "v": 1}, '{"id":"atomic a","v":1}'),
         Insert(RUN, claim, "claim"),
         Put(DATA, 1, "1"),
@@ -31,7 +31,10 @@ def test_a_requests_only_step_commits_its_outcome_instead_of_its_claim_and_memo(
     assert [op.ref for op in commit] == [RUN, DATA]
     stored = RunRecord.from_json(rows.rows[RUN][0])
     assert (stored.status, stored.result) == (RunStatus.COMPLETED, {"a": 2, "b": 1})
-    assert list(record.result) == ["a", "b"]  # as duplicates read it back: keys sorted
+    assert isinstance(record.result, dict) and list(record.result) == [
+        "a",
+        "b",
+    ]  # as duplicates read it back: keys sorted
     assert MEMO not in rows.rows
 
 
@@ -72,7 +75,7 @@ def test_a_parent_is_woken_by_its_childs_outcome() -> None:
     rows, parts = Rows(), Parts(given(Plan(resume=True, parent=parent), capabilities=ONE_PARTITION))
     rows.run(parts.outcome.finish(RunStatus.COMPLETED))
     wake, outcome = rows.commits()  # first, where one commit cannot hold both
-    assert OutboxEntry.from_json(wake[0].value).request_id == "p1"
+    assert isinstance(wake[0], Put) and OutboxEntry.from_json(wake[0].value).request_id == "p1"
     assert [op.ref for op in outcome] == [RUN]
 
 
