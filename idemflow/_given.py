@@ -13,8 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from idemflow.plan import Plan
 from idemflow.policy import RetryPolicy
@@ -25,13 +24,13 @@ log = logging.getLogger("idemflow.engine")
 """Per-run and per-step events at DEBUG; nothing is formatted unless that level is on."""
 
 
-@dataclass(frozen=True, slots=True)
-class Given:
+class Given(NamedTuple):
     """One execution's fixed facts (see :class:`~idemflow.engine.Execution` for the arguments).
 
     ``reader`` is where step bodies read: the blocking store itself, or None
     on an event loop, where a body's reads are fetched by the driver
-    (:class:`~idemflow._io.Prefetched`) and the body runs again.
+    (:class:`~idemflow._io.Prefetched`) and the body runs again. A tuple, not a
+    frozen dataclass: one is built per execution, and a one-step request feels it.
     """
 
     capabilities: Capabilities

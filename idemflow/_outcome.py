@@ -73,7 +73,7 @@ class OutcomeWriter:
         cleanup: list[Op] = []
         cross = given.capabilities.cross_partition_commit
         if plan.submission is not None:  # nothing left to relay
-            (ops if cross and plan.durable_outcome else cleanup).append(Delete(recorder.outbox_ref))
+            (ops if cross and plan.durable_outcome else cleanup).append(Delete(recorder.outbox_ref()))
         parent = plan.parent
         wake = None
         if parent is not None:  # its wait must hear of this outcome, whatever crashes next

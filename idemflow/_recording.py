@@ -20,7 +20,7 @@ from idemflow.errors import IdempotencyKeyReuseError, LimitExceededError
 from idemflow.plan import Checkpointed, Finished, OtherVersion
 from idemflow.records import OutboxEntry, RunRecord, RunStatus, outbox_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row
+from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
 
 
 class RunRecorder:
@@ -33,7 +33,6 @@ class RunRecorder:
         "_outbox_written",
         "adopted",
         "copy",
-        "outbox_ref",
         "started_at",
     )
 
@@ -41,7 +40,6 @@ class RunRecorder:
         self._given = given
         self._cursor = cursor
         self._calls = calls
-        self.outbox_ref = outbox_ref(given.workflow, given.request_id)
         self.started_at: float | None = None
         """When the request was claimed, as this execution knows it: by its own claim or from the
         record it met. Its completion record keeps it (see :meth:`claimed_at`)."""
@@ -85,9 +83,13 @@ class RunRecorder:
             ops.append(self._outbox_put(submission.outbox, expires))
         return ops
 
+    def outbox_ref(self) -> RowRef:
+        """Where a submission's outbox entry lives (computed when needed: most requests have none)."""
+        return outbox_ref(self._given.workflow, self._given.request_id)
+
     def _outbox_put(self, entry: OutboxEntry, expires: float) -> Put:
         value: JSON = entry.to_json()
-        return Put(self.outbox_ref, value, encode(value), expires_at=expires)
+        return Put(self.outbox_ref(), value, encode(value), expires_at=expires)
 
     def claim(self) -> Steps[None]:
         """Claim the request id (fingerprint, version, a submission's input) with its own commit.
@@ -146,7 +148,7 @@ class RunRecorder:
                 # was absent though the first had claimed: the first had sent already. Drop it,
                 # or a relay would send a stray continuation.
                 self._outbox_written = None
-                yield from self._calls.commit([Delete(self.outbox_ref)], given.run_ref)
+                yield from self._calls.commit([Delete(self.outbox_ref())], given.run_ref)
             if record.version != plan.version:  # this code cannot replay it: answer as a copy
                 raise Checkpointed((), duplicate=True, claimed_at=record.started_at, version=record.version)
         if record.version != plan.version:

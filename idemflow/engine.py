@@ -102,6 +102,17 @@ class Execution:
     :meth:`run` returns or raises.
     """
 
+    __slots__ = (
+        "_compensator",
+        "_cursor",
+        "_deferred",
+        "_given",
+        "_interpreter",
+        "_outcome",
+        "_recorder",
+        "_stepper",
+    )
+
     def __init__(
         self,
         capabilities: Capabilities,
@@ -115,15 +126,6 @@ class Execution:
         *,
         aliases: tuple[str, ...] = (),
     ) -> None:
-        self.capabilities = capabilities
-        self.workflow = workflow
-        self.request_id = request_id
-        self.fingerprint = fingerprint
-        self.aliases = aliases
-        self.policy = policy
-        self.clock = clock
-        self.plan = plan
-        traced = telemetry.enabled()
         given = Given(
             capabilities,
             workflow,
@@ -136,7 +138,7 @@ class Execution:
             reader,
             run_ref(workflow, request_id),
             memo_prefix(workflow, request_id),
-            traced,
+            telemetry.enabled(),
             log.isEnabledFor(logging.DEBUG),
         )
         self._given = given
@@ -155,6 +157,40 @@ class Execution:
     def step(self) -> int:
         """Number of the last step begun."""
         return self._cursor.step
+
+    @property
+    def workflow(self) -> str:
+        return self._given.workflow
+
+    @property
+    def request_id(self) -> str:
+        return self._given.request_id
+
+    @property
+    def fingerprint(self) -> str:
+        return self._given.fingerprint
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """Other fingerprints of the same input (the call as written, as 0.1.0 fingerprinted it)."""
+        return self._given.aliases
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._given.capabilities
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self._given.policy
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._given.clock
+
+    @property
+    def plan(self) -> Plan:
+        """What this execution was asked to do (read-only: only the engine's parts change its state)."""
+        return self._given.plan
 
     # -- the whole request ------------------------------------------------
 
@@ -204,7 +240,7 @@ class Execution:
                     yield from self._restart(restart)
         except Finished as finished:
             if given.plan.submission is not None and not given.capabilities.cross_partition_commit:
-                yield CommitCache([Delete(self._recorder.outbox_ref)])  # written before the claim
+                yield CommitCache([Delete(self._recorder.outbox_ref())])  # written before the claim
             return finished.record
         except (NonDeterminismError, *INFRASTRUCTURE):
             raise
