@@ -16,7 +16,7 @@ from idemflow._io import CommitCache, Steps
 from idemflow._recording import RunRecorder
 from idemflow._store_calls import StoreCalls
 from idemflow._wakeups import announce, wake_row
-from idemflow.errors import StoreError
+from idemflow.errors import InvalidValueError, StoreError
 from idemflow.records import MEMO_AT, RUN_AT, RunRecord, RunStatus
 from idemflow.serialization import JSON, encode, sorted_keys
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put
@@ -52,7 +52,10 @@ class OutcomeWriter:
             given.fingerprint, RunStatus.RUNNING, version=plan.version, started_at=recorder.claimed_at()
         ).finished(status, given.clock(), result=result, reason=reason)
         value: JSON = record.to_json()
-        text = encode(value, f"result of workflow {given.workflow!r}", envelope=1)
+        try:
+            text = encode(value, "", envelope=1)
+        except InvalidValueError as bad:  # the place is named only when needed: it costs a format
+            raise InvalidValueError(f"result of workflow {given.workflow!r}", bad.problem) from None
         pending = deferred.take()
         if pending is not None and pending.claims:  # the request's only step: its outcome says all
             outcome_insert = Insert(run_ref, value, text, given.expiry())

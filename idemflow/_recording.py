@@ -16,7 +16,7 @@ from idemflow._cursor import Cursor
 from idemflow._given import Given
 from idemflow._io import Steps
 from idemflow._store_calls import StoreCalls
-from idemflow.errors import IdempotencyKeyReuseError, LimitExceededError
+from idemflow.errors import IdempotencyKeyReuseError, InvalidValueError, LimitExceededError
 from idemflow.plan import Checkpointed, Finished, OtherVersion
 from idemflow.records import OutboxEntry, RunRecord, RunStatus, outbox_ref
 from idemflow.serialization import JSON, encode
@@ -70,18 +70,23 @@ class RunRecorder:
             started_at=self.started_at,
         )
         value: JSON = record.to_json()
-        where = f"input of workflow {given.workflow!r} request {given.request_id!r}"
-        text = encode(value, where, envelope=3)
+        try:
+            text = encode(value, "", envelope=3)
+        except InvalidValueError as bad:  # the place is named only when needed: it costs a format
+            raise InvalidValueError(self._input_place(), bad.problem) from None
         if submission is not None:  # the input is stored: name it, not the step, when it is too big
             size, allowed = len(text.encode("utf-8")), given.capabilities.max_value_bytes
             if size > allowed:
                 raise LimitExceededError(
-                    where, f"{size} bytes stored with the request; the backend allows {allowed}"
+                    self._input_place(), f"{size} bytes stored with the request; the backend allows {allowed}"
                 )
         ops: list[Op] = [Insert(given.run_ref, value, text, expires)]
         if submission is not None and with_outbox:
             ops.append(self._outbox_put(submission.outbox, expires))
         return ops
+
+    def _input_place(self) -> str:
+        return f"input of workflow {self._given.workflow!r} request {self._given.request_id!r}"
 
     def outbox_ref(self) -> RowRef:
         """Where a submission's outbox entry lives (computed when needed: most requests have none)."""
