@@ -28,9 +28,10 @@ from idemflow.serialization import JSON
 from idemflow.step_retry import StepRetry
 from idemflow.tx import StepAborted, Tx
 
-AbortChild = Callable[[Start, JSON], Steps[None]]
+AbortChild = Callable[[Given, Start, JSON], Steps[None]]
 """Abort a child as an operator would: an execution of its own, which only the engine on top
-builds (handed down, not imported up)."""
+builds (handed down, not imported up; a plain function of the parent's facts, so no part refers
+back to the execution that owns it and an execution is freed as soon as it ends)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ class Compensator:
             if isinstance(node, Effect):
                 yield from self._undo_call(done.step, node, result, workflow_retry, done.late)
             elif isinstance(node, Start):
-                yield from self._abort_child(node, reason)
+                yield from self._abort_child(self._given, node, reason)
             else:
                 yield from self._undo_atomic(done.step, node, result, workflow_retry)
 

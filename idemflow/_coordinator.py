@@ -37,9 +37,10 @@ _LOOK_AGAIN = 15.0
 """Seconds before a worker looks again at a request waited for by one that did not start it (its
 outcome wakes only the parent that started it)."""
 
-RunChild = Callable[[Call, str, RunRecord], Steps[None]]
+RunChild = Callable[[Given, Call, str, RunRecord], Steps[None]]
 """Under ``run``, a child nobody finished yet runs in the process, as its own request: an
-execution of its own, which only the engine on top builds (handed down, not imported up)."""
+execution of its own, which only the engine on top builds (handed down, not imported up; a plain
+function of the parent's facts, so no part refers back to the execution that owns it)."""
 
 
 def _when(epoch: float) -> str:
@@ -233,7 +234,7 @@ class Coordinator:
                     node.workflow, node.request_id, failure.step, failure.reason, failure.attempts
                 )
             elif node.call is not None and node.call.version == record.version:
-                yield from self._run_child(node.call, node.request_id, record)
+                yield from self._run_child(given, node.call, node.request_id, record)
             else:
                 yield from self._suspend(None, _POLL, "")
 

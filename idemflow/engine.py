@@ -148,8 +148,8 @@ class Execution:
         self._deferred = deferred = DeferredCommit(given, cursor, calls)
         memos = MemoReader(given, cursor, calls)
         self._stepper = stepper = Stepper(given, cursor, calls, memos, recorder, deferred)
-        coordinator = Coordinator(given, cursor, calls, memos, recorder, stepper, self._run_child)
-        self._compensator = compensator = Compensator(given, cursor, stepper, deferred, self._abort_child)
+        coordinator = Coordinator(given, cursor, calls, memos, recorder, stepper, _run_child)
+        self._compensator = compensator = Compensator(given, cursor, stepper, deferred, _abort_child)
         self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred)
         self._interpreter = Interpreter(given, cursor, recorder, deferred, stepper, coordinator, compensator)
 
@@ -276,44 +276,42 @@ class Execution:
         self._compensator.restart()
         self._interpreter.restart()
 
-    # -- other requests, each an execution of its own ---------------------------
 
-    def _abort_child(self, node: Start, reason: JSON) -> Steps[None]:
-        """A child started with ``on_parent_abort="abort"``: abort it as an operator would (its
-        memos decide: a child that finished meanwhile is left as it ended)."""
-        given = self._given
-        plan = Plan(
-            version=node.version,
-            resume=True,
-            abort=Aborting({"parent aborted": reason}),
-            durable_outcome=True,
-            retry_in_place=given.plan.retry_in_place,
-        )
-        inner = Execution(
-            given.capabilities,
-            node.call.name,
-            node.request_id,
-            node.fingerprint,
-            given.policy,
-            given.clock,
-            plan,
-            given.reader,
-            aliases=node.aliases,
-        )
-        yield from inner.run(node.call)
+def _abort_child(given: Given, node: Start, reason: JSON) -> Steps[None]:
+    """A child started with ``on_parent_abort="abort"``: abort it as an operator would (its
+    memos decide: a child that finished meanwhile is left as it ended)."""
+    plan = Plan(
+        version=node.version,
+        resume=True,
+        abort=Aborting({"parent aborted": reason}),
+        durable_outcome=True,
+        retry_in_place=given.plan.retry_in_place,
+    )
+    inner = Execution(
+        given.capabilities,
+        node.call.name,
+        node.request_id,
+        node.fingerprint,
+        given.policy,
+        given.clock,
+        plan,
+        given.reader,
+        aliases=node.aliases,
+    )
+    yield from inner.run(node.call)
 
-    def _run_child(self, call: Call, request_id: str, record: RunRecord) -> Steps[None]:
-        """Under ``run``, a child nobody finished yet runs here, as its own request."""
-        given = self._given
-        plan = Plan(version=record.version, resume=True, durable_outcome=True)
-        inner = Execution(
-            given.capabilities,
-            call.name,
-            request_id,
-            record.fingerprint,
-            given.policy,
-            given.clock,
-            plan,
-            given.reader,
-        )
-        yield from inner.run(call)
+
+def _run_child(given: Given, call: Call, request_id: str, record: RunRecord) -> Steps[None]:
+    """Under ``run``, a child nobody finished yet runs here, as its own request."""
+    plan = Plan(version=record.version, resume=True, durable_outcome=True)
+    inner = Execution(
+        given.capabilities,
+        call.name,
+        request_id,
+        record.fingerprint,
+        given.policy,
+        given.clock,
+        plan,
+        given.reader,
+    )
+    yield from inner.run(call)
