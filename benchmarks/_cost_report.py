@@ -175,6 +175,8 @@ def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]
         for steps in (1, 2, 5):
             suffix = f"{steps} step{'s' if steps > 1 else ''}"
             pairs.append((kind, f"idemflow / minimal, {suffix}", f"idemflow {suffix}", f"minimal {suffix}"))
+            asyncio = f"idemflow {suffix}, asyncio"
+            pairs.append((kind, f"idemflow / minimal, {suffix}, asyncio", asyncio, f"minimal {suffix}"))
         pairs.append(
             (
                 kind,
@@ -191,11 +193,9 @@ def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]
             "idemflow function, duplicate",
             "Powertools, duplicate",
         ),
-        (
-            "dynamodb-local",
-            "idemflow 2 steps: asyncio / blocking",
-            "idemflow 2 steps, asyncio",
-            "idemflow 2 steps",
+        *(
+            (kind, "idemflow 2 steps: asyncio / blocking", "idemflow 2 steps, asyncio", "idemflow 2 steps")
+            for kind in ("dynamodb-local", "azurite")
         ),
         ("sqlite", "idemflow 2 steps / DBOS", "idemflow 2 steps", "DBOS"),
     ]

@@ -4,8 +4,9 @@
   ``idempotent_function`` around it, idemflow's ``idempotent_function`` around it, the minimal
   exactly-once protocol and idemflow workflows of 1, 2 and 5 steps, the 2-step workflow on
   ``arun`` and the asynchronous store; duplicates of the protected 2-step variants.
-- Azurite: the plain handler (upsert + read + ETag update), minimal and workflows of 1, 2, 5 steps,
-  idemflow's ``idempotent_function`` around the plain handler; duplicates.
+- Azurite: the plain handler (upsert + read + ETag update), minimal and workflows of 1, 2, 5 steps
+  (on ``run`` and on ``arun`` with the asynchronous store), idemflow's ``idempotent_function``
+  around the plain handler; duplicates.
 - SQLite: the plain handler (two transactions), minimal and workflows of 1, 2, 5 steps, the
   function, DBOS Transact's 2-step workflow (:mod:`benchmarks._peers_dbos`); duplicates.
 
@@ -77,6 +78,19 @@ def _workflow_variant(variant: Callable[..., Variant], store: Any, steps: int) -
     """The idemflow workflow of ``steps`` steps on ``store``, made by a backend's ``variant``."""
     call = _workflow_call(store, steps)
     return variant(steps_name("idemflow", steps), call, settle=store.flush, family="workflow", steps=steps)
+
+
+def _async_variant(variant: Callable[..., Variant], loop: Loop, store: Any, steps: int) -> Variant:
+    """The ``steps``-step workflow under ``arun`` on an asynchronous ``store``, opened first."""
+    flow = WORKFLOWS[steps]
+    loop.request(arun(flow(event(0)), request_id=f"q0-{steps}", store=store))  # opens its clients
+    loop.run(store.flush())
+
+    def call(i: int) -> object:
+        return loop.request(arun(flow(event(i)), request_id=f"q{i}", store=store))
+
+    name = steps_name("idemflow", steps) + ", asyncio"
+    return variant(name, call, settle=lambda: loop.run(store.flush()), family="asyncio", steps=steps)
 
 
 # -- DynamoDB Local -------------------------------------------------------------------------------
@@ -165,10 +179,11 @@ def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], Dynamo
 # -- Azurite --------------------------------------------------------------------------------------
 
 
-def azure_variants(backend: Backend) -> tuple[list[Variant], AzureMeter, Callable[[], None]]:
+def azure_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], AzureMeter, Callable[[], None]]:
     from azure.data.tables import TableServiceClient
 
     from idemflow.stores.azure_tables import AzureTableStore
+    from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
 
     kind, connection = backend.kind, backend.connection_string
     assert connection is not None
@@ -208,8 +223,15 @@ def azure_variants(backend: Backend) -> tuple[list[Variant], AzureMeter, Callabl
         variants.append(variant(steps_name("minimal", steps), call, family="minimal", steps=steps))
     for steps in STEPS:
         variants.append(_workflow_variant(variant, store(backend.tag(f"zw{steps}"), *TABLES), steps))
+    asyncs: list[Any] = []
+    for steps in STEPS:  # the asyncio store, on a loop of its own thread (as a server's)
+        made_aio = AsyncAzureTableStore.twin_of(store(backend.tag(f"za{steps}"), *TABLES))
+        asyncs.append(made_aio)
+        variants.append(_async_variant(variant, loop, made_aio, steps))
 
     def close() -> None:
+        for opened_aio in asyncs:
+            loop.run(opened_aio.close())
         for opened in stores:
             opened.close()
         service.close()

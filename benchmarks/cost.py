@@ -16,8 +16,8 @@ the one :mod:`benchmarks._peers_powertools` protects), Powertools around it, ide
 ``idempotent_function`` around it, the minimal exactly-once protocol
 (:mod:`benchmarks._cost_handwritten`) and idemflow workflows (:mod:`benchmarks._cost_flows`) of
 1, 2 and 5 steps, the 2-step workflow on ``arun``; on Azurite the plain handler, minimal and
-workflows of 1, 2, 5 steps, the function; on SQLite the same and DBOS's 2-step workflow; the
-duplicates of the protected 2-step variants. How they are run and measured:
+workflows of 1, 2, 5 steps (each also on ``arun``), the function; on SQLite the same and DBOS's
+2-step workflow; the duplicates of the protected 2-step variants. How they are run and measured:
 :mod:`benchmarks._cost_rounds`; how calls are counted and priced: :mod:`benchmarks._cost_meter`,
 :mod:`benchmarks._cost_units`.
 
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
                 meters.append(meter)
                 calibration = calibrate(backend)
             elif kind == "azurite":
-                made, meter_azure, close = azure_variants(backend)
+                made, meter_azure, close = azure_variants(backend, loop)
                 meters.append(meter_azure)
             else:
                 made, close = sqlite_variants(backend, dbos=not args.no_dbos)

@@ -27,7 +27,15 @@ from idemflow.errors import ChildAborted, IdempotencyKeyReuseError, InvalidInput
 from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix
 from idemflow.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
 from idemflow.plan import Suspended
-from idemflow.records import Message, OutboxEntry, RunRecord, RunStatus, child_outcome, run_ref
+from idemflow.records import (
+    Message,
+    OutboxEntry,
+    RunRecord,
+    RunStatus,
+    child_outcome,
+    new_incarnation,
+    run_ref,
+)
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef
 
@@ -170,6 +178,7 @@ class Coordinator:
             version=node.version,
             input=node.input,
             started_at=given.clock(),
+            incarnation=new_incarnation(),
             # A parent a worker runs is woken by the child's outcome; one ``run`` runs polls.
             parent=OutboxEntry(given.workflow, given.plan.version, given.request_id, 0.0)
             if given.plan.suspend

@@ -6,7 +6,9 @@ workflow goes on with its value; the commit is made before anything else
 happens (the next step, a wait, a compensation, an error the workflow
 raises) or, when the workflow returns, together with its outcome. If it
 does not apply, the value the workflow went on from may not stand:
-:class:`Restart` starts the execution over, replaying. This part holds the
+:class:`Restart` starts the execution over, replaying (unless it failed only on
+a memo an earlier run of the request id left: that is deleted and the same
+commit sent again). This part holds the
 one pending commit and is the only code that makes or drops it.
 """
 
@@ -19,6 +21,7 @@ from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._given import Given
 from idemflow._io import Commit, Steps
+from idemflow._memos import MemoReader
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import LimitExceededError, TransientStoreError
 from idemflow.keys import RUNS_TABLE
@@ -58,12 +61,13 @@ class Pending(NamedTuple):
 class DeferredCommit:
     """The one step of an execution whose commit waits, if any, and how it is committed."""
 
-    __slots__ = ("_calls", "_cursor", "_given", "pending")
+    __slots__ = ("_calls", "_cursor", "_given", "_memos", "pending")
 
-    def __init__(self, given: Given, cursor: Cursor, calls: StoreCalls) -> None:
+    def __init__(self, given: Given, cursor: Cursor, calls: StoreCalls, memos: MemoReader) -> None:
         self._given = given
         self._cursor = cursor
         self._calls = calls
+        self._memos = memos
         self.pending: Pending | None = None
         """A step executed and not yet committed (see :class:`Pending`)."""
 
@@ -98,15 +102,23 @@ class DeferredCommit:
     def commit(self, ops: list[Op], pending: Pending, run_at: int | None) -> Steps[None]:
         """Commit ``ops``, which carry a deferred step; :class:`Restart` if they did not apply:
         the workflow went on from a value that may not stand."""
-        given = self._given
+        given, calls = self._given, self._calls
         try:
-            if pending.resend or given.traced:
-                outcome = yield from self._calls.commit(ops, pending.memo_ref, resend=pending.resend)
-            else:  # the hot path: no generator frames of the store calls' own
-                try:
-                    outcome = yield Commit(ops)
-                except LimitExceededError as refused:
-                    raise self._calls.named(refused, pending.memo_ref) from None
+            while True:  # more than once only to replace a memo an earlier run left
+                if pending.resend or given.traced:
+                    outcome = yield from calls.commit(ops, pending.memo_ref, resend=pending.resend)
+                else:  # the hot path: no generator frames of the store calls' own
+                    try:
+                        outcome = yield Commit(ops)
+                    except LimitExceededError as refused:
+                        raise calls.named(refused, pending.memo_ref) from None
+                if isinstance(outcome, Committed):
+                    break
+                claims = run_at is not None
+                if not (
+                    yield from self._memos.earlier_memo_dropped(outcome, ops, pending.memo_ref, claims=claims)
+                ):
+                    break
         except TransientStoreError:  # applied or not: a replay reads which
             raise Restart() from None
         if isinstance(outcome, Committed):

@@ -17,7 +17,7 @@ from idemflow._recording import RunRecorder
 from idemflow._store_calls import StoreCalls
 from idemflow._wakeups import announce, wake_row
 from idemflow.errors import InvalidValueError, StoreError
-from idemflow.records import MEMO_AT, RUN_AT, RunRecord, RunStatus
+from idemflow.records import MEMO_AT, RUN_AT, RunRecord, RunStatus, new_incarnation
 from idemflow.serialization import JSON, encode, sorted_keys
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put
 
@@ -48,8 +48,15 @@ class OutcomeWriter:
         calls.renew()
         if type(result) is dict or type(result) is list:
             result = sorted_keys(result)
+        incarnation = recorder.incarnation
+        if incarnation is None and not self._cursor.run_known:  # a request with no step claims here
+            incarnation = new_incarnation()
         record = RunRecord(
-            given.fingerprint, RunStatus.RUNNING, version=plan.version, started_at=recorder.claimed_at()
+            given.fingerprint,
+            RunStatus.RUNNING,
+            version=plan.version,
+            started_at=recorder.claimed_at(),
+            incarnation=incarnation,
         ).finished(status, given.clock(), result=result, reason=reason)
         value: JSON = record.to_json()
         try:

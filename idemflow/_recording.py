@@ -3,9 +3,10 @@
 The first commit of a request claims its id, inside a step's commit where
 one commit spans partitions, or alone before it where it cannot (Azure); a
 later execution meets the record and replays. This part owns what the
-execution learnt from the record it claimed or met (when the request was
-claimed, whether this execution is a copy of another ``submit``, whether it
-adopted a request ``run`` claimed), because only it reads that record.
+execution learnt from the record it claimed or met (the run's incarnation,
+which its memos carry; when the request was claimed; whether this execution
+is a copy of another ``submit``; whether it adopted a request ``run``
+claimed), because only it reads and writes that record.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from idemflow._io import Steps
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import IdempotencyKeyReuseError, InvalidValueError, LimitExceededError
 from idemflow.plan import Checkpointed, Finished, OtherVersion
-from idemflow.records import OutboxEntry, RunRecord, RunStatus, outbox_ref
+from idemflow.records import OutboxEntry, RunRecord, RunStatus, new_incarnation, outbox_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
 
@@ -33,6 +34,7 @@ class RunRecorder:
         "_outbox_written",
         "adopted",
         "copy",
+        "incarnation",
         "started_at",
     )
 
@@ -43,6 +45,9 @@ class RunRecorder:
         self.started_at: float | None = None
         """When the request was claimed, as this execution knows it: by its own claim or from the
         record it met. Its completion record keeps it (see :meth:`claimed_at`)."""
+        self.incarnation = given.plan.incarnation
+        """The run's incarnation as this execution knows it: drawn by its claim, or read from the
+        record it met (None for a record older than format 5: then every memo is trusted)."""
         self.copy = False
         """A submission met a request another submit claimed: it sends no continuation."""
         self.adopted = False
@@ -61,6 +66,7 @@ class RunRecorder:
         given = self._given
         submission = given.plan.submission
         self.started_at = given.clock()  # each attempt's own: the one that commits is kept
+        self.incarnation = new_incarnation()  # likewise: the claim that commits is the run's
         record = RunRecord(
             given.fingerprint,
             RunStatus.RUNNING,
@@ -68,6 +74,7 @@ class RunRecorder:
             input=None if submission is None else submission.input,
             deadline=None if submission is None else submission.deadline,
             started_at=self.started_at,
+            incarnation=self.incarnation,
         )
         value: JSON = record.to_json()
         try:
@@ -133,6 +140,7 @@ class RunRecorder:
         plan = given.plan
         record = RunRecord.from_json(existing.value)
         self.started_at = record.started_at  # the claim that won, not this execution's attempt
+        self.incarnation = record.incarnation
         if record.fingerprint != given.fingerprint and record.fingerprint not in given.aliases:
             raise IdempotencyKeyReuseError(
                 given.workflow, given.request_id, record.fingerprint, given.fingerprint

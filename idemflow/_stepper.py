@@ -25,7 +25,7 @@ from idemflow._deferred import DeferredCommit, Pending
 from idemflow._given import Given
 from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
 from idemflow._lease import acquire
-from idemflow._memos import AbortWorkflow, MemoReader
+from idemflow._memos import AbortWorkflow, MemoReader, has_incarnation
 from idemflow._recording import RunRecorder
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import (
@@ -325,12 +325,20 @@ class Stepper:
         extra: Extra | None,
         defer: bool,
     ) -> Steps[Any]:
-        given, cursor, calls, recorder = self._given, self._cursor, self._calls, self._recorder
+        given, cursor, calls, recorder, memos = (
+            self._given,
+            self._cursor,
+            self._calls,
+            self._recorder,
+            self._memos,
+        )
         while True:  # loops only when the commit revealed an existing run record
             if cursor.replaying:
                 row = yield from calls.read(memo_ref)
+                if row is not None and memos.of_earlier_run(row):
+                    row = yield from memos.this_runs(memo_ref, row)
                 if row is not None:
-                    return self._memos.answer(row, identity)
+                    return memos.answer(row, identity)
                 cursor.fresh()
             peek = None
             if not cursor.run_known:
@@ -356,7 +364,7 @@ class Stepper:
                     else:
                         recorded = yield from self._leased(memo_ref, call_out.lease)
                         if recorded is not None:  # another execution made the call
-                            return self._memos.answer(recorded, identity)
+                            return memos.answer(recorded, identity)
                         try:
                             result = self.called = yield call_out
                         except Exception:  # a call that failed gives the lease up: a retry need not wait
@@ -377,25 +385,35 @@ class Stepper:
                 # A replay whose data moved on may fail where the first run
                 # succeeded: the memo, if any, is the answer.
                 row = yield from calls.read(memo_ref)
+                if row is not None and not cursor.run_known and has_incarnation(row):
+                    # No claim yet: a memo never precedes its run's record, which says whose it is.
+                    met = yield from calls.read(given.run_ref)
+                    if met is not None:
+                        yield from recorder.meet(met)
+                    else:
+                        yield from memos.this_runs(memo_ref, row)
+                    continue
+                if row is not None and memos.of_earlier_run(row):
+                    row = yield from memos.this_runs(memo_ref, row)
                 if row is not None:
-                    return self._memos.answer(row, identity)
+                    return memos.answer(row, identity)
                 if (yield from self._stale(tx)):  # reads that were never one snapshot: run it again
                     return _RETRY
                 raise
             else:
                 aborted, value = False, result
                 data_ops = tx.ops()
-            memo_value = memo_row(identity, value, aborted=aborted, at=int(given.clock() * 1000))
+            expires = given.expiry()
+            run_included = not cursor.run_known
+            claim = recorder.claim_ops(expires, with_outbox=True) if run_included else ()  # draws the run
+            at = int(given.clock() * 1000)
+            memo_value = memo_row(identity, value, aborted=aborted, at=at, run=recorder.incarnation)
             try:
                 memo_text = encode(memo_value, "", envelope=1)
             except InvalidValueError as bad:  # the place is named only when needed: it costs a format
                 where = f"result of step {cursor.step} ({identity}) of workflow {given.workflow!r}"
                 raise InvalidValueError(where, bad.problem) from None
-            expires = given.expiry()
-            ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires)]
-            run_included = not cursor.run_known
-            if run_included:
-                ops.extend(recorder.claim_ops(expires, with_outbox=True))
+            ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires), *claim]
             ops.extend(data_ops)
             if extra is not None and not aborted:
                 ops.extend((yield from extra()))
@@ -406,13 +424,18 @@ class Stepper:
                 leased = call_out is not None and call_out.lease is not None
                 self._deferred.hold(Pending(ops, memo_ref, run_included, call_out is not None, leased))
                 return value
-            if call_out is not None or given.traced:  # an effect's commit is resent as it is
-                outcome = yield from calls.commit(ops, memo_ref, resend=call_out is not None)
-            else:  # any other's failed send reruns the body
-                try:
-                    outcome = yield Commit(ops)
-                except LimitExceededError as refused:
-                    raise calls.named(refused, memo_ref) from None
+            while True:  # more than once only to replace a memo an earlier run left
+                if call_out is not None or given.traced:  # an effect's commit is resent as it is
+                    outcome = yield from calls.commit(ops, memo_ref, resend=call_out is not None)
+                else:  # any other's failed send reruns the body
+                    try:
+                        outcome = yield Commit(ops)
+                    except LimitExceededError as refused:
+                        raise calls.named(refused, memo_ref) from None
+                if isinstance(outcome, Committed):
+                    break
+                if not (yield from memos.earlier_memo_dropped(outcome, ops, memo_ref, claims=run_included)):
+                    break
             if isinstance(outcome, Committed):
                 cursor.committed()
                 if given.traced:
@@ -425,8 +448,16 @@ class Stepper:
             if run_included and RUN_AT in by_index:
                 yield from recorder.meet(by_index[RUN_AT].existing)
             existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
+            if existing_memo is not None and memos.of_earlier_run(existing_memo):
+                if run_included and RUN_AT not in by_index:  # this claim did not fail: is it the run?
+                    met = yield from calls.read(given.run_ref)
+                    if met is not None:  # another execution's claim: its record says whose memo this is
+                        yield from recorder.meet(met)
+                        continue
+                yield from memos.this_runs(memo_ref, existing_memo)  # an earlier run's
+                continue
             if existing_memo is not None:
-                return self._memos.answer(existing_memo, identity)
+                return memos.answer(existing_memo, identity)
             if run_included and RUN_AT in by_index:
                 continue  # replaying now: read the memo first
             return _RETRY
@@ -440,16 +471,28 @@ class Stepper:
 
     def _leased(self, memo_ref: RowRef, seconds: float) -> Steps[Row | None]:
         """Hold the effect's lease (None), or the memo of the execution that held it."""
-        calls = self._calls
-        return acquire(
-            memo_ref,
-            self._lease_ref(memo_ref),
-            seconds,
-            commit=lambda ops: calls.commit(ops, memo_ref),
-            read=calls.read,
-            sleep=self._given.policy.conflicts.sleep,
-            expires=self._given.expiry(),
-        )
+        given, calls, memos = self._given, self._calls, self._memos
+        while True:
+            recorded = yield from acquire(
+                memo_ref,
+                self._lease_ref(memo_ref),
+                seconds,
+                commit=lambda ops: calls.commit(ops, memo_ref),
+                read=calls.read,
+                sleep=given.policy.conflicts.sleep,
+                expires=given.expiry(),
+            )
+            if recorded is None:
+                return None
+            if not self._cursor.run_known:  # no claim yet: a memo never precedes its run's record
+                if not has_incarnation(recorded):
+                    return recorded  # written before incarnations: trusted, as it always was
+                met = yield from calls.read(given.run_ref)
+                if met is not None:
+                    raise _RunRecordSeen(met)  # replay, judging the memo by that record's run
+            elif not memos.of_earlier_run(recorded):
+                return recorded
+            yield from memos.this_runs(memo_ref, recorded)  # the lease is taken again over nothing
 
     def _stale(self, tx: Tx) -> Steps[bool]:
         """Did a row the body read change before it raised? Then it saw no consistent state.

@@ -3,7 +3,8 @@
     idemflow tables create --store URL NAME...
     idemflow gc --store URL --older-than 7d
     idemflow status --store URL WORKFLOW REQUEST_ID
-    idemflow runs list --store URL [--workflow W] [--status S] [--older-than D] [--limit N] [--json]
+    idemflow runs list --store URL [--workflow W] [--status S] [--older-than D] [--limit N]
+        [--after CURSOR] [--json]
     idemflow runs show --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID [--json]
     idemflow retry --store URL --queue URL WORKFLOW REQUEST_ID
     idemflow cancel --store URL WORKFLOW REQUEST_ID [--reason R]
@@ -11,6 +12,7 @@
     idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
+        [--retention SECONDS]
 
 Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
@@ -34,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow.errors import IdemflowError, InvalidInputError
 from idemflow.gc import collect, parse_duration
-from idemflow.keys import check_table
+from idemflow.keys import check_duration, check_table
 from idemflow.operations import ABORT_WAIT, abort, runs
+from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
 from idemflow.runner import Workflow, run_status
 from idemflow.step_retry import StepRetry
@@ -65,15 +68,22 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("request_id")
     runs = commands.add_parser("runs", help="list requests")
     runs_commands = runs.add_subparsers(dest="action", required=True)
-    listing = runs_commands.add_parser("list", help="requests by workflow, status and age, oldest first")
+    listing = runs_commands.add_parser(
+        "list", help="requests by workflow, status and age, a page at a time (SQLite: newest first)"
+    )
     listing.add_argument("--store", required=True)
     listing.add_argument("--workflow")
     listing.add_argument(
         "--status", choices=[status.value for status in RunStatus if status.value != "pending"]
     )
     listing.add_argument("--older-than", help="started at least this long ago, e.g. 1h")
-    listing.add_argument("--limit", type=int)
-    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.add_argument("--limit", type=int, help="at most this many (a page; the next one with --after)")
+    listing.add_argument("--after", metavar="CURSOR", help="the page after the one that printed CURSOR")
+    listing.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON object per line; then {"next": CURSOR} if another page follows',
+    )
     showing = runs_commands.add_parser("show", help="a request's steps, what it is at and waits for")
     showing.add_argument("--store", required=True)
     showing.add_argument("--workflows", required=True, action="append", help="MODULE:ATTR, as for worker")
@@ -163,6 +173,14 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds before a request this worker cannot run returns",
     )
     worker.add_argument("--relay-every", type=float, default=10.0, help="seconds between outbox relay passes")
+    worker.add_argument(
+        "--retention",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long rows are kept for requests that carry no retention of their own (children, "
+        "requests submitted before 1.0); others keep the one submit stored (default: 7 days)",
+    )
     return parser
 
 
@@ -290,8 +308,10 @@ def _runs(args: argparse.Namespace, store: Store) -> int:
         return _show(args, store)
     older = None if args.older_than is None else parse_duration(args.older_than)
     wanted = None if args.status is None else RunStatus(args.status)
-    found = runs(store, workflow=args.workflow, status=wanted, older_than=older, limit=args.limit)
-    for summary in found:
+    page = runs(
+        store, workflow=args.workflow, status=wanted, older_than=older, limit=args.limit, after=args.after
+    )
+    for summary in page.runs:
         if args.json:
             print(json.dumps(summary.to_json()))
             continue
@@ -302,8 +322,12 @@ def _runs(args: argparse.Namespace, store: Store) -> int:
             f"{when}  {summary.status.value:9}  {summary.workflow} v{summary.record.version}  "
             f"{summary.request_id}  {note}".rstrip()
         )
-    if not args.json:
-        print(f"{len(found)} request(s)", file=sys.stderr)
+    if args.json:
+        if page.next is not None:
+            print(json.dumps({"next": page.next}))
+        return 0
+    more = "" if page.next is None else f"; next page: --after {page.next}"
+    print(f"{len(page.runs)} request(s), {page.order}{more}", file=sys.stderr)
     return 0
 
 
@@ -367,6 +391,8 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
         "step_retry": None if args.retry_for is None else StepRetry(expiry=args.retry_for),
         "relay_every": args.relay_every,
     }
+    if args.retention is not None:
+        options["policy"] = RetryPolicy(retention=check_duration(args.retention, "--retention"))
 
     def progress(stats: WorkerStats) -> None:
         elapsed = max(time.monotonic() - stats.started, 1e-9)

@@ -145,8 +145,8 @@ class Execution:
         self._cursor = cursor = Cursor(plan.resume)
         calls = StoreCalls(given, cursor)
         self._recorder = recorder = RunRecorder(given, cursor, calls)
-        self._deferred = deferred = DeferredCommit(given, cursor, calls)
-        memos = MemoReader(given, cursor, calls)
+        memos = MemoReader(given, cursor, calls, recorder)
+        self._deferred = deferred = DeferredCommit(given, cursor, calls, memos)
         self._stepper = stepper = Stepper(given, cursor, calls, memos, recorder, deferred)
         coordinator = Coordinator(given, cursor, calls, memos, recorder, stepper, _run_child)
         self._compensator = compensator = Compensator(given, cursor, stepper, deferred, _abort_child)
@@ -303,7 +303,7 @@ def _abort_child(given: Given, node: Start, reason: JSON) -> Steps[None]:
 
 def _run_child(given: Given, call: Call, request_id: str, record: RunRecord) -> Steps[None]:
     """Under ``run``, a child nobody finished yet runs here, as its own request."""
-    plan = Plan(version=record.version, resume=True, durable_outcome=True)
+    plan = Plan(version=record.version, resume=True, durable_outcome=True, incarnation=record.incarnation)
     inner = Execution(
         given.capabilities,
         call.name,

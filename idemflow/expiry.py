@@ -9,12 +9,13 @@ per row by the run record of the request the row belongs to:
 
 - a memo or outbox entry of a finished (completed or aborted) request, or of
   a request with no run record left, is deleted;
-- a finished run record is deleted one more retention window (at least
-  :data:`RECHECK`) after it expired: its memos were written before its final
-  write, so they expire first, and every sweep pass in that window removes
-  them before the record goes (a sweep visits rows in key order, not in
-  expiry order; a memo left without its record would be replayed by a later
-  request of that id);
+- a finished run record is deleted too: its memos carry its incarnation, so
+  one that outlives it is told apart from a later request's of that id (which
+  deletes it and runs the step anew). A record written before incarnations
+  (format 5) is kept one more retention window (at least :data:`RECHECK`):
+  every sweep pass in that window removes its memos before it goes (a sweep
+  visits rows in key order, not in expiry order; its memos, which carry no
+  incarnation, would be replayed by a later request of that id);
 - a row of a request that is not finished (running, failed, waiting) is never
   deleted: it is written back unchanged with ``expires_at`` :data:`RECHECK`
   seconds later, so a stuck request keeps every row it needs to resume and the
@@ -118,8 +119,9 @@ def fate(item: Expired, record: Row | None, now: float) -> Fate:
     parsed = None if record is None else _parsed(record)
     if record is not None and (parsed is None or not parsed.status.final):
         return Fate.RECHECK
-    if mine == item.ref and parsed is not None and now < item.expires_at + _grace(item, parsed):
-        return Fate.LEAVE  # a finished run record outlives its memos (met again on a later pass)
+    older = mine == item.ref and parsed is not None and parsed.incarnation is None
+    if older and parsed is not None and now < item.expires_at + _grace(item, parsed):
+        return Fate.LEAVE  # an older record outlives its memos (met again on a later pass)
     return Fate.DELETE
 
 

@@ -1,10 +1,11 @@
-"""What an operator needs: list requests by workflow, status and age; abort one.
+"""What an operator needs: list requests by workflow, status and age, a page at a time; abort one.
 
-``runs`` reads every run record (one scan of the run-record table: on
-DynamoDB and Azure a full scan of that table, paged; the cost grows with the
-number of requests kept, which retention bounds), except for the statuses an
-operator acts on (running, failed): those a store with an index of open runs
-(DynamoDB's sparse index, SQLite's query) finds without reading the rest.
+``runs`` lists a page of at most ``limit`` requests and a cursor for the next
+one (keyset paging, stable while requests arrive), reading about a page of
+records, not the table: newest first on SQLite (an index of run records' start
+times) and the memory store; in key order on DynamoDB (a paged scan, or its
+sparse index of open runs for the statuses an operator acts on) and Azure
+Tables (a paged query), whose scans have no order by time.
 ``abort`` ends a request that has not finished: every step not yet
 committed aborts (an abort memo, so a worker racing it agrees), the
 compensations of the committed steps run once in reverse order, and the
@@ -16,12 +17,15 @@ again instead.
 >>> store = MemoryStore()
 >>> run(atomic("items", "p", lambda tx: "ok"), request_id="r-1", store=store)
 'ok'
->>> [(found.request_id, found.status.value) for found in runs(store)]
-[('r-1', 'completed')]
+>>> page = runs(store, limit=10)
+>>> [(found.request_id, found.status.value) for found in page.runs], page.next
+([('r-1', 'completed')], None)
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -32,11 +36,12 @@ from idemflow._io import Steps
 from idemflow.errors import CompensationFailed, InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE, check_duration
 from idemflow.plan import Aborting, Plan
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for
 from idemflow.records import OPEN_STATUSES, RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, run_status, status_steps
 from idemflow.serialization import JSON
-from idemflow.stores.base import AsyncStore, OpenRuns, Row, Store
+from idemflow.stores._runs_order import NEWEST_FIRST, newest_first
+from idemflow.stores.base import AsyncStore, PagedRuns, RunQuery, RunRow, Store
 from idemflow.tx import Reader
 
 ABORT_WAIT = 30.0
@@ -73,6 +78,28 @@ class RunSummary:
         return {key: value for key, value in shown.items() if value is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class RunsPage:
+    """A page of :func:`runs`: at most ``limit`` requests, and the cursor of the next page
+    (None once there is none), to pass as ``after=`` (``idemflow runs list --after``).
+
+    ``order`` is the store's (:class:`~idemflow.stores.base.PagedRuns`): ``"newest first"``
+    (SQLite, memory, and any store without a paged listing of its own) or ``"key order"``
+    (DynamoDB, Azure Tables: their scans have no order by time).
+    """
+
+    runs: tuple[RunSummary, ...]
+    next: str | None
+    order: str
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"runs": [found.to_json() for found in self.runs], "next": self.next, "order": self.order}
+
+
+LISTING_PAGE = 1000
+"""Run records asked of the store per call when ``runs`` has no limit (it reads every page)."""
+
+
 def runs(
     store: Store,
     *,
@@ -80,31 +107,83 @@ def runs(
     status: RunStatus | None = None,
     older_than: float | None = None,
     limit: int | None = None,
+    after: str | None = None,
     now: Callable[[], float] = time.time,
-) -> list[RunSummary]:
-    """Requests with a run record, oldest first, filtered by workflow, status and age (seconds)."""
+) -> RunsPage:
+    """Requests with a run record, filtered by workflow, status and age (seconds), a page of at
+    most ``limit`` (None: every one) after the cursor ``after``, in the store's order.
+
+    Keyset paging: a cursor names the last request of its page, not a count, so requests
+    started meanwhile never shift a page (on SQLite and memory they join the first). A page
+    costs about ``limit`` records read, not the whole table: SQLite seeks an index of start
+    times, DynamoDB reads its index of open runs for ``running``, ``failed`` and ``cancelled``;
+    ``older_than`` is a start on SQLite and memory and a filter elsewhere.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidInputError(f"limit must be a whole number of requests >= 1, not {limit!r}")
     cutoff = None if older_than is None else now() - older_than
+    query = RunQuery(
+        LISTING_PAGE if limit is None else limit,
+        after=None if after is None else position_of(after),
+        workflow=workflow,
+        status=None if status is None else status.value,
+        open_only=status is not None and status.value in OPEN_STATUSES,
+        started_by=cutoff,
+    )
+    order = store.runs_order if isinstance(store, PagedRuns) else NEWEST_FIRST
     found: list[RunSummary] = []
-    rows: Iterable[tuple[str, str, Row]]
-    if status is not None and status.value in OPEN_STATUSES and isinstance(store, OpenRuns):
-        rows = store.open_runs(workflow)
-    else:
-        rows = store.scan(RUNS_TABLE)
-    for partition, key, row in rows:
-        if not key.startswith(RUN) or (workflow is not None and key[1:] != workflow):
-            continue
-        try:
-            summary = RunSummary(key[1:], partition, RunRecord.from_json(row.value))
-        except (KeyError, TypeError, ValueError):
-            continue  # not a run record this version can read: left to the tools of its version
-        if status is not None and summary.status is not status:
-            continue
-        started = summary.age_from()
-        if cutoff is not None and (started is None or started > cutoff):
-            continue
-        found.append(summary)
-    found.sort(key=lambda summary: (summary.age_from() or 0.0, summary.workflow, summary.request_id))
-    return found[:limit] if limit is not None else found
+    while True:
+        page = _page(store, query)
+        for item in page:
+            summary = _listed(item, workflow, status, cutoff)
+            if summary is not None:
+                found.append(summary)
+                if len(found) == limit:
+                    return RunsPage(tuple(found), cursor_of(item.position), order)
+        if len(page) < query.limit:
+            return RunsPage(tuple(found), None, order)
+        query = dataclasses.replace(query, after=page[-1].position)
+
+
+def _page(store: Store, query: RunQuery) -> list[RunRow]:
+    """A page from the store's own listing, or, for a store without one, from a scan."""
+    return store.run_page(query) if isinstance(store, PagedRuns) else _scanned(store, query)
+
+
+def _scanned(store: Store, query: RunQuery) -> list[RunRow]:
+    """A page from a scan of the run-record table, newest first (as SQLite's)."""
+    return newest_first(((RUNS_TABLE, part, key, row) for part, key, row in store.scan(RUNS_TABLE)), query)
+
+
+def _listed(
+    item: RunRow, workflow: str | None, status: RunStatus | None, cutoff: float | None
+) -> RunSummary | None:
+    """The summary of a listed record if it passes every filter (a store's are hints)."""
+    if not item.key.startswith(RUN) or (workflow is not None and item.key[1:] != workflow):
+        return None
+    try:
+        summary = RunSummary(item.key[1:], item.partition, RunRecord.from_json(item.row.value))
+    except (KeyError, TypeError, ValueError):
+        return None  # not a run record this version can read: left to the tools of its version
+    if status is not None and summary.status is not status:
+        return None
+    started = summary.age_from()
+    if cutoff is not None and (started is None or started > cutoff):
+        return None
+    return summary
+
+
+def cursor_of(position: str) -> str:
+    """The cursor a user passes on: a store's position, in characters a shell leaves alone."""
+    return base64.urlsafe_b64encode(position.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def position_of(cursor: str) -> str:
+    """The store position a cursor holds; :class:`InvalidInputError` for anything else."""
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+    except (TypeError, ValueError) as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise InvalidInputError(f"not a cursor of a list of runs: {cursor!r}") from exc
 
 
 def known_run(store: Store, workflow: str, request_id: str) -> RunRecord:
@@ -174,6 +253,7 @@ def abort_steps(
         raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
     if record.status.final:
         return record
+    policy = kept_for(policy or DEFAULT_POLICY, record.retention)  # its rows keep its retention
     held = {flow.version: flow for flow in workflows if flow.name == workflow}
     flow = held.get(record.version)
     if flow is None:
@@ -187,6 +267,7 @@ def abort_steps(
         durable_outcome=True,
         parent=record.parent,  # a child's abort wakes the parent waiting for it
         started_at=record.started_at,  # kept in the completion record
+        incarnation=record.incarnation,
         retry_in_place=retry_in_place,
         in_place_for=in_place_for,
     )
@@ -200,7 +281,5 @@ def abort_steps(
             from idemflow.async_worklist._runs import failed_steps  # the package imports this module
 
             reason = f"compensation of step {undo.step} ({undo.name}) failed: {undo.cause}"
-            yield from failed_steps(
-                workflow, request_id, reason, undo.step, 1, clock(), policy or DEFAULT_POLICY
-            )
+            yield from failed_steps(workflow, request_id, reason, undo.step, 1, clock(), policy)
         raise

@@ -92,6 +92,9 @@ class Plan:
     """When the request was claimed (epoch seconds), as the run record a resuming caller read says
     (workers, an operator's abort): a resumed execution claims nothing and reads no record, yet
     its completion record must keep that time, or ``idemflow runs list`` loses it."""
+    incarnation: str | None = None
+    """The run's incarnation, as the run record a resuming caller read says: the memos it replays
+    must carry it (a memo of an earlier request with this id is not this run's)."""
 
 
 DEFAULT_PLAN = Plan()

@@ -30,7 +30,7 @@ import inspect
 import sys
 import time
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ParamSpec, TypeVar
 
 import tenacity
@@ -150,6 +150,22 @@ class RetryPolicy:
 
 
 DEFAULT_POLICY = RetryPolicy()
+
+
+def kept_for(policy: RetryPolicy, retention: float | None) -> RetryPolicy:
+    """``policy`` writing rows with a request's own retention (its run record's, from ``submit``),
+    or unchanged for a request that carries none: whoever writes for a request afterwards (a
+    worker, an operator's abort) keeps its rows as long as its submitter asked, not as long as
+    that process's own policy says.
+
+    >>> kept_for(DEFAULT_POLICY, 60.0).retention, kept_for(DEFAULT_POLICY, None) is DEFAULT_POLICY
+    (60.0, True)
+    """
+    if retention is None or retention == policy.retention:
+        return policy
+    return replace(policy, retention=retention)
+
+
 """Shared safely: its ``Retrying`` objects are only ever used through ``.copy()``."""
 
 

@@ -13,9 +13,10 @@ a replay that meets another step's memo is caught as non-determinism.
 A run record lives at ``(RUNS_TABLE, request id, run_key(workflow))``:
 ``{"fp": input fingerprint, "status": ..., "wv": workflow version}`` plus, for
 a submitted request, ``"in"`` (the input, so a worker resumes from a small
-queue pointer), and the outcome once finished: ``result``, ``reason`` or
-``fail`` (a failed request: reason, step, attempts). ``wait`` notes why no
-worker could run it yet. Rows written before versions existed lack ``wv``:
+queue pointer, and ``rn``, the retention every row of the request is written
+with), and the outcome once finished: ``result``, ``reason`` or ``fail`` (a
+failed request: reason, step, attempts). ``wait`` notes why no worker could
+run it yet. Rows written before versions existed lack ``wv``:
 they are version 1.
 
 An outbox entry says a submitted request's continuation is due: it lives in
@@ -25,7 +26,7 @@ relay finds every due entry in a few partition reads.
 >>> RunRecord.from_json({"fp": "ab", "status": "running"}).version
 1
 >>> Memo.from_json({"id": "atomic debit", "v": 5})
-Memo(identity='atomic debit', value=5, aborted=False, at=None)
+Memo(identity='atomic debit', value=5, aborted=False, at=None, run=None)
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from typing import Any
 
 from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON
-from idemflow.stores.base import RowRef
+from idemflow.stores.base import Row, RowRef
 
-FORMAT = 4
+FORMAT = 5
 """The revision of this format: raised whenever a row gains a field or a kind of row appears,
 together with golden rows of the new revision under ``tests/golden`` (a test holds every revision
 to its rows). Readers take every earlier revision: a field a row lacks has its old meaning.
@@ -53,6 +54,14 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    (the request's deadline), and the status ``cancelled``; memos gain ``t`` (when the step
    committed, epoch milliseconds); memos of an outside call's undo appear (``compensate
    effect ...``, beside the run record).
+5. (1.0.0) run records gain ``ct`` (the continuation a waiting request's pointer must carry:
+   :class:`Continuation`) and ``i`` (the run's incarnation: :func:`new_incarnation`); memos gain
+   ``i``, their run's incarnation, so a memo that outlived its run record is told apart from the
+   memos of a later request reusing the id.
+   Run records also gain ``rn`` (the request's retention in seconds, ``submit``'s
+   ``RetryPolicy.retention``), inside ``in`` beside ``args`` and ``kwargs``: it is stored with
+   the submission, as long as a worker or an operator may still write rows for the request, so
+   every row they write expires by it (:attr:`RunRecord.retention`).
 """
 
 MEMO_AT = 0
@@ -94,10 +103,12 @@ class Memo:
     aborted: bool = False
     at: float | None = None
     """When the step committed (epoch seconds; absent before format 4, which writes milliseconds)."""
+    run: str | None = None
+    """The incarnation of the run that wrote it (absent before format 5)."""
 
     def to_json(self) -> dict[str, JSON]:
         at = None if self.at is None else round(self.at * 1000)
-        return memo_row(self.identity, self.value, aborted=self.aborted, at=at)
+        return memo_row(self.identity, self.value, aborted=self.aborted, at=at, run=self.run)
 
     @classmethod
     def from_json(cls, raw: Any) -> Memo | None:
@@ -106,9 +117,11 @@ class Memo:
             return None
         at = raw.get("t")
         at = at / 1000 if type(at) is int else None  # milliseconds: an int is cheaper to write
+        run = raw.get("i")
+        run = run if isinstance(run, str) else None
         if "abort" in raw:
-            return cls(raw["id"], raw["abort"], aborted=True, at=at)
-        return cls(raw["id"], raw.get("v"), at=at)
+            return cls(raw["id"], raw["abort"], aborted=True, at=at, run=run)
+        return cls(raw["id"], raw.get("v"), at=at, run=run)
 
 
 def run_ref(workflow: str, request_id: str) -> RowRef:
@@ -141,13 +154,46 @@ def outbox_ref(workflow: str, request_id: str) -> RowRef:
     return RowRef(RUNS_TABLE, outbox_partition(request_id), outbox_key(workflow, request_id))
 
 
-def memo_row(identity: str, value: JSON, *, aborted: bool = False, at: int | None = None) -> dict[str, JSON]:
-    """``Memo(identity, value, aborted, at).to_json()`` without building the Memo: every step writes
-    one (``at`` in epoch milliseconds)."""
+def memo_row(
+    identity: str, value: JSON, *, aborted: bool = False, at: int | None = None, run: str | None = None
+) -> dict[str, JSON]:
+    """``Memo(identity, value, aborted, at, run).to_json()`` without building the Memo: every step
+    writes one (``at`` in epoch milliseconds)."""
     row: dict[str, JSON] = {"id": identity, "abort": value} if aborted else {"id": identity, "v": value}
     if at is not None:
         row["t"] = at
+    if run is not None:
+        row["i"] = run
     return row
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def new_incarnation() -> str:
+    """A fresh run's incarnation: what tells its memos from those of an earlier request that had
+    the same id.
+
+    A run record may go before its memos: DynamoDB's TTL deletes in no order, within about two
+    days of expiry, and a store's sweep visits rows in key order. A later request reusing the id
+    then claims a new record, and without incarnations it would replay the old memos (a partial
+    run). 48 random bits: two runs of one request id drawing the same is not a practical risk.
+    """
+    return secrets.token_hex(6)
+
+
+def of_earlier_run(memo: Row, incarnation: str | None) -> bool:
+    """Whether ``memo`` belongs to an earlier run of its request id than ``incarnation``'s.
+
+    Only a memo and a run that both carry an incarnation can be told apart: a memo written
+    before format 5 (or by an older server during a rolling deploy, which drops the field) may
+    be this run's own, so it is trusted, as every memo was before."""
+    if incarnation is None:
+        return False
+    value = memo.value
+    theirs = value.get("i") if type(value) is dict else None
+    return theirs is not None and theirs != incarnation
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,9 +321,14 @@ class RunRecord:
     ``submit(deadline=)``): a worker then ends it as ``on_failure`` says."""
     continuation: Continuation | None = None
     """The queued continuation of a request waiting on a timer (the others are stray)."""
+    incarnation: str | None = None
+    """This run of the request id (:func:`new_incarnation`); its memos carry it (absent before
+    format 5: such a run trusts every memo it meets)."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
+        if self.incarnation is not None:
+            record["i"] = self.incarnation
         if self.version != 1:
             record["wv"] = self.version
         if self.started_at is not None:
@@ -325,7 +376,25 @@ class RunRecord:
             attempts=None if attempts is None else Attempts.from_json(attempts),
             deadline=value.get("dl"),
             continuation=None if continuation is None else Continuation.from_json(continuation),
+            incarnation=_text_or_none(value.get("i")),
         )
+
+    @property
+    def retention(self) -> float | None:
+        """Seconds the request's rows are kept, as its submitter's policy said (``in.rn``); None
+        for a request ``run`` started, a child, or a record written before format 5: a worker then
+        writes with its own ``RetryPolicy.retention``.
+
+        It lives in the stored submission, not beside it, because that is what the claim writes
+        unchanged (and ``submit`` adopting a record ``run`` claimed): the one place a request's
+        own settings reach its record, and it stays exactly as long as the input does, until
+        the request finishes and nobody writes for it again.
+        """
+        given = self.input
+        kept = given.get("rn") if isinstance(given, dict) else None
+        if isinstance(kept, bool) or not isinstance(kept, (int, float)) or not kept > 0:
+            return None
+        return float(kept)
 
     def arguments(self) -> tuple[list[Any], dict[str, Any]] | None:
         """The stored input as call arguments, or None (a request ``run`` started stores none)."""
@@ -398,6 +467,17 @@ class Message:
     def as_taken(self) -> Message:
         """This message's row once a ``receive`` took it."""
         return replace(self, value=None, taken=True)
+
+
+def submitted_input(given: JSON, retention: float) -> JSON:
+    """What a submission stores as ``in``: its input and its retention (``rn``, format 5).
+
+    >>> RunRecord("fp", RunStatus.RUNNING, input=submitted_input({"args": [], "kwargs": {}}, 60.0)).retention
+    60.0
+    """
+    if not isinstance(given, dict):
+        return given
+    return {**given, "rn": retention}
 
 
 def child_outcome(record: RunRecord) -> dict[str, JSON]:

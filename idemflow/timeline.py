@@ -36,7 +36,7 @@ from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import parse_memo_key
 from idemflow.operations import known_run, stored_arguments
 from idemflow.plan import Checkpointed, Finished, Plan, Suspended
-from idemflow.records import Memo, RunRecord
+from idemflow.records import Memo, RunRecord, of_earlier_run
 from idemflow.runner import Workflow, describe_request, execution_steps
 from idemflow.serialization import JSON
 from idemflow.stores.base import Store
@@ -153,7 +153,14 @@ def show(
         return RequestView(workflow, request_id, record, waits_for=record.waiting)
     m = flow(*args, **kwargs)
     request = describe_request(m)
-    plan = Plan(version=record.version, resume=True, suspend=True, retry_in_place=False, fold=False)
+    plan = Plan(
+        version=record.version,
+        resume=True,
+        suspend=True,
+        retry_in_place=False,
+        fold=False,
+        incarnation=record.incarnation,
+    )
     steps: list[StepView] = []
     computation = execution_steps(m, request, request_id, store, None, time.time, plan, (), reader=store)
     waits_for: str | None = None
@@ -169,7 +176,7 @@ def show(
                 break
             answer = store_answer(store, wanted)
             if isinstance(wanted, Read):
-                _noted(steps, wanted, answer)
+                _noted(steps, wanted, answer, record.incarnation)
     except Suspended as suspended:
         waits_for = suspended.why
     except (Checkpointed, Finished, StopIteration):
@@ -185,9 +192,10 @@ def show(
     return RequestView(workflow, request_id, record, steps, next_step, waits_for)
 
 
-def _noted(steps: list[StepView], request: Read, row: Any) -> None:
-    """Add the memo a replay read, if the read was one and found it."""
-    if row is None:
+def _noted(steps: list[StepView], request: Read, row: Any, incarnation: str | None) -> None:
+    """Add the memo a replay read, if the read was one and found it (and it is this run's: a
+    memo an earlier request with this id left is not one of its steps)."""
+    if row is None or of_earlier_run(row, incarnation):
         return
     parsed = parse_memo_key(request.ref.key)
     if parsed is None:

@@ -7,17 +7,19 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from idemflow import Idem, SqliteStore, atomic, run, workflow
+from idemflow import Idem, RetryPolicy, SqliteStore, atomic, run, workflow
 from idemflow.async_worklist import SqliteQueue, checkpoint, status, submit
 from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Insert
+from idemflow.stores.base import Committed, Insert, Put
+from tests.expiries import expiries
 from tests.servers import Moto
 
 
@@ -172,3 +174,80 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path, listing: li
     errors = listed.stderr.read().decode()
     assert listed.wait(timeout=120) == 141
     assert "Traceback" not in errors and "BrokenPipeError" not in errors and "Exception ignored" not in errors
+
+
+def test_worker_retention_is_for_requests_that_carry_none(tmp_path: Path) -> None:
+    """``--retention`` keeps the rows of a request whose record stores no retention (written before
+    format 5) that long; one that stores its own keeps it; a retention that is no duration is one
+    clear line."""
+    project = tmp_path / "project"
+    (project / "myapp").mkdir(parents=True)
+    (project / "myapp" / "__init__.py").write_text("")
+    (project / "myapp" / "workflows.py").write_text(textwrap.dedent(APP))
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    queue = SqliteQueue(tmp_path / "queue.sqlite3")
+    for name in ("old", "new"):
+        submit(greeting(name), request_id=name, store=store, queue=queue, policy=RetryPolicy(retention=600))
+    queue.close()
+    row_ref = run_ref("greeting", "old")
+    row = store.read(row_ref)
+    assert row is not None
+    older: Any = row.value
+    older["in"].pop("rn")  # as format 4 wrote it
+    assert isinstance(store.commit([Put(row_ref, older, encode(older))]), Committed)
+    urls = [
+        "--store",
+        f"sqlite:{tmp_path / 'store.sqlite3'}",
+        "--queue",
+        f"sqlite:{tmp_path / 'queue.sqlite3'}",
+    ]
+    began = time.time()
+    command = [sys.executable, "-m", "idemflow.cli", "worker", "myapp.workflows:WORKFLOWS", *urls]
+    worker = subprocess.run(
+        [*command, "--idle-timeout", "0.5", "--retention", "120"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker.returncode == 0, worker.stderr
+    kept = expiries(store)
+    assert (
+        status(store, "greeting", "old").status
+        is status(store, "greeting", "new").status
+        is RunStatus.COMPLETED
+    )
+    for request, retention in (("old", 120), ("new", 600)):
+        record = kept[(row_ref.table, request, row_ref.key)]
+        assert record is not None and began + retention - 1 <= record <= time.time() + retention + 1
+    refused = subprocess.run(
+        [*command, "--retention", "0"], cwd=project, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert refused.returncode == 2 and "--retention must be a finite number of seconds > 0" in refused.stderr
+    store.close()
+
+
+def test_runs_list_pages_with_a_cursor(tmp_path: Path) -> None:
+    """``--limit`` prints a page and the cursor of the next (stderr for lines, a last JSON line
+    ``{"next": ...}`` with ``--json``); ``--after`` continues, newest first on SQLite; a cursor
+    no page printed is one clear line."""
+    path = tmp_path / "paged.sqlite3"
+    store = SqliteStore(path)
+    for n in range(5):
+        value: JSON = RunRecord("f" * 64, RunStatus.RUNNING, started_at=1.8e9 + n).to_json()
+        store.commit([Insert(run_ref("listed", f"r{n}"), value, encode(value))])
+    store.close()
+    url = f"sqlite:{path}"
+    first = idemflow("runs", "list", "--store", url, "--limit", "2", "--json")
+    assert first.returncode == 0, first.stderr
+    *shown, last = [json.loads(line) for line in first.stdout.splitlines()]
+    assert [one["request_id"] for one in shown] == ["r4", "r3"] and set(last) == {"next"}
+    second = idemflow("runs", "list", "--store", url, "--limit", "2", "--after", last["next"])
+    assert [line.split()[-1] for line in second.stdout.splitlines()] == ["r2", "r1"]
+    assert "2 request(s), newest first; next page: --after " in second.stderr
+    cursor = second.stderr.rsplit("--after ", 1)[1].strip()
+    third = idemflow("runs", "list", "--store", url, "--limit", "2", "--after", cursor, "--json")
+    assert [json.loads(line)["request_id"] for line in third.stdout.splitlines()] == ["r0"]
+    bad = idemflow("runs", "list", "--store", url, "--after", "garbage")
+    assert bad.returncode == 2 and "not a" in bad.stderr and "Traceback" not in bad.stderr

@@ -423,3 +423,24 @@ def test_open_store_url(moto: Moto) -> None:
         assert "prefix=abc" in opened.url
     finally:
         opened.close()
+
+
+def test_every_call_sends_the_fixed_user_agent(store: DynamoDBStore) -> None:
+    """The header is built once (botocore rebuilds its own twice per call): what is sent is
+    botocore's string for this process plus lib/idemflow, on every operation."""
+    from idemflow.stores._dynamodb_calls import user_agent
+
+    sent: list[str] = []
+
+    def seen(request: Any, **_: Any) -> None:
+        header = request.headers["User-Agent"]
+        sent.append(header.decode() if isinstance(header, bytes) else header)
+
+    store.client.meta.events.register("before-send.dynamodb", seen)
+    ref = RowRef("items", "ua", "dk")
+    store.commit([Put(ref, 1, "1")])
+    store.commit([Put(ref, 2, "2"), Put(RowRef("items", "ua", "dj"), 3, "3")])
+    assert store.read(ref) is not None
+    assert len(sent) == 3
+    assert len(set(sent)) == 1  # the same string on every call (boto3 appends its session's extra)
+    assert sent[0].startswith(user_agent())

@@ -3,7 +3,9 @@
 ``tests/golden/<release>.json`` holds every row a release wrote for four requests of one workflow
 (finished, aborted, submitted with its queue message, and abandoned after its first commit) and
 the message; ``make_golden.py`` made them. ``tests/golden/coordination/<release>.json`` holds
-requests caught waiting on a timer, a child and a message (``make_coordination_golden.py``).
+requests caught waiting on a timer, a child and a message (``make_coordination_golden.py``),
+``retrying/`` requests a worker was retrying (``make_retrying_golden.py``), ``retention/``
+requests submitted with a retention of their own (``make_retention_golden.py``).
 Loaded into each store, this version must answer the finished ones from their records, finish the
 others exactly once, and read the old messages.
 """
@@ -11,12 +13,13 @@ others exactly once, and read the old messages.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from idemflow import Store, WorkflowAborted, rows, run
+from idemflow import RetryPolicy, Store, WorkflowAborted, rows, run
 from idemflow.async_worklist import MemoryQueue, Worker, retry, status
 from idemflow.records import FORMAT, RunStatus
 from idemflow.serialization import encode
@@ -153,11 +156,56 @@ def test_requests_caught_retrying_by_every_release_keep_their_count(
     assert resumed is (RunStatus.COMPLETED if fixed else RunStatus.FAILED)
 
 
-RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4}
+RETENTION = sorted(Path(__file__).with_name("golden").joinpath("retention").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", RETENTION, ids=lambda path: path.stem)
+def test_requests_submitted_with_a_retention_keep_it_on_every_row_written_later(
+    store: Store, path: Path
+) -> None:
+    """A queued request and a cancelled one, submitted with a short retention by an earlier
+    release (``make_retention_golden.py``), finish on this version under a worker (and an
+    operator's resume) whose own retention is an hour: every row written for them expires by
+    theirs. The loaded rows carry no expiry, so those with one are this version's."""
+    from tests.expiries import expiries
+    from tests.golden import make_retention_golden as g
+
+    messages = load(store, path)
+    began = time.time()
+    clock = Clock()
+    clock.now = g.NOW + 60
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    worker = Worker(
+        g.WORKFLOWS,
+        store=store,
+        queue=queue,
+        clock=clock,
+        relay_every=None,
+        policy=RetryPolicy(retention=3600.0),
+    )
+    deliver_all(worker, queue, clock)
+    retry(store, queue, "g-keep", "cancel-ken")
+    deliver_all(worker, queue, clock)
+    assert status(store, "g-keep", "keep-kim").result == "kept kim"
+    assert status(store, "g-keep", "cancel-ken").result == "kept ken"
+    written = {where: at for where, at in expiries(store).items() if at is not None}
+    assert len(written) >= 4, written  # each request's second memo and completion record
+    late = {
+        where: at - began
+        for where, at in written.items()
+        if not began + g.RETENTION - 1 <= at <= time.time() + g.RETENTION + 1
+    }
+    assert not late, late
+
+
+RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5}
 """The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
 
 
 def test_every_format_revision_has_golden_rows() -> None:
     """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
-    releases = {path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING]}
+    releases = {path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION]}
     assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))

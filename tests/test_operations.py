@@ -13,7 +13,7 @@ from idemflow.async_worklist import MemoryQueue, Worker, retry, status, submit
 from idemflow.operations import abort, runs
 from idemflow.records import RunStatus
 from idemflow.step_retry import StepRetry
-from idemflow.stores.base import OpenRuns
+from idemflow.stores.base import PagedRuns, RunQuery
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
 from tests.checkout_workflows import V1, checkout_v1
 from tests.conformance.test_continuations import Clock, balance, deliver_all, order
@@ -41,22 +41,26 @@ def test_runs_lists_requests_by_workflow_status_and_age(store: Store) -> None:
     clock.now += 3600
     run(checkout_v1(order(space, 2)), request_id=space + "done", store=store, clock=clock)
     store.flush()
-    mine = [found for found in runs(store, workflow="checkout") if found.request_id.startswith(space)]
+    listed = runs(store, workflow="checkout")
+    mine = [found for found in listed.runs if found.request_id.startswith(space)]
     assert {found.request_id: found.status for found in mine} == {
         failed: RunStatus.FAILED,
         space + "queued": RunStatus.RUNNING,
         space + "done": RunStatus.COMPLETED,
     }
-    assert [found.request_id for found in mine][-1] == space + "done"  # oldest first
-    failing = runs(store, workflow="checkout", status=RunStatus.FAILED)
+    if listed.order == "newest first":
+        assert mine[0].request_id == space + "done"
+    failing = runs(store, workflow="checkout", status=RunStatus.FAILED).runs
     assert failed in [found.request_id for found in failing]
     [shown] = [found.to_json() for found in failing if found.request_id == failed]
     assert shown["failure"] == {"reason": "KeyError: 'address'", "step": 2, "attempts": 2}
     old = [
-        found.request_id for found in runs(store, older_than=1800, now=clock) if found.request_id[:1] == "s"
+        found.request_id
+        for found in runs(store, older_than=1800, now=clock).runs
+        if found.request_id[:1] == "s"
     ]
     assert space + "queued" in old and space + "done" not in old
-    assert len(runs(store, limit=1)) == 1 and runs(store, workflow="nosuch") == []
+    assert len(runs(store, limit=1).runs) == 1 and runs(store, workflow="nosuch").runs == ()
 
 
 def test_finished_requests_keep_the_time_they_started(store: Store) -> None:
@@ -79,7 +83,7 @@ def test_finished_requests_keep_the_time_they_started(store: Store) -> None:
     abort(store, V1, "checkout", space + "aborted", reason="stop", clock=clock)
     assert run(checkout_v1(order(space, 4)), request_id=space + "twice", store=store, clock=clock)
     store.flush()
-    shown = [found.to_json() for found in runs(store, workflow="checkout")]
+    shown = [found.to_json() for found in runs(store, workflow="checkout").runs]
     times = {
         str(one["request_id"])[len(space) :]: (one["status"], one.get("started_at"), one.get("finished_at"))
         for one in shown
@@ -94,32 +98,30 @@ def test_finished_requests_keep_the_time_they_started(store: Store) -> None:
     }
 
 
-def test_open_runs_are_found_without_reading_finished_ones(store: Store, store_kind: str) -> None:
+def test_open_runs_are_found_without_reading_finished_ones(store: Store) -> None:
     """``runs list --status running|failed`` reads an index of open runs where the store keeps one
-    (DynamoDB's sparse index, SQLite's and memory's query): finished requests are not in it, and
-    a request leaves it when it finishes. Azure has no secondary index: it scans (and says so)."""
+    (DynamoDB's sparse index; SQLite's and memory's query): finished requests are not in it, and
+    a request leaves it when it finishes. Azure has no secondary index: it filters a paged query."""
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     failed = failed_request(store, space, clock, queue)
     submit(checkout_v1(order(space, 1)), request_id=space + "queued", store=store, queue=queue, clock=clock)
     run(checkout_v1(order(space, 2)), request_id=space + "done", store=store, clock=clock)
     store.flush()
-    if store_kind == "azure":
-        assert not isinstance(store, OpenRuns)
-    else:
-        assert isinstance(store, OpenRuns)
-        listed = {part for part, _, _ in store.open_runs("checkout") if part.startswith(space)}
-        assert listed == {failed, space + "queued"}
-        assert {part for part, _, _ in store.open_runs() if part.startswith(space)} == listed
-        assert [part for part, _, _ in store.open_runs("nosuch")] == []
-    running = [found.request_id for found in runs(store, workflow="checkout", status=RunStatus.RUNNING)]
+    assert isinstance(store, PagedRuns)
+
+    def open_ones(workflow: str | None = "checkout") -> set[str]:
+        page = store.run_page(RunQuery(1000, workflow=workflow, open_only=True))
+        return {item.partition for item in page if item.partition.startswith(space)}
+
+    assert open_ones() == {failed, space + "queued"} == open_ones(None)
+    assert store.run_page(RunQuery(10, workflow="nosuch", open_only=True)) == []
+    running = [found.request_id for found in runs(store, workflow="checkout", status=RunStatus.RUNNING).runs]
     assert space + "queued" in running and space + "done" not in running and failed not in running
     deliver_all(Worker(V1, store=store, queue=queue), queue, clock)  # the queued one finishes
     store.flush()
-    running = [found.request_id for found in runs(store, workflow="checkout", status=RunStatus.RUNNING)]
-    assert space + "queued" not in running
-    if isinstance(store, OpenRuns):
-        assert space + "queued" not in {part for part, _, _ in store.open_runs("checkout")}
+    running = [found.request_id for found in runs(store, workflow="checkout", status=RunStatus.RUNNING).runs]
+    assert space + "queued" not in running and space + "queued" not in open_ones()
 
 
 def test_retry_resumes_a_failed_request_after_a_fix(store: Store) -> None:

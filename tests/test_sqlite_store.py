@@ -19,7 +19,7 @@ from idemflow import Idem, RetryPolicy, SqliteStore, atomic, run, workflow
 from idemflow.records import RunStatus
 from idemflow.runner import run_status
 from idemflow.stores import sqlite as sqlite_store
-from idemflow.stores.base import Insert, Put, RowRef
+from idemflow.stores.base import Insert, Put, RowRef, RunQuery
 
 MEMO = '{"id":"atomic a","v":1}'
 
@@ -175,4 +175,57 @@ def test_commits_sweep_once_per_expire_every(tmp_path: Path) -> None:
     store.commit([Insert(orphan, {"id": "atomic a", "v": 1}, MEMO, expires_at=100.0)])
     store.commit([Put(data, 3, "3")])
     assert store.read(orphan) is not None  # never, once off
+    store.close()
+
+
+def test_a_page_of_runs_reads_the_index_of_start_times_not_the_table(tmp_path: Path) -> None:
+    """Every listing query seeks (or walks) the partial index of run records, whatever filters
+    it carries, so a page costs about its own records; memos and data rows are not in it."""
+    from idemflow.stores._sqlite_runs import page_query
+
+    store = SqliteStore(tmp_path / "runs.sqlite3")
+    for n in range(6):
+        run(count(n), request_id=f"c{n}", store=store)
+    conn = sqlite3.connect(store.path)
+    indexed = conn.execute(
+        "SELECT tbl, rk FROM idemflow_rows INDEXED BY idemflow_runs_by_start WHERE started IS NOT NULL"
+    ).fetchall()
+    assert indexed == [("idemflowruns", "rcount")] * 6  # the run records, not the memos beside them
+    after = store.run_page(RunQuery(2))[-1].position
+    for query in (
+        RunQuery(10),
+        RunQuery(10, after=after),
+        RunQuery(10, workflow="count", status="running", started_by=2e9),
+        RunQuery(10, open_only=True, after=after),
+    ):
+        sql, params = page_query(query)
+        plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        assert "USING INDEX idemflow_runs_by_start" in plan and "PRIMARY KEY" not in plan, plan
+    conn.close()
+    store.close()
+
+
+def test_a_file_from_before_the_index_gets_it_when_opened(tmp_path: Path) -> None:
+    """A file 0.x wrote (no ``started`` column) is upgraded by the first 1.0 process to open it:
+    its run records are listed newest first, its other rows stay out of the index."""
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE idemflow_rows (tbl TEXT NOT NULL, part TEXT NOT NULL, rk TEXT NOT NULL, "
+            "v TEXT NOT NULL, ver INTEGER NOT NULL, expires REAL, PRIMARY KEY (tbl, part, rk)) WITHOUT ROWID"
+        )
+        rows = [
+            ("idemflowruns", "old", "rcount", '{"at":5.0,"fp":"f","result":1,"status":"completed"}'),
+            ("idemflowruns", "new", "rcount", '{"fp":"f","st":9.0,"status":"running"}'),
+            ("idemflowruns", "new", "mcount|new|s1", MEMO),
+            ("tablea", "p1", "dn", "1"),
+        ]
+        conn.executemany("INSERT INTO idemflow_rows VALUES (?, ?, ?, ?, 1, NULL)", rows)
+    store = SqliteStore(path)
+    assert [item.partition for item in store.run_page(RunQuery(5))] == ["new", "old"]
+    with sqlite3.connect(path) as conn:
+        started = conn.execute("SELECT rk, started FROM idemflow_rows ORDER BY tbl, part, rk").fetchall()
+    assert started == [("mcount|new|s1", None), ("rcount", 9.0), ("rcount", 5.0), ("dn", None)]
+    run(count(1), request_id="c1", store=store)  # and it works as a 1.0 file from then on
+    assert store.run_page(RunQuery(5))[0].partition == "c1"
     store.close()

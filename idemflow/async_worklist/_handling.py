@@ -34,7 +34,7 @@ from idemflow.async_worklist.submit import announcer, hop, resolve_signing_key
 from idemflow.engine import Plan, Suspended
 from idemflow.errors import CompensationFailed, InvalidInputError, NonDeterminismError, StepFailedError
 from idemflow.operations import abort_steps
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff, kept_for
 from idemflow.records import Attempts, Continuation, RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, status_steps
 from idemflow.step_retry import DEFAULT_STEP_RETRY, StepRetry
@@ -153,6 +153,7 @@ class Handling:
         """The retry policy of steps whose call and workflow name none."""
         self.policy = policy
         self._retries = policy or DEFAULT_POLICY
+        """Retries, and the retention of requests whose run record carries none of their own."""
         self.version_wait = check_seconds(version_wait, "version_wait", high=900.0)  # SQS's longest delay
         self.clock: Callable[[], float] = time.time if clock is None else clock
         self.stats = WorkerStats()
@@ -211,6 +212,7 @@ class Handling:
             fields["due"] = record.attempts.due
             return "suspended"
         flow = self._flow(pointer.workflow, record.version)
+        policy = kept_for(self._retries, record.retention)  # the request's rows: its retention
         args, kwargs = _input_of(pointer, record)
         m = flow(*args, **kwargs)
         request = describe_request(m)
@@ -227,6 +229,7 @@ class Handling:
             announce=announcer(self.key),
             parent=record.parent,
             started_at=record.started_at,  # kept in the completion record
+            incarnation=record.incarnation,
         )
         try:
             done = yield from execution_steps(
@@ -234,7 +237,7 @@ class Handling:
                 request,
                 pointer.request_id,
                 self._target,
-                self.policy,
+                policy,
                 self.clock,
                 plan,
                 (),
@@ -248,15 +251,13 @@ class Handling:
             suspended = suspended.capped(record.deadline)
             fields["due"] = suspended.due
             if suspended.due is None:  # a child's outcome or a message wakes it
-                yield from _runs.waiting_steps(
-                    pointer.workflow, pointer.request_id, suspended.why, self._retries
-                )
+                yield from _runs.waiting_steps(pointer.workflow, pointer.request_id, suspended.why, policy)
                 return "suspended"
             continuation = Continuation.after(record.continuation, pointer.continuation)
             again = Pointer(pointer.workflow, record.version, pointer.request_id, continuation=continuation)
             yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()))
             yield from _runs.suspended_steps(
-                pointer.workflow, pointer.request_id, suspended.why, continuation, self._retries
+                pointer.workflow, pointer.request_id, suspended.why, continuation, policy
             )
             return "suspended"
         return done.status.value  # its completion record is durable: the caller may ack

@@ -2,7 +2,9 @@
 
 Each is a conditional write on the version just read, so it never
 overwrites an outcome another execution recorded meanwhile (a completion
-always wins over a note or a failure).
+always wins over a note or a failure), and each keeps the request's own
+retention (:attr:`~idemflow.records.RunRecord.retention`), whatever process
+writes it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from idemflow._drive import drive
 from idemflow._io import Commit, Read, Steps
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
 from idemflow.records import Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Put, Row, Store
@@ -54,10 +56,11 @@ def _replace_running(
 def _rewrite(
     workflow: str, request_id: str, updated: RunRecord, row: Row, policy: RetryPolicy
 ) -> Steps[bool]:
-    """Write ``updated`` over the record read as ``row``, if it is still that version."""
+    """Write ``updated`` over the record read as ``row``, if it is still that version; it expires
+    by the request's own retention where the record carries one, else by ``policy``'s."""
     value: JSON = updated.to_json()
     text = encode(value, "run record", envelope=3)
-    expires = time.time() + policy.retention
+    expires = time.time() + kept_for(policy, updated.retention).retention
     put = Put(run_ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
     return isinstance((yield from resent(policy.resending(policy.until()), Commit([put]))), Committed)
 

@@ -40,6 +40,8 @@ from idemflow.coordination import send
 from idemflow.engine import Plan
 from idemflow.errors import MessageNotDelivered
 from idemflow.keys import check_request_id
+from idemflow.monad import Idem
+from idemflow.policy import DEFAULT_POLICY, kept_for
 from idemflow.records import RunRecord, run_ref
 from idemflow.runner import Workflow, describe_request, execution_steps, workflow
 from idemflow.stores.aio import sync_reader, to_async
@@ -75,17 +77,36 @@ def _steps(
     m = _message(name, request_id, topic, value)
     announce = None if queue is None else announcer(resolve_signing_key(signing_key))
     plan = Plan(announce=announce)
-    sending = execution_steps(m, describe_request(m), key, store, None, time.time, plan, (), reader=reader)
-    return _then(_deliverable(name, request_id, topic, key, require_started), sending)
+    return _sending(m, store, name, request_id, topic, key, plan, reader, require_started)
 
 
-def _then(first: Steps[None], second: Steps[RunRecord]) -> Steps[RunRecord]:
-    yield from first
-    return (yield from second)
+def _sending(
+    m: Idem[Any],
+    store: Store | AsyncStore,
+    workflow: str,
+    request_id: str,
+    topic: str,
+    key: str,
+    plan: Plan,
+    reader: Reader | None,
+    require_started: bool,
+) -> Steps[RunRecord]:
+    """The send, once the receiver may take it; its rows are the receiver's, kept for the
+    receiver's own retention where it stores one."""
+    retention = yield from _deliverable(workflow, request_id, topic, key, require_started)
+    policy = kept_for(DEFAULT_POLICY, retention)
+    return (
+        yield from execution_steps(
+            m, describe_request(m), key, store, policy, time.time, plan, (), reader=reader
+        )
+    )
 
 
-def _deliverable(workflow: str, request_id: str, topic: str, key: str, require_started: bool) -> Steps[None]:
-    """Refuse a message no ``receive`` could take, before anything is written.
+def _deliverable(
+    workflow: str, request_id: str, topic: str, key: str, require_started: bool
+) -> Steps[float | None]:
+    """Refuse a message no ``receive`` could take, before anything is written; the receiver's
+    own retention, which the message's rows are kept for, if it has one.
 
     Both run records come in one round trip. Only a first send under ``key`` is judged: a resend
     replays it (its answer may have been lost after the receiver finished), so a client retrying
@@ -93,16 +114,17 @@ def _deliverable(workflow: str, request_id: str, topic: str, key: str, require_s
     """
     sent, found = yield ReadMany([run_ref(_message.name, key), run_ref(workflow, request_id)])
     if sent is not None:
-        return
+        return None
     if found is None:
         if require_started:
             raise MessageNotDelivered(workflow, request_id, topic, "unknown request")
-        return
+        return None
     receiver = RunRecord.from_json(found.value)
     if receiver.status.final:  # completed or aborted: a failed one may be retried and receive it
         raise MessageNotDelivered(
             workflow, request_id, topic, f"request already finished: {receiver.status.value}"
         )
+    return receiver.retention
 
 
 def send_message(

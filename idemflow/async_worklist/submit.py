@@ -47,10 +47,19 @@ from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
 from idemflow.errors import InvalidInputError, RequestFailed, StoreError, VersionNotHeldError, WorkflowAborted
-from idemflow.keys import check_request_id
+from idemflow.keys import check_duration, check_request_id
 from idemflow.monad import Call, Checkpoint, Idem
-from idemflow.policy import RetryPolicy
-from idemflow.records import Continuation, Failure, OutboxEntry, RunRecord, RunStatus, outbox_ref, run_ref
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.records import (
+    Continuation,
+    Failure,
+    OutboxEntry,
+    RunRecord,
+    RunStatus,
+    outbox_ref,
+    run_ref,
+    submitted_input,
+)
 from idemflow.runner import Request, describe_request, execution_steps, run_status
 from idemflow.serialization import JSON
 from idemflow.stores.aio import is_async, sync_reader, to_async
@@ -254,6 +263,10 @@ def submit(
     earlier wins). Past it a worker ends the request as the workflow's
     ``on_failure`` says: ``failed``, or compensated and ``aborted``. A copy of
     a request already submitted keeps the first one's deadline.
+
+    ``policy.retention`` is stored with the request: every row written for it
+    afterwards, by workers and operators too, expires by it (a copy keeps
+    the first one's).
     """
     request = _submission(m, request_id)
     steps = submission_steps(
@@ -337,11 +350,12 @@ def submission_steps(
     started = wall()
     entry = OutboxEntry(request.workflow, request.version, request_id, started + grace)
     due_by = _deadline(request, deadline, started)
+    retention = check_duration((policy or DEFAULT_POLICY).retention, "retention")
     key = resolve_signing_key(signing_key)
     plan = Plan(
         version=request.version,
         at_checkpoint=AtCheckpoint.STOP,
-        submission=Submission(request.input(), entry, due_by),
+        submission=Submission(submitted_input(request.input(), retention), entry, due_by),
         durable_outcome=True,  # the handle returned says final: so must the store
         suspend=True,
         announce=announcer(key),

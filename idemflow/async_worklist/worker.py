@@ -71,7 +71,9 @@ class Worker(Handling):
     and once the policy ends the request is ``failed`` (or compensated);
     ``max_deliveries`` only bounds a message that cannot even be read
     (a workflow no worker here holds); ``policy`` is
-    the runs' :class:`~idemflow.policy.RetryPolicy`; ``wait`` is the receive
+    the runs' :class:`~idemflow.policy.RetryPolicy` (a request keeps the retention
+    ``submit`` stored with it; ``policy.retention`` is for requests that carry none:
+    children, and records written before 1.0); ``wait`` is the receive
     long-poll in seconds; ``version_wait`` (at most 900 s, SQS's longest
     delay) how long a request this worker cannot run waits before it is
     offered again, as a fresh message, so waiting never counts as an

@@ -2,6 +2,8 @@
 
 Kept apart from :mod:`idemflow.stores.sqlite` (connections, transactions, retries, scans):
 this is the store's hot path, one statement per operation where it can be (no read first).
+A run record's write also sets ``started``, the column the index of run records is on
+(:mod:`idemflow.stores._sqlite_runs`); every other row leaves it NULL, outside the index.
 """
 
 from __future__ import annotations
@@ -11,20 +13,23 @@ from collections.abc import Sequence
 
 from idemflow.serialization import decode
 from idemflow.stores._local import incremented, matches, raised_floor, written_version
+from idemflow.stores._runs_order import run_started
 from idemflow.stores.base import Cond, Delete, Increment, Insert, Op, OpFailure, Put, Row
 
 SELECT_ROW = "SELECT v, ver FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
-_UPSERT = "INSERT OR REPLACE INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, ?, ?)"
+_COLUMNS = "idemflow_rows (tbl, part, rk, v, ver, expires, started)"
+_UPSERT = f"INSERT OR REPLACE INTO {_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?)"
 _DELETE = "DELETE FROM idemflow_rows WHERE tbl = ? AND part = ? AND rk = ?"
 # The version of a row created now: just above the floor (stores/_local.py), read in the statement.
 _CREATED = "COALESCE((SELECT ver FROM idemflow_floor WHERE id = 0), 0) + 1"
 _INSERT_NEW = (
-    f"INSERT INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, {_CREATED}, ?) "
-    "ON CONFLICT (tbl, part, rk) DO NOTHING"
+    f"INSERT INTO {_COLUMNS} VALUES (?, ?, ?, ?, {_CREATED}, ?, ?) ON CONFLICT (tbl, part, rk) DO NOTHING"
 )
 # A blind write: a new row gets the created version, an existing one its version + 1 (version_after).
+# It leaves ``started`` as the claim wrote it: a completion record then costs the index of run
+# records nothing (SQLite updates an index only when a column in it changes).
 _UPSERT_BUMP = (
-    f"INSERT INTO idemflow_rows (tbl, part, rk, v, ver, expires) VALUES (?, ?, ?, ?, {_CREATED}, ?) "
+    f"INSERT INTO {_COLUMNS} VALUES (?, ?, ?, ?, {_CREATED}, ?, ?) "
     "ON CONFLICT (tbl, part, rk) DO UPDATE SET v = excluded.v, ver = ver + 1, expires = excluded.expires"
 )
 # An integer increment in one statement where the row is absent or holds a small integer (at most
@@ -58,12 +63,15 @@ def apply(conn: sqlite3.Connection, ops: Sequence[Op]) -> list[OpFailure]:
     for index, op in enumerate(ops):
         key = (op.ref.table, op.ref.partition, op.ref.key)
         if isinstance(op, Insert):
-            if conn.execute(_INSERT_NEW, (*key, op.text, op.expires_at)).rowcount == 0:
+            inserted = conn.execute(
+                _INSERT_NEW, (*key, op.text, op.expires_at, run_started(op.ref, op.value))
+            )
+            if inserted.rowcount == 0:
                 found = conn.execute(SELECT_ROW, key).fetchone()
                 failures.append(OpFailure(index, Row(decode(found[0]), found[1])))
             continue
         if isinstance(op, Put) and op.expect is Cond.ANY:
-            conn.execute(_UPSERT_BUMP, (*key, op.text, op.expires_at))
+            conn.execute(_UPSERT_BUMP, (*key, op.text, op.expires_at, run_started(op.ref, op.value)))
             continue
         if (
             isinstance(op, Increment)
@@ -79,11 +87,12 @@ def apply(conn: sqlite3.Connection, ops: Sequence[Op]) -> list[OpFailure]:
         current = None if found is None else (found[0], found[1])
         if isinstance(op, Increment):
             text = incremented(op.ref, current, op.delta)
-            conn.execute(_UPSERT, (*key, text, written_version(current, floor), None))
+            conn.execute(_UPSERT, (*key, text, written_version(current, floor), None, None))
         elif not matches(current, op.expect):
             failures.append(OpFailure(index))
         elif isinstance(op, Put):
-            conn.execute(_UPSERT, (*key, op.text, written_version(current, floor), op.expires_at))
+            version = written_version(current, floor)
+            conn.execute(_UPSERT, (*key, op.text, version, op.expires_at, run_started(op.ref, op.value)))
         elif isinstance(op, Delete) and current is not None:
             conn.execute(_DELETE, key)
             raised = raised_floor(floor, current)

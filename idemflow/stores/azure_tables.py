@@ -54,6 +54,7 @@ from idemflow.stores._azure_calls import (
     Calls,
     Page,
 )
+from idemflow.stores._azure_clients import table_client
 from idemflow.stores._azure_layout import (
     assemble,
     logical_tables,
@@ -62,9 +63,10 @@ from idemflow.stores._azure_layout import (
     sweep_order,
     table_range,
 )
+from idemflow.stores._azure_runs import KEY_ORDER, run_page
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, swept
-from idemflow.stores.base import NO_EXPIRY, CommitOutcome, ExpiryReport, Op, Row, RowRef
+from idemflow.stores.base import NO_EXPIRY, CommitOutcome, ExpiryReport, Op, Row, RowRef, RunQuery, RunRow
 
 __all__ = ["AZURE_CAPABILITIES", "AzureTableStore"]
 
@@ -114,7 +116,7 @@ class AzureTableStore(AzureCalls):
         with self._lock:
             client = self._clients.get(table)
             if client is None:
-                client = self._clients[table] = self._service.get_table_client(self.physical(table))
+                client = self._clients[table] = table_client(self._service, self.physical(table))
             return client
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -198,6 +200,12 @@ class AzureTableStore(AzureCalls):
 
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
         yield from self._drive(self._scan(table, partition))
+
+    runs_order = KEY_ORDER
+
+    def run_page(self, query: RunQuery) -> list[RunRow]:
+        """Run records a page at a time, in key order (see :mod:`idemflow.stores._azure_runs`)."""
+        return self._drive(run_page(self, query))
 
     def tables(self) -> list[str]:
         """Logical names of the Azure tables under this store's prefix (a range query on

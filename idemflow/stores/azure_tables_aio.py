@@ -31,6 +31,7 @@ from idemflow.stores._azure_calls import (
     Calls,
     Page,
 )
+from idemflow.stores._azure_clients import async_table_client
 from idemflow.stores._azure_layout import (
     assemble,
     logical_tables,
@@ -88,7 +89,7 @@ class AsyncAzureTableStore(AzureCalls):
         """The cached aio client of logical ``table`` (created on first use, on the loop)."""
         client = self._clients.get(table)
         if client is None:
-            client = self._clients[table] = self._service.get_table_client(self.physical(table))
+            client = self._clients[table] = async_table_client(self._service, self.physical(table))
         return client
 
     async def _drive(self, steps: Calls[T]) -> T:

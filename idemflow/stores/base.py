@@ -282,17 +282,50 @@ class Expiring(Protocol):
         ...
 
 
-@runtime_checkable
-class OpenRuns(Protocol):
-    """A store that finds the run records of unfinished requests without reading every request.
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """One page of run records a :class:`PagedRuns` store is asked for.
 
-    Optional, beside :class:`Store`: DynamoDB keeps a sparse index of them (written in the same
-    commits as the records), SQLite and the memory store filter in the query. Azure Tables has
-    no secondary index: ``runs`` reads its whole run-record table.
+    ``after`` is a position this store gave (a :class:`RunRow`'s); the filters are hints a store
+    applies where it can do so cheaply (the caller checks every row again), except that a
+    store must honour ``open_only`` and ``workflow`` exactly if it honours them at all.
     """
 
-    def open_runs(self, workflow: str | None = None) -> list[tuple[str, str, Row]]:
-        """``(partition, key, row)`` of every unfinished request's run record (of ``workflow``)."""
+    limit: int
+    after: str | None = None
+    workflow: str | None = None
+    status: str | None = None
+    open_only: bool = False
+    """Only requests not finished: the store's index of open runs where it keeps one."""
+    started_by: float | None = None
+    """Only requests started at or before this time (epoch seconds), where the order is by start."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A run record as a page lists it, with the position to resume after it."""
+
+    position: str
+    partition: str
+    key: str
+    row: Row
+
+
+@runtime_checkable
+class PagedRuns(Protocol):
+    """A store that lists run records a page at a time, resuming after a position it gave.
+
+    Optional, beside :class:`Store`. ``runs_order`` says in which order pages come:
+    ``"newest first"`` (by start time, then workflow and request id, both descending: SQLite's
+    index on the start time, the memory store), or ``"key order"`` (the backend's own order of a
+    paged scan or index query, which has no order by time: DynamoDB, Azure Tables).
+    """
+
+    runs_order: str
+
+    def run_page(self, query: RunQuery) -> list[RunRow]:
+        """At most ``query.limit`` run records after ``query.after``, in :attr:`runs_order`;
+        fewer only when none are left. Raises ``InvalidInputError`` for a position it never gave."""
         ...
 
 

@@ -43,7 +43,8 @@ from idemflow.policy import pause
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES, ITEM_LIMIT, PARTITION_LIMIT
-from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
+from idemflow.stores._dynamodb_runs import KEY_ORDER, run_page
+from idemflow.stores.base import CommitOutcome, Op, Row, RowRef, RunQuery, RunRow
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -129,9 +130,11 @@ class DynamoDBStore:
     def scan(self, table: str, partition: str | None = None) -> Iterator[tuple[str, str, Row]]:
         yield from self._run(self._calls.scan(table, partition))
 
-    def open_runs(self, workflow: str | None = None) -> list[tuple[str, str, Row]]:
-        """Run records of unfinished requests, from the sparse index (see ``stores.base.OpenRuns``)."""
-        return self._run(self._calls.open_runs(workflow))
+    runs_order = KEY_ORDER
+
+    def run_page(self, query: RunQuery) -> list[RunRow]:
+        """Run records a page at a time, in key order (see :mod:`idemflow.stores._dynamodb_runs`)."""
+        return self._run(run_page(self._calls, query))
 
     def tables(self) -> list[str]:
         """Logical tables under this prefix: ``ListTables``, keeping valid logical names.

@@ -16,12 +16,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from idemflow.keys import RUNS_TABLE
-from idemflow.records import open_workflow
+from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.serialization import decode
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
 from idemflow.stores._local import Stored, commit_locally
-from idemflow.stores.base import Capabilities, CommitOutcome, Expired, ExpiryReport, Op, Row, RowRef
+from idemflow.stores._runs_order import NEWEST_FIRST, newest_first
+from idemflow.stores.base import (
+    Capabilities,
+    CommitOutcome,
+    Expired,
+    ExpiryReport,
+    Op,
+    Row,
+    RowRef,
+    RunQuery,
+    RunRow,
+)
 
 _UNLIMITED = 1 << 62
 
@@ -117,14 +127,20 @@ class MemoryStore:
         for part, key, (text, version) in sorted(selected):
             yield part, key, Row(decode(text), version)
 
-    def open_runs(self, workflow: str | None = None) -> list[tuple[str, str, Row]]:
-        """Run records of unfinished requests (:class:`~idemflow.stores.base.OpenRuns`), by a scan."""
-        return [
-            (part, key, row)
-            for part, key, row in self.scan(RUNS_TABLE)
-            if (opened := open_workflow(RowRef(RUNS_TABLE, part, key), row.value)) is not None
-            and workflow in (None, opened)
-        ]
+    runs_order = NEWEST_FIRST
+
+    def run_page(self, query: RunQuery) -> list[RunRow]:
+        """Run records newest first (:class:`~idemflow.stores.base.PagedRuns`), by a scan: the
+        memory store keeps no index a commit would have to maintain."""
+        with self._lock:
+            self._round_trips += 1
+            records = [
+                (part, key, row)
+                for (tbl, part, key), row in self._rows.items()
+                if tbl == RUNS_TABLE and key.startswith(RUN)
+            ]
+        rows = ((RUNS_TABLE, part, key, Row(decode(text), version)) for part, key, (text, version) in records)
+        return newest_first(rows, query)
 
     def tables(self) -> list[str]:
         with self._lock:

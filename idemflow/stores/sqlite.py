@@ -29,12 +29,12 @@ from typing import Literal
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from idemflow.errors import StoreConfigError, TransientStoreError
-from idemflow.keys import RUN, RUNS_TABLE
-from idemflow.records import OPEN_STATUSES
 from idemflow.serialization import decode
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
 from idemflow.stores._limits import check_commit
+from idemflow.stores._runs_order import NEWEST_FIRST, Place
 from idemflow.stores._sqlite_commit import SELECT_ROW, UPDATE_BUMP, apply
+from idemflow.stores._sqlite_runs import page_query, upgrade
 from idemflow.stores.base import (
     COMMITTED,
     Capabilities,
@@ -47,6 +47,8 @@ from idemflow.stores.base import (
     Put,
     Row,
     RowRef,
+    RunQuery,
+    RunRow,
 )
 
 log = logging.getLogger("idemflow.stores.sqlite")
@@ -67,6 +69,7 @@ CREATE TABLE IF NOT EXISTS idemflow_rows (
     v TEXT NOT NULL,
     ver INTEGER NOT NULL,
     expires REAL,
+    started REAL,
     PRIMARY KEY (tbl, part, rk)
 ) WITHOUT ROWID
 """
@@ -86,8 +89,6 @@ _EXPIRY_WINDOW = (
 _WINDOW_ROWS = 2000
 """Rows one sweep reads: a whole file is covered once per (rows / 2000) sweeps."""
 _START = ("", "", "")
-_RUN_KEYS = (RUN, chr(ord(RUN) + 1))
-"""The row keys of run records: every key that starts with the run-record letter."""
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
@@ -111,6 +112,10 @@ class SqliteStore:
     not an index on ``expires``: an index costs every commit one more page
     written (measured: +50% WAL pages, about +9% per request at
     ``synchronous=FULL``); a window costs nothing on the commit path.
+
+    ``runs list`` pages through a partial index of run records only, by start time
+    (:mod:`idemflow.stores._sqlite_runs`): a run record's claim pays for it (one more page),
+    no other row's write does, and its outcome, a blind write, neither.
     """
 
     capabilities = SQLITE_CAPABILITIES
@@ -281,17 +286,21 @@ class SqliteStore:
         for part, key, text, version in query.fetchall():
             yield part, key, Row(decode(text), version)
 
-    def open_runs(self, workflow: str | None = None) -> list[tuple[str, str, Row]]:
-        """Run records of unfinished requests: filtered by SQLite (its JSON functions), so only
-        those rows reach Python (:class:`~idemflow.stores.base.OpenRuns`)."""
-        keys = ("rk = ?", (RUN + workflow,)) if workflow is not None else ("rk >= ? AND rk < ?", _RUN_KEYS)
-        query = (
-            f"SELECT part, rk, v, ver FROM idemflow_rows WHERE tbl = ? AND {keys[0]} "
-            f"AND json_extract(v, '$.status') IN ({', '.join('?' * len(OPEN_STATUSES))}) ORDER BY part, rk"
-        )
+    runs_order = NEWEST_FIRST
+
+    def run_page(self, query: RunQuery) -> list[RunRow]:
+        """Run records newest first, from the index of their start times
+        (:class:`~idemflow.stores.base.PagedRuns`, :mod:`idemflow.stores._sqlite_runs`)."""
+        sql, params = page_query(query)
         self._round_trips += 1
-        found = self._connection("main").execute(query, (RUNS_TABLE, *keys[1], *OPEN_STATUSES)).fetchall()
-        return [(part, key, Row(decode(text), version)) for part, key, text, version in found]
+        try:
+            found = self._connection("main").execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise TransientStoreError(f"SQLite listing of runs on {self.path!r} failed: {exc}") from exc
+        return [
+            RunRow(Place(_started(at), key, part).position(), part, key, Row(decode(text), version))
+            for part, key, text, version, at in found
+        ]
 
     def tables(self) -> list[str]:
         rows = self._connection("main").execute("SELECT DISTINCT tbl FROM idemflow_rows ORDER BY tbl")
@@ -326,6 +335,12 @@ def _set_up(conn: sqlite3.Connection, synchronous: str) -> None:
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute(_SCHEMA)
     conn.execute(_FLOOR_SCHEMA)
+    upgrade(conn)  # the index of run records by start time (a file from before 1.0 gets it)
+
+
+def _started(at: object) -> float:
+    """A start time as the index holds it (a number; anything else only in a record not ours)."""
+    return float(at) if isinstance(at, (int, float)) else 0.0
 
 
 def _locked(exc: BaseException) -> bool:

@@ -219,6 +219,15 @@ def describe_key(key: str) -> str:
     return f"key {key!r}"
 
 
+def _shown(op: Insert) -> object:
+    """A row's value as a reader wants it: a memo without its run's incarnation (random, and the
+    same in every memo of a run: it only tells runs of one request id apart)."""
+    value = op.value
+    if isinstance(value, dict) and "i" in value and parse_memo_key(op.ref.key) is not None:
+        return {name: field for name, field in value.items() if name != "i"}
+    return value
+
+
 def describe_op(op: Op) -> str:
     """One store operation in words, with its table, partition, key and condition.
 
@@ -230,7 +239,7 @@ def describe_op(op: Op) -> str:
     if isinstance(op, Insert):
         if op.ref.key.startswith(RUN) and isinstance(op.value, dict):
             return f"insert {where} (status {op.value.get('status')})"
-        return f"insert {where} = {short(op.value, 60)}"
+        return f"insert {where} = {short(_shown(op), 60)}"
     if isinstance(op, Increment):
         return f"increment {where} by {op.delta}"
     expect = ""

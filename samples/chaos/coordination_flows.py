@@ -327,7 +327,7 @@ def check_round(store: Store, plan: Plan) -> list[str]:
     for rid, parent_req in plan.parents:
         problems += _family(store, rid, parent_req["verdict"] == "abort", kin.get(rid, {}))
     children = {kid_id(rid) for rid in parents}
-    orphans = [each.request_id for each in runs(store, workflow=KID) if each.request_id not in children]
+    orphans = [each.request_id for each in runs(store, workflow=KID).runs if each.request_id not in children]
     problems += [f"a child without a parent: {request_id}" for request_id in orphans]
     problems += [f"rows of a parent never submitted: {rid}" for rid in kin if rid not in parents]
     inboxes, expected = _inboxes(store), plan.expected()

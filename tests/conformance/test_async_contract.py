@@ -7,14 +7,17 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from idemflow import Idem, Store, atomic, now, run, workflow
 from idemflow.async_worklist import MemoryQueue, Message, RequestStatus, Worker, checkpoint, status, submit
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.compensation import WorkflowAborted
+from idemflow.errors import TransientStoreError
 from idemflow.keys import MAX_ID_CHARS
-from idemflow.records import RunStatus
+from idemflow.records import RunStatus, run_ref
 from idemflow.runner import run_status
+from idemflow.stores.base import Committed, Delete
 from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
@@ -317,3 +320,22 @@ def test_submit_and_worker_take_the_clock_of_their_runs(store: Store) -> None:
     assert pending.result(timeout=0) == {"label": space, "before": submitted_at, "after": finished_at}
     record = run_status(store, "stamped", space)
     assert record is not None and record.finished_at == finished_at
+
+
+def test_a_submission_reusing_an_id_whose_record_went_first_runs_every_step_again(store: Store) -> None:
+    """TTL may delete a finished run record before its memos: a later submission with that id is
+    a new request, and the worker that resumes it after the checkpoint runs the steps there again
+    rather than replaying the old run's memos."""
+    space = new_space()
+    response = {"space": space, "user": "u", "answer": "yes", "at": [1]}
+    for expected in (1, 2):
+        queue = MemoryQueue()
+        pending = submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+        drain(store, queue)
+        assert pending.result(timeout=10) == {"counted": "yes"}
+        store.flush()
+        assert rows_of(store, space)[("tableb", "summary", "yes")] == expected
+        resend = Retrying(
+            retry=retry_if_exception_type(TransientStoreError), stop=stop_after_attempt(20), reraise=True
+        )
+        assert isinstance(resend(store.commit, [Delete(run_ref("survey", space))]), Committed)

@@ -6,18 +6,21 @@ has passed: DynamoDB by TTL, the others by the sweep their commits start.
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from idemflow import RetryPolicy, Store, atomic, run
-from idemflow.errors import InvalidInputError
+from idemflow.errors import InvalidInputError, TransientStoreError
 from idemflow.expiry import apply
 from idemflow.gc import collect, parse_duration
 from idemflow.keys import RUNS_TABLE, memo_key, parse_memo_key, run_key
-from idemflow.records import RunRecord, RunStatus
+from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import encode
-from idemflow.stores.base import Committed, Expired, Expiring, Insert, Put, RowRef
+from idemflow.stores.base import Committed, Delete, Expired, Expiring, Insert, Put, Row, RowRef
 from idemflow.testing import FaultyStore, SimulatedCrash
 from tests.conformance.test_workflow_contract import before_step, new_space
 from tests.workflows import rows_of, setup_accounts, transfer
@@ -89,27 +92,109 @@ def test_store_expires_finished_requests_by_itself(store: Store) -> None:
         store.flush()
 
     clock[0] += 3600.0  # past the retention of both requests' rows
-    sweep_now(1)
-    # The finished request's memos are gone; its run record stays one more window (expiry.py),
-    # and still answers a duplicate.
-    assert bookkeeping(store, done_id) == ["rtransfer"]
-    assert run(transfer(req), request_id=done_id, store=store, policy=policy) == {"left": 95, "dst": 5}
-    assert bookkeeping(store, half_id) == half_rows  # unfinished: kept whole (with a later expires_at)
-    assert rows_of(store, space) == data_before
-    assert run(transfer(req), request_id=half_id, store=store, policy=policy) == {"left": 90, "dst": 10}
-    assert rows_of(store, space)[("accounts", "alice", "history")] == [-5, -5]
-
-    clock[0] += 3 * 86400.0  # past the run record's extra window too
-    # The record is met again on a later pass: Azure's pages resume after where the last sweep
-    # stopped (past the record, left by the first sweep), so it takes a wrap-around, at most two
+    # The finished request's rows go, its run record with them: its memos carry its incarnation,
+    # so one a sweep meets later is not replayed by a later request of that id. Azure's pages
+    # resume after where the last sweep stopped, so this may take a wrap-around: at most two
     # more sweeps than one; each commit here starts one sweep at least.
-    for n in range(2, 6):
+    for n in range(1, 5):
         sweep_now(n)
         if not bookkeeping(store, done_id):
             break
     assert bookkeeping(store, done_id) == []
+    assert bookkeeping(store, half_id) == half_rows  # unfinished: kept whole (with a later expires_at)
+    assert rows_of(store, space) == data_before
+    assert run(transfer(req), request_id=half_id, store=store, policy=policy) == {"left": 90, "dst": 10}
+    assert rows_of(store, space)[("accounts", "alice", "history")] == [-5, -5]
     # After expiry a duplicate is a new request: it moves the money again.
     assert run(transfer(req), request_id=done_id, store=store, policy=policy) == {"left": 85, "dst": 15}
+
+
+def test_a_request_id_reused_after_its_run_record_went_first_is_a_new_request(store: Store) -> None:
+    """DynamoDB's TTL deletes in no order: a finished run record may go before its memos. A later
+    request with that id is a new request: it runs every step again (never a partial replay of
+    the old memos), even when it crashes halfway and is retried, and its own duplicates replay."""
+    space = new_space()
+    setup_accounts(store, space, {"alice": 100, "bob": 0})
+    req = {"space": space, "src": "alice", "dst": "bob", "amount": 5}
+    rid = space + "reused"
+    assert run(transfer(req), request_id=rid, store=store) == {"left": 95, "dst": 5}
+    store.flush()
+    old_memos = [key for key in bookkeeping(store, rid) if parse_memo_key(key)]
+    assert len(old_memos) == 3
+    lose_run_record(store, rid)
+
+    with pytest.raises(SimulatedCrash):  # the new request commits its first step, then crashes
+        run(transfer(req), request_id=rid, store=FaultyStore(store, before_step(2)))
+    assert run(transfer(req), request_id=rid, store=store) == {"left": 90, "dst": 10}
+    assert rows_of(store, space)[("accounts", "alice", "history")] == [-5, -5]
+    assert rows_of(store, space)[("accounts", "bob", "balance")] == 10
+    assert rows_of(store, space)[("ledger", "log", "transfers")] == 2  # step 2 ran again, once
+    assert run(transfer(req), request_id=rid, store=store) == {"left": 90, "dst": 10}  # a duplicate
+    store.flush()
+    record = RunRecord.from_json(store.read(run_ref("transfer", rid)).value)  # type: ignore[union-attr]
+    assert record.incarnation is not None
+    for key in old_memos:  # every memo is the new run's now
+        memo = next(row for _, k, row in _memo_rows(store, rid) if k == key)
+        assert memo.value["i"] == record.incarnation
+
+    # A memo left without a record and a new request whose first commit meets it (no crash).
+    lose_run_record(store, rid)
+    assert run(transfer(req), request_id=rid, store=store) == {"left": 85, "dst": 15}
+
+
+def test_racing_copies_of_a_reused_request_id_apply_it_once(store: Store) -> None:
+    """Copies of a request reusing an id whose old memos outlived its run record race: each
+    draws its own incarnation, one claims, and every other adopts that claim (a memo of another
+    incarnation is judged by the run record, never deleted while the claim is unknown)."""
+    space = new_space()
+    setup_accounts(store, space, {"alice": 100, "bob": 0})
+    req = {"space": space, "src": "alice", "dst": "bob", "amount": 5}
+    rid = space + "raced"
+    run(transfer(req), request_id=rid, store=store)
+    store.flush()
+    lose_run_record(store, rid)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(5)
+
+    def copy() -> None:
+        barrier.wait()
+        try:
+            results.append(run(transfer(req), request_id=rid, store=store))
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=copy) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert results == [{"left": 90, "dst": 10}] * 5
+    rows = rows_of(store, space)
+    assert rows[("accounts", "alice", "history")] == [-5, -5]
+    assert rows[("ledger", "log", "transfers")] == 2
+
+
+def lose_run_record(store: Store, request_id: str) -> None:
+    """Delete a finished request's run record and leave its memos, as TTL may (resent while
+    DynamoDB Local still holds the last transaction on the row)."""
+    resend = Retrying(
+        retry=retry_if_exception_type(TransientStoreError), stop=stop_after_attempt(20), reraise=True
+    )
+    outcome = resend(store.commit, [Delete(run_ref("transfer", request_id))])
+    assert isinstance(outcome, Committed)
+    assert store.read(run_ref("transfer", request_id)) is None
+
+
+def _memo_rows(store: Store, request_id: str) -> list[tuple[str, str, Row]]:
+    found = []
+    for table in ("accounts", "ledger", RUNS_TABLE):
+        for partition, key, row in store.scan(table):
+            parsed = parse_memo_key(key)
+            if parsed and parsed[1] == request_id:
+                found.append((partition, key, row))
+    return found
 
 
 def assert_ttl_on_every_bookkeeping_row(store: Store, request_id: str) -> None:

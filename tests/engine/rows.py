@@ -205,8 +205,8 @@ class Parts:
         self.cursor = Cursor(facts.plan.resume)
         self.calls = StoreCalls(facts, self.cursor)
         self.recorder = RunRecorder(facts, self.cursor, self.calls)
-        self.deferred = DeferredCommit(facts, self.cursor, self.calls)
-        self.memos = MemoReader(facts, self.cursor, self.calls)
+        self.memos = MemoReader(facts, self.cursor, self.calls, self.recorder)
+        self.deferred = DeferredCommit(facts, self.cursor, self.calls, self.memos)
         self.stepper = Stepper(facts, self.cursor, self.calls, self.memos, self.recorder, self.deferred)
         self.coordinator = Coordinator(
             facts, self.cursor, self.calls, self.memos, self.recorder, self.stepper, run_child or _no_child

@@ -378,8 +378,8 @@ def test_workflows_are_listed_by_status(store: Store) -> None:
     queue = MemoryQueue()
     run(background("d"), request_id="l-1", store=store)
     submit(background("e"), request_id="l-2", store=store, queue=queue)
-    done = operations.runs(store, workflow="background", status=RunStatus.COMPLETED)
-    running = operations.runs(store, workflow="background", status=RunStatus.RUNNING)
+    done = operations.runs(store, workflow="background", status=RunStatus.COMPLETED).runs
+    running = operations.runs(store, workflow="background", status=RunStatus.RUNNING).runs
     assert [r.request_id for r in done] == ["l-1"]
     assert [r.request_id for r in running] == ["l-2"]
 
@@ -519,7 +519,7 @@ def test_a_child_workflow_is_a_request_of_its_own(store: Store) -> None:
         return str((yield wait(started)))
 
     assert run(parent("x"), request_id="p-1", store=store) == "test_child"
-    assert sorted(r.workflow for r in operations.runs(store)) == ["child", "parent"]
+    assert sorted(r.workflow for r in operations.runs(store).runs) == ["child", "parent"]
     assert status(store, "child", "x-child").status is RunStatus.COMPLETED
 
 

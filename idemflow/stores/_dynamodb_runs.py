@@ -1,0 +1,78 @@
+"""A page of run records on DynamoDB: a paged scan of the runs table, or of its open-runs index.
+
+DynamoDB cannot order a scan (items come in the order of their partition keys' hashes), and an
+index on start times would need one hash key for every record (a hot partition written on every
+claim and outcome) or a scan of its shards merged in memory. So pages come in the backend's key
+order, each resuming after the key of the last row it gave (``ExclusiveStartKey``, kept in the
+position), and cost what they read: about ``limit`` run records, not the table. Unfinished
+requests are read from the sparse index of open runs (a ``Query`` for one workflow). Both are
+stable under inserts: a page never repeats or skips a record that existed through the listing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from idemflow.errors import InvalidInputError
+from idemflow.keys import RUN, RUNS_TABLE
+from idemflow.stores._dynamodb_calls import Calls, DynamoDBCalls
+from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, row
+from idemflow.stores._runs_order import wanted
+from idemflow.stores.base import RunQuery, RunRow
+
+KEY_ORDER = "key order"
+
+_MAX_READ = 1000
+"""Items one call may read: a page of 10 reads about 30 (memos and outbox entries share the table)."""
+
+
+def run_page(calls: DynamoDBCalls, query: RunQuery) -> Calls[list[RunRow]]:
+    """At most ``query.limit`` run records after ``query.after``, in key order."""
+    keys = ("pk", "sk", OPEN_ATTRIBUTE) if query.open_only else ("pk", "sk")
+    args: dict[str, Any] = {"TableName": calls.table_name(RUNS_TABLE)}
+    operation = "scan"
+    if query.open_only:
+        args["IndexName"] = OPEN_INDEX
+        if query.workflow is not None:
+            operation = "query"
+            args["KeyConditionExpression"] = "#open = :w"
+            args["ExpressionAttributeNames"] = {"#open": OPEN_ATTRIBUTE}
+            args["ExpressionAttributeValues"] = {":w": {"S": query.workflow}}
+    else:  # memos and outbox entries share the table: only run records come back
+        args["FilterExpression"] = "begins_with(sk, :run)"
+        args["ExpressionAttributeValues"] = {":run": {"S": RUN}}
+    start = None if query.after is None else _start_key(query.after, keys)
+    found: list[RunRow] = []
+    while len(found) < query.limit:
+        limit = min(_MAX_READ, max(3 * (query.limit - len(found)), 25))
+        extra: dict[str, Any] = {"Limit": limit}
+        if start is not None:
+            extra["ExclusiveStartKey"] = start
+        page = yield from calls.call("list runs", [RUNS_TABLE], operation, {**args, **extra})
+        for item in page.get("Items", []):
+            got = row(item)
+            if wanted(query, item["sk"]["S"], got.value):
+                position = json.dumps({name: item[name]["S"] for name in keys}, sort_keys=True)
+                found.append(RunRow(position, item["pk"]["S"], item["sk"]["S"], got))
+                if len(found) == query.limit:
+                    break
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            break
+    return found
+
+
+def _start_key(position: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The ``ExclusiveStartKey`` a position holds; :class:`InvalidInputError` if no page gave it."""
+    try:
+        named = json.loads(position)
+    except (TypeError, ValueError):
+        named = None
+    if (
+        not isinstance(named, dict)
+        or set(named) != set(keys)
+        or not all(isinstance(v, str) for v in named.values())
+    ):
+        raise InvalidInputError(f"not a position in a list of runs: {position!r}")
+    return {name: {"S": value} for name, value in named.items()}
