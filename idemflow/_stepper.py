@@ -38,8 +38,7 @@ from idemflow.errors import (
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
 from idemflow.plan import AtCheckpoint, JournalEntry
 from idemflow.policy import DataConflict, retried
-from idemflow.records import MEMO_AT, RUN_AT, memo_row
-from idemflow.serialization import encode
+from idemflow.records import MEMO_AT, RUN_AT, memo_row, memo_text
 from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
 from idemflow.tx import StepAborted, Tx
 
@@ -407,13 +406,14 @@ class Stepper:
             run_included = not cursor.run_known
             claim = recorder.claim_ops(expires, with_outbox=True) if run_included else ()  # draws the run
             at = int(given.clock() * 1000)
-            memo_value = memo_row(identity, value, aborted=aborted, at=at, run=recorder.incarnation)
+            run = recorder.incarnation
+            memo_value = memo_row(identity, value, aborted=aborted, at=at, run=run)
             try:
-                memo_text = encode(memo_value, "", envelope=1)
+                text = memo_text(identity, value, aborted=aborted, at=at, run=run)
             except InvalidValueError as bad:  # the place is named only when needed: it costs a format
                 where = f"result of step {cursor.step} ({identity}) of workflow {given.workflow!r}"
                 raise InvalidValueError(where, bad.problem) from None
-            ops: list[Op] = [Insert(memo_ref, memo_value, memo_text, expires), *claim]
+            ops: list[Op] = [Insert(memo_ref, memo_value, text, expires), *claim]
             ops.extend(data_ops)
             if extra is not None and not aborted:
                 ops.extend((yield from extra()))
