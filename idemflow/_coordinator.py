@@ -18,6 +18,7 @@ from typing import Any, assert_never
 from idemflow._cursor import Cursor
 from idemflow._given import Given
 from idemflow._io import Scan, Sleep, Steps
+from idemflow._journal import Journal
 from idemflow._memos import MemoReader
 from idemflow._recording import RunRecorder
 from idemflow._stepper import Extra, Stepper, constant
@@ -68,7 +69,7 @@ def _next_message(found: list[tuple[str, Row, Message]]) -> tuple[str, Row, Mess
 class Coordinator:
     """Timers, children and messages, each a step (or a wait before one) of this execution."""
 
-    __slots__ = ("_calls", "_cursor", "_given", "_memos", "_recorder", "_run_child", "_stepper")
+    __slots__ = ("_calls", "_cursor", "_given", "_journal", "_memos", "_recorder", "_run_child", "_stepper")
 
     def __init__(
         self,
@@ -77,10 +78,12 @@ class Coordinator:
         calls: StoreCalls,
         memos: MemoReader,
         recorder: RunRecorder,
+        journal: Journal,
         stepper: Stepper,
         run_child: RunChild,
     ) -> None:
         self._given = given
+        self._journal = journal
         self._memos = memos
         self._cursor = cursor
         self._calls = calls
@@ -128,7 +131,7 @@ class Coordinator:
             if not self._cursor.run_known:
                 yield from recorder.claim()  # a worker accepts only requests that were submitted
             raise Suspended(
-                self._stepper.journaled(), due, why, duplicate=recorder.copy, claimed_at=recorder.started_at
+                self._journal.entries(), due, why, duplicate=recorder.copy, claimed_at=recorder.started_at
             )
         left = float("inf") if due is None else due - given.clock()
         yield Sleep(max(min(left, poll if poll is not None else left), 0.0), time.sleep)

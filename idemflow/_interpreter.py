@@ -22,6 +22,7 @@ from idemflow._effect_keys import digest, idempotency_key
 from idemflow._given import Given
 from idemflow._in_place import INFRASTRUCTURE, tried
 from idemflow._io import CallOut, Steps
+from idemflow._journal import Journal
 from idemflow._memos import AbortWorkflow
 from idemflow._recording import RunRecorder
 from idemflow._stepper import NOT_CALLED, Stepper
@@ -68,6 +69,7 @@ class Interpreter:
         "_deferred",
         "_fold",
         "_given",
+        "_journal",
         "_recorder",
         "_stepper",
         "_workflow_call",
@@ -80,12 +82,14 @@ class Interpreter:
         cursor: Cursor,
         recorder: RunRecorder,
         deferred: DeferredCommit,
+        journal: Journal,
         stepper: Stepper,
         coordinator: Coordinator,
         compensator: Compensator,
     ) -> None:
         self._given = given
         self._cursor = cursor
+        self._journal = journal
         self._recorder = recorder
         self._deferred = deferred
         self._stepper = stepper
@@ -275,7 +279,8 @@ class Interpreter:
                 return (yield from stepper.memoized("now", lambda tx: clock()))
             case Uuid4() | Random():
                 step = self._cursor.advance()
-                stepper.note_derived(type(node).__name__.lower())
+                if self._journal.noting:
+                    self._journal.note("", "", type(node).__name__.lower())
                 derived = digest(given.workflow, given.request_id, step)
                 if isinstance(node, Uuid4):
                     return str(uuid.UUID(bytes=derived[:16], version=4))
@@ -305,7 +310,7 @@ class Interpreter:
             if not cursor.run_known:
                 yield from recorder.claim()  # a worker accepts only requests that were submitted
             raise Checkpointed(
-                self._stepper.journaled(), duplicate=recorder.copy, claimed_at=recorder.started_at
+                self._journal.entries(), duplicate=recorder.copy, claimed_at=recorder.started_at
             )
 
     def on_abort(self, reason: JSON, reached: int) -> Steps[None]:

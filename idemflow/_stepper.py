@@ -6,8 +6,8 @@ record switches the execution to replay, and a data conflict reruns the body
 under the policy's tenacity retryer. A step the workflow goes on from may
 leave its commit :class:`Pending` for the workflow's next move.
 
-The stepper owns what lives for one step (its attempts, an effect's answer)
-and the journal of forward steps; what the step is, where it goes and whether
+The stepper owns what lives for one step (its attempts, an effect's answer);
+what the step is, where it goes and whether
 its commit may wait is passed in, never left on an object for a later method
 to pick up. A commit that waits is handed to :mod:`idemflow._deferred`.
 """
@@ -24,6 +24,7 @@ from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit, Pending
 from idemflow._given import Given
 from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
+from idemflow._journal import Journal
 from idemflow._lease import acquire
 from idemflow._memos import AbortWorkflow, MemoReader, has_incarnation
 from idemflow._recording import RunRecorder
@@ -32,11 +33,9 @@ from idemflow.errors import (
     ConflictError,
     InvalidValueError,
     LimitExceededError,
-    NonDeterminismError,
     TransientStoreError,
 )
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
-from idemflow.plan import AtCheckpoint, JournalEntry
 from idemflow.policy import DataConflict, retried
 from idemflow.records import MEMO_AT, RUN_AT, memo_row, memo_text
 from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
@@ -106,7 +105,6 @@ class Stepper:
         "_given",
         "_journal",
         "_memos",
-        "_noting",
         "_recorder",
         "called",
     )
@@ -119,6 +117,7 @@ class Stepper:
         memos: MemoReader,
         recorder: RunRecorder,
         deferred: DeferredCommit,
+        journal: Journal,
     ) -> None:
         self._given = given
         self._memos = memos
@@ -126,27 +125,16 @@ class Stepper:
         self._cursor = cursor
         self._calls = calls
         self._recorder = recorder
-        plan = given.plan
-        self._journal: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
-        self._noting = self._journal is not None or bool(plan.expected)
+        self._journal = journal
         self._attempts = 0
         """Attempts of the current step beyond its first (conflicts, transient reads): for its log."""
         self.called: Any = NOT_CALLED
         """What the current effect's call answered in this execution, if it was called (an undo
         needs it when the request is undone at that very call)."""
 
-    def journaled(self) -> tuple[JournalEntry, ...]:
-        """The forward steps so far, for a continuation to check its replay against."""
-        return tuple(self._journal or ())
-
     def forget_call(self) -> None:
         """An effect begins: no answer of it seen yet (its attempts share what they see)."""
         self.called = NOT_CALLED
-
-    def restart(self) -> None:
-        """Start over (see :class:`~idemflow._deferred.Restart`): nothing journaled."""
-        if self._journal is not None:
-            self._journal = []
 
     # -- steps --------------------------------------------------------------
 
@@ -178,30 +166,13 @@ class Stepper:
             reason = plan.abort.reason
             body, call_out, extra = (lambda tx: tx.abort(reason)), None, None
         cursor.identity = identity
-        if self._noting and not again:
-            self._note(table, partition, identity)
+        journal = self._journal
+        if journal.noting and not again:
+            journal.note(table, partition, identity)
         tag = step_tag(cursor.step)
         return self.run_step(
             table, partition, tag, identity, body, True, call_out, extra, defer and not again
         )
-
-    def note_derived(self, name: str) -> None:
-        """Journal a derived value's step (``uuid4``, ``random``): no memo, but a number of its own."""
-        if self._noting:
-            self._note("", "", name)
-
-    def _note(self, table: str, partition: str, identity: str) -> None:
-        """Journal a forward step for the continuation, or check it against a resumed one's."""
-        if self._journal is not None:
-            self._journal.append((table, partition, identity))
-        expected = self._given.plan.expected
-        step = self._cursor.step
-        if step <= len(expected) and expected[step - 1] != (table, partition, identity):
-            recorded = "{2} on {0}/{1}".format(*expected[step - 1])
-            met = f"{identity} on {table}/{partition}"
-            raise NonDeterminismError(
-                self._given.workflow, self._given.request_id, step, repr(recorded), repr(met)
-            )
 
     def run_step(
         self,

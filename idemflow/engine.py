@@ -50,6 +50,7 @@ from idemflow._given import Given, log
 from idemflow._in_place import INFRASTRUCTURE
 from idemflow._interpreter import Interpreter
 from idemflow._io import CommitCache, Steps
+from idemflow._journal import Journal
 from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._outcome import OutcomeWriter
 from idemflow._recording import RunRecorder
@@ -108,9 +109,9 @@ class Execution:
         "_deferred",
         "_given",
         "_interpreter",
+        "_journal",
         "_outcome",
         "_recorder",
-        "_stepper",
     )
 
     def __init__(
@@ -147,11 +148,14 @@ class Execution:
         self._recorder = recorder = RunRecorder(given, cursor, calls)
         memos = MemoReader(given, cursor, calls, recorder)
         self._deferred = deferred = DeferredCommit(given, cursor, calls, memos)
-        self._stepper = stepper = Stepper(given, cursor, calls, memos, recorder, deferred)
-        coordinator = Coordinator(given, cursor, calls, memos, recorder, stepper, _run_child)
+        self._journal = journal = Journal(given, cursor)
+        stepper = Stepper(given, cursor, calls, memos, recorder, deferred, journal)
+        coordinator = Coordinator(given, cursor, calls, memos, recorder, journal, stepper, _run_child)
         self._compensator = compensator = Compensator(given, cursor, stepper, deferred, _abort_child)
         self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred)
-        self._interpreter = Interpreter(given, cursor, recorder, deferred, stepper, coordinator, compensator)
+        self._interpreter = Interpreter(
+            given, cursor, recorder, deferred, journal, stepper, coordinator, compensator
+        )
 
     @property
     def step(self) -> int:
@@ -272,7 +276,7 @@ class Execution:
             yield from self._recorder.meet(restart.existing)
         self._cursor.restart()
         self._deferred.drop()
-        self._stepper.restart()
+        self._journal.restart()
         self._compensator.restart()
         self._interpreter.restart()
 

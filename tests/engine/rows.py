@@ -19,6 +19,7 @@ from idemflow._deferred import DeferredCommit
 from idemflow._given import Given
 from idemflow._interpreter import Interpreter
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Sleep, Steps, Turn
+from idemflow._journal import Journal
 from idemflow._memos import MemoReader
 from idemflow._outcome import OutcomeWriter
 from idemflow._recording import RunRecorder
@@ -207,16 +208,33 @@ class Parts:
         self.recorder = RunRecorder(facts, self.cursor, self.calls)
         self.memos = MemoReader(facts, self.cursor, self.calls, self.recorder)
         self.deferred = DeferredCommit(facts, self.cursor, self.calls, self.memos)
-        self.stepper = Stepper(facts, self.cursor, self.calls, self.memos, self.recorder, self.deferred)
+        self.journal = Journal(facts, self.cursor)
+        self.stepper = Stepper(
+            facts, self.cursor, self.calls, self.memos, self.recorder, self.deferred, self.journal
+        )
         self.coordinator = Coordinator(
-            facts, self.cursor, self.calls, self.memos, self.recorder, self.stepper, run_child or _no_child
+            facts,
+            self.cursor,
+            self.calls,
+            self.memos,
+            self.recorder,
+            self.journal,
+            self.stepper,
+            run_child or _no_child,
         )
         self.compensator = Compensator(
             facts, self.cursor, self.stepper, self.deferred, abort_child or _no_child
         )
         self.outcome = OutcomeWriter(facts, self.cursor, self.calls, self.recorder, self.deferred)
         self.interpreter = Interpreter(
-            facts, self.cursor, self.recorder, self.deferred, self.stepper, self.coordinator, self.compensator
+            facts,
+            self.cursor,
+            self.recorder,
+            self.deferred,
+            self.journal,
+            self.stepper,
+            self.coordinator,
+            self.compensator,
         )
 
 

@@ -167,7 +167,7 @@ def test_an_effect_is_called_once_and_its_answer_memoized() -> None:
 def test_forward_steps_are_journaled_for_a_continuation_and_checked_on_resume() -> None:
     rows, parts = Rows(), Parts(given(Plan(at_checkpoint=AtCheckpoint.STOP)))
     rows.run(_step(parts, Counted()))
-    assert parts.stepper.journaled() == (("items", "p1", "atomic add"),)
+    assert parts.journal.entries() == (("items", "p1", "atomic add"),)
     moved = Parts(given(Plan(resume=True, expected=(("items", "p2", "atomic add"),))))
     with pytest.raises(NonDeterminismError):
         rows.run(_step(moved, Counted()))
