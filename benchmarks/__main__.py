@@ -7,13 +7,14 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, cost, summary. ``--stores`` limits the store-parametrized benchmarks
+runs_list, timers, booking, cost, summary; and ``soak`` (10 minutes of steady load on one SQLite
+file: run by name only, never by default). ``--stores`` limits the store-parametrized benchmarks
 (calls, users, outbox, asyncio_api, runs_list, timers, and contention, booking and cost, which run
 sqlite,dynamodb-local,azurite unless told); ``cloud``
 and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
 server stores, leaving only the pure-Python and SQLite parts). ``--library PATH`` and ``--tag TAG``
-go to ``cost``: the idemflow under PATH is imported instead of this tree's, and the pages are
-written as ``cost-TAG.*`` (a before/after pair in one folder).
+go to ``cost`` and ``soak``: the idemflow under PATH is imported instead of this tree's, and the
+pages are written as ``cost-TAG.*`` / ``soak-TAG.*`` (a before/after pair in one folder).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "timers",
         "booking",
         "cost",
+        "soak",
         "summary",
     ):
         import importlib
@@ -87,7 +89,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
             cloud_survey.main([*sizes, "--out", str(out), *argv])
 
         return run_cloud
-    raise SystemExit(f"unknown benchmark {name!r}; choose from {', '.join((*ORDER, 'summary'))}")
+    raise SystemExit(f"unknown benchmark {name!r}; choose from {', '.join((*ORDER, 'soak', 'summary'))}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,8 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stores", default=None, help="comma-separated stores for calls, users, outbox, asyncio_api, timers"
     )
     parser.add_argument("--no-servers", action="store_true", help="skip moto and Azurite (and the peers)")
-    parser.add_argument("--library", default=None, help="cost: import idemflow from PATH first")
-    parser.add_argument("--tag", default=None, help="cost: write cost-TAG.md/.json/.png")
+    parser.add_argument("--library", default=None, help="cost, soak: import idemflow from PATH first")
+    parser.add_argument("--tag", default=None, help="cost, soak: write NAME-TAG.md/.json/.png")
     args = parser.parse_args(argv)
     out: Path = args.out or (QUICK_OUT if args.quick else RESULTS)
     names = list(args.names) or list(ORDER)
@@ -121,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if name in ("contention", "booking", "cost") and (args.stores or args.no_servers):  # else their own
             extra = ["--stores", stores]
-        if name == "cost":
+        if name in ("cost", "soak"):
             extra += ["--library", args.library] if args.library else []
             extra += ["--tag", args.tag] if args.tag else []
         print(f"== {name}{' (quick)' if args.quick else ''} -> {out}", flush=True)

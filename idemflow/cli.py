@@ -1,7 +1,7 @@
 """The ``idemflow`` command: provision tables, collect garbage, inspect requests.
 
     idemflow tables create --store URL NAME...
-    idemflow gc --store URL --older-than 7d
+    idemflow gc --store URL [--older-than 7d] [--stats] [--vacuum]
     idemflow status --store URL WORKFLOW REQUEST_ID
     idemflow runs list --store URL [--workflow W] [--status S] [--older-than D] [--limit N]
         [--after CURSOR] [--json]
@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from idemflow.errors import IdemflowError, InvalidInputError
-from idemflow.gc import collect, parse_duration
+from idemflow.gc import collect, expired_stats, parse_duration
 from idemflow.keys import check_duration, check_table
 from idemflow.operations import ABORT_WAIT, abort, runs
 from idemflow.policy import RetryPolicy
@@ -43,6 +43,7 @@ from idemflow.records import RunStatus
 from idemflow.runner import Workflow, run_status
 from idemflow.step_retry import StepRetry
 from idemflow.stores import Store, open_async_store, open_store
+from idemflow.stores.base import Shrinking
 
 if TYPE_CHECKING:
     from idemflow.async_worklist import WorkerStats
@@ -60,7 +61,9 @@ def _parser() -> argparse.ArgumentParser:
 
     gc = commands.add_parser("gc", help="delete bookkeeping rows of requests finished long ago")
     gc.add_argument("--store", required=True)
-    gc.add_argument("--older-than", required=True, help="e.g. 7d, 12h, 30m, 3600s")
+    gc.add_argument("--older-than", help="collect requests finished this long ago, e.g. 7d, 12h, 30m, 3600s")
+    gc.add_argument("--stats", action="store_true", help="count expired rows still present, by kind (JSON)")
+    gc.add_argument("--vacuum", action="store_true", help="SQLite: rewrite the file, giving free space back")
 
     status = commands.add_parser("status", help="where a request stands")
     status.add_argument("--store", required=True)
@@ -265,12 +268,7 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
     if args.command == "worker":
         return _worker(args, store)
     if args.command == "gc":
-        report = collect(store, older_than=parse_duration(args.older_than))
-        print(
-            f"collected {report.requests} finished requests: {report.memo_rows} memo rows, "
-            f"{report.run_records} run records"
-        )
-        return 0
+        return _gc(args, store)
     if args.command == "runs":
         return _runs(args, store)
     if args.command in ("retry", "resume"):
@@ -300,6 +298,28 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
             "waiting": record.waiting,
         }
         print(json.dumps({key: value for key, value in shown.items() if value is not None}))
+    return 0
+
+
+def _gc(args: argparse.Namespace, store: Store) -> int:
+    """Collect (``--older-than``), then vacuum (``--vacuum``), then count (``--stats``)."""
+    if args.older_than is None and not (args.stats or args.vacuum):
+        raise InvalidInputError("gc needs --older-than DURATION, --stats or --vacuum")
+    older_than = None if args.older_than is None else parse_duration(args.older_than)
+    if args.vacuum and not isinstance(store, Shrinking):
+        raise InvalidInputError(f"gc --vacuum: {type(store).__name__} has no file to vacuum (SQLite has)")
+    if older_than is not None:
+        report = collect(store, older_than=older_than)
+        print(
+            f"collected {report.requests} finished requests: {report.memo_rows} memo rows, "
+            f"{report.run_records} run records; {report.pages_released} free pages given back"
+        )
+    if args.vacuum:
+        assert isinstance(store, Shrinking)
+        before, after = store.vacuum()
+        print(f"vacuumed: {before:,} bytes before, {after:,} after")
+    if args.stats:
+        print(json.dumps(expired_stats(store).to_json()))
     return 0
 
 

@@ -159,8 +159,11 @@ def settle(found: Sequence[Expired], now: float, capabilities: Capabilities) -> 
             later = now + RECHECK
             ops.append(Put(item.ref, decode(item.text), item.text, expect=item.version, expires_at=later))
     applied = yield from commit_each(ops, capabilities)
-    deleted = sum(1 for op in applied if isinstance(op, Delete))
-    return ExpiryReport(len(found), deleted, len(applied) - deleted, len(ops) - len(applied))
+    gone = {op.ref for op in applied if isinstance(op, Delete)}
+    late = max((now - item.expires_at for item in found if item.ref in gone), default=0.0)
+    return ExpiryReport(
+        len(found), len(gone), len(applied) - len(gone), len(ops) - len(applied), max(late, 0.0)
+    )
 
 
 def commit_each(ops: Sequence[Op], capabilities: Capabilities) -> Steps[list[Op]]:

@@ -9,7 +9,10 @@ seconds ago are collected: a request that is not finished keeps every row it
 needs to resume. Memos go first and the run record last, so a duplicate
 arriving during collection still finds the finished record and returns it.
 After collection a duplicate of that request id is a new request: the
-retention window is the deduplication window.
+retention window is the deduplication window. On SQLite the pages the deletes
+freed go back to the file system (``incremental_vacuum``, files made with
+``auto_vacuum=INCREMENTAL``); :func:`expired_stats` counts the expired rows
+still present (``idemflow gc --stats``).
 
 >>> from idemflow import MemoryStore, atomic, run
 >>> store = MemoryStore()
@@ -26,11 +29,12 @@ from dataclasses import dataclass
 
 from idemflow._io import Commit
 from idemflow._trampoline import trampoline
+from idemflow.errors import InvalidInputError
 from idemflow.expiry import commit_each, owner
-from idemflow.keys import RUNS_TABLE, parse_memo_key
+from idemflow.keys import RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key
 from idemflow.policy import resend
 from idemflow.records import RunRecord
-from idemflow.stores.base import CommitOutcome, Delete, Op, Row, RowRef, Store
+from idemflow.stores.base import CommitOutcome, Delete, ExpiredRows, Op, Row, RowRef, Shrinking, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,8 @@ class GcReport:
     requests: int
     memo_rows: int
     run_records: int
+    pages_released: int = 0
+    """Free pages given back to the file system afterwards (SQLite)."""
 
 
 def collect(store: Store, *, older_than: float, now: Callable[[], float] = time.time) -> GcReport:
@@ -68,7 +74,63 @@ def collect(store: Store, *, older_than: float, now: Callable[[], float] = time.
                 memos.append(Delete(ref, expect=row.version))
     records: list[Op] = [Delete(ref, expect=row.version) for ref, row in finished.items()]
     memo_rows = len(_delete(store, memos))
-    return GcReport(len(finished), memo_rows, len(_delete(store, records)))  # memos first, records last
+    run_records = len(_delete(store, records))  # memos first, records last
+    released = store.release() if isinstance(store, Shrinking) else 0
+    return GcReport(len(finished), memo_rows, run_records, released)
+
+
+KINDS = ("memos", "run records", "outbox/inbox", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredStats:
+    """Rows whose ``expires_at`` passed that are still in the store, by kind (:data:`KINDS`).
+
+    Some are there by design: a finished run record stays one more retention window (at least a
+    day) after it expired, and an unfinished request's rows stay until it ends. Memos and outbox
+    rows of finished requests that stay long past their expiry mean the sweeps fall behind.
+    """
+
+    rows: dict[str, int]
+    oldest: dict[str, float]
+    """Seconds past expiry of the oldest such row, by kind (0.0: none)."""
+
+    def to_json(self) -> dict[str, dict[str, float]]:
+        return {"expired_rows": dict(self.rows), "oldest_seconds_past_expiry": dict(self.oldest)}
+
+
+def kind(ref: RowRef) -> str:
+    """Which of :data:`KINDS` a row is.
+
+    >>> kind(RowRef("accounts", "alice", "mtransfer|t-1|s1")), kind(RowRef(RUNS_TABLE, "t-1", "rtransfer"))
+    ('memos', 'run records')
+    """
+    if parse_memo_key(ref.key) is not None:
+        return "memos"
+    if ref.table == RUNS_TABLE and owner(ref) == ref:
+        return "run records"
+    if ref.table == RUNS_TABLE and (parse_outbox_key(ref.key) or parse_inbox_key(ref.key)):
+        return "outbox/inbox"
+    return "other"
+
+
+def expired_stats(store: Store, *, now: Callable[[], float] = time.time) -> ExpiredStats:
+    """Count the expired rows still in ``store`` (one full read of them: an operator's command).
+
+    Raises :class:`~idemflow.errors.InvalidInputError` for a store that cannot list them
+    (DynamoDB: its TTL deletes them, up to days after they expire, and reads never see the lag).
+    """
+    if not isinstance(store, ExpiredRows):
+        raise InvalidInputError(
+            f"{type(store).__name__} cannot list its expired rows (SQLite and memory can)"
+        )
+    at = now()
+    rows, oldest = dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, 0.0)
+    for ref, expires_at in store.expired_rows(at):
+        found = kind(ref)
+        rows[found] += 1
+        oldest[found] = max(oldest[found], at - expires_at)
+    return ExpiredStats(rows, oldest)
 
 
 def _delete(store: Store, ops: list[Op]) -> list[Op]:
@@ -87,8 +149,6 @@ def parse_duration(text: str) -> float:
     >>> parse_duration("7d"), parse_duration("90")
     (604800.0, 90.0)
     """
-    from idemflow.errors import InvalidInputError
-
     units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
     stripped = text.strip().lower()
     factor = units.get(stripped[-1:])

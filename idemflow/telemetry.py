@@ -15,7 +15,10 @@ carries ``idemflow.workflow``, ``idemflow.request_id`` and, where it applies,
 ``idemflow.steps.committed``, ``idemflow.conflicts.retried``,
 ``idemflow.duplicates.answered`` (a step answered from its memo instead of
 running), counters by workflow; ``idemflow.queue.lag`` (seconds from a
-request's claim to a worker taking it up), a histogram.
+request's claim to a worker taking it up), a histogram; ``idemflow.expiry.backlog``
+(expired rows the last complete pass of a store's sweeps met and left in place)
+and ``idemflow.expiry.late`` (most seconds past expiry of a row that pass
+deleted), gauges by ``idemflow.store``, set as each pass ends.
 
 >>> enabled()  # until the application calls instrument()
 False
@@ -38,6 +41,8 @@ STEPS_COMMITTED = "idemflow.steps.committed"
 CONFLICTS_RETRIED = "idemflow.conflicts.retried"
 DUPLICATES_ANSWERED = "idemflow.duplicates.answered"
 QUEUE_LAG = "idemflow.queue.lag"
+EXPIRY_BACKLOG = "idemflow.expiry.backlog"
+EXPIRY_LATE = "idemflow.expiry.late"
 
 _DESCRIPTIONS = {
     STEPS_COMMITTED: "steps committed (memo and data in one write)",
@@ -57,6 +62,12 @@ class _Instruments:
             name: meter.create_counter(name, description=text) for name, text in _DESCRIPTIONS.items()
         }
         self.lag = meter.create_histogram(QUEUE_LAG, unit="s", description="claim to a worker taking it up")
+        self.backlog = meter.create_gauge(
+            EXPIRY_BACKLOG, unit="{row}", description="expired rows the last sweep pass met and left"
+        )
+        self.late = meter.create_gauge(
+            EXPIRY_LATE, unit="s", description="most seconds past expiry of a row the last sweep pass deleted"
+        )
 
 
 _made: list[_Instruments] = []
@@ -110,6 +121,14 @@ def lag(seconds: float, workflow: str) -> None:
     made = _instruments()
     if made is not None:
         made.lag.record(seconds, {"idemflow.workflow": workflow})
+
+
+def expiry_pass(store: str, left: int, late: float) -> None:
+    """Set the expiry gauges of ``store`` as one pass of its sweeps ended."""
+    made = _instruments()
+    if made is not None:
+        made.backlog.set(left, {"idemflow.store": store})
+        made.late.set(late, {"idemflow.store": store})
 
 
 def enabled() -> bool:

@@ -203,3 +203,23 @@ def test_quick_cost_counts_every_sqlite_variant(tmp_path: Path) -> None:
     assert rows["minimal 2 steps, duplicate"]["calls_all"] == 1
     assert rows["minimal 5 steps"]["calls_all"] == 5
     assert rows["plain handler"]["calls_all"] == 2
+
+
+def test_quick_soak_samples_expired_rows_file_and_latency(tmp_path: Path) -> None:
+    """The soak at seconds, not minutes: its page, plot and record, a sample every 2 s with the
+    expired rows by kind, the file, RSS and both latencies; the store's own backlog once a pass
+    of its sweeps ended (retention 1 s, a sweep every 0.5 s)."""
+    pytest.importorskip("matplotlib", reason="the plots need the 'bench' extra: pip install -e '.[bench]'")
+    out = tmp_path / "results"
+    args = ["--minutes", "0.1", "--sample-every", "2", "--retention", "1", "--expire-every", "0.5"]
+    bench(["benchmarks.soak", "--quick", *args, "--tag", "smoke", "--out", str(out)], timeout=60)
+    assert "| t (s) | memos | run records |" in (out / "soak-smoke.md").read_text()
+    assert (out / "soak-smoke.png").stat().st_size > 0
+    samples = json.loads((out / "soak-smoke.json").read_text())["samples"]
+    assert len(samples) == 3
+    for sample in samples:
+        assert set(sample["expired"]) == {"memos", "run records", "outbox/inbox", "other"}
+        assert sample["rows"] > 0 and sample["file_mb"] > 0 and sample["rss_mb"] > 0
+        assert sample["run_p50_ms"] > 0 and sample["submit_p50_ms"] > 0
+    assert samples[-1]["requests"] > samples[0]["requests"] > 0
+    assert samples[-1]["store_backlog"] is not None and samples[-1]["store_backlog"]["deleted"] > 0

@@ -251,3 +251,24 @@ def test_runs_list_pages_with_a_cursor(tmp_path: Path) -> None:
     assert [json.loads(line)["request_id"] for line in third.stdout.splitlines()] == ["r0"]
     bad = idemflow("runs", "list", "--store", url, "--after", "garbage")
     assert bad.returncode == 2 and "not a" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_gc_counts_expired_rows_and_vacuums_on_sqlite(tmp_path: Path) -> None:
+    """``gc --stats`` counts the expired rows still in the file by kind; ``gc --vacuum`` rewrites
+    the file; neither needs ``--older-than``, and a store with no file to vacuum is refused."""
+    path = tmp_path / "cli.sqlite3"
+    store = SqliteStore(path, expire_every=None)
+    store.commit([Insert(run_ref("wf", f"r{n}"), {"status": "x"}, '{"status":"x"}', 1.0) for n in range(3)])
+    store.close()
+    url = f"sqlite:{path}"
+    counted = idemflow("gc", "--store", url, "--stats")
+    assert counted.returncode == 0, counted.stderr
+    stats = json.loads(counted.stdout)
+    assert stats["expired_rows"] == {"memos": 0, "run records": 3, "outbox/inbox": 0, "other": 0}
+    assert stats["oldest_seconds_past_expiry"]["run records"] > 1e9
+    vacuumed = idemflow("gc", "--store", url, "--vacuum")
+    assert vacuumed.returncode == 0 and vacuumed.stdout.startswith("vacuumed: "), vacuumed.stderr
+    refused = idemflow("gc", "--store", "memory:", "--vacuum")
+    assert refused.returncode == 2 and "no file to vacuum" in refused.stderr
+    nothing = idemflow("gc", "--store", url)
+    assert nothing.returncode == 2 and "--older-than" in nothing.stderr

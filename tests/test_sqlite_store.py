@@ -18,7 +18,7 @@ from tenacity import Retrying, stop_after_attempt
 from idemflow import Idem, RetryPolicy, SqliteStore, atomic, run, workflow
 from idemflow.records import RunStatus
 from idemflow.runner import run_status
-from idemflow.stores import sqlite as sqlite_store
+from idemflow.stores import _sqlite_sweep
 from idemflow.stores.base import Insert, Put, RowRef, RunQuery
 
 MEMO = '{"id":"atomic a","v":1}'
@@ -133,7 +133,7 @@ def test_a_file_from_before_expiry_needs_no_migration(tmp_path: Path) -> None:
         old.commit()
     store = SqliteStore(path, expire_every=None)
     with contextlib.closing(sqlite3.connect(path)) as look:
-        query = "EXPLAIN QUERY PLAN " + sqlite_store._EXPIRY_WINDOW
+        query = "EXPLAIN QUERY PLAN " + _sqlite_sweep._WINDOW
         plan = look.execute(query, (1e9, "", "", "", 100)).fetchall()
     assert any("PRIMARY KEY" in str(step[-1]) for step in plan), plan  # a range, not a scan
     report = store.expire(now=1e9)
@@ -147,7 +147,7 @@ def test_sweeps_move_through_the_file_and_wrap_around(
 ) -> None:
     """Each sweep reads the next window after the last one: rows it leaves alone do not hide
     the rows after them, and after the last row it starts again from the first."""
-    monkeypatch.setattr(sqlite_store, "_WINDOW_ROWS", 2)
+    monkeypatch.setattr(_sqlite_sweep, "WINDOW_ROWS", 2)
     store = SqliteStore(tmp_path / "store.sqlite3", expire_every=None)
     for partition in ("a", "b", "c"):  # data rows never expire; these carry expires all the same
         store.commit([Put(RowRef("items", partition, "dk"), 1, "1", expires_at=100.0)])

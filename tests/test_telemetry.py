@@ -3,6 +3,7 @@ application's own SDK set-up receives them (the SDK's in-memory exporter and rea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from idemflow import MemoryStore, run
 from idemflow import telemetry as telemetry_module
 from idemflow.async_worklist import MemoryQueue, Worker, submit
+from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.serialization import encode
+from idemflow.stores.base import Put, RowRef
 from tests.checkout_workflows import V1, checkout_v1
 
 EXPORTER = InMemorySpanExporter()
@@ -86,3 +90,27 @@ def test_runs_steps_commits_and_queue_traffic_are_traced(telemetry: Any) -> None
     assert committed == 4  # two steps for each of the two requests, once each
     assert after["idemflow.duplicates.answered"] > before.get("idemflow.duplicates.answered", 0)
     assert after["idemflow.queue.lag"] >= 1  # one continuation taken up
+
+
+def test_a_finished_sweep_pass_sets_the_expiry_gauges(telemetry: Any) -> None:
+    """As a pass of a store's sweeps ends, ``idemflow.expiry.backlog`` says how many expired rows
+    it left (an old-format finished run record in its hold) and ``idemflow.expiry.late`` how late the rows
+    it deleted were, under the store's name."""
+    _, reader = telemetry
+    now = [time.time() + 3600]
+    store = MemoryStore(expire_every=None)
+    # A finished run record written before incarnations (format 4), expired and in its hold.
+    held: Any = RunRecord("fp", RunStatus.COMPLETED, result=1, finished_at=now[0] - 20.0).to_json()
+    store.commit([Put(run_ref("wf", "g"), held, encode(held), expires_at=now[0] - 10.0)])
+    store.schedule_expiry(0.0, clock=lambda: now[0])
+    store.commit([Put(RowRef("items", "p", "mwf|gone|s1"), 1, "1", expires_at=now[0] - 30.0)])  # sweeps
+    gauges: dict[str, float] = {}
+    data: Any = reader.get_metrics_data()
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    if point.attributes.get("idemflow.store") == "memory store":
+                        gauges[metric.name] = point.value
+    assert gauges[telemetry_module.EXPIRY_BACKLOG] == 1
+    assert gauges[telemetry_module.EXPIRY_LATE] == pytest.approx(30.0)

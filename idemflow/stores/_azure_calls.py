@@ -51,7 +51,7 @@ from idemflow.stores._azure_batch import (
     resolving,
 )
 from idemflow.stores._azure_batch import Plan as Planned
-from idemflow.stores._expiring import Schedule
+from idemflow.stores._expiring import Backlog, Schedule
 from idemflow.stores.base import (
     COMMITTED,
     CommitOutcome,
@@ -121,6 +121,21 @@ class AzureCalls:
         self._tombstones: dict[tuple[str, str, str], str] = {}  # (table, partition, key) -> ETag
         self._expiry = Schedule(expire_every)
         self._expiry_pages: dict[str, Any] = {}  # table -> where its next expiry query starts
+
+    def expiry_more(self) -> bool:
+        """Whether a table's last page had more after it: Azure may end a page short of ``limit``
+        (a partition boundary, five seconds of scanning) with a continuation, and a sweep that
+        waited ``expire_every`` for each such page would fall behind however few rows it found."""
+        return bool(self._expiry_pages)
+
+    @property
+    def expiry_backlog(self) -> Backlog | None:
+        """What the last complete pass of the sweeps met (see :class:`~idemflow.stores._expiring.Backlog`)."""
+        return self._expiry.backlog
+
+    def expiry_pass_ended(self) -> bool:
+        """Whether the last sweep reached the end of every table (the next starts a new pass)."""
+        return not self._expiry_pages
 
     def schedule_expiry(self, every: float | None, *, clock: Callable[[], float] = time.time) -> None:
         """Sweep (off the caller's path) after a ``commit`` at most once per ``every`` seconds
@@ -242,6 +257,8 @@ class AzureCalls:
         page = Page(table, "expires_at lt @now", {"now": float(now)}, limit, token)
         try:
             entities, self._expiry_pages[table] = yield page
+            if self._expiry_pages[table] is None:
+                self._expiry_pages.pop(table)
         except Exception as exc:  # every SDK failure becomes a StoreError
             self._expiry_pages.pop(table, None)
             raise self._error(exc, table, "expiry query") from exc

@@ -35,7 +35,6 @@ where the last sweep stopped, and settles it; tombstones are deleted too.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -169,7 +168,7 @@ class AzureTableStore(AzureCalls):
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         outcome = self._drive(self._commit(ops))
-        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+        if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             self._sweep_later()
         return outcome
 
@@ -182,6 +181,7 @@ class AzureTableStore(AzureCalls):
         report = NO_EXPIRY
         for table in sweep_order(self.tables()):
             report += apply(self, self._drive(self._expired_page(table, at, limit)), at)
+        self._expiry.passes.note(report, report.found, self.expiry_pass_ended(), at)
         return report
 
     def _sweep_later(self) -> None:
@@ -191,7 +191,7 @@ class AzureTableStore(AzureCalls):
                 if self._sweeper is None:
                     self._sweeper = ThreadPoolExecutor(1, thread_name_prefix="idemflow-azure-expiry")
                 where = f"Azure tables {self.prefix or '(no prefix)'}"
-                self._sweep = self._sweeper.submit(swept, self.expire, self._expiry, where)
+                self._sweep = self._sweeper.submit(swept, self.expire, self._expiry, where, self.expiry_more)
                 return
         self._expiry.done(None, LIMIT)
 

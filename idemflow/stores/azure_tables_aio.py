@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -125,12 +124,12 @@ class AsyncAzureTableStore(AzureCalls):
 
     async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         outcome = await self._drive(self._commit(ops))
-        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+        if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             if self._cache.closed:
                 self._expiry.done(None, LIMIT)
             else:
                 where = f"Azure tables {self.prefix or '(no prefix)'}"
-                self._sweep = asyncio.create_task(aswept(self.expire, self._expiry, where))
+                self._sweep = asyncio.create_task(aswept(self.expire, self._expiry, where, self.expiry_more))
         return outcome
 
     async def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
@@ -142,6 +141,7 @@ class AsyncAzureTableStore(AzureCalls):
         report = NO_EXPIRY
         for table in sweep_order(await self.tables()):
             report += await aapply(self, await self._drive(self._expired_page(table, at, limit)), at)
+        self._expiry.passes.note(report, report.found, self.expiry_pass_ended(), at)
         return report
 
     async def tables(self) -> list[str]:

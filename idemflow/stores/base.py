@@ -254,6 +254,8 @@ class ExpiryReport:
     """Rows of unfinished requests given a later ``expires_at`` instead."""
     raced: int = 0
     """Rows a writer changed between the sweep's read and its commit: left as they are."""
+    late: float = 0.0
+    """Most seconds past its ``expires_at`` of a row deleted: how far behind the sweeps run."""
 
     def __add__(self, other: ExpiryReport) -> ExpiryReport:
         return ExpiryReport(
@@ -261,6 +263,7 @@ class ExpiryReport:
             self.deleted + other.deleted,
             self.kept + other.kept,
             self.raced + other.raced,
+            max(self.late, other.late),
         )
 
 
@@ -279,6 +282,30 @@ class Expiring(Protocol):
     def expire(self, now: float | None = None, limit: int = 100) -> ExpiryReport:
         """Settle at most ``limit`` rows (per table) whose ``expires_at`` is before ``now``
         (wall time by default), by the rules of :mod:`idemflow.expiry`."""
+        ...
+
+
+@runtime_checkable
+class ExpiredRows(Protocol):
+    """A store that can list every row whose ``expires_at`` passed (SQLite, memory): what
+    ``idemflow gc --stats`` counts. A full read, for operators; sweeps never call it."""
+
+    def expired_rows(self, now: float | None = None) -> Iterator[tuple[RowRef, float]]:
+        """``(row, expires_at)`` of every row expired by ``now`` (wall time by default)."""
+        ...
+
+
+@runtime_checkable
+class Shrinking(Protocol):
+    """A store whose file can give space back (SQLite): deleting rows frees pages inside the
+    file, and only these calls return them to the file system."""
+
+    def release(self, pages: int | None = None) -> int:
+        """Give back at most ``pages`` free pages (None: all), in bounded steps; how many."""
+        ...
+
+    def vacuum(self) -> tuple[int, int]:
+        """Rewrite the whole file (every writer waits meanwhile); ``(bytes before, bytes after)``."""
         ...
 
 

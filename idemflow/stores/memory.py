@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.serialization import decode
-from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
+from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Backlog, Schedule, swept
 from idemflow.stores._local import Stored, commit_locally
 from idemflow.stores._runs_order import NEWEST_FIRST, newest_first
 from idemflow.stores.base import (
@@ -34,6 +34,7 @@ from idemflow.stores.base import (
 )
 
 _UNLIMITED = 1 << 62
+_START = (float("-inf"), ("", "", ""))
 
 MEMORY_CAPABILITIES = Capabilities(
     cross_partition_commit=True,
@@ -48,7 +49,10 @@ class MemoryStore:
     """Rows in a dict keyed by (table, partition, key), guarded by a lock.
 
     Rows expire as on SQLite (:mod:`idemflow.expiry`): a ``commit`` sweeps at
-    most once per ``expire_every`` seconds (None: never), by a scan.
+    most once per ``expire_every`` seconds (None: never), by a scan, in expiry
+    order from where the last sweep stopped: a row it must leave (a finished run
+    record in its hold) is met once per pass, and never stands before the rows
+    that expired after it.
     """
 
     capabilities = MEMORY_CAPABILITIES
@@ -57,6 +61,7 @@ class MemoryStore:
         self._rows: dict[tuple[str, str, str], Stored] = {}
         self._expires: dict[tuple[str, str, str], float] = {}
         self._expiry = Schedule(expire_every)
+        self._cursor: tuple[float, tuple[str, str, str]] = _START  # the last row a sweep met
         self._floor = 0  # the highest version a deleted row had (see stores._local)
         self._lock = threading.Lock()
         self._round_trips = 0
@@ -95,19 +100,40 @@ class MemoryStore:
         with self._lock:
             self._round_trips += 1
             outcome, self._floor = commit_locally(ops, lookup, write, remove, self._floor)
-        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
+        if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             swept(self.expire, self._expiry, "memory store")
         return outcome
 
     def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
         """Settle the ``limit`` rows that expired first, before ``now`` (see :mod:`idemflow.expiry`)."""
         at = self._expiry.clock() if now is None else now
+        after = self._cursor
         with self._lock:
-            due = sorted((when, key) for key, when in self._expires.items() if when < at)[:limit]
+            due = sorted(
+                (when, key) for key, when in self._expires.items() if when < at and (when, key) > after
+            )
+            due = due[:limit]
             found = [Expired(RowRef(*key), self._rows[key][1], when, self._rows[key][0]) for when, key in due]
+        wrapped = len(due) < limit
+        self._cursor = _START if wrapped else due[-1]
         from idemflow.expiry import apply  # the rules import the engine, which imports stores
 
-        return apply(self, found, at)
+        report = apply(self, found, at)
+        self._expiry.passes.note(report, len(found), wrapped, at)
+        return report
+
+    @property
+    def expiry_backlog(self) -> Backlog | None:
+        """What the last complete pass of the sweeps met (:class:`~idemflow.stores._expiring.Backlog`)."""
+        return self._expiry.backlog
+
+    def expired_rows(self, now: float | None = None) -> Iterator[tuple[RowRef, float]]:
+        """Every row whose ``expires_at`` passed (by ``now``), with it."""
+        at = self._expiry.clock() if now is None else now
+        with self._lock:
+            found = sorted((key, when) for key, when in self._expires.items() if when < at)
+        for key, when in found:
+            yield RowRef(*key), when
 
     def schedule_expiry(self, every: float | None, *, clock: Callable[[], float] = time.time) -> None:
         """Sweep from ``commit`` at most once per ``every`` seconds (None: never), rows expiring

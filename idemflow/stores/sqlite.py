@@ -30,7 +30,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from idemflow.errors import StoreConfigError, TransientStoreError
 from idemflow.serialization import decode
-from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Schedule, swept
+from idemflow.stores import _sqlite_sweep as sweep
+from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Backlog, Schedule, swept
 from idemflow.stores._limits import check_commit
 from idemflow.stores._runs_order import NEWEST_FIRST, Place
 from idemflow.stores._sqlite_commit import SELECT_ROW, UPDATE_BUMP, apply
@@ -41,7 +42,6 @@ from idemflow.stores.base import (
     CommitOutcome,
     Cond,
     Conflict,
-    Expired,
     ExpiryReport,
     Op,
     Put,
@@ -79,16 +79,6 @@ CREATE TABLE IF NOT EXISTS idemflow_floor (
     ver INTEGER NOT NULL
 )
 """
-# An expiry sweep reads the next window of rows in key order after the store's cursor (a range of
-# the primary key: its cost is bounded, and no index is written on every commit), the values of the
-# expired ones only.
-_EXPIRY_WINDOW = (
-    "SELECT tbl, part, rk, ver, expires, CASE WHEN expires < ? THEN v END FROM idemflow_rows "
-    "WHERE (tbl, part, rk) > (?, ?, ?) ORDER BY tbl, part, rk LIMIT ?"
-)
-_WINDOW_ROWS = 2000
-"""Rows one sweep reads: a whole file is covered once per (rows / 2000) sweeps."""
-_START = ("", "", "")
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
@@ -104,14 +94,15 @@ class SqliteStore:
     SQLite admits one writer anyway, and its busy handler makes a blocked
     writer sleep for milliseconds where a lock hands over in microseconds.
 
-    Rows expire by themselves (:mod:`idemflow.expiry`): at most once per
-    ``expire_every`` seconds (None: never) a ``commit``, once its own work is
-    done, reads the next 2,000 rows in key order after where its last sweep
-    stopped (wrapping around at the end) and settles those whose ``expires_at``
-    passed, at most 100, in short write transactions. Why a moving window and
-    not an index on ``expires``: an index costs every commit one more page
-    written (measured: +50% WAL pages, about +9% per request at
-    ``synchronous=FULL``); a window costs nothing on the commit path.
+    Rows expire by themselves (:mod:`idemflow.expiry`): a ``commit``, once its
+    own work is done, reads the next 2,000 rows in key order after where the
+    last sweep stopped (wrapping around at the end) and settles those whose
+    ``expires_at`` passed, at most 100, in short write transactions. It does so
+    at least once per ``expire_every`` seconds (None: never), and sooner when
+    the sweeps are behind their pace: 8 rows read per row committed, and the
+    whole file at least once per 30 minutes (:mod:`~idemflow.stores._sqlite_sweep`).
+    New files use ``auto_vacuum=INCREMENTAL``, and a sweep that leaves more than
+    4 MiB free gives up to 1 MiB back to the file system.
 
     ``runs list`` pages through a partial index of run records only, by start time
     (:mod:`idemflow.stores._sqlite_runs`): a run record's claim pays for it (one more page),
@@ -139,8 +130,9 @@ class SqliteStore:
         self._connections_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._expiry = Schedule(expire_every)
-        self._expiry_cursor = _START  # the key after which the next sweep reads
-        self._connection("main")  # create the schema now: fail early on a bad path
+        conn = self._connection("main")  # the schema is made now: a bad path fails here
+        self._window = sweep.Window(self._expiry.clock(), sweep.rows_estimate(conn))
+        self._shrinks = sweep.auto_vacuum(conn)
 
     def _connection(self, role: Literal["main", "cache"]) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, role, None)
@@ -193,8 +185,11 @@ class SqliteStore:
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         self._round_trips += 1
         outcome = self._commit(self._connection("main"), ops)
-        if time.monotonic() >= self._expiry.next_at and self._expiry.due():
-            swept(self.expire, self._expiry, self.path)
+        window = self._window
+        window.written += len(ops)
+        early = window.written > window.allowance
+        if (early or self._expiry.ticks() >= self._expiry.next_at) and self._expiry.due(early=early):
+            swept(self.expire, self._expiry, self.path, self._behind)
         return outcome
 
     def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
@@ -202,34 +197,83 @@ class SqliteStore:
         (see the class docstring and :mod:`idemflow.expiry`), in expiry order."""
         at = self._expiry.clock() if now is None else now
         self._round_trips += 1
+        conn = self._connection("main")
         try:
-            window = (
-                self._connection("main")
-                .execute(_EXPIRY_WINDOW, (at, *self._expiry_cursor, _WINDOW_ROWS))
-                .fetchall()
-            )
+            rows, covered, wrapped = self._window.next(conn, at, limit)
         except sqlite3.OperationalError as exc:
             raise TransientStoreError(f"SQLite expiry query on {self.path!r} failed: {exc}") from exc
-        rows: list[Expired] = []
-        cursor = _START  # past the last row: the next sweep starts again from the first
-        for tbl, part, rk, ver, expires, text in window:
-            if len(window) == _WINDOW_ROWS:
-                cursor = (tbl, part, rk)
-            if text is not None:
-                rows.append(Expired(RowRef(tbl, part, rk), ver, expires, text))
-                if len(rows) >= limit:
-                    cursor = (tbl, part, rk)
-                    break
-        self._expiry_cursor = cursor
         rows.sort(key=lambda row: row.expires_at)
         from idemflow.expiry import apply  # the rules import the engine, which imports stores
 
-        return apply(self, rows, at)
+        report = apply(self, rows, at)
+        self._window.written -= report.deleted + report.kept  # the sweep's own commits
+        self._window.advanced(covered, wrapped, at)
+        self._expiry.passes.note(report, covered, wrapped, at)
+        if report.deleted and self._shrinks:
+            self._release(sweep.KEEP_FREE_PAGES, sweep.RELEASE_PAGES)
+        return report
+
+    def _behind(self) -> bool:
+        return self._window.behind(self._expiry.clock())
+
+    @property
+    def expiry_backlog(self) -> Backlog | None:
+        """What the last complete pass of this store's sweeps met (None before one ended): the
+        expired rows it left, how late the rows it deleted were (``idemflow.expiry.backlog``)."""
+        return self._expiry.backlog
 
     def schedule_expiry(self, every: float | None, *, clock: Callable[[], float] = time.time) -> None:
-        """Sweep from ``commit`` at most once per ``every`` seconds (None: never), rows expiring
-        by ``clock`` (wall time; tests pass a fixed one). The constructor's ``expire_every`` sets it."""
+        """Sweep from ``commit`` at most once per ``every`` seconds (None: never), and sooner when
+        behind the writers, rows expiring by ``clock`` (wall time; tests pass a fixed one). The
+        constructor's ``expire_every`` sets it."""
         self._expiry = Schedule(every, clock)
+        self._window = sweep.Window(clock(), sweep.rows_estimate(self._connection("main")))
+
+    def release(self, pages: int | None = None) -> int:
+        """Give free pages back to the file system (``incremental_vacuum``), at most ``pages``
+        (None: all, :data:`~idemflow.stores._sqlite_sweep.RELEASE_PAGES` per write transaction,
+        so writers wait for no long step); how many. A file made before ``auto_vacuum`` was set
+        gives back nothing: ``vacuum`` it once."""
+        if not self._shrinks:
+            return 0
+        total = 0
+        while pages is None or total < pages:
+            step = sweep.RELEASE_PAGES if pages is None else min(sweep.RELEASE_PAGES, pages - total)
+            done = self._release(0, step)
+            total += done
+            if done < step:
+                break
+        return total
+
+    def _release(self, keep: int, most: int) -> int:
+        try:
+            with self._write_lock:
+                return sweep.release(self._connection("main"), keep, most)
+        except sqlite3.OperationalError as exc:  # busy: housekeeping, the next call tries again
+            log.info("incremental vacuum of %s skipped: %s", self.path, exc)
+            return 0
+
+    def vacuum(self) -> tuple[int, int]:
+        """Rewrite the whole file (``VACUUM``), switching it to ``auto_vacuum=INCREMENTAL``;
+        ``(bytes before, bytes after)``. For files made before the mode was set: it holds the
+        write lock (every writer waits) for as long as the copy takes, seconds per 100 MB."""
+        before = _size(self.path)
+        conn = self._connection("main")
+        try:
+            with self._write_lock:
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.OperationalError as exc:
+            raise TransientStoreError(f"VACUUM of SQLite store {self.path!r} failed: {exc}") from exc
+        self._shrinks = sweep.auto_vacuum(conn)
+        return before, _size(self.path)
+
+    def expired_rows(self, now: float | None = None) -> Iterator[tuple[RowRef, float]]:
+        """Every row whose ``expires_at`` passed (by ``now``), with it: one scan of the file."""
+        at = self._expiry.clock() if now is None else now
+        self._round_trips += 1
+        yield from sweep.expired_rows(self._connection("main"), at)
 
     def commit_cache(self, ops: Sequence[Op]) -> None:
         """Written now, on the caller's thread, without an fsync (``synchronous=NORMAL``).
@@ -329,7 +373,13 @@ class SqliteStore:
 
 
 def _set_up(conn: sqlite3.Connection, synchronous: str) -> None:
-    """WAL mode and the schema, on a connection to a file other processes may be opening too."""
+    """WAL mode and the schema, on a connection to a file other processes may be opening too.
+
+    ``auto_vacuum`` first, on a new (empty) file only: SQLite takes it only before the first
+    table, and on an existing file the statement would take the write lock to rewrite the header
+    (an existing file keeps its mode)."""
+    if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
         conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
@@ -341,6 +391,11 @@ def _set_up(conn: sqlite3.Connection, synchronous: str) -> None:
 def _started(at: object) -> float:
     """A start time as the index holds it (a number; anything else only in a record not ours)."""
     return float(at) if isinstance(at, (int, float)) else 0.0
+
+
+def _size(path: str) -> int:
+    """The database file and its write-ahead log, in bytes."""
+    return sum(os.path.getsize(name) for name in (path, path + "-wal") if os.path.exists(name))
 
 
 def _locked(exc: BaseException) -> bool:
