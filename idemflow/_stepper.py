@@ -15,7 +15,6 @@ to pick up. A commit that waits is handed to :mod:`idemflow._deferred`.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -28,6 +27,7 @@ from idemflow._journal import Journal
 from idemflow._lease import acquire
 from idemflow._memos import AbortWorkflow, MemoReader, has_incarnation
 from idemflow._recording import RunRecorder
+from idemflow._step_log import observed
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import (
     ConflictError,
@@ -193,44 +193,11 @@ class Stepper:
         given = self._given
         memo_ref = RowRef(table, partition, given.memo_prefix + tag)
         self._calls.renew()
-        if not (given.traced or given.logged):  # the hot path: no tuple of the step's own
-            return self._step_once(memo_ref, identity, body, abortable, call_out, extra, defer)
-        return self._observed_step(_Step(memo_ref, identity, body, abortable, call_out, extra, defer))
-
-    def _observed_step(self, step: _Step) -> Steps[Any]:
-        """A step with its span (OpenTelemetry) and its DEBUG log line: committed, replayed or
-        raised, with its attempts and duration."""
-        given, cursor = self._given, self._cursor
-        identity = step.identity
-        fields = {
-            "workflow": given.workflow,
-            "request_id": given.request_id,
-            "step": cursor.step,
-            "identity": identity,
-        }
-        started, commits, self._attempts = time.monotonic(), cursor.commits, 0
-        outcome = "raised"
-        try:
-            with telemetry.span("idemflow.step", **fields) if given.traced else contextlib.nullcontext():
-                value = yield from self._step_once(*step)
-            # A step whose commit waits for the workflow's next move is committed with it.
-            outcome = (
-                "committed" if cursor.commits > commits or self._deferred.pending is not None else "replayed"
-            )
-            return value
-        except AbortWorkflow:
-            outcome = "aborted"
-            raise
-        finally:
-            if given.logged:
-                given.log_event(
-                    "step",
-                    step=fields["step"],
-                    identity=identity,
-                    outcome=outcome,
-                    attempt=self._attempts + 1,
-                    started=started,
-                )
+        step = self._step_once(memo_ref, identity, body, abortable, call_out, extra, defer)
+        if not (given.traced or given.logged):  # the hot path
+            return step
+        self._attempts = 0
+        return observed(given, self._cursor, self._deferred, identity, step, lambda: self._attempts)
 
     def _step_once(
         self,
