@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
-from idemflow.serialization import JSON
+from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Row, RowRef
 
 FORMAT = 5
@@ -165,6 +165,40 @@ def memo_row(
     if run is not None:
         row["i"] = run
     return row
+
+
+_EXACT_INT = 2**53
+"""Ints inside ±2**53 are written as ``str`` writes them, which is what the JSON encoder does."""
+
+
+def memo_text(
+    identity: str, value: JSON, *, aborted: bool = False, at: int | None = None, run: str | None = None
+) -> str:
+    """``encode(memo_row(...), envelope=1)``, the text every step's memo is written as, built from
+    its parts: the envelope is the library's own (an ASCII name, an int, a hex incarnation), so
+    only the step's value needs the full encoding, and its usual answers (None, a bool, a small
+    int) none at all. The same text, and the same :class:`~idemflow.errors.InvalidValueError`
+    (naming no place: the caller names the step), as the full encoding; a memo whose envelope
+    is not that plain is encoded whole.
+
+    >>> memo_text("atomic debit", None, at=1700000000000, run="a1b2")
+    '{"i":"a1b2","id":"atomic debit","t":1700000000000,"v":null}'
+    """
+    if not (identity.isascii() and type(at) is int and (run is None or (run.isascii() and run.isalnum()))):
+        return encode(memo_row(identity, value, aborted=aborted, at=at, run=run), "", envelope=1)
+    if value is None:
+        text = "null"
+    elif value is True or value is False:
+        text = "true" if value else "false"
+    elif type(value) is int and -_EXACT_INT < value < _EXACT_INT:
+        text = str(value)
+    else:
+        text = encode(value, "")
+    head = "{" if run is None else '{"i":"' + run + '",'
+    if aborted:
+        head = '{"abort":' + text + "," + head[1:]
+    body = head + '"id":' + encode(identity, "") + ',"t":' + str(at)
+    return body + "}" if aborted else body + ',"v":' + text + "}"
 
 
 def _text_or_none(value: Any) -> str | None:

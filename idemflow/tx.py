@@ -23,7 +23,7 @@ from typing import Any, NoReturn, Protocol
 
 from idemflow.errors import InvalidValueError
 from idemflow.keys import check_key, data_key
-from idemflow.number_model import Number, check, is_number, sum_of
+from idemflow.number_model import DIGITS, Number, check, is_number, sum_of
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
     Check,
@@ -63,6 +63,8 @@ class _Missing:
 
 MISSING: Any = _Missing()
 _DELETED = object()
+_SMALL = 10**DIGITS
+"""An int strictly inside ±10**DIGITS is a delta every store holds (``check``'s own fast path)."""
 
 
 class _Add:
@@ -165,7 +167,8 @@ class Tx:
         if not is_number(delta):
             problem = f"delta must be int, float or Decimal, not {delta!r}"
             raise InvalidValueError(f"increment of {key!r}", problem)
-        check(delta, f"increment of {key!r}")  # one no store could hold is refused before any write
+        if type(delta) is not int or not -_SMALL < delta < _SMALL:  # else ``check`` has nothing to say
+            check(delta, f"increment of {key!r}")  # one no store could hold is refused before any write
         check_key(key)
         if key in self._view:
             new = self._added(key, self._view[key], delta)
@@ -173,8 +176,11 @@ class Tx:
             self._view[key] = new
             return
         pending = self._writes.get(key)
+        if pending is None:  # the usual case: no place to name, so none is formatted
+            self._writes[key] = _Add(delta)
+            return
         where = f"increment of {self._table}/{self._partition}/{key}"
-        self._writes[key] = _Add(delta if pending is None else sum_of(pending.delta, delta, where))
+        self._writes[key] = _Add(sum_of(pending.delta, delta, where))
 
     def abort(self, reason: JSON = None) -> NoReturn:
         """Abort the workflow: this step commits nothing of its own, and the

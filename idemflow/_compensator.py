@@ -1,0 +1,151 @@
+"""Compensation: the steps a request undoes when it aborts, newest first, each once.
+
+The interpreter registers every committed step that has an undo (a table
+step or an outside call with ``compensate=``, a child started with
+``on_parent_abort="abort"``); when the workflow aborts, this part runs
+their undos in reverse order, each an idempotent step of its own memoized
+at its step's compensation tag, so a duplicate or a resumed abort never
+undoes anything twice. It owns that list, and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from idemflow._cursor import Cursor
+from idemflow._deferred import DeferredCommit
+from idemflow._effect_keys import idempotency_key
+from idemflow._given import Given
+from idemflow._in_place import INFRASTRUCTURE, tried
+from idemflow._io import CallOut, Steps
+from idemflow._stepper import Stepper
+from idemflow.errors import CompensationFailed, IdemflowError, NonDeterminismError
+from idemflow.keys import RUNS_TABLE, compensation_tag, late_undo_tag
+from idemflow.monad import Atomic, Effect, Start
+from idemflow.serialization import JSON
+from idemflow.step_retry import StepRetry
+from idemflow.tx import StepAborted, Tx
+
+AbortChild = Callable[[Given, Start, JSON], Steps[None]]
+"""Abort a child as an operator would: an execution of its own, which only the engine on top
+builds (handed down, not imported up; a plain function of the parent's facts, so no part refers
+back to the execution that owns it and an execution is freed as soon as it ends)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A committed step that is undone if the request is: a table step or an outside call with a
+    compensation, or a child started with ``on_parent_abort="abort"``."""
+
+    step: int
+    node: Atomic | Effect | Start
+    result: Any
+    late: bool = False
+    """An effect whose call this execution saw answered after the request was undone at it."""
+
+
+def _settle(tx: Tx) -> None:
+    tx.settle()  # a duplicate of a finished request stops here, before the call out
+
+
+class Compensator:
+    """The undoable steps committed so far, and their undoing."""
+
+    __slots__ = ("_abort_child", "_cursor", "_deferred", "_done", "_given", "_stepper")
+
+    def __init__(
+        self,
+        given: Given,
+        cursor: Cursor,
+        stepper: Stepper,
+        deferred: DeferredCommit,
+        abort_child: AbortChild,
+    ) -> None:
+        self._given = given
+        self._cursor = cursor
+        self._stepper = stepper
+        self._deferred = deferred
+        self._abort_child = abort_child
+        self._done: list[Done] = []
+
+    def register(self, done: Done) -> None:
+        """A step that is undone if the request is, in the order committed."""
+        self._done.append(done)
+
+    def restart(self) -> None:
+        """Start over (see :class:`~idemflow._deferred.Restart`): the replay registers them again."""
+        self._done = []
+
+    def compensate(self, reason: JSON, workflow_retry: StepRetry | None) -> Steps[None]:
+        """Undo the completed steps in reverse order, each an idempotent step of its own; a step
+        with no retry policy of its own follows ``workflow_retry``."""
+        if self._deferred.pending is not None:
+            yield from self._deferred.flush()
+        for done in reversed(self._done):
+            node, result = done.node, done.result
+            if isinstance(node, Effect):
+                yield from self._undo_call(done.step, node, result, workflow_retry, done.late)
+            elif isinstance(node, Start):
+                yield from self._abort_child(self._given, node, reason)
+            else:
+                yield from self._undo_atomic(done.step, node, result, workflow_retry)
+
+    def _undo_atomic(
+        self, step: int, node: Atomic, result: Any, workflow_retry: StepRetry | None
+    ) -> Steps[None]:
+        undo = node.compensate
+        assert undo is not None
+        given, cursor, stepper = self._given, self._cursor, self._stepper
+        retry = node.retry if node.retry is not None else workflow_retry
+
+        def body(tx: Tx) -> Any:
+            return undo(tx, result)
+
+        identity = "compensate " + node.name
+        cursor.revisit(step)
+        cursor.identity, cursor.retry = identity, retry
+        tag = compensation_tag(step)
+
+        def attempt(_again: bool) -> Steps[Any]:
+            return stepper.run_step(node.table, node.partition, tag, identity, body, False)
+
+        try:
+            yield from tried(given, cursor, retry, attempt)
+        except IdemflowError:
+            raise
+        except (Exception, StepAborted) as exc:
+            cause = f"aborted: {exc.reason!r}" if isinstance(exc, StepAborted) else repr(exc)
+            raise CompensationFailed(given.workflow, given.request_id, step, node.name, cause) from exc
+
+    def _undo_call(
+        self, step: int, node: Effect, result: Any, workflow_retry: StepRetry | None, late: bool
+    ) -> Steps[None]:
+        """Undo an outside call: ``undo(key, result)`` as an effect of its own, memoized at the
+        call's compensation tag beside the run record (``late``: at a tag of its own, for a call
+        answered after the request was undone at it, which the first undo may have missed)."""
+        undo = node.compensate
+        assert undo is not None
+        given, cursor, stepper = self._given, self._cursor, self._stepper
+        identity = "compensate effect " + node.label
+
+        def call_undo(key: str) -> Any:
+            return undo(key, result)
+
+        key = idempotency_key(given.workflow, given.request_id, step)  # the call's: undo finds it by it
+        call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label)
+        tag = late_undo_tag(step) if late else compensation_tag(step)
+        retry = node.retry if node.retry is not None else workflow_retry
+        cursor.revisit(step)
+        cursor.identity, cursor.retry = identity, retry
+
+        def attempt(_again: bool) -> Steps[Any]:
+            return stepper.run_step(RUNS_TABLE, given.request_id, tag, identity, _settle, False, call)
+
+        try:
+            yield from tried(given, cursor, retry, attempt)
+        except (NonDeterminismError, *INFRASTRUCTURE):
+            raise
+        except Exception as exc:
+            raise CompensationFailed(given.workflow, given.request_id, step, identity, repr(exc)) from exc

@@ -1,0 +1,56 @@
+"""A step's own retry policy (``retry=``), tried in place: the same step, attempt after attempt.
+
+Under ``run``, ``submit`` and an operator's abort, a step or effect whose
+policy retries is attempted again here after the policy's wait; workers set
+``Plan.retry_in_place=False`` and retry with a delayed continuation instead
+(:mod:`idemflow.step_retry`). Every attempt is the same step: the cursor is
+put back at its number, so its memo, journal entry and idempotency key stay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from idemflow._cursor import Cursor
+from idemflow._given import Given
+from idemflow._io import Sleep, Steps
+from idemflow.errors import ConflictError, NonDeterminismError, StoreError
+from idemflow.step_retry import StepRetry
+
+INFRASTRUCTURE = (StoreError, ConflictError)
+"""Errors of the store, not of a step: never retried by a step's policy, never a reason to fail
+a request."""
+
+
+def tried(
+    given: Given, cursor: Cursor, retry: StepRetry | None, attempt: Callable[[bool], Steps[Any]]
+) -> Steps[Any]:
+    """``attempt(False)`` (``False``: not an attempt after a failed one), or under a policy that
+    retries here, :func:`_in_place` (a plain function: no generator frame of its own)."""
+    if retry is None or not given.plan.retry_in_place:
+        return attempt(False)
+    return _in_place(given, cursor, retry, attempt)
+
+
+def _in_place(
+    given: Given, cursor: Cursor, retry: StepRetry, attempt: Callable[[bool], Steps[Any]]
+) -> Steps[Any]:
+    """``attempt`` until it returns or ``retry`` ends (then its error is raised), waiting the
+    policy's backoff between attempts."""
+    step, failures, first = cursor.step, 0, time.monotonic()
+    while True:
+        cursor.revisit(step)
+        try:
+            return (yield from attempt(failures > 0))
+        except (NonDeterminismError, *INFRASTRUCTURE):
+            raise
+        except Exception as exc:
+            failures += 1
+            elapsed = time.monotonic() - first
+            wait = retry.next_delay(failures, exc, elapsed=elapsed)
+            budget = given.plan.in_place_for
+            if wait is None or (budget is not None and elapsed + wait > budget):
+                raise
+            yield Sleep(wait, given.policy.conflicts.sleep)

@@ -1,0 +1,66 @@
+"""The deferred commit: one step's commit held for the workflow's next move, or a restart."""
+
+from __future__ import annotations
+
+import pytest
+
+from idemflow._deferred import Pending, Restart
+from idemflow._io import Commit
+from idemflow.errors import TransientStoreError
+from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.stores.base import Insert, Op, Put, RowRef
+from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
+
+MEMO = RowRef("items", "p1", "mwf|r1|s1")
+RUN = run_ref("wf", "r1")
+
+
+def _pending(claims: bool = True) -> Pending:
+    ops: list[Op] = [Insert(MEMO, {"id": "atomic a", "v": 1}, '{"id":"atomic a","v":1}')]
+    if claims:
+        ops.append(Insert(RUN, {"fp": "fp", "status": "running"}, '{"fp":"fp","status":"running"}'))
+    ops.append(Put(RowRef("items", "p1", "dn"), 1, "1"))
+    return Pending(ops, MEMO, claims, resend=False)
+
+
+def test_a_flush_commits_the_pending_step_and_counts_it() -> None:
+    rows, parts = Rows(), Parts(given())
+    parts.deferred.hold(_pending())
+    rows.run(parts.deferred.flush())
+    assert parts.deferred.pending is None
+    assert (len(rows.commits()), parts.cursor.commits, parts.cursor.run_known) == (1, 1, True)
+
+
+def test_a_pending_commit_that_meets_a_claim_restarts_with_that_record() -> None:
+    rows, parts = Rows(), Parts(given())
+    rows.put(RUN, RunRecord("fp", RunStatus.RUNNING).to_json())
+    parts.deferred.hold(_pending())
+    with pytest.raises(Restart) as restart:
+        rows.run(parts.deferred.flush())
+    assert restart.value.existing is not None and restart.value.existing.value == rows.rows[RUN][0]
+    assert parts.cursor.commits == 0
+
+
+def test_a_pending_commit_whose_answer_was_lost_restarts_without_guessing() -> None:
+    rows, parts = Rows(), Parts(given())
+    rows.fail_next(Commit, TransientStoreError("no answer"))
+    parts.deferred.hold(_pending(claims=False))
+    with pytest.raises(Restart) as restart:
+        rows.run(parts.deferred.flush())
+    assert restart.value.existing is None
+    assert len(rows.commits()) == 1  # not resent: a replay reads whether it applied
+
+
+def test_only_rows_beside_the_run_record_fold_where_a_commit_is_one_partition() -> None:
+    beside = [Put(RowRef("idemflowruns", "r1", "x"), 1, "1")]
+    elsewhere = [Put(RowRef("items", "p1", "x"), 1, "1")]
+    narrow, wide = Parts(given(capabilities=ONE_PARTITION)), Parts(given())
+    assert narrow.deferred.foldable(beside) and not narrow.deferred.foldable(elsewhere)
+    assert wide.deferred.foldable(elsewhere)
+
+
+def test_a_second_step_never_runs_before_the_first_is_committed() -> None:
+    parts = Parts(given())
+    parts.deferred.hold(_pending())
+    with pytest.raises(AssertionError):
+        parts.deferred.hold(_pending(claims=False))

@@ -1,0 +1,93 @@
+"""The outcome's writer: the completion record, with the last step's commit where it waited."""
+
+from __future__ import annotations
+
+from idemflow._deferred import Pending
+from idemflow.plan import Plan
+from idemflow.records import RunRecord, RunStatus, outbox_ref, run_ref
+from idemflow.stores.base import Insert, Op, Put, RowRef
+from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
+
+RUN = run_ref("wf", "r1")
+MEMO = RowRef("items", "p1", "mwf|r1|s1")
+DATA = RowRef("items", "p1", "dn")
+
+
+def _only_step() -> Pending:
+    claim = RunRecord("fp", RunStatus.RUNNING).to_json()
+    ops: list[Op] = [
+        Insert(MEMO, {"id": "atomic a", "v": 1}, '{"id":"atomic a","v":1}'),
+        Insert(RUN, claim, "claim"),
+        Put(DATA, 1, "1"),
+    ]
+    return Pending(ops, MEMO, claims=True, resend=False)
+
+
+def test_a_requests_only_step_commits_its_outcome_instead_of_its_claim_and_memo() -> None:
+    rows, parts = Rows(), Parts(given())
+    parts.deferred.hold(_only_step())
+    record = rows.run(parts.outcome.finish(RunStatus.COMPLETED, result={"b": 1, "a": 2}))
+    [commit] = rows.commits()
+    assert [op.ref for op in commit] == [RUN, DATA]
+    stored = RunRecord.from_json(rows.rows[RUN][0])
+    assert (stored.status, stored.result) == (RunStatus.COMPLETED, {"a": 2, "b": 1})
+    assert isinstance(record.result, dict) and list(record.result) == [
+        "a",
+        "b",
+    ]  # as duplicates read it back: keys sorted
+    assert MEMO not in rows.rows
+
+
+def test_a_later_steps_commit_carries_the_outcome() -> None:
+    rows, parts = Rows(), Parts(given())
+    parts.cursor.committed()  # an earlier step claimed the request
+    pending = Pending([Insert(MEMO, {"id": "atomic a", "v": 1}, "m"), Put(DATA, 1, "1")], MEMO, False, False)
+    parts.deferred.hold(pending)
+    rows.run(parts.outcome.finish(RunStatus.COMPLETED, result=5))
+    [commit] = rows.commits()
+    assert [op.ref for op in commit] == [MEMO, DATA, RUN]
+    assert parts.cursor.commits == 2
+
+
+def test_an_outcome_with_nothing_pending_is_a_commit_of_its_own() -> None:
+    rows, parts = Rows(), Parts(given(Plan(resume=True, started_at=42.0)))
+    rows.run(parts.outcome.finish(RunStatus.ABORTED, reason="no"))
+    [commit] = rows.commits()
+    assert [type(op) for op in commit] == [Put]
+    stored = RunRecord.from_json(rows.rows[RUN][0])
+    assert (stored.status, stored.reason, stored.started_at) == (RunStatus.ABORTED, "no", 42.0)
+
+
+def test_where_a_commit_is_one_partition_a_step_beside_the_run_record_carries_it() -> None:
+    rows, parts = Rows(), Parts(given(capabilities=ONE_PARTITION))
+    parts.cursor.committed()
+    beside = RowRef("idemflowruns", "r1", "mwf|r1|s2")
+    parts.deferred.hold(Pending([Insert(beside, {"id": "effect a", "v": 1}, "m")], beside, False, True))
+    rows.run(parts.outcome.finish(RunStatus.COMPLETED))
+    [commit] = rows.commits()
+    assert [op.ref for op in commit] == [beside, RUN]
+
+
+def test_a_parent_is_woken_by_its_childs_outcome() -> None:
+    from idemflow.records import OutboxEntry
+
+    parent = OutboxEntry("pa", 1, "p1", 0.0)
+    rows, parts = Rows(), Parts(given(Plan(resume=True, parent=parent), capabilities=ONE_PARTITION))
+    rows.run(parts.outcome.finish(RunStatus.COMPLETED))
+    wake, outcome = rows.commits()  # first, where one commit cannot hold both
+    assert isinstance(wake[0], Put) and OutboxEntry.from_json(wake[0].value).request_id == "p1"
+    assert [op.ref for op in outcome] == [RUN]
+
+
+def test_a_submissions_outcome_deletes_its_outbox_entry_with_it() -> None:
+    from idemflow.plan import Submission
+    from idemflow.records import OutboxEntry
+
+    plan = Plan(
+        resume=True, durable_outcome=True, submission=Submission(None, OutboxEntry("wf", 1, "r1", 0.0))
+    )
+    rows, parts = Rows(), Parts(given(plan))
+    rows.put(outbox_ref("wf", "r1"), {"due": 0})
+    rows.run(parts.outcome.finish(RunStatus.COMPLETED))
+    assert outbox_ref("wf", "r1") not in rows.rows
+    assert len(rows.commits()) == 1
