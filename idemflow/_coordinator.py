@@ -36,6 +36,7 @@ from idemflow.records import (
     child_outcome,
     new_incarnation,
     run_ref,
+    submitted_input,
 )
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef
@@ -179,7 +180,7 @@ class Coordinator:
             node.fingerprint,
             RunStatus.RUNNING,
             version=node.version,
-            input=node.input,
+            input=submitted_input(node.input, given.policy.retention),  # the parent's retention
             started_at=given.clock(),
             incarnation=new_incarnation(),
             # A parent a worker runs is woken by the child's outcome; one ``run`` runs polls.

@@ -25,8 +25,22 @@ from idemflow._memos import MemoReader
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import LimitExceededError, TransientStoreError
 from idemflow.keys import RUNS_TABLE
-from idemflow.records import RUN_AT
-from idemflow.stores.base import Committed, Op, Row, RowRef
+from idemflow.records import MEMO_AT, RUN_AT
+from idemflow.stores.base import COMMITTED, CommitOutcome, Committed, Insert, Op, Row, RowRef
+
+
+def _applied_before(outcome: CommitOutcome, ops: Sequence[Op], memo_ref: RowRef) -> bool:
+    """Whether a refused resend found this very commit applied: the memo it met is the one it
+    carries, step name, value, commit time and incarnation alike (an earlier send applied and
+    its answer was lost). A commit is atomic, so everything in it applied with that memo, and
+    the workflow's next move stands on what is committed."""
+    memo = ops[MEMO_AT] if ops else None
+    if not isinstance(memo, Insert) or memo.ref != memo_ref or isinstance(outcome, Committed):
+        return False
+    for failure in outcome.failures:
+        if failure.index == MEMO_AT:
+            return failure.existing is not None and failure.existing.value == memo.value
+    return False
 
 
 class Restart(BaseException):
@@ -52,8 +66,6 @@ class Pending(NamedTuple):
     ops: list[Op]
     memo_ref: RowRef
     claims: bool
-    resend: bool
-    """An effect's commit: resent as it is on a transient error (a rerun would call out again)."""
     leased: bool = False
     """An effect called under a lease: executions waiting on the lease watch for its memo."""
 
@@ -105,21 +117,28 @@ class DeferredCommit:
         given, calls = self._given, self._calls
         try:
             while True:  # more than once only to replace a memo an earlier run left
-                if pending.resend or given.traced:
-                    outcome = yield from calls.commit(ops, pending.memo_ref, resend=pending.resend)
+                if given.traced:
+                    outcome = yield from calls.commit(ops, pending.memo_ref, resend=True)
                 else:  # the hot path: no generator frames of the store calls' own
                     try:
                         outcome = yield Commit(ops)
                     except LimitExceededError as refused:
                         raise calls.named(refused, pending.memo_ref) from None
-                if isinstance(outcome, Committed):
+                    except TransientStoreError:
+                        # An answer lost, or a transaction conflict with no change behind it: the
+                        # same commit sent again under the policy (if the first applied, the memo
+                        # refuses the second). Starting over instead would run the workflow again
+                        # on objects it may have changed, its input among them.
+                        outcome = yield from calls.commit(ops, pending.memo_ref, resend=True)
+                if isinstance(outcome, Committed) or _applied_before(outcome, ops, pending.memo_ref):
+                    outcome = COMMITTED
                     break
                 claims = run_at is not None
                 if not (
                     yield from self._memos.earlier_memo_dropped(outcome, ops, pending.memo_ref, claims=claims)
                 ):
                     break
-        except TransientStoreError:  # applied or not: a replay reads which
+        except TransientStoreError:  # still unreachable when the policy gave up: a replay reads which
             raise Restart() from None
         if isinstance(outcome, Committed):
             self._cursor.committed()

@@ -360,7 +360,7 @@ class Stepper:
             if defer and not aborted and extra is None and self._deferred.foldable(ops):
                 # Committed by the workflow's next move: with the outcome, if it returns now.
                 leased = call_out is not None and call_out.lease is not None
-                self._deferred.hold(Pending(ops, memo_ref, run_included, call_out is not None, leased))
+                self._deferred.hold(Pending(ops, memo_ref, run_included, leased))
                 return value
             while True:  # more than once only to replace a memo an earlier run left
                 if call_out is not None or given.traced:  # an effect's commit is resent as it is

@@ -8,12 +8,15 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from idemflow import MemoryStore, RetryPolicy, SqliteStore, atomic, run
+from idemflow import MemoryStore, SqliteStore
 from idemflow.gc import expired_stats
 from idemflow.keys import RUNS_TABLE
+from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.serialization import encode
 from idemflow.stores import _sqlite_sweep
 from idemflow.stores.base import Cond, Insert, Put, RowRef
 
@@ -81,12 +84,19 @@ def test_a_fixed_sweep_rate_would_fall_behind(tmp_path: Path) -> None:
     assert not window.behind(now=61.0)
 
 
+def _held_record(request_id: str) -> Put:
+    """A finished run record as format 4 wrote it (no incarnation), expiring in a second: a sweep
+    keeps it one more retention window (at least a day) after that."""
+    value: Any = RunRecord("fp", RunStatus.COMPLETED, finished_at=time.time()).to_json()
+    return Put(run_ref("wf", request_id), value, encode(value), expires_at=time.time() + 1.0)
+
+
 def test_the_backlog_says_what_the_last_pass_left_and_how_late(tmp_path: Path) -> None:
-    """A finished run record in its hold is left (and counted); expired orphan memos are deleted
-    (and how late the latest was is reported); nothing is reported before a pass ends."""
+    """A finished run record in its hold (written before incarnations) is left (and counted);
+    expired orphan memos are deleted (and how late the latest was is reported); nothing is
+    reported before a pass ends."""
     store = SqliteStore(tmp_path / "s.sqlite3", expire_every=None)
-    one_step = atomic("items", "p", lambda tx: tx.put("k", 1))  # a run record, no memo
-    run(one_step, request_id="r", store=store, policy=RetryPolicy(retention=1.0))
+    store.commit([_held_record("r"), Put(RowRef("items", "p", "dk"), 1, "1")])
     store.commit(_memos(0, 3))  # expire at 60.0
     assert store.expiry_backlog is None
     at = time.time() + 3600  # r's run record expired, and in its hold (a day at least)
@@ -105,11 +115,7 @@ def test_the_memory_store_is_not_stopped_by_held_run_records() -> None:
     """The memory store's sweep goes in expiry order from where it stopped: 150 held run records
     that expired first no longer stand before the memos that expired after them."""
     store = MemoryStore(expire_every=None)
-    short = RetryPolicy(retention=1.0)
-    for n in range(150):
-        run(
-            atomic("items", f"p{n}", lambda tx: tx.put("k", 1)), request_id=f"r{n}", store=store, policy=short
-        )
+    store.commit([_held_record(f"r{n}") for n in range(150)])
     store.commit(_memos(time.time() + 100, 5))  # expire after the run records
     at = time.time() + 3600  # all expired; the run records in their hold (a day at least)
     for _ in range(4):

@@ -153,6 +153,44 @@ def test_fault_at_every_commit_then_retry_equals_one_clean_run(store: Store, fau
         assert rows_of(store, space) == reference, (fault, point)
 
 
+@pytest.mark.parametrize("fault", [Fault.LOST_ANSWER, Fault.TRANSIENT])
+def test_a_lost_or_failed_send_does_not_run_the_workflow_again_in_the_same_call(
+    store: Store, fault: Fault
+) -> None:
+    """A step's commit that waits for the workflow's next move and then fails to send, or whose
+    answer is lost, is sent again (a lost one meets its own memo, and counts as committed):
+    the workflow function is not started over, so one that changes its own input (here it takes
+    an item off its order) still answers right, in one call, and every step applies once."""
+    for point in range(4):
+        space = new_space()
+        order = {"space": space, "items": ["a", "b"]}
+
+        def plan(p: FaultPoint, point: int = point) -> Fault | None:
+            return fault if p.kind == "commit" and p.index == point else None
+
+        faulty = FaultyStore(store, plan)
+        assert run(takes_items(order), request_id=f"{space}t{point}", store=faulty) == ["b", "a"]
+        rows = rows_of(store, space)
+        assert (rows[("ledger", "log", "b")], rows[("ledger", "log", "a")]) == (1, 1), (fault, point)
+
+
+def counted(item: str) -> Callable[[Tx], str]:
+    def body(tx: Tx) -> str:
+        tx.increment(item)
+        return item
+
+    return body
+
+
+@workflow("takes_items")
+def takes_items(order: dict[str, Any]) -> Generator[Idem[Any], Any, list[str]]:
+    space, taken = order["space"], []
+    while order["items"]:
+        item = order["items"].pop()  # changes its own input, outside any step
+        taken.append((yield atomic("ledger", space + "log", counted(item))))
+    return taken
+
+
 def test_racing_executions_all_return_one_result(store: Store) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})

@@ -20,7 +20,7 @@ def _pending(claims: bool = True) -> Pending:
     if claims:
         ops.append(Insert(RUN, {"fp": "fp", "status": "running"}, '{"fp":"fp","status":"running"}'))
     ops.append(Put(RowRef("items", "p1", "dn"), 1, "1"))
-    return Pending(ops, MEMO, claims, resend=False)
+    return Pending(ops, MEMO, claims)
 
 
 def test_a_flush_commits_the_pending_step_and_counts_it() -> None:
@@ -41,14 +41,33 @@ def test_a_pending_commit_that_meets_a_claim_restarts_with_that_record() -> None
     assert parts.cursor.commits == 0
 
 
-def test_a_pending_commit_whose_answer_was_lost_restarts_without_guessing() -> None:
+def test_a_pending_commit_that_failed_to_send_is_sent_again() -> None:
+    """Not a restart: that would run the workflow function again on objects it may have changed."""
     rows, parts = Rows(), Parts(given())
     rows.fail_next(Commit, TransientStoreError("no answer"))
     parts.deferred.hold(_pending(claims=False))
+    rows.run(parts.deferred.flush())
+    assert len(rows.commits()) == 2 and parts.cursor.commits == 1
+    assert rows.rows[MEMO][0] == {"id": "atomic a", "v": 1}
+
+
+def test_a_pending_commit_whose_answer_was_lost_meets_its_own_memo_and_counts_as_committed() -> None:
+    rows, parts = Rows(), Parts(given())
+    pending = _pending(claims=False)
+    rows.run(Parts(given()).deferred.commit(pending.ops, pending, None))  # the first send applied...
+    rows.fail_next(Commit, TransientStoreError("no answer"))  # ...and its answer is lost
+    parts.deferred.hold(pending)
+    rows.run(parts.deferred.flush())
+    assert parts.cursor.commits == 1 and len(rows.commits()) == 3
+
+
+def test_a_pending_commit_that_meets_another_executions_memo_restarts() -> None:
+    rows, parts = Rows(), Parts(given())
+    rows.put(MEMO, {"id": "atomic a", "v": 2})  # the same step, another value: not this commit
+    parts.deferred.hold(_pending(claims=False))
     with pytest.raises(Restart) as restart:
         rows.run(parts.deferred.flush())
-    assert restart.value.existing is None
-    assert len(rows.commits()) == 1  # not resent: a replay reads whether it applied
+    assert restart.value.existing is None and parts.cursor.commits == 0
 
 
 def test_only_rows_beside_the_run_record_fold_where_a_commit_is_one_partition() -> None:

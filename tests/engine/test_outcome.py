@@ -20,7 +20,7 @@ def _only_step() -> Pending:
         Insert(RUN, claim, "claim"),
         Put(DATA, 1, "1"),
     ]
-    return Pending(ops, MEMO, claims=True, resend=False)
+    return Pending(ops, MEMO, claims=True)
 
 
 def test_a_requests_only_step_commits_its_outcome_instead_of_its_claim_and_memo() -> None:
@@ -41,7 +41,7 @@ def test_a_requests_only_step_commits_its_outcome_instead_of_its_claim_and_memo(
 def test_a_later_steps_commit_carries_the_outcome() -> None:
     rows, parts = Rows(), Parts(given())
     parts.cursor.committed()  # an earlier step claimed the request
-    pending = Pending([Insert(MEMO, {"id": "atomic a", "v": 1}, "m"), Put(DATA, 1, "1")], MEMO, False, False)
+    pending = Pending([Insert(MEMO, {"id": "atomic a", "v": 1}, "m"), Put(DATA, 1, "1")], MEMO, False)
     parts.deferred.hold(pending)
     rows.run(parts.outcome.finish(RunStatus.COMPLETED, result=5))
     [commit] = rows.commits()
@@ -62,7 +62,7 @@ def test_where_a_commit_is_one_partition_a_step_beside_the_run_record_carries_it
     rows, parts = Rows(), Parts(given(capabilities=ONE_PARTITION))
     parts.cursor.committed()
     beside = RowRef("idemflowruns", "r1", "mwf|r1|s2")
-    parts.deferred.hold(Pending([Insert(beside, {"id": "effect a", "v": 1}, "m")], beside, False, True))
+    parts.deferred.hold(Pending([Insert(beside, {"id": "effect a", "v": 1}, "m")], beside, False))
     rows.run(parts.outcome.finish(RunStatus.COMPLETED))
     [commit] = rows.commits()
     assert [op.ref for op in commit] == [beside, RUN]
