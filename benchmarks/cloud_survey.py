@@ -1,7 +1,7 @@
 """The 2-step survey workflow on moto (DynamoDB) and Azurite (Azure Tables):
 idemflow against hand-written SDK code doing the same writes, side by side.
 
-Baselines (DESIGN.md section 6):
+Baselines (the project's cost targets compare against them):
 - plain: what a careful engineer writes without idempotence;
 - minimal exactly-once: each step one transactional write carrying its data and a memo row
   (the run record riding in the first where the backend allows) — the physical limit.

@@ -1,5 +1,5 @@
 """``results/summary.md``: the headline numbers of every benchmark on one page,
-each beside its DESIGN.md section 6 target where it has one.
+each beside the project's performance and cost target where it has one.
 
 Built from the ``*.json`` records the benchmarks leave in the results folder
 (so a partial re-run updates its own lines and keeps the others, each line
@@ -18,7 +18,7 @@ from typing import Any
 from benchmarks._report import load_headlines
 from benchmarks._stats import RESULTS
 
-# (pattern on the headline key, comparison, threshold, what DESIGN.md says)
+# (pattern on the headline key, comparison, threshold, the target in words)
 TARGETS: list[tuple[str, str, float, str]] = [
     (r"core\.sqlite\.idemflow_over_plain", "<=", 1.3, "idempotent / plain ≤ 1.3 on SQLite"),
     (

@@ -71,38 +71,41 @@ def drain_with_kills(
         response = {"space": space, "user": f"u{n}", "answer": answer, "at": [1]}
         for _ in range(1 + (n % 4 == 0)):  # every fourth request submitted twice
             submit(survey(response), request_id=f"{space}{n}", store=store, queue=queue, signing_key=KEY)
-    queue.close()
     # One worker on threads, one on an event loop: each slot restarts as what it was.
     flavours = (False, True)
     workers = [start_worker(store_url, queue_url, asyncio=flavour) for flavour in flavours]
-    killed = 0
+    killed = busy = 0
     deadline = time.monotonic() + 240
     try:
+        # Every kill is made, each while the other worker may be mid-request (reading the whole
+        # table between kills let a fast pair of workers finish before the last ones).
+        while killed < kills:
+            time.sleep(chooser.uniform(0.05, 0.25))
+            busy += queue.approximate_size() > 0  # messages left: the kill lands among the work
+            victim = chooser.randrange(len(workers))
+            workers[victim].send_signal(signal.SIGKILL)
+            workers[victim].wait()
+            killed += 1
+            workers[victim] = start_worker(store_url, queue_url, asyncio=flavours[victim])
         while time.monotonic() < deadline:
             done = sum(
                 status(store, "survey", f"{space}{n}").status is RunStatus.COMPLETED for n in range(requests)
             )
             if done == requests:
                 break
-            if killed < kills:
-                time.sleep(chooser.uniform(0.05, 0.4))
-                victim = chooser.randrange(len(workers))
-                workers[victim].send_signal(signal.SIGKILL)
-                workers[victim].wait()
-                killed += 1
-                workers[victim] = start_worker(store_url, queue_url, asyncio=flavours[victim])
-            else:
-                time.sleep(0.2)
-                workers = [
-                    w if w.poll() is None else start_worker(store_url, queue_url, asyncio=flavour)
-                    for w, flavour in zip(workers, flavours, strict=True)
-                ]
+            time.sleep(0.2)
+            workers = [
+                w if w.poll() is None else start_worker(store_url, queue_url, asyncio=flavour)
+                for w, flavour in zip(workers, flavours, strict=True)
+            ]
         else:
             raise AssertionError(f"only {done} of {requests} finished")
     finally:
+        queue.close()
         for worker in workers:
             worker.terminate()
             worker.wait(timeout=30)
+    assert busy >= kills // 2, f"only {busy} of {kills} kills landed while messages were left"
     store.flush()
     rows = rows_of(store, space)
     counts = {key: value for (table, _, key), value in rows.items() if table == "tableb"}

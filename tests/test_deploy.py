@@ -1,6 +1,6 @@
 """Deploys, crashes between commit and send, oversize inputs: real ``idemflow worker`` processes.
 
-The events of DESIGN.md section 5a, met the way an operator meets them: worker
+Deploys and crashes between commit and send, met the way an operator meets them: worker
 processes started from the CLI, stopped with SIGTERM, a client process killed
 with SIGKILL, on SQLite (store + queue in files), on moto (DynamoDB + SQS) and
 on Azurite (Azure Tables + Azure Queue). Nothing is timed: the test polls

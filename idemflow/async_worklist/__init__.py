@@ -1,4 +1,4 @@
-"""Asynchronous worklist: checkpoints, queues and background workers (DESIGN.md section 5).
+"""Asynchronous worklist: checkpoints, queues and background workers.
 
 The paper's asynchronous variant: a workflow answers its client at a
 ``checkpoint()`` and background agents finish it from a reliable queue. The

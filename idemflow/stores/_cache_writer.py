@@ -1,8 +1,8 @@
 """Cache writes off the caller's path: a few background threads per store, in order per row.
 
 A cache write (today: a request's completion record) only saves later
-duplicates a replay, so the caller must not wait for it (DESIGN: "bookkeeping
-that is only a cache stays off the caller's critical path"). Every store that
+duplicates a replay, so the caller must not wait for it: bookkeeping that is
+only a cache stays off the caller's critical path. Every store that
 does real I/O hands its cache writes to a :class:`CacheWriter`:
 
 - a few worker threads (lanes), a batch's lane chosen by its first row, so

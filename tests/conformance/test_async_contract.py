@@ -1,4 +1,4 @@
-"""The asynchronous variant (DESIGN.md section 5) on every store."""
+"""The asynchronous variant (checkpoints, queues, workers) on every store."""
 
 from __future__ import annotations
 

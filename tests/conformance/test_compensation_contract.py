@@ -1,4 +1,4 @@
-"""Compensation (DESIGN.md section 4) on every store: aborts look all-or-nothing, exactly once."""
+"""Compensation on every store: aborts look all-or-nothing, exactly once."""
 
 from __future__ import annotations
 

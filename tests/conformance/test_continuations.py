@@ -1,4 +1,4 @@
-"""Continuations that keep the promise (DESIGN.md section 5a), on every store.
+"""Continuations that keep the promise, on every store.
 
 Each test is one of the events a new user met with an order checkout
 (debit, checkpoint, ship): a deploy mid-flight, an input larger than the

@@ -1,4 +1,4 @@
-"""Workflow semantics (DESIGN.md section 2) on every store, unchanged."""
+"""Workflow semantics on every store, unchanged."""
 
 from __future__ import annotations
 
