@@ -37,12 +37,6 @@ class AbortWorkflow(BaseException):
         self.reason = reason
 
 
-def has_incarnation(memo: Row) -> bool:
-    """Whether ``memo`` says which run wrote it (format 5 on)."""
-    value = memo.value
-    return type(value) is dict and isinstance(value.get("i"), str)
-
-
 class MemoReader:
     """What the memos an execution meets answer, and whose run they are."""
 

@@ -25,7 +25,7 @@ from idemflow._given import Given
 from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
 from idemflow._journal import Journal
 from idemflow._lease import acquire
-from idemflow._memos import AbortWorkflow, MemoReader, has_incarnation
+from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._recording import RunRecorder
 from idemflow._step_log import observed
 from idemflow._store_calls import StoreCalls
@@ -37,7 +37,7 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
 from idemflow.policy import DataConflict, retried
-from idemflow.records import MEMO_AT, RUN_AT, memo_row, memo_text
+from idemflow.records import MEMO_AT, RUN_AT, memo_row, memo_run, memo_text
 from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
 from idemflow.tx import StepAborted, Tx
 
@@ -322,7 +322,7 @@ class Stepper:
                 # A replay whose data moved on may fail where the first run
                 # succeeded: the memo, if any, is the answer.
                 row = yield from calls.read(memo_ref)
-                if row is not None and not cursor.run_known and has_incarnation(row):
+                if row is not None and not cursor.run_known and memo_run(row) is not None:
                     # No claim yet: a memo never precedes its run's record, which says whose it is.
                     met = yield from calls.read(given.run_ref)
                     if met is not None:
@@ -423,7 +423,7 @@ class Stepper:
             if recorded is None:
                 return None
             if not self._cursor.run_known:  # no claim yet: a memo never precedes its run's record
-                if not has_incarnation(recorded):
+                if memo_run(recorded) is None:
                     return recorded  # written before incarnations: trusted, as it always was
                 met = yield from calls.read(given.run_ref)
                 if met is not None:

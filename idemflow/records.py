@@ -225,9 +225,15 @@ def of_earlier_run(memo: Row, incarnation: str | None) -> bool:
     be this run's own, so it is trusted, as every memo was before."""
     if incarnation is None:
         return False
+    theirs = memo_run(memo)
+    return theirs is not None and theirs != incarnation
+
+
+def memo_run(memo: Row) -> str | None:
+    """The incarnation of the run that wrote ``memo`` (None before format 5)."""
     value = memo.value
     theirs = value.get("i") if type(value) is dict else None
-    return theirs is not None and theirs != incarnation
+    return theirs if isinstance(theirs, str) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,7 +74,7 @@ _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _CONDITION_CODES = frozenset({"UpdateConditionNotSatisfied", "EntityAlreadyExists", "ResourceNotFound"})
 _MAX_HINTS = 10_000
 """Tombstone ETags remembered, so writing over a tombstone costs no extra round trip."""
-_SINGLE = frozenset({"create", "upsert", "update"})
+_SINGLE = frozenset({"create", "upsert", "update", "delete"})
 """Writes sent alone when a batch holds one (``write_entity`` of :mod:`idemflow.stores._azure_clients`)."""
 
 

@@ -96,15 +96,7 @@ def table_client(service: TableServiceClient, table_name: str) -> BatchTableClie
         transport=_transport_wrapper(service._client._client._pipeline._transport),
         policies=service._policies,
     )
-    return BatchTableClient(
-        service.url,
-        table_name=table_name,
-        credential=service.credential,
-        api_version=service.api_version,
-        pipeline=pipeline,
-        location_mode=service._location_mode,
-        _hosts=service._hosts,
-    )
+    return BatchTableClient(service.url, **_shared(service, table_name, pipeline))
 
 
 def async_table_client(service: tables_aio.TableServiceClient, table_name: str) -> AsyncBatchTableClient:
@@ -113,15 +105,19 @@ def async_table_client(service: tables_aio.TableServiceClient, table_name: str) 
         transport=_async_transport_wrapper(service._client._client._pipeline._transport),
         policies=service._policies,
     )
-    return AsyncBatchTableClient(
-        service.url,
-        table_name=table_name,
-        credential=service.credential,
-        api_version=service.api_version,
-        pipeline=pipeline,
-        location_mode=service._location_mode,
-        _hosts=service._hosts,
-    )
+    return AsyncBatchTableClient(service.url, **_shared(service, table_name, pipeline))
+
+
+def _shared(service: Any, table_name: str, pipeline: Any) -> dict[str, Any]:
+    """What a table client takes from its service client, blocking or asyncio alike."""
+    return {
+        "table_name": table_name,
+        "credential": service.credential,
+        "api_version": service.api_version,
+        "pipeline": pipeline,
+        "location_mode": service._location_mode,
+        "_hosts": service._hosts,
+    }
 
 
 def _triple(operation: TransactionOperationType) -> Triple:

@@ -7,14 +7,14 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import Retrying, stop_after_attempt
 
 from idemflow import Idem, Store, atomic, now, run, workflow
 from idemflow.async_worklist import MemoryQueue, Message, RequestStatus, Worker, checkpoint, status, submit
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.compensation import WorkflowAborted
-from idemflow.errors import TransientStoreError
 from idemflow.keys import MAX_ID_CHARS
+from idemflow.policy import resend
 from idemflow.records import RunStatus, run_ref
 from idemflow.runner import run_status
 from idemflow.stores.base import Committed, Delete
@@ -267,7 +267,6 @@ def test_a_checkpointed_request_is_not_final_until_a_worker_finished_it(store: S
 
 @pytest.mark.exact_calls  # its policy resends nothing: only the injected fault may fail a call
 def test_transient_failures_are_retried_and_invalid_input_is_rejected_at_once(store: Store) -> None:
-    from tenacity import Retrying, stop_after_attempt
 
     from idemflow import RetryPolicy
     from idemflow.testing import Fault, FaultyStore
@@ -335,7 +334,4 @@ def test_a_submission_reusing_an_id_whose_record_went_first_runs_every_step_agai
         assert pending.result(timeout=10) == {"counted": "yes"}
         store.flush()
         assert rows_of(store, space)[("tableb", "summary", "yes")] == expected
-        resend = Retrying(
-            retry=retry_if_exception_type(TransientStoreError), stop=stop_after_attempt(20), reraise=True
-        )
         assert isinstance(resend(store.commit, [Delete(run_ref("survey", space))]), Committed)

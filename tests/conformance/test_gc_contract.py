@@ -11,13 +11,13 @@ import time
 from typing import Any
 
 import pytest
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from idemflow import RetryPolicy, Store, atomic, run
-from idemflow.errors import InvalidInputError, TransientStoreError
+from idemflow.errors import InvalidInputError
 from idemflow.expiry import apply
 from idemflow.gc import collect, parse_duration
 from idemflow.keys import RUNS_TABLE, memo_key, parse_memo_key, run_key
+from idemflow.policy import resend
 from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import encode
 from idemflow.stores.base import Committed, Delete, Expired, Expiring, Insert, Put, Row, RowRef
@@ -179,9 +179,6 @@ def test_racing_copies_of_a_reused_request_id_apply_it_once(store: Store) -> Non
 def lose_run_record(store: Store, request_id: str) -> None:
     """Delete a finished request's run record and leave its memos, as TTL may (resent while
     DynamoDB Local still holds the last transaction on the row)."""
-    resend = Retrying(
-        retry=retry_if_exception_type(TransientStoreError), stop=stop_after_attempt(20), reraise=True
-    )
     outcome = resend(store.commit, [Delete(run_ref("transfer", request_id))])
     assert isinstance(outcome, Committed)
     assert store.read(run_ref("transfer", request_id)) is None

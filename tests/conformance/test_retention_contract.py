@@ -14,14 +14,14 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from idemflow import RetryPolicy, Store, Tx, atomic, send, sleep, start, wait, workflow
 from idemflow.async_worklist import MemoryQueue, Worker, cancel, checkpoint, retry, status, submit
 from idemflow.async_worklist.deliver import send_message
-from idemflow.errors import InvalidInputError, TransientStoreError
+from idemflow.errors import InvalidInputError
 from idemflow.keys import RUNS_TABLE
 from idemflow.operations import abort
+from idemflow.policy import resend
 from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import encode
 from idemflow.stores.base import Committed, Put
@@ -132,9 +132,7 @@ def test_a_worker_gives_its_retention_to_requests_that_carry_none(store: Store) 
     older: Any = row.value
     older["in"].pop("rn")  # as format 4 wrote it
     put = Put(ref, older, encode(older), expect=row.version, expires_at=time.time() + RETENTION)
-    resend = Retrying(  # DynamoDB Local may still hold submit's transaction on the row
-        retry=retry_if_exception_type(TransientStoreError), stop=stop_after_attempt(20), reraise=True
-    )
+    # Resent: DynamoDB Local may still hold submit's transaction on the row.
     assert isinstance(resend(store.commit, [put]), Committed)
     worker = Worker([keeper], store=store, queue=queue, clock=clock, policy=RetryPolicy(retention=3600.0))
     deliver_all(worker, queue, clock, rounds=200, step=30.0)
