@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from idemflow.number_model import Number
 from idemflow.serialization import JSON, decode
-from idemflow.stores._ops import added, expectation, version_after
+from idemflow.stores._ops import added, counted, expectation, version_after
 from idemflow.stores.base import (
     COMMITTED,
     CommitOutcome,
@@ -54,6 +54,9 @@ def matches(current: Stored | None, expect: Expect) -> bool:
 
 def incremented(ref: RowRef, current: Stored | None, delta: Number) -> str:
     """Text of ``current`` plus ``delta``; a non-number row is an error."""
+    quick = counted("0" if current is None else current[0], delta)
+    if quick is not None:
+        return quick
     base: JSON = 0 if current is None else decode(current[0])
     return added(ref, base, delta)
 

@@ -23,9 +23,12 @@ import secrets
 from decimal import Decimal
 
 from idemflow.errors import InvalidValueError
-from idemflow.number_model import Number, is_number, sum_of
+from idemflow.number_model import DIGITS, Number, is_number, sum_of
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Cond, Expect, Increment, Insert, Op, RowRef
+
+_SMALL = 10**DIGITS
+"""Ints below this in size add exactly and are stored as their digits (:mod:`idemflow.number_model`)."""
 
 FRESH_VERSION_BITS = 62
 """Width of a random first version: a new incarnation collides with a version an
@@ -64,6 +67,28 @@ def increment_where(ref: RowRef) -> str:
 def not_a_number(ref: RowRef, held: str, note: str = "") -> InvalidValueError:
     """The error for an increment of a row holding a ``held`` (a type name), not a number."""
     return InvalidValueError(increment_where(ref), f"row holds {held}, not a number{note}")
+
+
+def counted(text: str, delta: Number) -> str | None:
+    """The text of the int counter stored as ``text`` plus an int ``delta``, or None when either is
+    not a small int (then :func:`added` decides, with its errors).
+
+    Why apart: most increments add an int to an int, and a stored int's canonical text is its
+    ASCII digits (JSON allows digits outside strings only in ASCII), so the sum needs neither a
+    parse nor an encoding: a tenth of :func:`added`'s time, on every counter a step bumps.
+
+    >>> counted("41", 1), counted("-3", 1), counted("1.5", 1), counted('"7"', 1)
+    ('42', '-2', None, None)
+    """
+    if type(delta) is not int or not -_SMALL < delta < _SMALL:
+        return None
+    digits = text[1:] if text[:1] == "-" else text
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > DIGITS:
+        return None
+    if digits[0] == "0" and len(digits) > 1:  # not JSON: the full path says so
+        return None
+    summed = int(text) + delta
+    return str(summed) if -_SMALL < summed < _SMALL else None
 
 
 def added(ref: RowRef, base: JSON, delta: Number) -> str:
