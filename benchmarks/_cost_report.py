@@ -167,6 +167,10 @@ def _ratio(
     )
 
 
+NO_INDEX = "idemflow 2 steps, no open-runs index"
+"""The 2-step workflow on a runs table made without its index of open runs (``open_runs_index=0``)."""
+
+
 def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]) -> list[Ratio]:
     by_name = {(v.backend, v.name): v for v in variants}
     by = {f"{row.backend}/{row.name}": row for row in found}
@@ -198,6 +202,13 @@ def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]
             for kind in ("dynamodb-local", "azurite")
         ),
         ("sqlite", "idemflow 2 steps / DBOS", "idemflow 2 steps", "DBOS"),
+        (
+            "dynamodb-local",
+            "idemflow / minimal, 2 steps, no open-runs index",
+            NO_INDEX,
+            "minimal 2 steps",
+        ),
+        ("dynamodb-local", "idemflow 2 steps: open-runs index / none", "idemflow 2 steps", NO_INDEX),
     ]
     made = []
     for kind, what, num, den in pairs:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from benchmarks._backends import Backend, boto_config, create_dynamodb_table
@@ -99,6 +100,7 @@ def _async_variant(variant: Callable[..., Variant], loop: Loop, store: Any, step
 def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], DynamoMeter, Callable[[], None]]:
     import boto3
 
+    from idemflow.stores.dynamodb import DynamoDBStore
     from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
 
     kind, setup = backend.kind, backend.dynamodb
@@ -148,6 +150,13 @@ def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], Dynamo
         store: Any = backend.store(backend.tag(f"kw{steps}"), *TABLES)
         meter.attach(store.client)
         variants.append(_workflow_variant(variant, store, steps))
+    bare_runs = DynamoDBStore(
+        endpoint_url=endpoint, region_name=region, prefix=backend.tag("kn"), open_runs_index=False
+    )
+    bare_runs.create_tables(*TABLES)
+    meter.attach(bare_runs.client)
+    no_index = _workflow_variant(variant, bare_runs, 2)
+    variants.append(replace(no_index, name="idemflow 2 steps, no open-runs index"))
     tag = backend.tag("ka")
     backend.store(tag, *TABLES)  # creates the asynchronous store's tables
     aio = AsyncDynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=tag)
@@ -170,6 +179,7 @@ def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], Dynamo
 
     def close() -> None:
         loop.run(aio.close())
+        bare_runs.close()
         for made in clients:
             made.close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
+from idemflow import Idem, Tx, atomic, run, workflow
 from idemflow.errors import InvalidValueError, LimitExceededError, StoreError, TransientStoreError
 from idemflow.keys import RUNS_TABLE
 from idemflow.serialization import JSON, encode
@@ -163,6 +165,42 @@ def test_a_runs_table_from_before_the_index_gets_it_with_its_open_runs_marked(mo
     page = store.run_page(RunQuery(limit=10, workflow="checkout", open_only=True))
     assert sorted(found.partition for found in page) == ["r-failed", "r-open"]
     store.create_tables()  # twice: nothing more to do
+
+
+def test_a_runs_table_made_without_the_index_lists_its_open_runs_by_a_scan(moto: Moto) -> None:
+    """``open_runs_index=0``: no index writes on the request path; the open runs are still listed
+    (a filtered scan), the URL says so, and a later store that wants the index adds it."""
+    url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix=noindex&open_runs_index=0"
+    store = open_store(url)
+    assert isinstance(store, DynamoDBStore) and not store.open_runs_index
+    assert open_store(store.url).open_runs_index is False  # type: ignore[attr-defined]
+    store.create_tables("accounts")
+    client, name = store.client, store.table_name(RUNS_TABLE)
+    assert not client.describe_table(TableName=name)["Table"].get("GlobalSecondaryIndexes")
+
+    @workflow("half")
+    def half(fail: bool) -> Generator[Idem[Any], Any, str]:
+        yield atomic("accounts", "p1", lambda tx: tx.increment("n"))
+        if fail:
+            yield atomic("accounts", "p2", _refuse)
+        yield atomic("accounts", "p3", lambda tx: tx.increment("n"))
+        return "done"
+
+    run(half(False), request_id="r-done", store=store)
+    with pytest.raises(RuntimeError):
+        run(half(True), request_id="r-failed", store=store)
+    for query in (RunQuery(limit=10, workflow="half", open_only=True), RunQuery(limit=10, open_only=True)):
+        assert [found.partition for found in store.run_page(query)] == ["r-failed"]
+    indexed = DynamoDBStore(endpoint_url=moto.endpoint, region_name=moto.region, prefix="noindex")
+    indexed.create_tables()
+    indexes = client.describe_table(TableName=name)["Table"]["GlobalSecondaryIndexes"]
+    assert [index["IndexName"] for index in indexes] == ["open"]
+    page = indexed.run_page(RunQuery(limit=10, workflow="half", open_only=True))
+    assert [found.partition for found in page] == ["r-failed"]
+
+
+def _refuse(tx: Tx) -> None:
+    raise RuntimeError("declined")
 
 
 def test_expires_at_is_stored_for_ttl(store: DynamoDBStore) -> None:

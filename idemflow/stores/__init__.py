@@ -53,7 +53,7 @@ _LAZY = {
 _PARAMETERS: dict[str, set[str]] = {
     "memory": set(),
     "sqlite": set(),
-    "dynamodb": {"endpoint", "region", "prefix", "conflicts"},
+    "dynamodb": {"endpoint", "region", "prefix", "conflicts", "open_runs_index"},
     "azure": {"connection_string", "prefix"},
 }
 _USAGE = "memory:, sqlite:PATH, dynamodb:?region=R&endpoint=URL&prefix=P, azure:?connection_string=C&prefix=P"
@@ -67,7 +67,8 @@ def open_store(url: str, *, create: bool = True) -> Store:
     """A store from a URL: ``memory:``, ``sqlite:PATH``,
     ``dynamodb:?endpoint=URL&region=R&prefix=P`` (for tests on DynamoDB Local or moto, add
     ``&conflicts=RATE`` to meet the service's transaction conflicts: see
-    :mod:`idemflow.testing.conflicts`),
+    :mod:`idemflow.testing.conflicts`; ``&open_runs_index=0`` to create the runs table without
+    its index of unfinished runs),
     ``azure:?connection_string=...&prefix=P`` (or ``AZURE_STORAGE_CONNECTION_STRING``).
 
     Query values are percent-decoded with ``+`` kept, as account keys contain
@@ -101,7 +102,10 @@ def open_store(url: str, *, create: bool = True) -> Store:
             raise parsed.error("conflicts=RATE needs an endpoint (a local server) and a rate within [0, 1]")
         store_cls = __getattr__("DynamoDBStore")
         store: Store = store_cls(
-            endpoint_url=endpoint, region_name=params.get("region"), prefix=params.get("prefix", "")
+            endpoint_url=endpoint,
+            region_name=params.get("region"),
+            prefix=params.get("prefix", ""),
+            open_runs_index=parsed.flag("open_runs_index") is not False,
         )
         if rate is not None:
             from idemflow.testing.conflicts import DynamoDBConflicts
@@ -134,6 +138,7 @@ def open_async_store(url: str, *, create: bool = True) -> AsyncStore:
             endpoint_url=parsed.endpoint("endpoint"),
             region_name=params.get("region"),
             prefix=params.get("prefix", ""),
+            open_runs_index=parsed.flag("open_runs_index") is not False,
         )
     if parsed.scheme == "azure":
         conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")

@@ -130,9 +130,12 @@ class DynamoDBCalls:
     ``url`` is the store's URL, named in the advice of a missing table's error.
     """
 
-    def __init__(self, prefix: str, url: str) -> None:
+    def __init__(self, prefix: str, url: str, *, open_runs_index: bool = True) -> None:
         self.prefix = prefix
         self.url = url
+        self.open_runs_index = open_runs_index
+        """Whether :meth:`create_tables` gives the runs table its sparse index of open runs."""
+        self._index_seen: bool | None = None
 
     def table_name(self, table: str) -> str:
         return self.prefix + table
@@ -254,10 +257,12 @@ class DynamoDBCalls:
     def create_tables(self, *names: str) -> Calls[None]:
         """Create each table and the runs table (existing ones are fine), wait until ACTIVE, enable TTL."""
         tables = list(dict.fromkeys((*names, RUNS_TABLE)))
+        self._index_seen = None  # asked again after: this call may add the index
+        runs_schema = _RUNS_SCHEMA if self.open_runs_index else _SCHEMA
         for table in tables:  # every creation first: on AWS they become ACTIVE in parallel
             create = {
                 "TableName": self.table_name(table),
-                **(_RUNS_SCHEMA if table == RUNS_TABLE else _SCHEMA),
+                **(runs_schema if table == RUNS_TABLE else _SCHEMA),
             }
             yield from self.call("create table", [table], "create_table", create, exists)
         for table in tables:
@@ -269,7 +274,24 @@ class DynamoDBCalls:
                 spec = {"Enabled": True, "AttributeName": "expires_at"}
                 enable = {"TableName": name, "TimeToLiveSpecification": spec}
                 yield from self.call("enable TTL", [table], "update_time_to_live", enable, ttl_on)
-        yield from self._open_index()
+        if self.open_runs_index:
+            yield from self._open_index()
+
+    def has_open_index(self) -> Calls[bool]:
+        """Whether the runs table has its index of open runs (asked once: a table made without it
+        is listed by a filtered scan, and one given it later by ``create_tables`` is seen on the
+        next store)."""
+        if self._index_seen is None:
+            name = self.table_name(RUNS_TABLE)
+            described = yield from self.call(
+                "describe table", [RUNS_TABLE], "describe_table", {"TableName": name}
+            )
+            indexes = described.get("Table", {}).get("GlobalSecondaryIndexes") or []
+            self._index_seen = any(
+                index.get("IndexName") == OPEN_INDEX and index.get("IndexStatus", "ACTIVE") == "ACTIVE"
+                for index in indexes
+            )
+        return self._index_seen
 
     def _open_index(self) -> Calls[None]:
         """Give a runs table created before 0.2 its index of open runs, and mark its open runs."""

@@ -5,7 +5,9 @@ index on start times would need one hash key for every record (a hot partition w
 claim and outcome) or a scan of its shards merged in memory. So pages come in the backend's key
 order, each resuming after the key of the last row it gave (``ExclusiveStartKey``, kept in the
 position), and cost what they read: about ``limit`` run records, not the table. Unfinished
-requests are read from the sparse index of open runs (a ``Query`` for one workflow). Both are
+requests are read from the sparse index of open runs (a ``Query`` for one workflow), or, on a
+table made without that index (``open_runs_index=0``), by a scan that keeps the records carrying
+the index's attribute (every record read: cheap on writes, dear on listings). Both are
 stable under inserts: a page never repeats or skips a record that existed through the listing.
 """
 
@@ -32,12 +34,21 @@ def run_page(calls: DynamoDBCalls, query: RunQuery) -> Calls[list[RunRow]]:
     keys = ("pk", "sk", OPEN_ATTRIBUTE) if query.open_only else ("pk", "sk")
     args: dict[str, Any] = {"TableName": calls.table_name(RUNS_TABLE)}
     operation = "scan"
-    if query.open_only:
+    indexed = query.open_only and (yield from calls.has_open_index())
+    if indexed:
         args["IndexName"] = OPEN_INDEX
         if query.workflow is not None:
             operation = "query"
             args["KeyConditionExpression"] = "#open = :w"
             args["ExpressionAttributeNames"] = {"#open": OPEN_ATTRIBUTE}
+            args["ExpressionAttributeValues"] = {":w": {"S": query.workflow}}
+    elif query.open_only:  # a table made without the index: every record read, open ones kept
+        keys = ("pk", "sk")
+        args["ExpressionAttributeNames"] = {"#open": OPEN_ATTRIBUTE}
+        if query.workflow is None:
+            args["FilterExpression"] = "attribute_exists(#open)"
+        else:
+            args["FilterExpression"] = "#open = :w"
             args["ExpressionAttributeValues"] = {":w": {"S": query.workflow}}
     else:  # memos and outbox entries share the table: only run records come back
         args["FilterExpression"] = "begins_with(sk, :run)"

@@ -58,9 +58,17 @@ _CONFIG = CONFIG
 """The botocore configuration of the client (shared with the asyncio store)."""
 
 
-def store_url(endpoint_url: str | None, region_name: str | None, prefix: str) -> str:
+def store_url(
+    endpoint_url: str | None, region_name: str | None, prefix: str, open_runs_index: bool = True
+) -> str:
     """The :func:`~idemflow.stores.open_store` URL of a DynamoDB store."""
-    params = (("endpoint", endpoint_url), ("region", region_name), ("prefix", prefix))
+    index = None if open_runs_index else "0"
+    params = (
+        ("endpoint", endpoint_url),
+        ("region", region_name),
+        ("prefix", prefix),
+        ("open_runs_index", index),
+    )
     return "dynamodb:?" + "&".join(f"{name}={value}" for name, value in params if value)
 
 
@@ -82,8 +90,13 @@ class DynamoDBStore:
         region_name: str | None = None,
         prefix: str = "",
         client: Any | None = None,
+        open_runs_index: bool = True,
     ) -> None:
         self.prefix = prefix
+        self.open_runs_index = open_runs_index
+        """Whether :meth:`create_tables` gives the runs table a sparse index of unfinished runs:
+        2 index write units per request that does not finish in one write, against a scan of every
+        run record when an operator lists the open ones (``open_runs_index=0`` in a URL)."""
         self._own_client = client is None
         if client is None:
             try:
@@ -94,9 +107,9 @@ class DynamoDBStore:
                 raise StoreConfigError(f"cannot create a DynamoDB client ({exc}); give a region") from exc
         self.client: DynamoDBClient = client
         """The boto3 client (for tools, and fault injection through its event hooks)."""
-        self.url = store_url(client.meta.endpoint_url, client.meta.region_name, prefix)
+        self.url = store_url(client.meta.endpoint_url, client.meta.region_name, prefix, open_runs_index)
         """A URL for :func:`~idemflow.stores.open_store` reaching the same tables."""
-        self._calls = DynamoDBCalls(prefix, self.url)
+        self._calls = DynamoDBCalls(prefix, self.url, open_runs_index=open_runs_index)
         self._lock = threading.Lock()
         self._round_trips = 0
         self._cache = CacheWriter("dynamodb", self.commit, log)

@@ -55,6 +55,7 @@ class AsyncDynamoDBStore:
         endpoint_url: str | None = None,
         region_name: str | None = None,
         prefix: str = "",
+        open_runs_index: bool = True,
         **client_options: Any,
     ) -> None:
         self.prefix = prefix
@@ -68,9 +69,9 @@ class AsyncDynamoDBStore:
             "config": CONFIG,
             **client_options,
         }
-        self.url = store_url(endpoint_url, region, prefix)
+        self.url = store_url(endpoint_url, region, prefix, open_runs_index)
         """A URL for :func:`~idemflow.stores.open_store` reaching the same tables."""
-        self._calls = DynamoDBCalls(prefix, self.url)
+        self._calls = DynamoDBCalls(prefix, self.url, open_runs_index=open_runs_index)
         self._client: Any = None
         self._stack: AsyncExitStack | None = None
         self._opening = asyncio.Lock()
@@ -81,7 +82,12 @@ class AsyncDynamoDBStore:
     def twin_of(cls, store: DynamoDBStore) -> AsyncDynamoDBStore:
         """An asynchronous store on the same endpoint, region and tables as ``store``."""
         meta = store.client.meta
-        return cls(endpoint_url=meta.endpoint_url, region_name=meta.region_name, prefix=store.prefix)
+        return cls(
+            endpoint_url=meta.endpoint_url,
+            region_name=meta.region_name,
+            prefix=store.prefix,
+            open_runs_index=store.open_runs_index,
+        )
 
     def table_name(self, table: str) -> str:
         """The physical table of a logical one."""
