@@ -76,7 +76,7 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
     [paid] = re.findall(r"(?m)^\| payments [^|]+" + r"\| (\d+) " * 7 + r"\|$", summary)  # its 2nd table
     charges, refunds, declined, outages, _late, aborts, owed = map(int, paid)
     assert charges > refunds > 0 and declined > 0 and outages > 0 and aborts > 0 and owed == 0, paid
-    assert time.monotonic() - started < 120  # a runaway guard, not a measurement
+    assert time.monotonic() - started < 900  # a runaway guard, not a measurement (a loaded CI machine took 177 s)
 
 
 def test_the_summary_table_adds_up(tmp_path: Path) -> None:
