@@ -178,6 +178,8 @@ class AsyncWorker(Handling):
             try:
                 await self.relay()
             except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                if self.halt(exc):
+                    return
                 event(logging.WARNING, "relay-failed", error=repr(exc))
             if await self._stopped_within(self.relay_every):
                 return

@@ -183,6 +183,8 @@ class Worker(Handling):
             try:
                 self.relay()
             except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                if self.halt(exc):
+                    return
                 event(logging.WARNING, "relay-failed", error=repr(exc))
             if self._stop.wait(self.relay_every):
                 return
