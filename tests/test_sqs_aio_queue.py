@@ -27,6 +27,7 @@ from idemflow.errors import (
     ConfigurationError,
     InvalidInputError,
     InvalidNameError,
+    MessageLostError,
     TransientError,
 )
 from tests import conformance
@@ -192,8 +193,6 @@ def test_receive_with_wait_returns_empty_on_an_empty_queue_without_blocking_the_
 
 
 def test_extend_of_a_deleted_message_is_lost_and_acks_of_it_are_quiet(moto: Moto) -> None:
-    from idemflow.async_worklist.queues.base import MessageLostError
-
     queue = _queue(moto)
 
     async def main() -> None:
