@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from idemflow import ConflictError, Store, TransientStoreError, WorkflowAborted, run
+from idemflow import ConflictError, Store, TransientError, WorkflowAborted, run
 from idemflow.asgi import Idempotency
 from idemflow.stores import open_async_store, open_store
 from idemflow.stores.base import AsyncStore
@@ -139,7 +139,7 @@ def create_app(variant: str, url: str) -> Starlette:
                 counted = await run_in_threadpool(run, m, request_id=key, store=stores.blocking)
         except WorkflowAborted as aborted:
             return JSONResponse({"error": "refused", "detail": str(aborted.reason)}, 409)
-        except (ConflictError, TransientStoreError) as exc:
+        except (ConflictError, TransientError) as exc:
             return JSONResponse({"error": "busy", "detail": str(exc)}, 503)
         return JSONResponse(dict(counted))
 

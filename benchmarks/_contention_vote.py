@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from benchmarks._contention_params import Vote
 from idemflow import Idem, Store, Tx, atomic, rows, run, workflow
-from idemflow.errors import TransientStoreError
+from idemflow.errors import TransientError
 from idemflow.serialization import JSON
 from idemflow.stores.base import CommitOutcome, Conflict, Op
 from idemflow.testing.faults import StoreWrapper
@@ -84,7 +84,7 @@ class Attempts:
 class CommitsPerRequest(StoreWrapper):
     """Counts the engine's ``commit`` calls (first tries, reruns after a data conflict, resends
     after a transient error) per request; cache writes (completion records) are not commits.
-    A commit raising :class:`TransientStoreError` is resent (a transient retry); a
+    A commit raising :class:`TransientError` is resent (a transient retry); a
     :class:`Conflict` without an existing memo or run record reruns the body (a data retry)."""
 
     def __init__(self, inner: Store, attempts: Attempts) -> None:
@@ -95,7 +95,7 @@ class CommitsPerRequest(StoreWrapper):
         self.attempts.attempted()
         try:
             outcome = self.inner.commit(ops)
-        except TransientStoreError:
+        except TransientError:
             self.attempts.retried(True)
             raise
         if isinstance(outcome, Conflict) and all(f.existing is None for f in outcome.failures):

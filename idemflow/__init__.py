@@ -32,25 +32,28 @@ from idemflow.arunner import arun, arun_result
 from idemflow.codecs import register_codec
 from idemflow.coordination import Child, receive, send, sleep, sleep_until, start, wait
 from idemflow.errors import (
+    RENAMED,
+    BackendError,
     ChildAborted,
-    CompensationFailed,
+    CompensationError,
+    ConfigurationError,
     ConflictError,
-    EffectTimeout,
+    EffectTimeoutError,
+    ErrorCode,
     IdemflowError,
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidNameError,
     InvalidValueError,
     LimitExceededError,
-    MessageNotDelivered,
+    MessageNotDeliveredError,
     NonDeterminismError,
-    RequestFailed,
+    RequestFailedError,
     StepFailedError,
-    StoreConfigError,
-    StoreError,
-    TransientStoreError,
+    TransientError,
     VersionNotHeldError,
     WorkflowAborted,
+    deprecated_error,
 )
 from idemflow.handlers import idempotent, idempotent_function
 from idemflow.helpers import effect, now, random, uuid4
@@ -65,11 +68,14 @@ from idemflow.tx import Tx
 
 __all__ = [
     "AnswerCache",
+    "BackendError",
     "Child",
     "ChildAborted",
-    "CompensationFailed",
+    "CompensationError",
+    "ConfigurationError",
     "ConflictError",
-    "EffectTimeout",
+    "EffectTimeoutError",
+    "ErrorCode",
     "Idem",
     "IdemflowError",
     "IdempotencyKeyReuseError",
@@ -78,9 +84,9 @@ __all__ = [
     "InvalidValueError",
     "LimitExceededError",
     "MemoryStore",
-    "MessageNotDelivered",
+    "MessageNotDeliveredError",
     "NonDeterminismError",
-    "RequestFailed",
+    "RequestFailedError",
     "RetryPolicy",
     "RunRecord",
     "RunStatus",
@@ -89,9 +95,7 @@ __all__ = [
     "StepFailedError",
     "StepRetry",
     "Store",
-    "StoreConfigError",
-    "StoreError",
-    "TransientStoreError",
+    "TransientError",
     "Tx",
     "VersionNotHeldError",
     "Workflow",
@@ -126,5 +130,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The cloud stores need optional extras: resolve them lazily.
+    # The cloud stores need optional extras: resolve them lazily. Error names before 1.0 warn.
+    if name in RENAMED:
+        return deprecated_error(__name__, name)
     return load_optional(__name__, name, _LAZY)

@@ -28,7 +28,7 @@ from idemflow._drive import STORE_REQUESTS, store_answer
 from idemflow._gates import ASYNC_GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow._trampoline import atrampoline
-from idemflow.errors import EffectTimeout
+from idemflow.errors import EffectTimeoutError
 from idemflow.policy import apause
 from idemflow.stores.aio import ThreadedStore
 from idemflow.stores.base import AsyncStore, Store
@@ -164,7 +164,7 @@ async def _other(request: object, store: AsyncStore, queue: AsyncQueue | None) -
                     return await acall_out(function, key)
             except TimeoutError:
                 if within.expired():  # not a TimeoutError the call raised itself
-                    raise EffectTimeout(name, timeout) from None
+                    raise EffectTimeoutError(name, timeout) from None
                 raise
     raise TypeError(f"not an engine request: {request!r}")
 

@@ -21,7 +21,7 @@ from idemflow._given import Given
 from idemflow._in_place import INFRASTRUCTURE, tried
 from idemflow._io import CallOut, Steps
 from idemflow._stepper import Stepper
-from idemflow.errors import CompensationFailed, IdemflowError, NonDeterminismError
+from idemflow.errors import CompensationError, IdemflowError, NonDeterminismError
 from idemflow.keys import RUNS_TABLE, compensation_tag, late_undo_tag
 from idemflow.monad import Atomic, Effect, Start
 from idemflow.serialization import JSON
@@ -117,7 +117,7 @@ class Compensator:
             raise
         except (Exception, StepAborted) as exc:
             cause = f"aborted: {exc.reason!r}" if isinstance(exc, StepAborted) else repr(exc)
-            raise CompensationFailed(given.workflow, given.request_id, step, node.name, cause) from exc
+            raise CompensationError(given.workflow, given.request_id, step, node.name, cause) from exc
 
     def _undo_call(
         self, step: int, node: Effect, result: Any, workflow_retry: StepRetry | None, late: bool
@@ -148,4 +148,4 @@ class Compensator:
         except (NonDeterminismError, *INFRASTRUCTURE):
             raise
         except Exception as exc:
-            raise CompensationFailed(given.workflow, given.request_id, step, identity, repr(exc)) from exc
+            raise CompensationError(given.workflow, given.request_id, step, identity, repr(exc)) from exc

@@ -24,7 +24,7 @@ from idemflow._recording import RunRecorder
 from idemflow._stepper import Extra, Stepper, constant
 from idemflow._store_calls import StoreCalls
 from idemflow._wakeups import announce, wake_row
-from idemflow.errors import ChildAborted, IdempotencyKeyReuseError, InvalidInputError, RequestFailed
+from idemflow.errors import ChildAborted, IdempotencyKeyReuseError, InvalidInputError, RequestFailedError
 from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix
 from idemflow.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
 from idemflow.plan import Suspended
@@ -243,7 +243,7 @@ class Coordinator:
                 yield from self._suspend(None if woken else given.clock() + _LOOK_AGAIN, None, waiting)
             elif record.status is RunStatus.FAILED and record.failure is not None:
                 failure = record.failure
-                raise RequestFailed(
+                raise RequestFailedError(
                     node.workflow, node.request_id, failure.step, failure.reason, failure.attempts
                 )
             elif node.call is not None and node.call.version == record.version:

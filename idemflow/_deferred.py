@@ -23,7 +23,7 @@ from idemflow._given import Given
 from idemflow._io import Commit, Steps
 from idemflow._memos import MemoReader
 from idemflow._store_calls import StoreCalls
-from idemflow.errors import LimitExceededError, TransientStoreError
+from idemflow.errors import LimitExceededError, TransientError
 from idemflow.keys import RUNS_TABLE
 from idemflow.records import MEMO_AT, RUN_AT
 from idemflow.stores.base import COMMITTED, CommitOutcome, Committed, Insert, Op, Row, RowRef
@@ -124,7 +124,7 @@ class DeferredCommit:
                         outcome = yield Commit(ops)
                     except LimitExceededError as refused:
                         raise calls.named(refused, pending.memo_ref) from None
-                    except TransientStoreError:
+                    except TransientError:
                         # An answer lost, or a transaction conflict with no change behind it: the
                         # same commit sent again under the policy (if the first applied, the memo
                         # refuses the second). Starting over instead would run the workflow again
@@ -138,7 +138,7 @@ class DeferredCommit:
                     yield from self._memos.earlier_memo_dropped(outcome, ops, pending.memo_ref, claims=claims)
                 ):
                     break
-        except TransientStoreError:  # still unreachable when the policy gave up: a replay reads which
+        except TransientError:  # still unreachable when the policy gave up: a replay reads which
             raise Restart() from None
         if isinstance(outcome, Committed):
             self._cursor.committed()

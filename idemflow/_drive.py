@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from idemflow._gates import GATES
 from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow._trampoline import trampoline
-from idemflow.errors import EffectTimeout
+from idemflow.errors import EffectTimeoutError
 from idemflow.policy import pause
 from idemflow.stores.base import Store
 
@@ -101,7 +101,7 @@ def _timed(function: Callable[[str], Any], key: str, timeout: float, name: str) 
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise EffectTimeout(name, timeout)
+        raise EffectTimeoutError(name, timeout)
     if errors:
         raise errors[0]
     return box[0]

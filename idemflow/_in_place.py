@@ -16,10 +16,10 @@ from typing import Any
 from idemflow._cursor import Cursor
 from idemflow._given import Given
 from idemflow._io import Sleep, Steps
-from idemflow.errors import ConflictError, NonDeterminismError, StoreError
+from idemflow.errors import BackendError, ConflictError, NonDeterminismError
 from idemflow.step_retry import StepRetry
 
-INFRASTRUCTURE = (StoreError, ConflictError)
+INFRASTRUCTURE = (BackendError, ConflictError)
 """Errors of the store, not of a step: never retried by a step's policy, never a reason to fail
 a request."""
 

@@ -26,7 +26,7 @@ from idemflow._journal import Journal
 from idemflow._memos import AbortWorkflow
 from idemflow._recording import RunRecorder
 from idemflow._stepper import NOT_CALLED, Stepper
-from idemflow.errors import ChildAborted, CompensationFailed, InvalidInputError, NonDeterminismError
+from idemflow.errors import ChildAborted, CompensationError, InvalidInputError, NonDeterminismError
 from idemflow.keys import RUNS_TABLE
 from idemflow.monad import (
     Abort,
@@ -332,8 +332,6 @@ class Interpreter:
             raise
         except (Exception, AbortWorkflow) as exc:
             cause = repr(exc) if isinstance(exc, Exception) else f"aborted again: {exc.reason!r}"
-            raise CompensationFailed(
-                given.workflow, given.request_id, cursor.step, "on_abort", cause
-            ) from exc
+            raise CompensationError(given.workflow, given.request_id, cursor.step, "on_abort", cause) from exc
         finally:
             cursor.cleaning = False

@@ -81,7 +81,7 @@ class CallOut:
     lease: float | None = None
     """Seconds one execution holds the call before a racing one may make it (:mod:`idemflow._lease`)."""
     timeout: float | None = None
-    """Seconds the call may take: the drivers raise :class:`~idemflow.errors.EffectTimeout` after."""
+    """Seconds the call may take: the drivers raise :class:`~idemflow.errors.EffectTimeoutError` after."""
     name: str = ""
     """The effect's name, for that error."""
 

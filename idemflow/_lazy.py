@@ -3,7 +3,7 @@
 The cloud stores and queues need the ``aws`` or ``azure`` extra. A package
 lists them as ``{name: (module, extra)}`` and answers attribute lookups
 (PEP 562) with :func:`load_optional`; using one without its extra installed
-raises a :class:`~idemflow.errors.StoreConfigError` saying what to install.
+raises a :class:`~idemflow.errors.ConfigurationError` saying what to install.
 
 >>> load_optional("idemflow.stores", "MemoryStore", {"MemoryStore": ("idemflow.stores.memory", "none")})
 <class 'idemflow.stores.memory.MemoryStore'>
@@ -19,7 +19,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from idemflow.errors import StoreConfigError
+from idemflow.errors import ConfigurationError
 
 OptionalClasses = Mapping[str, tuple[str, str]]
 """``{attribute: (module that defines it, extra that installs its SDK)}``."""
@@ -29,7 +29,7 @@ def load_optional(owner: str, name: str, optional: OptionalClasses) -> Any:
     """``name`` from its module as listed in ``optional``; the body of a module ``__getattr__``.
 
     Raises :class:`AttributeError` for names not listed (as a module would)
-    and :class:`~idemflow.errors.StoreConfigError` naming the extra when its
+    and :class:`~idemflow.errors.ConfigurationError` naming the extra when its
     SDK is missing.
     """
     if name not in optional:
@@ -38,7 +38,7 @@ def load_optional(owner: str, name: str, optional: OptionalClasses) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise StoreConfigError(
+        raise ConfigurationError(
             f"{name} needs the '{extra}' extra: pip install 'idemflow[{extra}]' ({exc})"
         ) from exc
     return getattr(module, name)

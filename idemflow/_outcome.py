@@ -16,7 +16,7 @@ from idemflow._io import CommitCache, Steps
 from idemflow._recording import RunRecorder
 from idemflow._store_calls import StoreCalls
 from idemflow._wakeups import announce, wake_row
-from idemflow.errors import InvalidValueError, StoreError
+from idemflow.errors import BackendError, InvalidValueError
 from idemflow.records import MEMO_AT, RUN_AT, RunRecord, RunStatus, new_incarnation
 from idemflow.serialization import JSON, encode, sorted_keys
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put
@@ -119,7 +119,7 @@ class OutcomeWriter:
             return
         try:
             yield from self._calls.commit(ops, given.run_ref)
-        except StoreError as lost:
+        except BackendError as lost:
             log.warning(
                 "outcome not recorded (duplicates replay the steps instead): %s",
                 lost,

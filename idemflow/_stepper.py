@@ -33,7 +33,7 @@ from idemflow.errors import (
     ConflictError,
     InvalidValueError,
     LimitExceededError,
-    TransientStoreError,
+    TransientError,
 )
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
 from idemflow.policy import DataConflict, retried
@@ -71,7 +71,7 @@ class _Unreachable:
 
     __slots__ = ("error",)
 
-    def __init__(self, error: TransientStoreError) -> None:
+    def __init__(self, error: TransientError) -> None:
         self.error = error
 
 
@@ -212,7 +212,7 @@ class Stepper:
         """The step's first attempt, then, if it met a conflict, more under the policy."""
         try:
             outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out, extra, defer)
-        except TransientStoreError:  # the commit's send failed: rerun (the loop re-raises it last)
+        except TransientError:  # the commit's send failed: rerun (the loop re-raises it last)
             if call_out is not None:  # resent until the deadline already; a rerun would call out again
                 raise
             outcome = _RETRY
@@ -305,7 +305,7 @@ class Stepper:
                         try:
                             result = self.called = yield call_out
                         except Exception:  # a call that failed gives the lease up: a retry need not wait
-                            with contextlib.suppress(TransientStoreError):  # else it ends by itself
+                            with contextlib.suppress(TransientError):  # else it ends by itself
                                 yield from calls.commit([Delete(self._lease_ref(memo_ref))], memo_ref)
                             raise
             except _RunRecordSeen as seen:
@@ -316,7 +316,7 @@ class Stepper:
                     raise
                 aborted, value = True, abort.reason
                 data_ops: list[Op] = [*tx.read_checks()]
-            except TransientStoreError as unreachable:  # a read was throttled or got no answer
+            except TransientError as unreachable:  # a read was throttled or got no answer
                 return _Unreachable(unreachable)
             except Exception:
                 # A replay whose data moved on may fail where the first run

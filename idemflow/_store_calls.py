@@ -17,7 +17,7 @@ from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._given import Given
 from idemflow._io import Commit, Read, Steps
-from idemflow.errors import LimitExceededError, TransientStoreError
+from idemflow.errors import LimitExceededError, TransientError
 from idemflow.policy import resent
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
 
@@ -44,7 +44,7 @@ class StoreCalls:
         request = Read(ref)
         try:
             row: Row | None = yield request
-        except TransientStoreError:
+        except TransientError:
             row = yield from resent(self._given.policy.resending(self.until), request)
         return row
 
@@ -79,7 +79,7 @@ class StoreCalls:
             return first
         try:
             outcome: CommitOutcome = yield request
-        except TransientStoreError:
+        except TransientError:
             # The commit may have been applied with its answer lost: resending
             # the same operations meets the memo and resolves to it.
             outcome = yield from resent(self._given.policy.resending(self.until), request)

@@ -12,7 +12,7 @@ target, a query value or anything else of the URL.
 >>> parse_url("AccountName=a;AccountKey=s3cr3t;BlobEndpoint=http://h:1", "store", {}, "memory:")
 Traceback (most recent call last):
 ...
-idemflow.errors.StoreConfigError: store URL: unknown scheme (none recognizable before ':'); use memory:
+idemflow.errors.ConfigurationError: store URL: unknown scheme (none recognizable before ':'); use memory:
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from idemflow.errors import StoreConfigError
+from idemflow.errors import ConfigurationError
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,19}")
 """An unknown scheme shown in errors: short and lowercase like every scheme, unlike a key."""
@@ -40,10 +40,10 @@ class Url:
     target: str
     params: dict[str, str]
 
-    def error(self, problem: str) -> StoreConfigError:
+    def error(self, problem: str) -> ConfigurationError:
         """A configuration error naming the scheme and ``problem``, and nothing else of the URL."""
         shown = f"{self.scheme}:" + ("…" if self.target or self.params else "")
-        return StoreConfigError(f"{self.kind} URL {shown!r}: {problem}")
+        return ConfigurationError(f"{self.kind} URL {shown!r}: {problem}")
 
     def seconds(self, name: str) -> float | None:
         """Parameter ``name`` as a number of seconds, if given."""
@@ -106,10 +106,10 @@ def parse_url(url: object, kind: str, schemes: Mapping[str, Collection[str]], us
     percent-decoded with ``+`` kept, as account keys contain it.
     """
     if not isinstance(url, str):
-        raise StoreConfigError(f"{kind} URL must be a str, not {type(url).__name__}")
+        raise ConfigurationError(f"{kind} URL must be a str, not {type(url).__name__}")
     scheme, colon, rest = url.partition(":")
     if not colon or (scheme not in schemes and not _SCHEME.fullmatch(scheme)):
-        raise StoreConfigError(f"{kind} URL: unknown scheme (none recognizable before ':'); use {usage}")
+        raise ConfigurationError(f"{kind} URL: unknown scheme (none recognizable before ':'); use {usage}")
     target, _, query = rest.partition("?")
     params: dict[str, str] = {}
     readable: set[str] = set()  # names given as name=value and shaped like a name: safe to show

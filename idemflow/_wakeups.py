@@ -13,7 +13,7 @@ import dataclasses
 
 from idemflow._given import Given, log
 from idemflow._io import CommitCache, Send, Steps
-from idemflow.errors import StoreError
+from idemflow.errors import BackendError
 from idemflow.keys import RUNS_TABLE, outbox_partition, wake_key
 from idemflow.records import OutboxEntry
 from idemflow.serialization import JSON, encode
@@ -36,7 +36,7 @@ def announce(given: Given, entry: OutboxEntry, ref: RowRef) -> Steps[None]:
         return
     try:
         yield Send(given.plan.announce(entry))
-    except StoreError as exc:
+    except BackendError as exc:
         log.warning("queue send failed; a worker's relay will send it: %s", exc)
         return
     yield CommitCache([Delete(ref)])

@@ -59,10 +59,12 @@ from idemflow.errors import (
     IdemflowError,
     IdempotencyKeyReuseError,
     InvalidInputError,
-    RequestFailed,
-    TransientStoreError,
+    MissingIdempotencyKeyError,
+    RequestFailedError,
+    TransientError,
     VersionNotHeldError,
     WorkflowAborted,
+    deprecated_error,
 )
 from idemflow.keys import check_request_id
 from idemflow.monad import Idem
@@ -71,10 +73,6 @@ from idemflow.records import RunStatus
 from idemflow.stores.base import AsyncStore, Store
 
 KEY_HEADER = "Idempotency-Key"
-
-
-class MissingIdempotencyKey(InvalidInputError):
-    """The request has no ``Idempotency-Key`` header (400)."""
 
 
 def error(status: int, code: str, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -93,7 +91,7 @@ def answer(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Res
     to its status; other aborts answer 409.
     """
     match exc:
-        case MissingIdempotencyKey():
+        case MissingIdempotencyKeyError():
             return error(400, "missing_idempotency_key", str(exc))
         case InvalidInputError():
             return error(400, "invalid_input", str(exc))
@@ -104,9 +102,9 @@ def answer(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Res
                 code = reason["code"]
                 return error((refusals or {}).get(code, 409), code, str(reason.get("message", "")))
             return error(409, "aborted", str(reason))
-        case RequestFailed():
+        case RequestFailedError():
             return error(500, "failed", str(exc))
-        case ConflictError() | TransientStoreError() | VersionNotHeldError():
+        case ConflictError() | TransientError() | VersionNotHeldError():
             return error(503, "busy", f"{exc}; retry with the same {KEY_HEADER}", {"Retry-After": "1"})
     return None
 
@@ -177,12 +175,12 @@ class Idempotency:
     async def key(self, request: Request) -> str:
         """The request's ``Idempotency-Key``, checked (a FastAPI dependency: ``Depends(idem.key)``).
 
-        Raises :class:`MissingIdempotencyKey` or :class:`~idemflow.errors.InvalidInputError`
+        Raises :class:`MissingIdempotencyKeyError` or :class:`~idemflow.errors.InvalidInputError`
         (400 once :meth:`install` ed).
         """
         raw = request.headers.get(KEY_HEADER)
         if not raw:
-            raise MissingIdempotencyKey(f"send your request id in the {KEY_HEADER} header")
+            raise MissingIdempotencyKeyError(f"send your request id in the {KEY_HEADER} header")
         return check_request_id(raw)
 
     async def run(self, m: Idem[Any], *, request_id: str) -> Any:
@@ -262,4 +260,9 @@ class Idempotency:
         return found
 
 
-__all__ = ["KEY_HEADER", "Idempotency", "MissingIdempotencyKey", "answer", "error"]
+__all__ = ["KEY_HEADER", "Idempotency", "answer", "error"]
+
+
+def __getattr__(name: str) -> Any:
+    # MissingIdempotencyKey lived here before 1.0: idemflow.errors.MissingIdempotencyKeyError now.
+    return deprecated_error(__name__, name)

@@ -136,7 +136,7 @@ def wait(child: Child | Workflow[Any, Any] | str, request_id: str | None = None)
 
     Give the :class:`Child` ``start`` returned, or a workflow (or its name) and a request id to
     wait for any request. A request that ended ``failed`` is waited for until an operator
-    retries or aborts it (under ``run``: :class:`~idemflow.errors.RequestFailed`).
+    retries or aborts it (under ``run``: :class:`~idemflow.errors.RequestFailedError`).
     """
     if isinstance(child, Child):
         return Idem(WaitFor(child.workflow, child.request_id, child.call))

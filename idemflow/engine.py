@@ -56,7 +56,7 @@ from idemflow._outcome import OutcomeWriter
 from idemflow._recording import RunRecorder
 from idemflow._stepper import Stepper
 from idemflow._store_calls import StoreCalls
-from idemflow.errors import CompensationFailed, NonDeterminismError, StepFailedError
+from idemflow.errors import CompensationError, NonDeterminismError, StepFailedError
 from idemflow.keys import memo_prefix
 from idemflow.monad import Call, Node, Start
 from idemflow.plan import (
@@ -251,7 +251,7 @@ class Execution:
         except Exception as exc:
             if not given.plan.step_errors:
                 raise
-            undone = isinstance(exc, CompensationFailed) and exc.__cause__ is not None
+            undone = isinstance(exc, CompensationError) and exc.__cause__ is not None
             error = exc.__cause__ if undone else exc
             cause = f"{type(error).__name__}: {error}"
             raise StepFailedError(

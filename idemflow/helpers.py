@@ -83,7 +83,7 @@ def effect(
     ``retry``; it is never dropped. ``retry`` (a
     :class:`~idemflow.step_retry.StepRetry`) says how a call that raised is
     made again; ``timeout=seconds`` fails an attempt that takes longer
-    (:class:`~idemflow.errors.EffectTimeout`).
+    (:class:`~idemflow.errors.EffectTimeoutError`).
 
     >>> from idemflow import MemoryStore, WorkflowAborted, run, workflow
     >>> from idemflow.compensation import abort

@@ -33,7 +33,7 @@ from typing import Any
 
 from idemflow._drive import drive
 from idemflow._io import Steps
-from idemflow.errors import CompensationFailed, InvalidInputError, VersionNotHeldError
+from idemflow.errors import CompensationError, InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE, check_duration
 from idemflow.plan import Aborting, Plan
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for
@@ -223,7 +223,7 @@ def abort(
 
     A compensation that fails is retried here under its policy for at most
     ``wait`` seconds in all; then the request ends ``failed`` naming it and
-    :class:`~idemflow.errors.CompensationFailed` is raised: ``retry`` hands
+    :class:`~idemflow.errors.CompensationError` is raised: ``retry`` hands
     the rest of the undo to workers, who retry it under the full policy.
     """
     budget = check_duration(wait, "abort wait", zero=True)
@@ -276,7 +276,7 @@ def abort_steps(
         return (
             yield from execution_steps(m, request, request_id, store, policy, clock, plan, (), reader=reader)
         )
-    except CompensationFailed as undo:
+    except CompensationError as undo:
         if retry_in_place:  # an operator's abort: say so in the record, never "running" with nobody on it
             from idemflow.async_worklist._runs import failed_steps  # the package imports this module
 

@@ -11,7 +11,7 @@ deadline (:attr:`RetryPolicy.deadline`, 30 s by default): on a hot
 partition requests queue up and finish at the partition's serial rate
 instead of failing after a few attempts. Only then does the caller get
 :class:`~idemflow.errors.ConflictError` or
-:class:`~idemflow.errors.TransientStoreError`.
+:class:`~idemflow.errors.TransientError`.
 
 Every retry in the library goes through this module: the step engine, the
 worker's bookkeeping writes, status reads and the stores' background cache
@@ -47,7 +47,7 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from idemflow._io import Request, Sleep, Steps
-from idemflow.errors import TransientStoreError
+from idemflow.errors import TransientError
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -90,7 +90,7 @@ def _default_transient_retrying() -> Retrying:
     return Retrying(
         stop=stop_never,
         wait=wait_random_exponential(multiplier=0.01, max=1.0),
-        retry=retry_if_exception_type(TransientStoreError),
+        retry=retry_if_exception_type(TransientError),
         reraise=True,
     )
 
@@ -122,7 +122,7 @@ class RetryPolicy:
         base = self.conflicts
         return base.copy(
             stop=_StopAt(until, base.stop),
-            retry=retry_if_exception_type((DataConflict, TransientStoreError)),
+            retry=retry_if_exception_type((DataConflict, TransientError)),
         )
 
     def resending(self, until: float, give_up: Callable[[], bool] | None = None) -> Retrying:

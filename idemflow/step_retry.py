@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from tenacity import wait_exponential
 
-from idemflow.errors import EffectTimeout, IdemflowError, InvalidInputError
+from idemflow.errors import EffectTimeoutError, IdemflowError, InvalidInputError
 from idemflow.keys import check_duration
 from idemflow.policy import backoff as _backoff
 
@@ -98,7 +98,7 @@ class StepRetry:
 
     def retryable(self, error: BaseException) -> bool:
         """May a step that raised ``error`` be tried again at all?"""
-        if isinstance(error, IdemflowError) and not isinstance(error, EffectTimeout):
+        if isinstance(error, IdemflowError) and not isinstance(error, EffectTimeoutError):
             return False
         return not isinstance(error, self.non_retryable)
 

@@ -207,7 +207,7 @@ def test_an_async_fastapi_route_under_idempotent() -> None:
 
 
 def test_a_starlette_app_and_a_busy_store_answer_503_with_retry_after() -> None:
-    from idemflow.errors import TransientStoreError
+    from idemflow.errors import TransientError
     from idemflow.testing import Fault, FaultyStore
 
     store = FaultyStore(MemoryStore(), lambda point: Fault.TRANSIENT)
@@ -227,7 +227,7 @@ def test_a_starlette_app_and_a_busy_store_answer_503_with_retry_after() -> None:
             "/orders", json={"customer": "ann", "amount": 1}, headers={"Idempotency-Key": "b"}
         )
     assert (answer.status_code, answer.json()["error"], answer.headers["Retry-After"]) == (503, "busy", "1")
-    assert issubclass(TransientStoreError, Exception)
+    assert issubclass(TransientError, Exception)
 
 
 def test_the_loop_serves_other_requests_while_a_workflow_waits_on_the_store() -> None:

@@ -38,7 +38,7 @@ from idemflow import (
     workflow,
 )
 from idemflow.arunner import arun_status
-from idemflow.errors import StoreConfigError
+from idemflow.errors import ConfigurationError
 from idemflow.records import RunStatus
 from idemflow.stores import open_async_store
 from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
@@ -288,7 +288,7 @@ def test_async_store_urls(tmp_path: Path) -> None:
         assert isinstance(threaded, ThreadedStore)
         assert await arun(atomic("accounts", "a", counting), request_id="u", store=threaded) == 1
         await threaded.close()
-        with pytest.raises(StoreConfigError, match="no database file"):
+        with pytest.raises(ConfigurationError, match="no database file"):
             open_async_store(f"sqlite:{tmp_path / 'missing.db'}", create=False)
         emulated = open_async_store("dynamodb:?endpoint=http://127.0.0.1:1&region=us-east-1&conflicts=0.1")
         assert isinstance(emulated, ThreadedStore)  # the emulator hooks the blocking client

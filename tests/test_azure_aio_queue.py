@@ -20,7 +20,7 @@ from idemflow.async_worklist.queues.aio import AsyncQueue, is_async_queue, to_as
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
 from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.errors import InvalidInputError, InvalidNameError, StoreConfigError, TransientStoreError
+from idemflow.errors import ConfigurationError, InvalidInputError, InvalidNameError, TransientError
 from tests.blocking_queue import BlockingQueue
 from tests.conformance.test_queue_contract import *  # noqa: F403 - the contract, run on the async queue
 from tests.conformance.test_queue_contract import QueueFactory
@@ -87,18 +87,18 @@ def test_the_async_queue_is_an_async_queue_with_its_twins_settings(azurite: Azur
 def test_a_closed_port_gives_the_blocking_queues_error(azurite: Azurite) -> None:
     down = azurite.connection_string.replace(f":{azurite.queue_port}/", f":{free_port()}/")
     name = _name()
-    with pytest.raises(TransientStoreError) as blocking_error:
+    with pytest.raises(TransientError) as blocking_error:
         AzureQueue(name, connection_string=down, retry_total=0)
 
     async def scenario() -> None:
         queue = AsyncAzureQueue(name, connection_string=down, retry_total=0)
         try:
             for _ in range(2):  # creation is tried again on the next call
-                with pytest.raises(TransientStoreError) as async_error:
+                with pytest.raises(TransientError) as async_error:
                     await queue.send("x")
                 assert str(async_error.value) == str(blocking_error.value)
             uncreated = AsyncAzureQueue(name, connection_string=down, retry_total=0, create=False)
-            with pytest.raises(TransientStoreError, match=r"^receive on .*cannot reach"):
+            with pytest.raises(TransientError, match=r"^receive on .*cannot reach"):
                 await uncreated.receive()
             await uncreated.close()
         finally:
@@ -113,7 +113,7 @@ def test_a_missing_queue_without_create_names_the_fix(azurite: Azurite) -> None:
     async def scenario() -> None:
         queue = AsyncAzureQueue(_name(), connection_string=azurite.connection_string, create=False)
         try:
-            with pytest.raises(StoreConfigError, match="does not exist"):
+            with pytest.raises(ConfigurationError, match="does not exist"):
                 await queue.send("x")
         finally:
             await queue.close()
@@ -125,7 +125,7 @@ def test_a_missing_queue_without_create_names_the_fix(azurite: Azurite) -> None:
     ("make", "error"),
     [
         (lambda: AsyncAzureQueue("Jobs", connection_string="UseDevelopmentStorage=true"), InvalidNameError),
-        (lambda: AsyncAzureQueue("jobs", connection_string="AccountKey=" + AZURITE_KEY), StoreConfigError),
+        (lambda: AsyncAzureQueue("jobs", connection_string="AccountKey=" + AZURITE_KEY), ConfigurationError),
         (
             lambda: AsyncAzureQueue(
                 "jobs", connection_string="UseDevelopmentStorage=true", visibility_timeout=0

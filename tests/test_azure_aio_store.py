@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from idemflow.errors import StoreConfigError, TransientStoreError
+from idemflow.errors import ConfigurationError, TransientError
 from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
@@ -74,9 +74,9 @@ def test_twin_has_the_same_prefix_and_options(azurite: Azurite) -> None:
 
 
 def test_bad_prefix_and_connection_string_are_config_errors() -> None:
-    with pytest.raises(StoreConfigError, match="prefix"):
+    with pytest.raises(ConfigurationError, match="prefix"):
         AsyncAzureTableStore(connection_string="UseDevelopmentStorage=true", prefix="a-b")
-    with pytest.raises(StoreConfigError, match="malformed") as caught:
+    with pytest.raises(ConfigurationError, match="malformed") as caught:
         AsyncAzureTableStore(connection_string="AccountKey=s3cret;nonsense")
     assert "s3cret" not in str(caught.value)
 
@@ -96,11 +96,11 @@ def test_connection_refused_is_transient_and_fast(azurite: Azurite) -> None:
             read_timeout=2,
         )
         try:
-            with pytest.raises(TransientStoreError):
+            with pytest.raises(TransientError):
                 await store.read(at("da"))
-            with pytest.raises(TransientStoreError):
+            with pytest.raises(TransientError):
                 await store.commit([put(at("da"), 1)])
-            with pytest.raises(TransientStoreError):
+            with pytest.raises(TransientError):
                 await store.read_many([at("da"), at("db", "p2")])
         finally:
             await store.close()

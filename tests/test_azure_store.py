@@ -23,7 +23,7 @@ from azure.core.exceptions import ResourceNotFoundError, ServiceResponseError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemflow.errors import InvalidValueError, LimitExceededError, StoreError, TransientStoreError
+from idemflow.errors import BackendError, InvalidValueError, LimitExceededError, TransientError
 from idemflow.serialization import JSON, encode
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores import open_store
@@ -198,9 +198,9 @@ def test_key_over_1_kib_after_escaping_is_refused(store: AzureTableStore) -> Non
 
 
 def test_one_partition_and_one_op_per_row(store: AzureTableStore) -> None:
-    with pytest.raises(StoreError, match="one table and partition"):
+    with pytest.raises(BackendError, match="one table and partition"):
         store.commit([put(ref("da", "p1"), 1), put(ref("db", "p2"), 2)])
-    with pytest.raises(StoreError, match="two operations"):
+    with pytest.raises(BackendError, match="two operations"):
         store.commit([put(ref("da"), 1), Check(ref("da"), Cond.ABSENT)])
 
 
@@ -211,9 +211,9 @@ def test_missing_table_names_the_table_and_the_fix(azurite: Azurite) -> None:
     store = fresh_store(azurite.connection_string)
     try:
         for action in (lambda: store.read(ref("da")), lambda: store.commit([put(ref("da"), 1)])):
-            with pytest.raises(StoreError) as caught:
+            with pytest.raises(BackendError) as caught:
                 action()
-            assert not isinstance(caught.value, TransientStoreError)
+            assert not isinstance(caught.value, TransientError)
             message = str(caught.value)
             assert store.prefix + "accounts" in message and "idemflow tables create" in message
         store.create_tables("accounts")
@@ -233,10 +233,10 @@ def test_bad_credentials_never_show_the_key(azurite: Azurite, caplog: pytest.Log
             lambda: store.commit([put(ref("da"), 1)]),
         )
         for action in actions:
-            with pytest.raises(StoreError) as caught:
+            with pytest.raises(BackendError) as caught:
                 action()
             message = str(caught.value)
-            assert not isinstance(caught.value, TransientStoreError)
+            assert not isinstance(caught.value, TransientError)
             assert "connection string" in message and "AccountKey" in message
             for secret in (wrong_key, wrong_key[:20], AZURITE_KEY, connection_string):
                 assert secret not in message
@@ -256,9 +256,9 @@ def test_connection_refused_is_transient_and_fast(azurite: Azurite) -> None:
     store = fresh_store(connection_string, retry_total=0, connection_timeout=2, read_timeout=2)
     started = time.monotonic()
     try:
-        with pytest.raises(TransientStoreError):
+        with pytest.raises(TransientError):
             store.read(ref("da"))
-        with pytest.raises(TransientStoreError):
+        with pytest.raises(TransientError):
             store.commit([put(ref("da"), 1)])
     finally:
         store.close()
@@ -285,7 +285,7 @@ def test_lost_answer_then_retry_meets_its_own_memo(
 
     monkeypatch.setattr(client, "submit_transaction", answer_lost_once)
     ops: list[Op] = [insert(memo, {"result": 7}), put(data, 3, seen.version)]
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(TransientError):
         store.commit(ops)
     outcome = store.commit(ops)
     assert isinstance(outcome, Conflict)
@@ -409,7 +409,7 @@ def test_concurrent_increments_all_count(store: AzureTableStore) -> None:
         try:
             for _ in range(20):
                 assert store.commit([Increment(counter, 1)]) == Committed()
-        except (AssertionError, StoreError) as exc:  # surfaced below
+        except (AssertionError, BackendError) as exc:  # surfaced below
             errors.append(exc)
 
     threads = [threading.Thread(target=bump) for _ in range(2)]

@@ -32,7 +32,7 @@ from idemflow import (
     workflow,
 )
 from idemflow.aggregates import totals
-from idemflow.errors import InvalidInputError, TransientStoreError
+from idemflow.errors import InvalidInputError, TransientError
 from idemflow.policy import resend
 from idemflow.runner import run_status
 from idemflow.stores._cache_writer import CacheWriter
@@ -296,7 +296,7 @@ def test_a_cache_write_that_meets_transient_errors_is_resent() -> None:
     import logging
 
     written: list[list[str]] = []
-    failures = iter([TransientStoreError("conflict"), TransientStoreError("throttled")])
+    failures = iter([TransientError("conflict"), TransientError("throttled")])
 
     def write(ops: Any) -> None:
         failure = next(failures, None)

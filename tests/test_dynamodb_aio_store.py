@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
+from idemflow.errors import BackendError, ConfigurationError, TransientError
 from idemflow.serialization import encode
 from idemflow.stores.base import Committed, Conflict, Insert, Put, RowRef
 from idemflow.stores.dynamodb import DynamoDBStore
@@ -75,9 +75,9 @@ def test_unreachable_endpoint_is_transient() -> None:
     r = RowRef("accounts", "p1", "k")
 
     async def main() -> None:
-        with pytest.raises(TransientStoreError, match="DynamoDB read on accounts failed, worth retrying"):
+        with pytest.raises(TransientError, match="DynamoDB read on accounts failed, worth retrying"):
             await store.read(r)
-        with pytest.raises(TransientStoreError, match="DynamoDB commit on accounts failed"):
+        with pytest.raises(TransientError, match="DynamoDB commit on accounts failed"):
             await store.commit([Put(r, 1, encode(1))])
         await store.close()
 
@@ -88,7 +88,7 @@ def test_missing_table_names_the_fix(moto: Moto) -> None:
     store = AsyncDynamoDBStore(endpoint_url=moto.endpoint, region_name=moto.region, prefix="nosuchaio")
 
     async def main() -> None:
-        with pytest.raises(StoreError, match="nosuchaioaccounts: table not found") as caught:
+        with pytest.raises(BackendError, match="nosuchaioaccounts: table not found") as caught:
             await store.read(RowRef("accounts", "p1", "k"))
         assert store.url in str(caught.value)
         await store.close()
@@ -100,7 +100,7 @@ def test_no_region_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AWS_DEFAULT_REGION", "AWS_REGION"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    with pytest.raises(StoreConfigError, match="give a region"):
+    with pytest.raises(ConfigurationError, match="give a region"):
         AsyncDynamoDBStore()
 
 
@@ -150,7 +150,7 @@ def test_close_is_idempotent_and_a_closed_store_refuses_calls(sync_store: Dynamo
         await twin.close()
         await twin.close()
         assert twin.client is None
-        with pytest.raises(StoreError, match="closed"):
+        with pytest.raises(BackendError, match="closed"):
             await twin.read(r)
 
     asyncio.run(main())

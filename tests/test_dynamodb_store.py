@@ -19,7 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
 from idemflow import Idem, Tx, atomic, run, workflow
-from idemflow.errors import InvalidValueError, LimitExceededError, StoreError, TransientStoreError
+from idemflow.errors import BackendError, InvalidValueError, LimitExceededError, TransientError
 from idemflow.keys import RUNS_TABLE
 from idemflow.serialization import JSON, encode
 from idemflow.stores import open_store
@@ -309,8 +309,8 @@ def test_oversize_keys_are_refused(store: DynamoDBStore) -> None:
 
 def test_same_item_twice_is_refused(store: DynamoDBStore) -> None:
     r = ref("dtwice")
-    unchanged_by(store, [put(r, 1), Increment(r, 1)], StoreError)
-    unchanged_by(store, [Check(r, Cond.ABSENT), put(r, 1)], StoreError)
+    unchanged_by(store, [put(r, 1), Increment(r, 1)], BackendError)
+    unchanged_by(store, [Check(r, Cond.ABSENT), put(r, 1)], BackendError)
 
 
 # -- backend failures --------------------------------------------------------------------------------
@@ -324,10 +324,10 @@ def test_missing_table_names_the_table_and_the_fix(store: DynamoDBStore) -> None
         lambda: store.commit([put(r, 1)]),
         lambda: list(store.scan(r.table)),
     ):
-        with pytest.raises(StoreError, match="idemflow tables create") as caught:
+        with pytest.raises(BackendError, match="idemflow tables create") as caught:
             action()
-        assert physical in str(caught.value) and not isinstance(caught.value, TransientStoreError)
-    with pytest.raises(StoreError, match=physical):
+        assert physical in str(caught.value) and not isinstance(caught.value, TransientError)
+    with pytest.raises(BackendError, match=physical):
         store.commit([put(ref("dy"), 1), Check(r, Cond.ABSENT)])
 
 
@@ -340,9 +340,9 @@ def test_connection_refused_is_transient() -> None:
         "dynamodb", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1", config=config
     )
     store = DynamoDBStore(client=client, prefix="tclosed")
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(TransientError):
         store.read(ref("dx"))
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(TransientError):
         store.commit([put(ref("dx"), 1)])
     assert store.round_trips == 2
     store.commit_cache([put(ref("dx"), 1)])  # never raises; the failure is logged
@@ -366,7 +366,7 @@ def test_lost_answer_resolves_on_retry(
             raise lost(endpoint_url=store.client.meta.endpoint_url)
 
     store.client.meta.events.register("after-call.dynamodb.TransactWriteItems", drop_answer)
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(TransientError):
         store.commit(ops)
     outcome = store.commit(ops)
     assert isinstance(outcome, Conflict)
@@ -389,7 +389,7 @@ def test_read_many_is_one_batch_get_per_100_rows(store: DynamoDBStore) -> None:
     assert store.read_many([refs[0], refs[0]])[1] == store.read(refs[0])
     assert store.round_trips - before == 2
     assert store.read_many([]) == []
-    with pytest.raises(StoreError, match="idemflow tables create"):
+    with pytest.raises(BackendError, match="idemflow tables create"):
         store.read_many([refs[0], ref("dx", table="nosuchtable")])
 
 

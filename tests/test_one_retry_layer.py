@@ -20,7 +20,7 @@ from botocore.awsrequest import AWSRequest, AWSResponse
 
 from idemflow import Idem, Tx, atomic, run, workflow
 from idemflow.async_worklist._handling import redelivery_delay
-from idemflow.errors import TransientStoreError
+from idemflow.errors import TransientError
 from idemflow.policy import RetryPolicy
 from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore
@@ -83,14 +83,14 @@ def test_a_dynamodb_commit_is_sent_once_and_its_failure_reported(
     dynamodb: DynamoDBStore, rows: int, operation: str
 ) -> None:
     sends = failing_sends(dynamodb, operation, failures=3)
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(TransientError):
         dynamodb.commit([Put(RowRef("tablea", "p", f"k{i}"), 1, encode(1)) for i in range(rows)])
     assert len(sends) == 1  # botocore's standard mode sent it 3 times
 
 
 def test_a_dynamodb_read_is_sent_once_and_its_failure_reported(dynamodb: DynamoDBStore) -> None:
     sends = failing_sends(dynamodb, "GetItem", failures=3)
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(TransientError):
         dynamodb.read(RowRef("tablea", "p", "k"))
     assert len(sends) == 1
 
@@ -141,7 +141,7 @@ def test_a_store_that_cannot_be_read_is_reported_as_such_not_as_a_conflict(dynam
     sends = failing_sends(dynamodb, "GetItem", failures=10_000)
     batched = failing_sends(dynamodb, "BatchGetItem", failures=10_000)  # a first read peeks at the run
     space = f"u{uuid.uuid4().hex[:8]}"
-    with pytest.raises(TransientStoreError, match="worth retrying"):
+    with pytest.raises(TransientError, match="worth retrying"):
         run(unreachable(space), request_id=space, store=dynamodb, policy=RetryPolicy(deadline=0.5))
     assert len(sends) + len(batched) >= 2  # retried, one send per attempt
     for operation in ("GetItem", "BatchGetItem"):
@@ -175,7 +175,7 @@ def test_an_azure_read_is_sent_once_and_its_failure_reported(azurite: Azurite) -
     store = azure_store(azurite, transport)
     store.create_tables("tablea")
     transport.failures, transport.sends = 3, 0
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(TransientError):
         store.read(RowRef("tablea", "p", "k"))
     assert transport.sends == 1  # azure-core's default policy sent it 4 times or more
     store.close()

@@ -29,7 +29,7 @@ from idemflow.async_worklist.queues import (
     open_queue,
 )
 from idemflow.async_worklist.queues.base import check_reason, decode_wire, encode_wire
-from idemflow.errors import InvalidNameError, StoreConfigError, StoreError, TransientStoreError
+from idemflow.errors import BackendError, ConfigurationError, InvalidNameError, TransientError
 from tests.conformance.test_queue_contract import FakeTime
 from tests.servers import AZURITE_KEY, Azurite, Moto, free_port
 
@@ -239,7 +239,7 @@ def test_sqlite_messages_and_dead_letters_survive_reopening(tmp_path: Path) -> N
 
 
 def test_sqlite_bad_path_and_name_fail_early(tmp_path: Path) -> None:
-    with pytest.raises(StoreConfigError, match="cannot open"):
+    with pytest.raises(ConfigurationError, match="cannot open"):
         SqliteQueue(tmp_path / "missing-dir" / "q.sqlite3")
     with pytest.raises(InvalidNameError):
         SqliteQueue(tmp_path / "q.sqlite3", name="")
@@ -251,7 +251,7 @@ def test_sqlite_bad_path_and_name_fail_early(tmp_path: Path) -> None:
 def test_sqs_missing_queue_without_create_names_the_fix(moto: Moto) -> None:
     from idemflow.async_worklist.queues.sqs import SqsQueue
 
-    with pytest.raises(StoreConfigError, match="does not exist; create it"):
+    with pytest.raises(ConfigurationError, match="does not exist; create it"):
         SqsQueue(_name(), endpoint_url=moto.endpoint, region_name=moto.region, create=False)
 
 
@@ -270,7 +270,7 @@ def test_sqs_unreachable_endpoint_is_transient() -> None:
         aws_secret_access_key="x",
         config=config,
     )
-    with pytest.raises(TransientStoreError, match="cannot reach SQS"):
+    with pytest.raises(TransientError, match="cannot reach SQS"):
         SqsQueue(_name(), client=client)
 
 
@@ -285,7 +285,7 @@ def test_sqs_without_credentials_names_the_fix(moto: Moto, monkeypatch: pytest.M
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # the default session caches credentials
-    with pytest.raises(StoreConfigError, match="configure AWS credentials"):
+    with pytest.raises(ConfigurationError, match="configure AWS credentials"):
         SqsQueue(_name(), endpoint_url=moto.endpoint, region_name=moto.region)
 
 
@@ -394,15 +394,15 @@ def test_azure_errors_name_the_fix_and_never_the_key(azurite: Azurite) -> None:
 
     conn = azurite.connection_string
     missing = AzureQueue(_name(), connection_string=conn, create=False)
-    with pytest.raises(StoreConfigError, match="does not exist") as missing_error:
+    with pytest.raises(ConfigurationError, match="does not exist") as missing_error:
         missing.send("x")
     wrong_key = conn.replace(AZURITE_KEY, "A" * 20 + "+" + AZURITE_KEY[21:])
-    with pytest.raises(StoreConfigError, match="authentication failed") as auth_error:
+    with pytest.raises(ConfigurationError, match="authentication failed") as auth_error:
         AzureQueue(_name(), connection_string=wrong_key, retry_total=0)
     down = conn.replace(f":{azurite.queue_port}/", f":{free_port()}/")
-    with pytest.raises(TransientStoreError) as down_error:
+    with pytest.raises(TransientError) as down_error:
         AzureQueue(_name(), connection_string=down, retry_total=0)
-    with pytest.raises(StoreConfigError, match="malformed") as malformed_error:
+    with pytest.raises(ConfigurationError, match="malformed") as malformed_error:
         AzureQueue(_name(), connection_string="AccountKey=" + AZURITE_KEY)
     for error in (missing_error, auth_error, down_error, malformed_error):
         assert AZURITE_KEY[:12] not in str(error.value) and "AAAAAAAA" not in str(error.value)
@@ -444,14 +444,14 @@ def test_open_queue_refuses_bad_urls_without_quoting_the_query(
     url: str, problem: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
-    with pytest.raises(StoreConfigError, match=problem) as error:
+    with pytest.raises(ConfigurationError, match=problem) as error:
         open_queue(url)
     assert "SECRET" not in str(error.value)
 
 
 def test_open_queue_azure_without_connection_string(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
-    with pytest.raises(StoreConfigError, match="AZURE_STORAGE_CONNECTION_STRING"):
+    with pytest.raises(ConfigurationError, match="AZURE_STORAGE_CONNECTION_STRING"):
         open_queue("azure-queue:jobs")
 
 
@@ -460,7 +460,7 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.delitem(sys.modules, "idemflow.async_worklist.queues.sqs", raising=False)
     monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(StoreConfigError, match=r"idemflow\[aws\]"):
+    with pytest.raises(ConfigurationError, match=r"idemflow\[aws\]"):
         queues.SqsQueue  # noqa: B018
 
 
@@ -513,7 +513,7 @@ def test_every_optional_class_is_loaded_by_the_one_lazy_helper(
     monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setitem(sys.modules, sdk, None)
     with pytest.raises(
-        StoreConfigError, match=rf"{name} needs the '{extra}' extra: pip install 'idemflow\[{extra}\]'"
+        ConfigurationError, match=rf"{name} needs the '{extra}' extra: pip install 'idemflow\[{extra}\]'"
     ):
         getattr(package, name)
     assert loaded == [(owner, name)]
@@ -537,68 +537,59 @@ def _azure_error(code: str, status: int) -> Any:
     return error
 
 
-def _serverless_queues(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, list[str]]:
-    """An SqsQueue and an AzureQueue with no server behind them (only their error mapping is used)
-    and the list of backends that went through the shared ``queue_error``."""
-    from idemflow.async_worklist.queues import _errors, azure_queue, sqs
+def _queue_errors(sqs_exc: Exception, azure_exc: Exception) -> list[Any]:
+    """What the SQS and the Azure queue make of an SDK failure of a send (no server needed)."""
+    from idemflow.async_worklist.queues._azure_queue_calls import azure_error
+    from idemflow.async_worklist.queues._sqs_calls import sqs_error
 
-    shared: list[str] = []
-    for module in (sqs, azure_queue):
-
-        def spy(*args: Any, module: Any = module, **kwargs: Any) -> Any:
-            shared.append(module.__name__.rsplit(".", 1)[1])
-            return _errors.queue_error(*args, **kwargs)
-
-        monkeypatch.setattr(module, "queue_error", spy)
-    sqs_queue = object.__new__(sqs.SqsQueue)
-    sqs_queue.name = "jobs"
-    azure = object.__new__(azure_queue.AzureQueue)
-    azure._where = "Azure queue 'jobs'"
-    return sqs_queue, azure, shared
+    return [
+        sqs_error("jobs", "send", sqs_exc, "send_message"),
+        azure_error("send on Azure queue 'jobs'", azure_exc, "send_message"),
+    ]
 
 
-ANSWERS = [  # (SQS code, Azure code, HTTP status, the error, what it says)
-    ("AWS.SimpleQueueService.NonExistentQueue", "QueueNotFound", 400, StoreConfigError, "does not exist"),
-    ("AccessDenied", "AuthenticationFailed", 403, StoreConfigError, "check the"),
-    ("Whatever", "Whatever", 403, StoreConfigError, "check the"),
-    ("ThrottlingException", "ServerBusy", 400, TransientStoreError, "busy or failing"),
-    ("Whatever", "Whatever", 408, TransientStoreError, "busy or failing"),
-    ("Whatever", "Whatever", 429, TransientStoreError, "busy or failing"),
-    ("Whatever", "Whatever", 503, TransientStoreError, "busy or failing"),
-    ("InvalidParameterValue", "InvalidQueryParameterValue", 400, StoreError, "failed: "),
+ANSWERS = [  # (SQS code, Azure code, HTTP status, the error, its code, what it says)
+    (
+        "AWS.SimpleQueueService.NonExistentQueue",
+        "QueueNotFound",
+        400,
+        ConfigurationError,
+        "not_found",
+        "does not exist",
+    ),
+    ("AccessDenied", "AuthenticationFailed", 403, ConfigurationError, "credentials_refused", "check the"),
+    ("Whatever", "Whatever", 403, ConfigurationError, "credentials_refused", "check the"),
+    ("ThrottlingException", "ServerBusy", 400, TransientError, "throttled", "busy or failing"),
+    ("Whatever", "Whatever", 408, TransientError, "transient", "busy or failing"),
+    ("Whatever", "Whatever", 429, TransientError, "throttled", "busy or failing"),
+    ("Whatever", "Whatever", 503, TransientError, "transient", "busy or failing"),
+    ("InvalidParameterValue", "InvalidQueryParameterValue", 400, BackendError, "backend_failed", "failed: "),
 ]
 
 
-@pytest.mark.parametrize(("sqs_code", "azure_code", "status", "error", "says"), ANSWERS)
+@pytest.mark.parametrize(("sqs_code", "azure_code", "status", "error", "code", "says"), ANSWERS)
 def test_sqs_and_azure_map_service_answers_alike(
-    sqs_code: str,
-    azure_code: str,
-    status: int,
-    error: type[Exception],
-    says: str,
-    monkeypatch: pytest.MonkeyPatch,
+    sqs_code: str, azure_code: str, status: int, error: type[Exception], code: str, says: str
 ) -> None:
-    sqs, azure, shared = _serverless_queues(monkeypatch)
-    mapped = [
-        sqs._error("send", _sqs_error(sqs_code, status)),
-        azure._error("send", _azure_error(azure_code, status)),
-    ]
-    for one in mapped:
+    mapped = _queue_errors(_sqs_error(sqs_code, status), _azure_error(azure_code, status))
+    for one, backend, service_code in zip(
+        mapped, ("sqs", "azure_queue"), (sqs_code, azure_code), strict=True
+    ):
         assert type(one) is error and says in str(one) and "send on " in str(one)
-    assert shared == ["sqs", "azure_queue"]
+        assert (one.code, one.backend, one.service_code) == (code, backend, service_code)
+    assert [one.operation for one in mapped] == ["SendMessage", "send_message"]
 
 
-def test_sqs_and_azure_map_unreachable_services_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sqs_and_azure_map_unreachable_services_alike() -> None:
     from azure.core.exceptions import ServiceRequestError
     from botocore.exceptions import EndpointConnectionError
 
-    sqs, azure, shared = _serverless_queues(monkeypatch)
-    down = [
-        sqs._error("receive", EndpointConnectionError(endpoint_url="http://u:pw@127.0.0.1:1")),
-        azure._error("receive", ServiceRequestError("http://127.0.0.1:1/?sig=secret")),
-    ]
+    down = _queue_errors(
+        EndpointConnectionError(endpoint_url="http://u:pw@127.0.0.1:1"),
+        ServiceRequestError("http://127.0.0.1:1/?sig=secret"),
+    )
     for mapped in down:
-        assert type(mapped) is TransientStoreError
+        assert type(mapped) is TransientError and mapped.code == "transient"
         assert "cannot reach" in str(mapped) and "retry later" in str(mapped)
         assert "pw@" not in str(mapped) and "sig=" not in str(mapped)
-    assert shared == ["sqs", "azure_queue"]
+    assert [mapped.service_code for mapped in down] == ["EndpointConnectionError", "ServiceRequestError"]

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from idemflow import (
+    ConfigurationError,
     IdemflowError,
-    StoreConfigError,
     atomic,
     run,
 )
@@ -63,7 +63,7 @@ def test_bad_store_urls_never_show_the_secret(url: str, caplog: pytest.LogCaptur
     ids=["unknown scheme", "bad option", "malformed connection string", "credentials in endpoint"],
 )
 def test_bad_queue_urls_never_show_the_secret(url: str, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG), pytest.raises(StoreConfigError) as caught:
+    with caplog.at_level(logging.DEBUG), pytest.raises(ConfigurationError) as caught:
         open_queue(url)
     assert SECRET not in str(caught.value) and SECRET not in caplog.text
 
@@ -136,7 +136,7 @@ def test_url_errors_name_the_scheme_and_the_problem_never_the_url(
 ) -> None:
     monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
     opener = open_store if kind == "store" else open_queue
-    with pytest.raises(StoreConfigError) as caught:
+    with pytest.raises(ConfigurationError) as caught:
         opener(url)
     message = str(caught.value)
     assert problem in message
@@ -149,7 +149,7 @@ def test_url_errors_name_the_scheme_and_the_problem_never_the_url(
 
 @pytest.mark.parametrize("opener", [open_store, open_queue])
 def test_a_url_that_is_not_a_str_is_refused(opener: Callable[[str], object]) -> None:
-    with pytest.raises(StoreConfigError, match="URL must be a str, not bytes"):
+    with pytest.raises(ConfigurationError, match="URL must be a str, not bytes"):
         opener(f"memory:?{SECRET}".encode())  # type: ignore[arg-type]
 
 
@@ -167,7 +167,7 @@ def test_a_missing_sdk_names_the_extra_not_the_url(
 
     monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(StoreConfigError, match=r"pip install 'idemflow\[aws\]'") as caught:
+    with pytest.raises(ConfigurationError, match=r"pip install 'idemflow\[aws\]'") as caught:
         opener(url)
     assert SECRET not in str(caught.value) and "jobs" not in str(caught.value)
 

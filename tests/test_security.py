@@ -41,7 +41,7 @@ from idemflow import (
 )
 from idemflow.async_worklist import (
     MemoryQueue,
-    MessageRejected,
+    MessageRejectedError,
     SqliteQueue,
     Worker,
     checkpoint,
@@ -518,7 +518,7 @@ def test_a_signature_with_non_ascii_characters_is_rejected_at_once(
     raw = json.loads(message.body)
     raw["sig"] = forge(raw["sig"])
     body = json.dumps(raw)  # ensure_ascii: a lone surrogate survives only this way
-    with pytest.raises(MessageRejected, match="signature"):
+    with pytest.raises(MessageRejectedError, match="signature"):
         decode_pointer(body, KEY)
     queue = deliver(store, [body])
     assert [reason for _, reason in queue.dead_letters()] == [

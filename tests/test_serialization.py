@@ -100,12 +100,12 @@ ERRORS = [
     errors.IdempotencyKeyReuseError("wf", "r", "a" * 64, "b" * 64),
     errors.NonDeterminismError("wf", "r", 3, "atomic a", "atomic b"),
     errors.ConflictError("wf", "r", 2, "t", "p", 12),
-    errors.StoreError("missing table"),
-    errors.TransientStoreError("throttled"),
-    errors.StoreConfigError("bad url"),
+    errors.BackendError("missing table"),
+    errors.TransientError("throttled"),
+    errors.ConfigurationError("bad url"),
     errors.WorkflowAborted({"why": "x"}, "wf", "r"),
-    errors.CompensationFailed("wf", "r", 2, "undo", "boom"),
-    errors.MessageNotDelivered("wf", "r", "topic", "request already finished: completed"),
+    errors.CompensationError("wf", "r", 2, "undo", "boom"),
+    errors.MessageNotDeliveredError("wf", "r", "topic", "request already finished: completed"),
 ]
 
 

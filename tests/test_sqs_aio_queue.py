@@ -23,11 +23,12 @@ from idemflow.async_worklist.queues.base import Message
 from idemflow.async_worklist.queues.sqs import SqsQueue
 from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
 from idemflow.errors import (
+    BackendError,
+    ConfigurationError,
     InvalidInputError,
     InvalidNameError,
-    StoreConfigError,
-    StoreError,
-    TransientStoreError,
+    MessageLostError,
+    TransientError,
 )
 from tests import conformance
 from tests.blocking_queue import BlockingQueue
@@ -99,9 +100,9 @@ def test_unreachable_endpoint_is_transient() -> None:
     )
 
     async def main() -> None:
-        with pytest.raises(TransientStoreError, match=r"open on SQS queue .*cannot reach SQS"):
+        with pytest.raises(TransientError, match=r"open on SQS queue .*cannot reach SQS"):
             await queue.send("x")
-        with pytest.raises(TransientStoreError, match="cannot reach SQS"):
+        with pytest.raises(TransientError, match="cannot reach SQS"):
             await queue.receive(wait=1)
         with pytest.raises(InvalidInputError):  # arguments are checked before anything is sent
             await queue.send("x", delay=-1)
@@ -116,7 +117,7 @@ def test_missing_queue_without_create_and_missing_region_name_the_fix(
     queue = _queue(moto, create=False)
 
     async def main() -> None:
-        with pytest.raises(StoreConfigError, match="does not exist; create it"):
+        with pytest.raises(ConfigurationError, match="does not exist; create it"):
             await queue.send("x")
         await queue.close()
 
@@ -124,7 +125,7 @@ def test_missing_queue_without_create_and_missing_region_name_the_fix(
     for var in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    with pytest.raises(StoreConfigError, match="cannot build an SQS client for queue 'jobs'"):
+    with pytest.raises(ConfigurationError, match="cannot build an SQS client for queue 'jobs'"):
         AsyncSqsQueue("jobs")
     with pytest.raises(InvalidNameError):
         AsyncSqsQueue("jobs.fifo", region_name="us-east-1")
@@ -141,9 +142,9 @@ def test_close_is_idempotent_and_a_closed_queue_refuses_calls(moto: Moto) -> Non
         await queue2.close()
         await queue2.close()
         assert queue2.client is None
-        with pytest.raises(StoreError, match="is closed"):
+        with pytest.raises(BackendError, match="is closed"):
             await queue2.approximate_size()
-        with pytest.raises(StoreError, match="is closed"):
+        with pytest.raises(BackendError, match="is closed"):
             await queue.send("x")
 
     asyncio.run(main())
@@ -192,8 +193,6 @@ def test_receive_with_wait_returns_empty_on_an_empty_queue_without_blocking_the_
 
 
 def test_extend_of_a_deleted_message_is_lost_and_acks_of_it_are_quiet(moto: Moto) -> None:
-    from idemflow.async_worklist.queues.base import MessageLostError
-
     queue = _queue(moto)
 
     async def main() -> None:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from idemflow._lazy import load_optional
 from idemflow.async_worklist.aworker import AsyncWorker
 from idemflow.async_worklist.deliver import asend_message, send_message
-from idemflow.async_worklist.messages import MessageRejected
 from idemflow.async_worklist.outbox import relay
 from idemflow.async_worklist.queues import (
     _LAZY,
@@ -40,7 +39,7 @@ from idemflow.async_worklist.submit import (
     submit,
 )
 from idemflow.async_worklist.worker import Worker, WorkerStats
-from idemflow.errors import MessageNotDelivered
+from idemflow.errors import RENAMED, MessageNotDeliveredError, MessageRejectedError, deprecated_error
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -58,8 +57,8 @@ __all__ = [
     "MemoryQueue",
     "Message",
     "MessageLostError",
-    "MessageNotDelivered",
-    "MessageRejected",
+    "MessageNotDeliveredError",
+    "MessageRejectedError",
     "Pending",
     "Queue",
     "RequestStatus",
@@ -84,4 +83,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name in RENAMED:  # MessageRejected, MessageNotDelivered before 1.0
+        return deprecated_error(__name__, name)
     return load_optional(__name__, name, _LAZY)

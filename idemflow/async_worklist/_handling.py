@@ -28,11 +28,18 @@ from tenacity import wait_exponential
 from idemflow import telemetry
 from idemflow._io import Send, Settle, Steps
 from idemflow.async_worklist import _runs
-from idemflow.async_worklist.messages import MessageRejected, Pointer, decode_pointer, encode_pointer
+from idemflow.async_worklist.messages import Pointer, decode_pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Message, check_seconds
 from idemflow.async_worklist.submit import announcer, hop, resolve_signing_key
 from idemflow.engine import Plan, Suspended
-from idemflow.errors import CompensationFailed, InvalidInputError, NonDeterminismError, StepFailedError
+from idemflow.errors import (
+    CompensationError,
+    ConfigurationError,
+    InvalidInputError,
+    MessageRejectedError,
+    NonDeterminismError,
+    StepFailedError,
+)
 from idemflow.operations import abort_steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff, kept_for
 from idemflow.records import Attempts, Continuation, RunRecord, RunStatus
@@ -151,6 +158,10 @@ class Handling:
         self.max_deliveries = max_deliveries
         self.step_retry = DEFAULT_STEP_RETRY if step_retry is None else step_retry
         """The retry policy of steps whose call and workflow name none."""
+        self.halted: ConfigurationError | None = None
+        """The first :class:`~idemflow.errors.ConfigurationError` met (refused credentials, a
+        missing table or queue), from the store or the queue alike: retrying cannot help, so the
+        worker stops taking messages and ``run`` raises it."""
         self.policy = policy
         self._retries = policy or DEFAULT_POLICY
         """Retries, and the retention of requests whose run record carries none of their own."""
@@ -166,7 +177,7 @@ class Handling:
         started = time.monotonic()
         try:
             outcome = yield from self._finish(holder, fields)
-        except InvalidInputError as invalid:  # MessageRejected too: the same on every delivery
+        except InvalidInputError as invalid:  # MessageRejectedError too: the same on every delivery
             yield from self._dead_letter(holder, f"rejected: {invalid}", fields)
             return True
         except Wait as wait:
@@ -179,6 +190,7 @@ class Handling:
             yield from self._give_up(holder, passed.failure, 0, fields, passed.reason)
             return True
         except Exception as exc:  # noqa: BLE001 - the store or queue: retried, never a failed request
+            self.halt(exc)  # first: the nack may meet the same refusal
             yield from self._retry(holder, exc, fields)
             return True
         yield Settle(holder, "ack")
@@ -193,7 +205,9 @@ class Handling:
         fields.update(workflow=pointer.workflow, request_id=pointer.request_id, version=pointer.version)
         record = yield from status_steps(pointer.workflow, pointer.request_id, self._retries)
         if record is None:
-            raise MessageRejected(f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted")
+            raise MessageRejectedError(
+                f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted"
+            )
         fields["version"] = record.version
         if record.started_at is not None and message.deliveries == 1:
             telemetry.lag(max(self.clock() - record.started_at, 0.0), pointer.workflow)
@@ -217,7 +231,7 @@ class Handling:
         m = flow(*args, **kwargs)
         request = describe_request(m)
         if not request.matches(record.fingerprint):
-            raise MessageRejected(f"input does not match the submitted request {pointer.request_id!r}")
+            raise MessageRejectedError(f"input does not match the submitted request {pointer.request_id!r}")
         plan = Plan(
             version=record.version,
             resume=True,
@@ -361,7 +375,7 @@ class Handling:
                 reader=self._reader,
                 retry_in_place=False,
             )
-        except CompensationFailed as undo:  # tried again as a step of its own, from the abort memo
+        except CompensationError as undo:  # tried again as a step of its own, from the abort memo
             cause = f"{type(undo.__cause__ or undo).__name__}: {undo.__cause__ or undo}"
             retry = failed.retry if failed.retry is not None else flow.retry
             name = undo.name if undo.name.startswith("compensate ") else "compensate " + undo.name
@@ -392,6 +406,20 @@ class Handling:
         with self._lock:
             self.stats.failed += 1
 
+    def halt(self, exc: Exception) -> bool:
+        """Whether ``exc`` stops the worker: a :class:`~idemflow.errors.ConfigurationError` does
+        (every later message would meet it too); the first one is kept for ``run`` to raise."""
+        if not isinstance(exc, ConfigurationError):
+            return False
+        with self._lock:
+            first = self.halted is None
+            if first:
+                self.halted = exc
+        if first:
+            fields = {"code": str(exc.code), "backend": exc.backend, "service_code": exc.service_code}
+            event(logging.ERROR, "stopping-on-configuration-error", error=str(exc), **fields)
+        return True
+
     def _retry(self, holder: Holder, exc: Exception, fields: dict[str, Any]) -> Steps[None]:
         event(logging.WARNING, "retry", error=repr(exc), **fields)
         yield Settle(holder, "nack", {"delay": redelivery_delay(holder.message.deliveries)})
@@ -415,5 +443,5 @@ def _input_of(pointer: Pointer, record: RunRecord) -> tuple[list[Any], dict[str,
     legacy = dataclasses.replace(record, input=pointer.legacy_input)
     arguments = record.arguments() or legacy.arguments()
     if arguments is None:
-        raise MessageRejected(f"request {pointer.request_id!r} has no stored input to resume from")
+        raise MessageRejectedError(f"request {pointer.request_id!r} has no stored input to resume from")
     return arguments

@@ -38,7 +38,8 @@ from idemflow._adrive import adrive
 from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
 from idemflow.async_worklist.outbox import relay_steps
 from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
-from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
+from idemflow.async_worklist.queues.base import Message, Queue
+from idemflow.errors import MessageLostError
 from idemflow.policy import RetryPolicy
 from idemflow.runner import Workflow
 from idemflow.step_retry import StepRetry
@@ -110,7 +111,8 @@ class AsyncWorker(Handling):
         on_progress: Callable[[WorkerStats], None] | None = None,
         progress_every: float = 5.0,
     ) -> WorkerStats:
-        """Work until stopped (SIGTERM/SIGINT in the main thread) or idle ``idle_timeout`` seconds."""
+        """Work until stopped (SIGTERM/SIGINT in the main thread) or idle ``idle_timeout`` seconds;
+        a :class:`~idemflow.errors.ConfigurationError` stops it and is raised (see :meth:`Worker.run`)."""
         self._stop = asyncio.Event()
         if self._stop_asked:
             self._stop.set()
@@ -122,7 +124,7 @@ class AsyncWorker(Handling):
             tasks.append(asyncio.create_task(self._relay_loop(), name="idemflow-relay"))
         next_progress = time.monotonic() + progress_every
         try:
-            while not await self._stopped_within(0.05):
+            while not await self._stopped_within(0.05) and self.halted is None:
                 now = time.monotonic()
                 if on_progress is not None and now >= next_progress:
                     on_progress(self.stats)
@@ -134,6 +136,8 @@ class AsyncWorker(Handling):
             self._stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
             restore()
+        if self.halted is not None:
+            raise self.halted
         return self.stats
 
     async def relay(self) -> int:
@@ -155,7 +159,8 @@ class AsyncWorker(Handling):
             ):
                 return await adrive(self._settle(holder, fields), self.store, self.queue)
         except Exception as exc:  # noqa: BLE001 - redelivered after the visibility timeout
-            event(logging.WARNING, "handling-failed", error=repr(exc), **fields)
+            if not self.halt(exc):
+                event(logging.WARNING, "handling-failed", error=repr(exc), **fields)
             return True
         finally:
             heart.cancel()
@@ -173,6 +178,8 @@ class AsyncWorker(Handling):
             try:
                 await self.relay()
             except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                if self.halt(exc):
+                    return
                 event(logging.WARNING, "relay-failed", error=repr(exc))
             if await self._stopped_within(self.relay_every):
                 return
@@ -182,6 +189,8 @@ class AsyncWorker(Handling):
             try:
                 messages = await self.queue.receive(max_messages=1, wait=self.wait)
             except Exception as exc:  # noqa: BLE001 - a queue that failed to receive: try again shortly
+                if self.halt(exc):
+                    return
                 event(logging.WARNING, "receive-failed", error=repr(exc))
                 await self._stopped_within(1.0)
                 continue

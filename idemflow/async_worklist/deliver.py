@@ -8,7 +8,7 @@ a worker's relay wakes it (within its ``relay_every``).
 
 A message to a request that has not started yet waits for it (as below). One
 to a request that already completed or aborted could never be taken, so it is
-refused with :class:`~idemflow.errors.MessageNotDelivered` before anything is
+refused with :class:`~idemflow.errors.MessageNotDeliveredError` before anything is
 written; so is one to a request never started, when the sender says it must
 have started (``require_started=True``: a mistyped id fails at once). A resend
 under a key already used replays the first send, whatever the receiver did
@@ -38,7 +38,7 @@ from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.submit import announcer, resolve_signing_key
 from idemflow.coordination import send
 from idemflow.engine import Plan
-from idemflow.errors import MessageNotDelivered
+from idemflow.errors import MessageNotDeliveredError
 from idemflow.keys import check_request_id
 from idemflow.monad import Idem
 from idemflow.policy import DEFAULT_POLICY, kept_for
@@ -117,11 +117,11 @@ def _deliverable(
         return None
     if found is None:
         if require_started:
-            raise MessageNotDelivered(workflow, request_id, topic, "unknown request")
+            raise MessageNotDeliveredError(workflow, request_id, topic, "unknown request")
         return None
     receiver = RunRecord.from_json(found.value)
     if receiver.status.final:  # completed or aborted: a failed one may be retried and receive it
-        raise MessageNotDelivered(
+        raise MessageNotDeliveredError(
             workflow, request_id, topic, f"request already finished: {receiver.status.value}"
         )
     return receiver.retention
@@ -141,7 +141,7 @@ def send_message(
 ) -> None:
     """Send ``value`` on ``topic`` to the request ``request_id`` of ``workflow``, once per ``key``.
 
-    Raises :class:`~idemflow.errors.MessageNotDelivered` if that request already completed or
+    Raises :class:`~idemflow.errors.MessageNotDeliveredError` if that request already completed or
     aborted (or, with ``require_started``, was never started), before anything is written.
     """
     steps = _steps(store, workflow, request_id, topic, value, key, queue, signing_key, store, require_started)
@@ -160,7 +160,7 @@ async def asend_message(
     signing_key: bytes | str | None = None,
     require_started: bool = False,
 ) -> None:
-    """:func:`send_message`, awaitable (the same checks, the same ``MessageNotDelivered``)."""
+    """:func:`send_message`, awaitable (the same checks, the same ``MessageNotDeliveredError``)."""
     target = to_async(store)
     sink = None if queue is None else to_async_queue(queue)
     reader = sync_reader(target)

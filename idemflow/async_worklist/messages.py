@@ -28,24 +28,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow.errors import InvalidInputError, InvalidValueError
+from idemflow.errors import InvalidValueError, MessageRejectedError, deprecated_error
 from idemflow.records import Continuation
 from idemflow.serialization import JSON, encode
 
 FORMAT_VERSION = 2
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
 """What :func:`_signature` produces: HMAC-SHA256 as 64 lowercase hex digits."""
-
-
-class MessageRejected(InvalidInputError):
-    """A queue message that must not be executed (malformed, tampered, unknown, forged)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return self.reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +76,7 @@ def _signature(payload: dict[str, JSON], key: bytes) -> str:
     try:
         text = encode(payload, envelope=_ENVELOPE)
     except InvalidValueError as exc:  # a format-1 input holding a key idemflow now reserves
-        raise MessageRejected(f"cannot be checked: {exc}") from None
+        raise MessageRejectedError(f"cannot be checked: {exc}") from None
     return hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
@@ -107,32 +96,36 @@ _OPTIONAL = {2: {"sig", "steps", "c"}, 1: {"sig"}}
 
 
 def decode_pointer(body: str, key: bytes | None) -> Pointer:
-    """Parse and check a message body; :class:`MessageRejected` says why not."""
+    """Parse and check a message body; :class:`MessageRejectedError` says why not."""
     try:
         raw: Any = json.loads(body)
     except (ValueError, RecursionError) as exc:
-        raise MessageRejected(f"not JSON: {exc}") from None
+        raise MessageRejectedError(f"not JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise MessageRejected("not a JSON object")
+        raise MessageRejectedError("not a JSON object")
     expected = _FIELDS.get(raw.get("v"))  # type: ignore[arg-type]
     if expected is None:
-        raise MessageRejected(f"format version {raw.get('v')!r}, this worker reads 1 and {FORMAT_VERSION}")
+        raise MessageRejectedError(
+            f"format version {raw.get('v')!r}, this worker reads 1 and {FORMAT_VERSION}"
+        )
     extra = set(raw) - expected - _OPTIONAL[raw["v"]]
     if extra or not expected <= set(raw):
-        raise MessageRejected(f"unexpected fields {sorted(extra)} or missing {sorted(expected - set(raw))}")
+        raise MessageRejectedError(
+            f"unexpected fields {sorted(extra)} or missing {sorted(expected - set(raw))}"
+        )
     workflow, request_id = raw["workflow"], raw["request_id"]
     if not isinstance(workflow, str) or not isinstance(request_id, str) or not request_id:
-        raise MessageRejected("workflow and request_id must be strings")
+        raise MessageRejectedError("workflow and request_id must be strings")
     version = raw.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise MessageRejected("version must be a positive int")
+        raise MessageRejectedError("version must be a positive int")
     legacy = _legacy_input(raw) if raw["v"] == 1 else None
     steps = raw.get("steps", [])
     if not isinstance(steps, list) or not all(_is_journal_entry(step) for step in steps):
-        raise MessageRejected("steps must be a list of [table, partition, identity]")
+        raise MessageRejectedError("steps must be a list of [table, partition, identity]")
     continuation = raw.get("c")
     if continuation is not None and not _is_continuation(continuation):
-        raise MessageRejected("c must be [generation >= 1, nonce]")
+        raise MessageRejectedError("c must be [generation >= 1, nonce]")
     _check_signature(raw, key)
     return Pointer(
         workflow,
@@ -162,12 +155,12 @@ def _is_journal_entry(step: object) -> bool:
 def _legacy_input(raw: dict[str, Any]) -> dict[str, JSON]:
     given = raw["input"]
     if not isinstance(given, dict) or set(given) != {"args", "kwargs"}:
-        raise MessageRejected("input must be {'args': [...], 'kwargs': {...}}")
+        raise MessageRejectedError("input must be {'args': [...], 'kwargs': {...}}")
     if not isinstance(given["args"], list) or not isinstance(given["kwargs"], dict):
-        raise MessageRejected("input args must be a list and kwargs an object")
+        raise MessageRejectedError("input args must be a list and kwargs an object")
     recorded = raw["recorded"]
     if not isinstance(recorded, list) or not all(_is_step(step) for step in recorded):
-        raise MessageRejected("recorded must be a list of [tag, identity, value]")
+        raise MessageRejectedError("recorded must be a list of [tag, identity, value]")
     return given
 
 
@@ -175,13 +168,13 @@ def _check_signature(raw: dict[str, Any], key: bytes | None) -> None:
     if key is None:
         return
     if "sig" not in raw:
-        raise MessageRejected("unsigned message, but this worker requires signatures")
+        raise MessageRejectedError("unsigned message, but this worker requires signatures")
     signature = raw.pop("sig")
     # The shape first: hmac.compare_digest takes only ASCII str (anything else raises TypeError).
     if not isinstance(signature, str) or not _SIGNATURE.fullmatch(signature):
-        raise MessageRejected("signature is not an HMAC-SHA256 in 64 lowercase hex digits")
+        raise MessageRejectedError("signature is not an HMAC-SHA256 in 64 lowercase hex digits")
     if not hmac.compare_digest(signature.encode("ascii"), _signature(raw, key).encode("ascii")):
-        raise MessageRejected("signature does not match: message tampered with or signed by another key")
+        raise MessageRejectedError("signature does not match: message tampered with or signed by another key")
 
 
 def _is_step(step: object) -> bool:
@@ -193,3 +186,8 @@ def _is_step(step: object) -> bool:
         and step[0][1:].isdigit()
         and isinstance(step[1], str)
     )
+
+
+def __getattr__(name: str) -> Any:
+    # MessageRejected lived here before 1.0: idemflow.errors.MessageRejectedError now.
+    return deprecated_error(__name__, name)

@@ -46,7 +46,13 @@ from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
-from idemflow.errors import InvalidInputError, RequestFailed, StoreError, VersionNotHeldError, WorkflowAborted
+from idemflow.errors import (
+    BackendError,
+    InvalidInputError,
+    RequestFailedError,
+    VersionNotHeldError,
+    WorkflowAborted,
+)
 from idemflow.keys import check_duration, check_request_id
 from idemflow.monad import Call, Checkpoint, Idem
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
@@ -192,7 +198,7 @@ class Pending:
     def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
         """Wait for the workers to finish; the result, or :class:`WorkflowAborted`.
 
-        Raises :class:`~idemflow.errors.RequestFailed` for a request that
+        Raises :class:`~idemflow.errors.RequestFailedError` for a request that
         ended ``failed`` and :class:`TimeoutError` if not finished within
         ``timeout`` seconds.
         """
@@ -217,7 +223,7 @@ class Pending:
             raise WorkflowAborted(current.reason, self.workflow, self.request_id)
         if current.status is RunStatus.FAILED and current.failure is not None:
             failure = current.failure
-            raise RequestFailed(
+            raise RequestFailedError(
                 self.workflow, self.request_id, failure.step, failure.reason, failure.attempts
             )
         if deadline is not None and self._clock() >= deadline:
@@ -470,7 +476,7 @@ def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float
     try:
         with telemetry.span("idemflow.queue.send", workflow=pointer.workflow, request_id=pointer.request_id):
             yield Send(body, delay)
-    except StoreError as exc:  # QueueError, TransientStoreError, StoreConfigError
+    except BackendError as exc:  # QueueError, TransientError, ConfigurationError
         log.warning(
             "queue send failed; a worker's relay will send the continuation: %s",
             exc,

@@ -49,7 +49,8 @@ from idemflow import telemetry
 from idemflow._drive import drive
 from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
 from idemflow.async_worklist.outbox import relay_steps
-from idemflow.async_worklist.queues.base import Message, MessageLostError, Queue
+from idemflow.async_worklist.queues.base import Message, Queue
+from idemflow.errors import MessageLostError
 from idemflow.policy import RetryPolicy
 from idemflow.runner import Workflow
 from idemflow.step_retry import StepRetry
@@ -133,7 +134,11 @@ class Worker(Handling):
         on_progress: Callable[[WorkerStats], None] | None = None,
         progress_every: float = 5.0,
     ) -> WorkerStats:
-        """Work until stopped (SIGTERM/SIGINT in the main thread) or idle ``idle_timeout`` seconds."""
+        """Work until stopped (SIGTERM/SIGINT in the main thread) or idle ``idle_timeout`` seconds.
+
+        A :class:`~idemflow.errors.ConfigurationError` from the store or the queue (a refused
+        credential, a missing table or queue) stops it too: what it holds goes back to the queue
+        and ``run`` raises that error, since every later message would meet it."""
         restore = self._install_signal_handlers()
         threads = [
             threading.Thread(target=self._consume, name=f"idemflow-worker-{n}", daemon=True)
@@ -145,7 +150,7 @@ class Worker(Handling):
             thread.start()
         next_progress = time.monotonic() + progress_every
         try:
-            while not self._stop.wait(0.05):
+            while not self._stop.wait(0.05) and self.halted is None:
                 now = time.monotonic()
                 if on_progress is not None and now >= next_progress:
                     on_progress(self.stats)
@@ -159,6 +164,8 @@ class Worker(Handling):
             for thread in threads:
                 thread.join()
             restore()
+        if self.halted is not None:
+            raise self.halted
         return self.stats
 
     def relay(self) -> int:
@@ -176,6 +183,8 @@ class Worker(Handling):
             try:
                 self.relay()
             except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                if self.halt(exc):
+                    return
                 event(logging.WARNING, "relay-failed", error=repr(exc))
             if self._stop.wait(self.relay_every):
                 return
@@ -213,6 +222,8 @@ class Worker(Handling):
                             if progressed:  # a request only offered back is not activity
                                 self._last_activity = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - a queue that failed to receive: try again shortly
+                if self.halt(exc):
+                    return
                 event(logging.WARNING, "receive-failed", error=repr(exc))
                 self._stop.wait(1.0)
 
@@ -236,7 +247,8 @@ class Worker(Handling):
             ):
                 return drive(self._settle(holder, fields), self.store, self.queue)
         except Exception as exc:  # noqa: BLE001 - redelivered after the visibility timeout
-            event(logging.WARNING, "handling-failed", error=repr(exc), **fields)
+            if not self.halt(exc):
+                event(logging.WARNING, "handling-failed", error=repr(exc), **fields)
             return True
         finally:
             beat.set()

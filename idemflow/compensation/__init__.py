@@ -28,7 +28,7 @@ request then ends the same way: :class:`WorkflowAborted` from ``run``, or
 from __future__ import annotations
 
 from idemflow.arunner import arun_result
-from idemflow.errors import CompensationFailed, WorkflowAborted
+from idemflow.errors import CompensationError, WorkflowAborted, deprecated_error
 from idemflow.monad import Abort, Idem
 from idemflow.runner import run_result
 from idemflow.serialization import JSON, encode
@@ -40,4 +40,9 @@ def abort(reason: JSON = None) -> Idem[None]:
     return Idem(Abort(reason))
 
 
-__all__ = ["CompensationFailed", "WorkflowAborted", "abort", "arun_result", "run_result"]
+__all__ = ["CompensationError", "WorkflowAborted", "abort", "arun_result", "run_result"]
+
+
+def __getattr__(name: str) -> type[Exception]:
+    # CompensationFailed before 1.0: idemflow.errors.CompensationError now.
+    return deprecated_error(__name__, name)

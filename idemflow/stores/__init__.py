@@ -73,7 +73,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
 
     Query values are percent-decoded with ``+`` kept, as account keys contain
     it. An unknown scheme or parameter is a
-    :class:`~idemflow.errors.StoreConfigError` naming the scheme and what is
+    :class:`~idemflow.errors.ConfigurationError` naming the scheme and what is
     wrong; errors never quote the URL itself (its query, a path or connection
     string given in its place, credentials in an endpoint). With
     ``create=False`` (read-only tools) a SQLite file that does not exist is an
@@ -82,7 +82,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
     >>> open_store("dynamodb:?regoin=eu-west-1&prefix=prod")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    idemflow.errors.StoreConfigError: store URL 'dynamodb:…': unknown parameter(s) ['regoin']; dynamodb: ...
+    idemflow.errors.ConfigurationError: store URL 'dynamodb:…': unknown parameter(s) ['regoin']; dynamodb: ...
     """
     parsed = parse_url(url, "store", _PARAMETERS, _USAGE)
     params = parsed.params

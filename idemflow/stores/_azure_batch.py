@@ -33,7 +33,7 @@ from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
-from idemflow.errors import LimitExceededError, StoreError
+from idemflow.errors import BackendError, LimitExceededError
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores._limits import check_commit
 from idemflow.stores._local import incremented
@@ -102,13 +102,13 @@ def plan(ops: Sequence[Op]) -> Plan:
     body = 0
     for op in ops:
         if (op.ref.table, op.ref.partition) != (first.table, first.partition):
-            raise StoreError(
+            raise BackendError(
                 f"Azure Tables commits one table and partition at a time: {where} and "
                 f"{op.ref.table}/{op.ref.partition} in one commit"
             )
         partition, key = escaped(op.ref)
         if key in keys:
-            raise StoreError(f"two operations on row {op.ref.key[:40]!r} of {where} in one commit")
+            raise BackendError(f"two operations on row {op.ref.key[:40]!r} of {where} in one commit")
         keys.append(key)
         entity = None
         if isinstance(op, (Put, Insert)):

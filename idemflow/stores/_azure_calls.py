@@ -15,7 +15,6 @@ entities as a list (the aio client's are iterated asynchronously).
 
 from __future__ import annotations
 
-import http.client
 import re
 import threading
 import time
@@ -27,13 +26,18 @@ from azure.core.exceptions import (
     HttpResponseError,
     ResourceExistsError,
     ResourceNotFoundError,
-    ServiceRequestError,
-    ServiceResponseError,
 )
 from azure.data.tables import TableTransactionError
 
 from idemflow._io import Sleep
-from idemflow.errors import LimitExceededError, StoreConfigError, StoreError, TransientStoreError
+from idemflow.errors import (
+    BackendError,
+    ConfigurationError,
+    ErrorCode,
+    LimitExceededError,
+    TransientError,
+    backend_error,
+)
 from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
@@ -51,6 +55,7 @@ from idemflow.stores._azure_batch import (
     resolving,
 )
 from idemflow.stores._azure_batch import Plan as Planned
+from idemflow.stores._azure_errors import RETRYABLE, classify_exception
 from idemflow.stores._expiring import Backlog, Schedule
 from idemflow.stores.base import (
     COMMITTED,
@@ -69,8 +74,9 @@ from idemflow.stores.base import (
 
 T = TypeVar("T")
 
+BACKEND = "azure_tables"
+
 _TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
-_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _CONDITION_CODES = frozenset({"UpdateConditionNotSatisfied", "EntityAlreadyExists", "ResourceNotFound"})
 _MAX_HINTS = 10_000
 """Tombstone ETags remembered, so writing over a tombstone costs no extra round trip."""
@@ -114,7 +120,7 @@ class AzureCalls:
 
     def __init__(self, prefix: str, expire_every: float | None) -> None:
         if prefix and not prefix.isalnum():
-            raise StoreConfigError(f"Azure table prefix must be ASCII letters and digits, not {prefix!r}")
+            raise ConfigurationError(f"Azure table prefix must be ASCII letters and digits, not {prefix!r}")
         self.prefix = prefix
         self._lock = threading.Lock()
         self._round_trips = 0
@@ -146,7 +152,7 @@ class AzureCalls:
         """The Azure table name of logical ``table``, refused unless Azure accepts it."""
         physical = self.prefix + table
         if not _TABLE.fullmatch(physical):
-            raise StoreConfigError(
+            raise ConfigurationError(
                 f"Azure table name {physical!r} (prefix {self.prefix!r} + table {table!r}) must be "
                 "3-63 ASCII letters and digits, starting with a letter"
             )
@@ -176,30 +182,33 @@ class AzureCalls:
         with self._lock:
             return self._round_trips
 
-    def _error(self, exc: Exception, table: str, what: str) -> StoreError:
-        """The idemflow error for an SDK failure on logical ``table``."""
+    def _error(self, exc: Exception, table: str, what: str, operation: str) -> BackendError:
+        """The idemflow error for an SDK failure of ``operation`` on logical ``table``."""
         physical = self.prefix + table
-        if isinstance(exc, (ServiceRequestError, ServiceResponseError, http.client.HTTPException, OSError)):
-            return TransientStoreError(
-                f"{what} on Azure table {physical!r}: connection failed or its answer was lost "
-                f"({type(exc).__name__}); the outcome is unknown, retry"
+        meant, said, status = classify_exception(exc)
+        origin = {"backend": BACKEND, "operation": operation, "service_code": said}
+        on = f"{what} on Azure table {physical!r}"
+        if meant is ErrorCode.TRANSIENT and not status:
+            message = (
+                f"{on}: connection failed or its answer was lost ({said}); the outcome is unknown, retry"
             )
-        if not isinstance(exc, HttpResponseError):
-            return StoreError(f"{what} on Azure table {physical!r} failed: {type(exc).__name__}")
-        status, code = exc.status_code, _code(exc)
-        if code == "TableNotFound":
-            return StoreError(
+        elif not status:
+            message = f"{on} failed: {said}"
+        elif meant is ErrorCode.NOT_FOUND:
+            message = (
                 f"Azure table {physical!r} does not exist: create it with "
                 f"`idemflow tables create --store URL {table}` or store.create_tables({table!r})"
             )
-        if status in (401, 403) or code in ("AuthenticationFailed", "AuthorizationFailure"):
-            return StoreError(
-                f"{what} on Azure table {physical!r} was refused (HTTP {status} {code}): check the "
-                "AccountName and AccountKey (or SAS token) of the connection string"
+        elif meant is ErrorCode.CREDENTIALS_REFUSED:
+            message = (
+                f"{on} was refused (HTTP {status} {said}): check the AccountName and AccountKey "
+                "(or SAS token) of the connection string"
             )
-        if status in _TRANSIENT_STATUS:
-            return TransientStoreError(f"{what} on Azure table {physical!r}: HTTP {status} {code}, retry")
-        return StoreError(f"{what} on Azure table {physical!r} failed: HTTP {status} {code}")
+        elif meant in RETRYABLE:
+            message = f"{on}: HTTP {status} {said}, retry"
+        else:
+            message = f"{on} failed: HTTP {status} {said}"
+        return backend_error(message, meant, **origin)
 
     # -- reads ------------------------------------------------------------------
 
@@ -209,16 +218,18 @@ class AzureCalls:
             entity = yield Call(ref.table, "get_entity", (partition, key))
         except ResourceNotFoundError as exc:
             if _code(exc) == "TableNotFound":
-                raise self._error(exc, ref.table, "read") from exc
+                raise self._error(exc, ref.table, "read", "get_entity") from exc
             self._hint(ref.table, partition, key, None)
             return None
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, ref.table, "read") from exc
+        except Exception as exc:  # every SDK failure becomes a BackendError
+            raise self._error(exc, ref.table, "read", "get_entity") from exc
         try:
             raw = str(entity.metadata["etag"]), ent.entity_text(entity)
         except (KeyError, ValueError) as exc:
-            raise StoreError(
-                f"entity {ref.table}/{ref.partition}/{ref.key[:40]!r} was not written by idemflow"
+            raise BackendError(
+                f"entity {ref.table}/{ref.partition}/{ref.key[:40]!r} was not written by idemflow",
+                backend=BACKEND,
+                operation="get_entity",
             ) from exc
         self._hint(ref.table, partition, key, raw)
         return raw
@@ -245,8 +256,8 @@ class AzureCalls:
         """One listing call, its failure mapped (resent by :meth:`_scan` on a transient one)."""
         try:
             entities: list[Any] = yield call
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, call.table, "scan") from exc
+        except Exception as exc:  # every SDK failure becomes a BackendError
+            raise self._error(exc, call.table, "scan", call.method) from exc
         return entities
 
     def _expired_page(self, table: str, now: float, limit: int) -> Calls[list[Expired]]:
@@ -259,9 +270,9 @@ class AzureCalls:
             entities, self._expiry_pages[table] = yield page
             if self._expiry_pages[table] is None:
                 self._expiry_pages.pop(table)
-        except Exception as exc:  # every SDK failure becomes a StoreError
+        except Exception as exc:  # every SDK failure becomes a BackendError
             self._expiry_pages.pop(table, None)
-            raise self._error(exc, table, "expiry query") from exc
+            raise self._error(exc, table, "expiry query", "query_entities") from exc
         found: list[Expired] = []
         for entity in entities:
             try:
@@ -303,8 +314,8 @@ class AzureCalls:
                 entity["RowKey"]: (str(entity.metadata["etag"]), ent.entity_text(entity))
                 for entity in entities
             }
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, first.table, "read") from exc
+        except Exception as exc:  # every SDK failure becomes a BackendError
+            raise self._error(exc, first.table, "read", "query_entities") from exc
         for row_key in keys:
             self._hint(first.table, partition, row_key, found.get(row_key))
         return [found.get(row_key) for row_key in keys]
@@ -342,9 +353,11 @@ class AzureCalls:
         try:
             return (yield from retried(resolving(), lambda: self._commit_pass(ops, planned, learned)))
         except Again:
-            raise TransientStoreError(
+            raise TransientError(
                 f"commit on Azure table {self.prefix + first.table!r} partition {first.partition!r}: rows "
-                f"kept changing under it for {MAX_ATTEMPTS} attempts, retry"
+                f"kept changing under it for {MAX_ATTEMPTS} attempts, retry",
+                backend=BACKEND,
+                operation="submit_transaction",
             ) from None
 
     def _commit_pass(self, ops: Sequence[Op], planned: Planned, learned: Learned) -> Calls[CommitOutcome]:
@@ -362,14 +375,14 @@ class AzureCalls:
         except TableTransactionError as exc:
             code = _code(exc)
             if code not in _CONDITION_CODES or not 0 <= exc.index < len(positions):
-                raise self._error(exc, first.table, "commit") from exc
+                raise self._error(exc, first.table, "commit", "submit_transaction") from exc
             index = positions[exc.index]
         except _SingleFailed:
             index = positions[0]
         except LimitExceededError:
             raise  # the batch body, sized exactly before sending: nothing was sent
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, first.table, "commit") from exc
+        except Exception as exc:  # every SDK failure becomes a BackendError
+            raise self._error(exc, first.table, "commit", _write_call(batch)) from exc
         op = ops[index]
         if isinstance(op, Increment):  # no read dependency of the caller: read again, retry
             learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
@@ -408,6 +421,12 @@ def _single(table: str, operation: Operation) -> Calls[dict[str, Any]]:
             raise _SingleFailed("UpdateConditionNotSatisfied") from exc
         raise
     return answer
+
+
+def _write_call(batch: list[Operation]) -> str:
+    """The SDK call that sends ``batch``: a transaction, or one entity's own write."""
+    kind = batch[0][0]
+    return f"{kind}_entity" if len(batch) == 1 and kind in _SINGLE else "submit_transaction"
 
 
 def _code(exc: HttpResponseError) -> str:

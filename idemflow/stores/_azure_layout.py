@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from idemflow.errors import StoreConfigError
+from idemflow.errors import ConfigurationError
 from idemflow.keys import RUNS_TABLE
 from idemflow.serialization import decode
 from idemflow.stores._azure_batch import Raw
@@ -30,7 +30,7 @@ def open_service(from_connection_string: Callable[..., S], connection_string: st
         return from_connection_string(connection_string, **{"retry_total": 0, **options})
     except ValueError as exc:
         # The SDK's message is generic; the string itself (it holds the key) is never shown.
-        raise StoreConfigError(
+        raise ConfigurationError(
             "malformed Azure connection string (expected AccountName=...;AccountKey=...;"
             "TableEndpoint=... or UseDevelopmentStorage=true)"
         ) from exc

@@ -45,8 +45,8 @@ def run_page(calls: AzureCalls, query: RunQuery) -> Calls[list[RunRow]]:
     while len(found) < query.limit:
         try:
             entities, token = yield page
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise calls._error(exc, RUNS_TABLE, "list runs") from exc
+        except Exception as exc:  # every SDK failure becomes a BackendError
+            raise calls._error(exc, RUNS_TABLE, "list runs", "query_entities") from exc
         for entity in entities:
             text = ent.entity_text(entity)
             part, key = ent.unescape_key(entity["PartitionKey"]), ent.unescape_key(entity["RowKey"])

@@ -18,22 +18,18 @@ from typing import Any, TypeVar
 
 from botocore import __version__ as botocore_version
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 from botocore.useragent import UserAgentString
 
 from idemflow._io import Sleep
 from idemflow._sdk_calls import SdkCall
-from idemflow.errors import (
-    InvalidNameError,
-    StoreError,
-    TransientStoreError,
-)
+from idemflow.errors import ErrorCode, InvalidNameError, TransientError, backend_error
 from idemflow.keys import RUNS_TABLE, check_table
 from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.records import open_workflow
+from idemflow.stores._aws_errors import RETRYABLE, api_name, classify, classify_sdk
 from idemflow.stores._dynamodb_errors import (
-    TRANSIENT,
+    BACKEND,
     condition_failed,
     error_code,
     error_for,
@@ -171,14 +167,20 @@ class DynamoDBCalls:
 
     def _batch_get(self, wanted: dict[str, Any], tables: Sequence[str]) -> Calls[list[tuple[str, Any]]]:
         """Every item of ``wanted`` (a ``RequestItems``) that exists. Keys left unprocessed are
-        asked again at once while some progress is made, else :class:`TransientStoreError`."""
+        asked again at once while some progress is made, else :class:`TransientError`."""
         items: list[tuple[str, Any]] = []
         while wanted:
             got = yield from self.call("read", tables, "batch_get_item", {"RequestItems": wanted}, once=True)
             items.extend((name, item) for name, found in got.get("Responses", {}).items() for item in found)
             left = got.get("UnprocessedKeys") or {}
             if left and left == wanted:  # no progress: let the retry layer back off
-                raise TransientStoreError(f"{self._what('read', tables)}: keys left unprocessed (throttled)")
+                raise TransientError(
+                    f"{self._what('read', tables)}: keys left unprocessed (throttled)",
+                    code=ErrorCode.THROTTLED,
+                    backend=BACKEND,
+                    operation="BatchGetItem",
+                    service_code="UnprocessedKeys",
+                )
             wanted = dict(left)
         return items
 
@@ -213,7 +215,7 @@ class DynamoDBCalls:
             return COMMITTED
         found: Any = failed[0].response.get("Item")  # the row that failed it, as ALL_OLD returns it
         if isinstance(op, Increment):  # its only condition: the row holds no JSON text
-            raise _not_a_number(op, found) from failed[0]
+            raise _not_a_number(op, found, "UpdateItem", "ConditionalCheckFailedException") from failed[0]
         return Conflict(((yield from self._failure(0, op, found)),))
 
     def scan(self, table: str, partition: str | None = None) -> Calls[list[tuple[str, str, Row]]]:
@@ -340,7 +342,7 @@ class DynamoDBCalls:
         """One SDK call, its failure mapped onto the idemflow error tree (a ``ClientError`` that
         ``fine`` accepts answers ``{}``; a ``TransactionCanceledException`` is raised as it is).
 
-        Resent on :class:`TransientStoreError` under the default retry policy, unless ``once``:
+        Resent on :class:`TransientError` under the default retry policy, unless ``once``:
         a step's reads and commits, which the engine retries itself (a commit's transient error
         reruns the step's body, which a resend here would skip)."""
         if once:  # a step's read or commit: the hot path builds no retryer
@@ -365,22 +367,31 @@ class DynamoDBCalls:
             if error_code(exc) == "TransactionCanceledException":
                 raise
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            raise self._error(action, tables, error_code(exc), error_message(exc), status) from exc
-        except (BotoConnectionError, HTTPClientError) as exc:  # refused, reset, timed out
-            raise TransientStoreError(f"{self._what(action, tables)} failed, worth retrying: {exc}") from exc
-        except BotoCoreError as exc:
+            name = exc.operation_name or api_name(operation)
+            raise self._error(action, tables, error_code(exc), error_message(exc), name, status) from exc
+        except BotoCoreError as exc:  # no answer: refused, reset, timed out; no credentials
+            meant = classify_sdk(exc)
+            what = self._what(action, tables)
+            origin = {
+                "backend": BACKEND,
+                "operation": api_name(operation),
+                "service_code": type(exc).__name__,
+            }
+            if meant is ErrorCode.TRANSIENT:
+                raise backend_error(f"{what} failed, worth retrying: {exc}", meant, **origin) from exc
             hint = "; configure AWS credentials" if "Credential" in type(exc).__name__ else ""
-            raise StoreError(f"{self._what(action, tables)} failed: {exc}{hint}") from exc
+            raise backend_error(f"{what} failed: {exc}{hint}", meant, **origin) from exc
 
     def _what(self, action: str, tables: Sequence[str]) -> str:
         physical = sorted({self.table_name(table) for table in tables})
         return f"DynamoDB {action}" + (f" on {', '.join(physical)}" if physical else "")
 
     def _error(
-        self, action: str, tables: Sequence[str], code: str, message: str, status: int = 0
+        self, action: str, tables: Sequence[str], code: str, message: str, operation: str, status: int = 0
     ) -> Exception:
         """The idemflow error for a DynamoDB error code (of a call or of a cancellation reason)."""
-        return error_for(self._what(action, tables), code, message, status, url=self.url, tables=tables)
+        what = self._what(action, tables)
+        return error_for(what, code, message, status, url=self.url, tables=tables, operation=operation)
 
     def _cancelled(self, ops: Sequence[Op], exc: ClientError, tables: Sequence[str]) -> Calls[Conflict]:
         """A cancelled transaction as a Conflict naming every failed condition, or the error it was."""
@@ -398,7 +409,7 @@ class DynamoDBCalls:
         if failures:  # a definite answer even if another item also met a transient failure
             return Conflict(tuple(failures))
         if not_numbers:
-            raise _not_a_number(*not_numbers[0]) from exc
+            raise _not_a_number(*not_numbers[0], "TransactWriteItems", "ConditionalCheckFailed") from exc
         raise self._cancel_error("commit", tables, exc) from exc
 
     def _failure(self, index: int, op: Op, item: Mapping[str, Any] | None) -> Calls[OpFailure]:
@@ -414,15 +425,23 @@ class DynamoDBCalls:
             r for r in exc.response.get("CancellationReasons") or [] if r.get("Code") not in (None, "None")
         ]
         if not reasons:
-            return TransientStoreError(f"{self._what(action, tables)} cancelled: {error_message(exc)}")
-        worst = next((reason for reason in reasons if reason["Code"] not in TRANSIENT), reasons[0])
-        return self._error(action, tables, str(worst["Code"]), str(worst.get("Message", "")))
+            return TransientError(
+                f"{self._what(action, tables)} cancelled: {error_message(exc)}",
+                backend=BACKEND,
+                operation="TransactWriteItems",
+                service_code=error_code(exc),
+            )
+        worst = next((r for r in reasons if classify(str(r["Code"]), 0) not in RETRYABLE), reasons[0])
+        code, message = str(worst["Code"]), str(worst.get("Message", ""))
+        return self._error(action, tables, code, message, "TransactWriteItems")
 
 
-def _not_a_number(op: Increment, item: Mapping[str, Any] | None) -> Exception:
-    """An increment refused because its row holds a value DynamoDB cannot add to."""
+def _not_a_number(op: Increment, item: Mapping[str, Any] | None, operation: str, condition: str) -> Exception:
+    """An increment refused because its row holds a value DynamoDB cannot add to (its condition,
+    that the row holds no JSON text, failed: ``condition`` is how DynamoDB said so)."""
     held = type(row(item).value).__name__ if item else "JSON text"
-    return not_a_number(op.ref, held, " DynamoDB can add")
+    note = " DynamoDB can add"
+    return not_a_number(op.ref, held, note, backend=BACKEND, operation=operation, service_code=condition)
 
 
 def _logical(name: str) -> bool:

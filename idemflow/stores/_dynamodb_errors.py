@@ -1,5 +1,5 @@
-"""What a DynamoDB error means to idemflow: its codes sorted into transient, credentials, limits
-and the rest, and the ``fine`` predicates of calls that accept one refusal.
+"""What a DynamoDB error means to idemflow: the AWS table's code (shared with SQS) worded for a
+store, its validation refusals as limits, and the ``fine`` predicates of calls that accept one refusal.
 
 Why apart: the same vocabulary serves the blocking and the asyncio store's calls
 (:mod:`idemflow.stores._dynamodb_calls`), a transaction's cancellation reasons and its errors, and it
@@ -13,59 +13,40 @@ from collections.abc import Sequence
 
 from botocore.exceptions import ClientError
 
-from idemflow.errors import InvalidValueError, LimitExceededError, StoreError, TransientStoreError
+from idemflow.errors import ErrorCode, InvalidValueError, LimitExceededError, backend_error
+from idemflow.stores._aws_errors import RETRYABLE, classify
 
-TRANSIENT = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "Throttling",
-        "ThrottlingError",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "RequestTimeout",
-        "TransactionConflict",
-        "ProvisionedThroughputExceeded",
-        "TransactionConflictException",
-        "TransactionInProgressException",
-    }
-)
-_AUTH = frozenset(
-    {
-        "UnrecognizedClientException",
-        "InvalidSignatureException",
-        "AccessDeniedException",
-        "AccessDenied",
-        "MissingAuthenticationTokenException",
-        "ExpiredTokenException",
-        "InvalidClientTokenId",
-        "IncompleteSignature",
-        "SignatureDoesNotMatch",
-    }
-)
+BACKEND = "dynamodb"
 
 
 def error_for(
-    what: str, code: str, message: str, status: int, *, url: str, tables: Sequence[str]
+    what: str, code: str, message: str, status: int, *, url: str, tables: Sequence[str], operation: str
 ) -> Exception:
     """The idemflow error for DynamoDB's ``code`` on ``what`` (a missing table's names the fix)."""
-    if code == "ResourceNotFoundException":
+    origin = {"backend": BACKEND, "operation": operation, "service_code": code or str(status)}
+    meant = classify(code, status)
+    if meant is ErrorCode.NOT_FOUND:
         logical = sorted(set(tables))
-        return StoreError(
+        return backend_error(
             f"{what}: table not found or not active; create it with `idemflow tables create --store "
-            f"'{url}' {' '.join(logical)}` or store.create_tables({', '.join(map(repr, logical))})"
+            f"'{url}' {' '.join(logical)}` or store.create_tables({', '.join(map(repr, logical))})",
+            meant,
+            **origin,
         )
-    if code in TRANSIENT or status >= 500:
-        return TransientStoreError(f"{what} failed, worth retrying: {code}: {message}")
-    if code in _AUTH:
+    if meant in RETRYABLE:
+        return backend_error(f"{what} failed, worth retrying: {code}: {message}", meant, **origin)
+    if meant is ErrorCode.CREDENTIALS_REFUSED:
         fix = "configure AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
-        return StoreError(f"{what}: credentials refused ({code}: {message}); {fix} allowed these tables")
+        return backend_error(
+            f"{what}: credentials refused ({code}: {message}); {fix} allowed these tables", meant, **origin
+        )
     if code.startswith("Validation") and re.search(r"size|length", message, re.IGNORECASE):
-        return LimitExceededError(what, f"{code}: {message}")
+        return LimitExceededError(what, f"{code}: {message}", **origin)
     if code.startswith("Validation") and re.search(r"precision|magnitude", message, re.IGNORECASE):
-        return InvalidValueError(what, f"{code}: {message} (idemflow.number_model)")  # a sum ADD made
-    return StoreError(f"{what} failed: {code}: {message}")
+        return InvalidValueError(
+            what, f"{code}: {message} (idemflow.number_model)", **origin
+        )  # a sum ADD made
+    return backend_error(f"{what} failed: {code}: {message}", meant, **origin)
 
 
 def exists(exc: ClientError) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from idemflow.errors import InvalidValueError, LimitExceededError, StoreError
+from idemflow.errors import BackendError, InvalidValueError, LimitExceededError
 from idemflow.number_model import DIGITS, exact, is_number
 from idemflow.records import open_workflow
 from idemflow.serialization import JSON, decode
@@ -68,7 +68,7 @@ def transaction(ops: Sequence[Op], table_name: Callable[[str], str]) -> list[Tra
         ref = op.ref
         if (ref.table, ref.partition, ref.key) in seen:
             problem = "appears twice (a DynamoDB transaction takes one operation per item)"
-            raise StoreError(f"commit to {ref.table}/{ref.partition}: row {ref.key!r} {problem}")
+            raise BackendError(f"commit to {ref.table}/{ref.partition}: row {ref.key!r} {problem}")
         seen.add((ref.table, ref.partition, ref.key))
         key_bytes(ref)  # keys DynamoDB refuses whatever their size: empty, not valid unicode
     return [_item(op, table_name(op.ref.table)) for op in ops]

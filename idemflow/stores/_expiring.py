@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from idemflow import telemetry
-from idemflow.errors import StoreConfigError
+from idemflow.errors import ConfigurationError
 from idemflow.stores.base import ExpiryReport
 
 log = logging.getLogger("idemflow.expiry")
@@ -92,7 +92,7 @@ class Schedule:
 
     def __init__(self, every: float | None, clock: Callable[[], float] = time.time) -> None:
         if every is not None and not every >= 0:
-            raise StoreConfigError(f"expire_every must be None or seconds >= 0, not {every!r}")
+            raise ConfigurationError(f"expire_every must be None or seconds >= 0, not {every!r}")
         self.every = every
         self.clock = clock
         self.ticks = time.monotonic if clock is time.time else clock

@@ -64,9 +64,20 @@ def increment_where(ref: RowRef) -> str:
     return f"increment of {ref.table}/{ref.partition}"
 
 
-def not_a_number(ref: RowRef, held: str, note: str = "") -> InvalidValueError:
-    """The error for an increment of a row holding a ``held`` (a type name), not a number."""
-    return InvalidValueError(increment_where(ref), f"row holds {held}, not a number{note}")
+def not_a_number(
+    ref: RowRef,
+    held: str,
+    note: str = "",
+    *,
+    backend: str | None = None,
+    operation: str | None = None,
+    service_code: str | None = None,
+) -> InvalidValueError:
+    """The error for an increment of a row holding a ``held`` (a type name), not a number; a
+    backend that found it by a failed condition says so (``service_code``)."""
+    where = increment_where(ref)
+    problem = f"row holds {held}, not a number{note}"
+    return InvalidValueError(where, problem, backend=backend, operation=operation, service_code=service_code)
 
 
 def counted(text: str, delta: Number) -> str | None:

@@ -223,8 +223,8 @@ class AzureTableStore(AzureCalls):
             for page in found.by_page():
                 self._count()
                 names.extend(item.name for item in page)
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, "", "list tables") from exc
+        except Exception as exc:  # every SDK failure becomes a BackendError
+            raise self._error(exc, "", "list tables", "list_tables") from exc
         return logical_tables(self.prefix, names)
 
     def create_tables(self, *names: str) -> None:
@@ -239,8 +239,8 @@ class AzureTableStore(AzureCalls):
             self.table_client(name).create_table()
         except ResourceExistsError:
             pass
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, name, "create table") from exc
+        except Exception as exc:  # every SDK failure becomes a BackendError
+            raise self._error(exc, name, "create table", "create_table") from exc
 
     def flush(self) -> None:
         """Wait until deferred cache writes and the expiry sweep under way are done."""

@@ -159,8 +159,8 @@ class AsyncAzureTableStore(AzureCalls):
             async for page in found.by_page():
                 self._count()
                 names.extend([item.name async for item in page])
-        except Exception as exc:  # every SDK failure becomes a StoreError
-            raise self._error(exc, "", "list tables") from exc
+        except Exception as exc:  # every SDK failure becomes a BackendError
+            raise self._error(exc, "", "list tables", "list_tables") from exc
         return logical_tables(self.prefix, names)
 
     async def scan(self, table: str, partition: str | None = None) -> list[tuple[str, str, Row]]:

@@ -157,7 +157,7 @@ class Capabilities:
 
     cross_partition_commit: bool
     """A commit may touch several tables and partitions (the run record rides
-    along). Where False, a commit touching two partitions raises StoreError."""
+    along). Where False, a commit touching two partitions raises BackendError."""
     max_ops_per_commit: int
     """Operations in one atomic commit."""
     max_value_bytes: int
@@ -190,7 +190,7 @@ class Store(Protocol):
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
         """Apply all ``ops`` atomically or none.
 
-        Raises :class:`TransientStoreError` when the outcome is unknown or the
+        Raises :class:`TransientError` when the outcome is unknown or the
         backend asks to retry; the engine retries the same operations.
         """
         ...

@@ -38,7 +38,7 @@ from botocore.exceptions import BotoCoreError
 
 from idemflow._io import Sleep
 from idemflow._sdk_calls import SdkCall, drive
-from idemflow.errors import StoreConfigError
+from idemflow.errors import ConfigurationError
 from idemflow.policy import pause
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
@@ -104,7 +104,9 @@ class DynamoDBStore:
                     "dynamodb", endpoint_url=endpoint_url, region_name=region_name, config=_CONFIG
                 )
             except BotoCoreError as exc:
-                raise StoreConfigError(f"cannot create a DynamoDB client ({exc}); give a region") from exc
+                raise ConfigurationError(
+                    f"cannot create a DynamoDB client ({exc}); give a region", backend="dynamodb"
+                ) from exc
         self.client: DynamoDBClient = client
         """The boto3 client (for tools, and fault injection through its event hooks)."""
         self.url = store_url(client.meta.endpoint_url, client.meta.region_name, prefix, open_runs_index)

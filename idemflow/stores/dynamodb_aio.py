@@ -28,7 +28,7 @@ from botocore.exceptions import BotoCoreError, NoRegionError
 
 from idemflow._io import Sleep
 from idemflow._sdk_calls import SdkCall, adrive
-from idemflow.errors import StoreConfigError, StoreError
+from idemflow.errors import BackendError, ConfigurationError, ErrorCode
 from idemflow.policy import apause
 from idemflow.stores._async_cache import AsyncCacheWriter
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
@@ -62,7 +62,9 @@ class AsyncDynamoDBStore:
         self._session = get_session()
         region = region_name or self._session.get_config_variable("region")
         if not region:
-            raise StoreConfigError(f"cannot create a DynamoDB client ({NoRegionError()}); give a region")
+            raise ConfigurationError(
+                f"cannot create a DynamoDB client ({NoRegionError()}); give a region", backend="dynamodb"
+            )
         self._options: dict[str, Any] = {
             "endpoint_url": endpoint_url,
             "region_name": region,
@@ -166,14 +168,18 @@ class AsyncDynamoDBStore:
         async with self._opening:
             if self._client is None:
                 if self._cache.closed and not self._cache.pending:
-                    raise StoreError(f"{self.url}: the store is closed")
+                    raise BackendError(
+                        f"{self.url}: the store is closed", code=ErrorCode.CLOSED, backend="dynamodb"
+                    )
                 stack = AsyncExitStack()
                 try:
                     creating = self._session.create_client("dynamodb", **self._options)
                     self._client = await stack.enter_async_context(creating)
                 except BotoCoreError as exc:
                     await stack.aclose()
-                    raise StoreConfigError(f"cannot create a DynamoDB client ({exc}); give a region") from exc
+                    raise ConfigurationError(
+                        f"cannot create a DynamoDB client ({exc}); give a region"
+                    ) from exc
                 self._stack = stack
             return self._client
 

@@ -28,13 +28,14 @@ from typing import Literal
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
-from idemflow.errors import StoreConfigError, TransientStoreError
+from idemflow.errors import ConfigurationError
 from idemflow.serialization import decode
 from idemflow.stores import _sqlite_sweep as sweep
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Backlog, Schedule, swept
 from idemflow.stores._limits import check_commit
 from idemflow.stores._runs_order import NEWEST_FIRST, Place
 from idemflow.stores._sqlite_commit import SELECT_ROW, UPDATE_BUMP, apply
+from idemflow.stores._sqlite_errors import sqlite_error
 from idemflow.stores._sqlite_runs import page_query, upgrade
 from idemflow.stores.base import (
     COMMITTED,
@@ -88,7 +89,7 @@ class SqliteStore:
     Each thread gets its own connection (``sqlite3`` connections are not
     shared across threads); processes coordinate through SQLite's file locks.
     ``busy_timeout`` bounds how long a commit waits for another writer before
-    it becomes a :class:`TransientStoreError` for the engine to retry.
+    it becomes a :class:`TransientError` for the engine to retry.
 
     Threads of one store take turns to write through an in-process lock:
     SQLite admits one writer anyway, and its busy handler makes a blocked
@@ -120,7 +121,7 @@ class SqliteStore:
         expire_every: float | None = EXPIRE_EVERY,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise StoreConfigError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+            raise ConfigurationError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.path = os.fspath(path)
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout * 1000)
@@ -153,7 +154,9 @@ class SqliteStore:
         except sqlite3.Error as exc:
             if conn is not None:
                 conn.close()
-            raise StoreConfigError(f"cannot open SQLite store at {self.path!r}: {exc}") from exc
+            raise sqlite_error(
+                f"cannot open SQLite store at {self.path!r}", exc, "connect", opening=True
+            ) from exc
         setattr(self._local, role, conn)
         with self._connections_lock:
             self._connections.append(conn)
@@ -166,7 +169,7 @@ class SqliteStore:
                 self._connection("main").execute(SELECT_ROW, (ref.table, ref.partition, ref.key)).fetchone()
             )
         except sqlite3.OperationalError as exc:
-            raise TransientStoreError(f"SQLite read of {ref.table}/{ref.partition} failed: {exc}") from exc
+            raise sqlite_error(f"SQLite read of {ref.table}/{ref.partition} failed", exc, "SELECT") from exc
         return None if found is None else Row(decode(found[0]), found[1])
 
     def read_many(self, refs: Sequence[RowRef]) -> list[Row | None]:
@@ -179,7 +182,7 @@ class SqliteStore:
             finally:
                 conn.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            raise TransientStoreError(f"SQLite read on {self.path!r} failed: {exc}") from exc
+            raise sqlite_error(f"SQLite read on {self.path!r} failed", exc, "SELECT") from exc
         return [None if row is None else Row(decode(row[0]), row[1]) for row in found]
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
@@ -201,7 +204,7 @@ class SqliteStore:
         try:
             rows, covered, wrapped = self._window.next(conn, at, limit)
         except sqlite3.OperationalError as exc:
-            raise TransientStoreError(f"SQLite expiry query on {self.path!r} failed: {exc}") from exc
+            raise sqlite_error(f"SQLite expiry query on {self.path!r} failed", exc, "SELECT") from exc
         rows.sort(key=lambda row: row.expires_at)
         from idemflow.expiry import apply  # the rules import the engine, which imports stores
 
@@ -265,7 +268,7 @@ class SqliteStore:
                 conn.execute("VACUUM")
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.OperationalError as exc:
-            raise TransientStoreError(f"VACUUM of SQLite store {self.path!r} failed: {exc}") from exc
+            raise sqlite_error(f"VACUUM of SQLite store {self.path!r} failed", exc, "VACUUM") from exc
         self._shrinks = sweep.auto_vacuum(conn)
         return before, _size(self.path)
 
@@ -303,13 +306,13 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise TransientStoreError(f"SQLite store {self.path!r} busy: {exc}") from exc
+                raise sqlite_error(f"SQLite store {self.path!r} busy", exc, "BEGIN IMMEDIATE") from exc
             try:
                 failures = apply(conn, ops)
                 conn.execute("ROLLBACK" if failures else "COMMIT")
             except sqlite3.OperationalError as exc:
                 _rollback(conn)
-                raise TransientStoreError(f"SQLite commit on {self.path!r} failed: {exc}") from exc
+                raise sqlite_error(f"SQLite commit on {self.path!r} failed", exc, "COMMIT") from exc
             except BaseException:
                 _rollback(conn)
                 raise
@@ -340,7 +343,7 @@ class SqliteStore:
         try:
             found = self._connection("main").execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
-            raise TransientStoreError(f"SQLite listing of runs on {self.path!r} failed: {exc}") from exc
+            raise sqlite_error(f"SQLite listing of runs on {self.path!r} failed", exc, "SELECT") from exc
         return [
             RunRow(Place(_started(at), key, part).position(), part, key, Row(decode(text), version))
             for part, key, text, version, at in found

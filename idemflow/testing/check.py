@@ -50,7 +50,7 @@ from idemflow.async_worklist import MemoryQueue, Worker, status, submit
 from idemflow.async_worklist.outbox import DEFAULT_GRACE, relay
 from idemflow.async_worklist.submit import resolve_signing_key
 from idemflow.engine import Plan as ExecutionPlan
-from idemflow.errors import ConflictError, TransientStoreError
+from idemflow.errors import ConflictError, TransientError
 from idemflow.monad import Idem
 from idemflow.policy import RetryPolicy
 from idemflow.records import Memo, RunStatus
@@ -81,7 +81,7 @@ DEFAULT_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER, Faul
 FIXED_TIME = 1_767_225_600.0
 """What ``now()`` returns in checked runs (2026-01-01), so runs on different stores compare equal."""
 
-_RETRIED = (SimulatedCrash, TransientStoreError, ConflictError)
+_RETRIED = (SimulatedCrash, TransientError, ConflictError)
 
 
 class _Checker:

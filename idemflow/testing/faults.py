@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from idemflow.errors import TransientStoreError
+from idemflow.errors import TransientError
 from idemflow.keys import DATA
 from idemflow.policy import resend
 from idemflow.serialization import JSON, encode
@@ -169,13 +169,13 @@ class FaultyStore(StoreWrapper):
         if fault is Fault.CRASH_BEFORE:
             raise SimulatedCrash(f"crash before {point.kind} #{point.index}")
         if fault is Fault.TRANSIENT:
-            raise TransientStoreError(f"injected transient error at {point.kind} #{point.index}")
+            raise TransientError(f"injected transient error at {point.kind} #{point.index}")
         # The call must reach the backend before the crash or the lost answer: one the backend
         # refused transiently (a DynamoDB transaction conflict) is sent again until it lands.
         resend(call)
         if fault is Fault.CRASH_AFTER:
             raise SimulatedCrash(f"crash after {point.kind} #{point.index}")
-        raise TransientStoreError(f"injected lost answer at {point.kind} #{point.index}")
+        raise TransientError(f"injected lost answer at {point.kind} #{point.index}")
 
     def _interfere(self, ops: tuple[Op, ...]) -> Conflict | object | None:
         """Play the concurrent writer: bump a data row the commit conditions on.

@@ -13,13 +13,13 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from idemflow import ConflictError, Store, TransientStoreError
+from idemflow import ConflictError, Store, TransientError
 from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 
 DIED = 86
 """Exit status of a worker process that ended itself right after a commit."""
-RETRIED = (SimulatedCrash, TransientStoreError, ConflictError)
+RETRIED = (SimulatedCrash, TransientError, ConflictError)
 """What a chaos client retries (a simulated crash: the client's process 'died' and is run again)."""
 IN_PROCESS_FAULTS = (Fault.LOST_ANSWER, Fault.TRANSIENT, Fault.CONFLICT)
 """What the servers' and workers' stores inject (a crash is the real thing there: SIGKILL, exit)."""

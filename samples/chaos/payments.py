@@ -56,10 +56,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from idemflow import CompensationFailed, IdemflowError, RunStatus, SqliteStore, Store
+from idemflow import CompensationError, IdemflowError, RunStatus, SqliteStore, Store
 from idemflow.async_worklist import Queue, RequestStatus, status, submit
 from idemflow.async_worklist.deliver import send_message
-from idemflow.errors import MessageNotDelivered
+from idemflow.errors import MessageNotDeliveredError
 from idemflow.operations import abort
 from idemflow.testing import FaultyStore
 from samples._harness import Crashes, Fleet, Killer
@@ -132,7 +132,7 @@ def _submitting(booking: flows.Booking) -> Action:
 
 def _confirming(request_id: str) -> Action:
     def action(store: Store, queue: Queue, key: str) -> None:
-        with contextlib.suppress(MessageNotDelivered):  # it ended meanwhile: nothing to confirm
+        with contextlib.suppress(MessageNotDeliveredError):  # it ended meanwhile: nothing to confirm
             send_message(
                 store,
                 flows.BOOKING,
@@ -228,7 +228,7 @@ class Operator:
                 ended = abort(
                     self.store, flows.WORKFLOWS, flows.BOOKING, request, reason=f"operator ({kind})"
                 )
-            except CompensationFailed:
+            except CompensationError:
                 outcome = "failed (refund owed)"
             except IdemflowError:  # not submitted yet, or the store was busy: as an operator would, again
                 time.sleep(0.1)

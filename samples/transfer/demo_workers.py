@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 
-from idemflow import ConflictError, IdemflowError, SqliteStore, TransientStoreError
+from idemflow import ConflictError, IdemflowError, SqliteStore, TransientError
 from idemflow.compensation import run_result
 from samples.transfer.demo_requests import Settings, Submission
 from samples.transfer.workflows import Outcome, transfer
@@ -45,7 +45,7 @@ def work(path: str, tasks: Connection, answers: Connection) -> None:
             slot, request_id, req = task
             try:
                 answers.send((slot, "answer", run_result(transfer(req), request_id=request_id, store=store)))
-            except (ConflictError, TransientStoreError) as exc:  # retrying the request resumes it
+            except (ConflictError, TransientError) as exc:  # retrying the request resumes it
                 answers.send((slot, "retry", repr(exc)))
             except IdemflowError as exc:  # a bad request: retrying would not help
                 answers.send((slot, "error", repr(exc)))

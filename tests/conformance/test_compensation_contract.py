@@ -11,7 +11,7 @@ import pytest
 from returns.result import Failure, Success
 
 from idemflow import Idem, Store, Tx, atomic, run, workflow
-from idemflow.compensation import CompensationFailed, WorkflowAborted, abort, run_result
+from idemflow.compensation import CompensationError, WorkflowAborted, abort, run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
@@ -151,7 +151,7 @@ def test_failing_compensation_raises_and_stays_resumable(store: Store) -> None:
         yield atomic("tablea", s + "two", add("v", 2), compensate=fragile_undo)
         yield atomic("tablea", s + "three", refuse)
 
-    with pytest.raises(CompensationFailed) as caught:
+    with pytest.raises(CompensationError) as caught:
         run(fragile(space), request_id="f", store=store)
     assert caught.value.step == 2 and "payment service down" in caught.value.cause
     assert rows_of(store, space)[("tablea", "one", "v")] == 1  # not yet undone: reverse order

@@ -18,7 +18,13 @@ import pytest
 from idemflow import Store, VersionNotHeldError, run
 from idemflow.async_worklist import MemoryQueue, Message, Worker, status, submit
 from idemflow.async_worklist.messages import Pointer, encode_pointer
-from idemflow.errors import InvalidValueError, RequestFailed, StoreError, TransientStoreError, WorkflowAborted
+from idemflow.errors import (
+    BackendError,
+    InvalidValueError,
+    RequestFailedError,
+    TransientError,
+    WorkflowAborted,
+)
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
 from idemflow.records import RunStatus
 from idemflow.step_retry import StepRetry
@@ -180,7 +186,7 @@ def test_a_step_that_keeps_failing_ends_failed_with_its_step_and_reason(store: S
     assert (failed.failure.step, failed.failure.attempts) == (2, 3) and "KeyError" in failed.failure.reason
     assert (worker.stats.retried, worker.stats.failed, queue.dead_letters()) == (2, 1, [])
     assert balance(store, space) == -10  # the debit stays: the default is to keep it for an operator
-    with pytest.raises(RequestFailed, match="step 2"):
+    with pytest.raises(RequestFailedError, match="step 2"):
         pending.result(timeout=0)
 
 
@@ -223,7 +229,7 @@ class DownQueue(MemoryQueue):
 
 
 @pytest.mark.parametrize(
-    "error", [StoreError("queue down"), SimulatedCrash("after the commit")], ids=["queue down", "crash"]
+    "error", [BackendError("queue down"), SimulatedCrash("after the commit")], ids=["queue down", "crash"]
 )
 def test_the_relay_sends_what_submit_could_not(store: Store, error: BaseException) -> None:
     space, clock = new_space(), Clock()
@@ -323,13 +329,13 @@ class BlippingQueue(MemoryQueue):
     def receive(self, **options: Any) -> list[Message]:
         if self.receive_blips:
             self.receive_blips -= 1
-            raise TransientStoreError("connection reset")
+            raise TransientError("connection reset")
         return super().receive(**options)
 
     def send(self, body: str, *, delay: float = 0.0) -> None:
         if delay and self.send_blips:
             self.send_blips -= 1
-            raise TransientStoreError("connection reset")
+            raise TransientError("connection reset")
         super().send(body, delay=delay)
 
 

@@ -347,12 +347,12 @@ def refuser(space: str) -> Generator[Any, Any, None]:
 
 @pytest.mark.blocking_api
 def test_a_message_from_outside_that_no_receive_could_take_is_refused_on_both_apis(store: Store) -> None:
-    """A finished receiver (or, asked for, one never started) answers MessageNotDelivered and
+    """A finished receiver (or, asked for, one never started) answers MessageNotDeliveredError and
     nothing is written; a message sent before its receiver started still waits for it, and a
     resend under a key already delivered replays quietly even once the receiver finished."""
     import asyncio
 
-    from idemflow.async_worklist import MessageNotDelivered, asend_message, send_message
+    from idemflow.async_worklist import MessageNotDeliveredError, asend_message, send_message
 
     space, refused, nobody = new_space(), new_space(), new_space()
     send_message(store, "inbox", space, "notes", "early", key=f"{space}-k1")
@@ -369,7 +369,7 @@ def test_a_message_from_outside_that_no_receive_could_take_is_refused_on_both_ap
     ]
     for flow, request_id, reason, require_started in cases:
         for send_it in (send_message, lambda *a, **k: asyncio.run(asend_message(*a, **k))):
-            with pytest.raises(MessageNotDelivered) as caught:
+            with pytest.raises(MessageNotDeliveredError) as caught:
                 send_it(
                     store,
                     flow,

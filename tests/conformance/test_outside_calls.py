@@ -18,7 +18,7 @@ import pytest
 from idemflow import Idem, Store, atomic, effect, receive, run, send, sleep, workflow
 from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, status, submit
 from idemflow.compensation import abort
-from idemflow.errors import CompensationFailed, EffectTimeout, InvalidInputError, WorkflowAborted
+from idemflow.errors import CompensationError, EffectTimeoutError, InvalidInputError, WorkflowAborted
 from idemflow.records import RunStatus
 from idemflow.step_retry import StepRetry
 from tests.conformance.test_continuations import Clock, deliver_all
@@ -145,7 +145,7 @@ def test_a_refund_that_cannot_complete_is_never_dropped(store: Store) -> None:
     space, pay = new_space(), Payments()
     pay.refunds_down = 10**6
     book = booking(pay, retry=StepRetry(initial=0.001, maximum_attempts=2))
-    with pytest.raises(CompensationFailed, match="compensate effect charge"):
+    with pytest.raises(CompensationError, match="compensate effect charge"):
         run(book({"space": space, "amount": 9, "abort": True}), request_id=space, store=store)
     assert pay.kept() == 9  # not refunded yet, and not reported aborted either
     pay.refunds_down = 0  # the provider is back: running the request again finishes the undo
@@ -175,7 +175,7 @@ def test_an_effect_that_answers_too_late_fails_its_attempt(store: Store) -> None
     def late_once(req: str) -> Generator[Idem[Any], Any, Any]:
         return (yield effect(lambda key: time.sleep(0.5), timeout=0.05))
 
-    with pytest.raises(EffectTimeout, match=r"did not answer within 0\.05 s"):
+    with pytest.raises(EffectTimeoutError, match=r"did not answer within 0\.05 s"):
         run(late_once(space), request_id=space + "once", store=store)
 
 
@@ -286,7 +286,7 @@ def test_an_operators_abort_refunds_a_waiting_booking(store: Store) -> None:
     Worker([book], store=store, queue=queue, clock=clock).handle(queue.receive()[0])  # it now waits
     assert status(store, "booking", space).status is RunStatus.RUNNING and pay.kept() == 40
     pay.refunds_down = 1
-    with pytest.raises(CompensationFailed):  # the refund failed: the record says so, never aborted
+    with pytest.raises(CompensationError):  # the refund failed: the record says so, never aborted
         operations.abort(store, [book], "booking", space, reason="operator", clock=clock)
     failed = status(store, "booking", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
@@ -310,7 +310,7 @@ def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store)
     worker.handle(queue.receive()[0])  # it now waits for its confirmation
     pay.refunds_down = 10**6
     started = time.monotonic()
-    with pytest.raises(CompensationFailed):
+    with pytest.raises(CompensationError):
         operations.abort(store, [book], "booking", space, reason="operator", clock=clock, wait=5)
     assert time.monotonic() - started < 60  # not the policy's hour between attempts
     failed = status(store, "booking", space)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from idemflow import atomic, run
-from idemflow.errors import InvalidValueError, StoreError
+from idemflow.errors import BackendError, InvalidValueError
 from idemflow.policy import resend
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
@@ -306,7 +306,7 @@ def test_cross_partition_commit_when_supported(store: Store) -> None:
     a = ref(store, "da", partition="p1", table="accounts")
     b = ref(store, "db", partition="p2", table="ledger")
     if not store.capabilities.cross_partition_commit:
-        with pytest.raises(StoreError):
+        with pytest.raises(BackendError):
             store.commit([put(a, 1), insert(b, 2)])
         assert store.read(a) is None and store.read(b) is None
         return

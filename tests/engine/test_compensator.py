@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from idemflow._compensator import Done
-from idemflow.errors import CompensationFailed
+from idemflow.errors import CompensationError
 from idemflow.monad import Atomic, Effect
 from idemflow.plan import Plan
 from idemflow.stores.base import RowRef
@@ -71,7 +71,7 @@ def test_an_undo_that_raises_fails_the_compensation_naming_its_step() -> None:
         raise RuntimeError("gone")
 
     parts.compensator.register(Done(4, Atomic("items", "p1", lambda tx: None, broken, "ship"), None))
-    with pytest.raises(CompensationFailed) as failed:
+    with pytest.raises(CompensationError) as failed:
         rows.run(parts.compensator.compensate("why", None))
     assert failed.value.step == 4 and parts.cursor.step == 4
 

@@ -6,7 +6,7 @@ import pytest
 
 from idemflow._deferred import Pending, Restart
 from idemflow._io import Commit
-from idemflow.errors import TransientStoreError
+from idemflow.errors import TransientError
 from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef
 from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
@@ -44,7 +44,7 @@ def test_a_pending_commit_that_meets_a_claim_restarts_with_that_record() -> None
 def test_a_pending_commit_that_failed_to_send_is_sent_again() -> None:
     """Not a restart: that would run the workflow function again on objects it may have changed."""
     rows, parts = Rows(), Parts(given())
-    rows.fail_next(Commit, TransientStoreError("no answer"))
+    rows.fail_next(Commit, TransientError("no answer"))
     parts.deferred.hold(_pending(claims=False))
     rows.run(parts.deferred.flush())
     assert len(rows.commits()) == 2 and parts.cursor.commits == 1
@@ -55,7 +55,7 @@ def test_a_pending_commit_whose_answer_was_lost_meets_its_own_memo_and_counts_as
     rows, parts = Rows(), Parts(given())
     pending = _pending(claims=False)
     rows.run(Parts(given()).deferred.commit(pending.ops, pending, None))  # the first send applied...
-    rows.fail_next(Commit, TransientStoreError("no answer"))  # ...and its answer is lost
+    rows.fail_next(Commit, TransientError("no answer"))  # ...and its answer is lost
     parts.deferred.hold(pending)
     rows.run(parts.deferred.flush())
     assert parts.cursor.commits == 1 and len(rows.commits()) == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from idemflow._io import Commit, Read
-from idemflow.errors import LimitExceededError, TransientStoreError
+from idemflow.errors import LimitExceededError, TransientError
 from idemflow.stores.base import Committed, Insert, RowRef
 from tests.engine.rows import Parts, Rows, given
 
@@ -15,7 +15,7 @@ REF = RowRef("items", "p1", "k")
 def test_a_read_that_met_a_transient_error_is_resent_and_answered() -> None:
     rows, parts = Rows(), Parts(given())
     rows.put(REF, 7)
-    rows.fail_next(Read, TransientStoreError("throttled"))
+    rows.fail_next(Read, TransientError("throttled"))
     row = rows.run(parts.calls.read(REF))
     assert row is not None and row.value == 7
     assert [type(asked) for asked in rows.asked if type(asked) is Read] == [Read, Read]
@@ -24,11 +24,11 @@ def test_a_read_that_met_a_transient_error_is_resent_and_answered() -> None:
 def test_a_commit_is_resent_unless_a_rerun_of_its_step_is_the_retry() -> None:
     rows, parts = Rows(), Parts(given())
     insert = Insert(REF, 1, "1")
-    rows.fail_next(Commit, TransientStoreError("no answer"))
+    rows.fail_next(Commit, TransientError("no answer"))
     assert isinstance(rows.run(parts.calls.commit([insert], REF)), Committed)
     assert rows.rows[REF][0] == 1
-    rows.fail_next(Commit, TransientStoreError("no answer"))
-    with pytest.raises(TransientStoreError):
+    rows.fail_next(Commit, TransientError("no answer"))
+    with pytest.raises(TransientError):
         rows.run(parts.calls.commit([Insert(RowRef("items", "p1", "j"), 2, "2")], REF, resend=False))
 
 

@@ -23,7 +23,7 @@ from idemflow import (
     InvalidValueError,
     MemoryStore,
     NonDeterminismError,
-    RequestFailed,
+    RequestFailedError,
     RunStatus,
     SqliteStore,
     Tx,
@@ -457,7 +457,7 @@ def test_a_step_that_keeps_failing_fails_the_workflow_and_a_retry_resumes_it(sto
     queue = MemoryQueue()
     pending = submit(failing_step("h"), request_id="t-2", store=store, queue=queue)
     worker(store, queue, failing_step, max_deliveries=2).run(idle_timeout=0.5)
-    with pytest.raises(RequestFailed, match="down"):
+    with pytest.raises(RequestFailedError, match="down"):
         pending.result(timeout=5)
     failed = status(store, "failing_step", "t-2")
     assert failed.status is RunStatus.FAILED and failed.failure is not None and failed.failure.attempts == 2

@@ -20,12 +20,12 @@ import pytest
 from pydantic import BaseModel
 
 from idemflow import (
+    BackendError,
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidValueError,
     MemoryStore,
     SqliteStore,
-    StoreError,
     Tx,
     atomic,
     idempotent,
@@ -752,7 +752,7 @@ def test_on_dynamodb_a_missing_table_is_a_store_error_and_the_function_never_ans
     def handler(event: dict[str, Any]) -> dict[str, Any]:
         return {"statusCode": 200}
 
-    with pytest.raises(StoreError):
+    with pytest.raises(BackendError):
         answered.append(len(handler(dict(API_EVENT))))
     assert answered == []
     store.close()

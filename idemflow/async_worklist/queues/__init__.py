@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from idemflow._lazy import load_optional
 from idemflow._urls import parse_url
 from idemflow.async_worklist.queues.aio import AsyncQueue, ThreadedQueue
-from idemflow.async_worklist.queues.base import DeadLetter, Message, MessageLostError, Queue
+from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
+from idemflow.errors import MessageLostError
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue

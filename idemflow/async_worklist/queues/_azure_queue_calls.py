@@ -26,10 +26,10 @@ from typing import Any, Literal, TypeVar
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
 from azure.storage.queue import QueueMessage
 
+from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
     DeadLetter,
     Message,
-    MessageLostError,
     check_ids,
     check_limit,
     check_max_messages,
@@ -38,7 +38,8 @@ from idemflow.async_worklist.queues.base import (
     check_wire_body,
     decode_wire,
 )
-from idemflow.errors import InvalidNameError, StoreConfigError, StoreError
+from idemflow.errors import BackendError, ConfigurationError, InvalidNameError, MessageLostError
+from idemflow.stores._azure_errors import classify_exception, code_of
 
 T = TypeVar("T")
 
@@ -53,6 +54,12 @@ _STALE = {"MessageNotFound", "PopReceiptMismatch"}
 _GONE: Any = object()
 """What :meth:`AzureQueueCalls._on_message` answers when the message is gone or received again."""
 
+_AZURE = Service(
+    "azure_queue",
+    "the Azure queue service",
+    "authentication failed",
+    "check the key or SAS in the connection string",
+)
 Which = Literal["queue", "dlq"]
 
 
@@ -86,15 +93,16 @@ def connect(make: Callable[[], T], name: str) -> T:
         return make()
     except (ValueError, TypeError):
         # Never echo the connection string: it holds the account key.
-        raise StoreConfigError(f"Azure queue {name!r}: the connection string is malformed") from None
+        raise ConfigurationError(
+            f"Azure queue {name!r}: the connection string is malformed", backend="azure_queue"
+        ) from None
 
 
 class AzureQueueCalls:
     """The state and per-call logic both Azure queues share.
 
-    A subclass sets ``_where`` (the queue and its account, for messages) and
-    ``_map_error`` (``(where, exc) -> StoreError``: the one error mapping,
-    :func:`~idemflow.async_worklist.queues.azure_queue.azure_error`).
+    A subclass sets ``_where`` (the queue and its account, for messages); SDK
+    failures become idemflow errors through :func:`azure_error`.
     """
 
     max_body_bytes = AZURE_MAX_BODY_BYTES
@@ -117,12 +125,8 @@ class AzureQueueCalls:
             )
         return name
 
-    @staticmethod
-    def _map_error(where: str, exc: AzureError) -> StoreError:  # pragma: no cover - set by subclasses
-        raise NotImplementedError
-
-    def _error(self, operation: str, exc: AzureError) -> StoreError:
-        return self._map_error(f"{operation} on {self._where}", exc)
+    def _error(self, operation: str, exc: AzureError, method: str) -> BackendError:
+        return azure_error(f"{operation} on {self._where}", exc, method)
 
     # -- the operations -----------------------------------------------------------------------------
 
@@ -134,7 +138,7 @@ class AzureQueueCalls:
             except ResourceExistsError:
                 pass
             except AzureError as exc:
-                raise self._error("create", exc) from exc
+                raise self._error("create", exc, "create_queue") from exc
 
     def _send(self, body: str, delay: float) -> Calls[None]:
         text = check_wire_body(body, self.max_body_bytes, self._where)
@@ -181,7 +185,9 @@ class AzureQueueCalls:
         updated = yield from self._on_message("extend", call)
         if updated is _GONE:
             raise MessageLostError(
-                f"cannot extend message {message.id} of {self._where}: it was deleted or received again"
+                f"cannot extend message {message.id} of {self._where}: it was deleted or received again",
+                backend="azure_queue",
+                operation="update_message",
             )
         return Message(message.id, message.body, message.deliveries, str(updated.pop_receipt))
 
@@ -284,7 +290,7 @@ class AzureQueueCalls:
         try:
             return (yield call)
         except AzureError as exc:
-            raise self._error(operation, exc) from exc
+            raise self._error(operation, exc, call.method) from exc
 
     def _on_message(self, operation: str, call: Call) -> Calls[Any]:
         """A call on one received message: its answer, or ``_GONE`` if Azure says it is gone or
@@ -294,9 +300,9 @@ class AzureQueueCalls:
         except HttpResponseError as exc:
             if code_of(exc) in _STALE:
                 return _GONE
-            raise self._error(operation, exc) from exc
+            raise self._error(operation, exc, call.method) from exc
         except AzureError as exc:
-            raise self._error(operation, exc) from exc
+            raise self._error(operation, exc, call.method) from exc
 
 
 def _message(raw: QueueMessage) -> Message:
@@ -305,10 +311,12 @@ def _message(raw: QueueMessage) -> Message:
     )
 
 
-def code_of(exc: HttpResponseError) -> str:
-    """The storage error code of an SDK failure (``QueueNotFound``, ``ServerBusy``, …), or ''."""
-    code = getattr(exc, "error_code", None)
-    return str(getattr(code, "value", code) or "")
+def azure_error(where: str, exc: AzureError, method: str | None = None) -> BackendError:
+    """The idemflow error for an SDK failure of ``where`` (the client's ``method``), for both Azure
+    queues: classified by the Azure table the Tables store reads too. No detail: SDK messages may
+    quote request URLs."""
+    meant, said, status = classify_exception(exc)
+    return queue_error(where, _AZURE, meant, method, said, status)
 
 
 def _seconds(value: float, what: str, low: int) -> int:

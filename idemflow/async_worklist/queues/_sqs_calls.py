@@ -23,22 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    HTTPClientError,
-    NoCredentialsError,
-    NoRegionError,
-    PartialCredentialsError,
-)
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from idemflow._sdk_calls import Calls, SdkCall
 from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
     DeadLetter,
     Message,
-    MessageLostError,
     check_ids,
     check_limit,
     check_max_messages,
@@ -47,7 +38,8 @@ from idemflow.async_worklist.queues.base import (
     check_wire_body,
     decode_wire,
 )
-from idemflow.errors import InvalidNameError, StoreConfigError, StoreError
+from idemflow.errors import BackendError, ConfigurationError, ErrorCode, InvalidNameError, MessageLostError
+from idemflow.stores._aws_errors import answer_of, api_name, classify, classify_sdk
 
 log = logging.getLogger("idemflow.async_worklist.queues.sqs")
 
@@ -58,31 +50,8 @@ MAX_DELAY = 900  # 15 minutes
 CONFIG = Config(retries={"mode": "standard", "max_attempts": 4}, read_timeout=40)
 """The botocore configuration of both queues' own clients (a long poll lasts up to 20 s)."""
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,76}")  # 80 characters less "-dlq"; no FIFO queues
-_MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 _STALE = {"ReceiptHandleIsInvalid", "AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight"}
-_AUTH = {
-    "InvalidClientTokenId",
-    "SignatureDoesNotMatch",
-    "UnrecognizedClientException",
-    "AccessDenied",
-    "AccessDeniedException",
-    "MissingAuthenticationToken",
-    "IncompleteSignature",
-    "ExpiredToken",
-    "InvalidAccessKeyId",
-    "InvalidSecurity",
-}
-_TRANSIENT = {
-    "Throttling",
-    "ThrottlingException",
-    "RequestThrottled",
-    "ServiceUnavailable",
-    "InternalError",
-    "InternalFailure",
-    "RequestTimeout",
-    "KmsThrottled",
-}
-_SQS = Service("SQS", "access refused", "check the AWS credentials and policy")
+_SQS = Service("sqs", "SQS", "access refused", "check the AWS credentials and policy")
 _SIZE_ATTRIBUTES = [
     "ApproximateNumberOfMessages",
     "ApproximateNumberOfMessagesNotVisible",
@@ -104,8 +73,8 @@ class Open(SdkCall):
 
 _OPEN = Open("open", {})
 
-ErrorMap = Callable[[str, Exception], StoreError]
-"""``(operation, SDK exception) -> idemflow error``: :func:`sqs_error` for one queue name."""
+ErrorMap = Callable[[str, Exception, str], BackendError]
+"""``(operation, SDK exception, client method) -> idemflow error``: :func:`sqs_error` for one queue."""
 
 
 def check_options(name: object, visibility_timeout: float) -> float:
@@ -190,7 +159,11 @@ class SqsCalls:
         seconds = _seconds(visibility_timeout, "visibility_timeout", 1, MAX_VISIBILITY)
         url = yield from self.queue_url()
         if not (yield from self._change_visibility(url, message.receipt, seconds, "extend")):
-            raise MessageLostError(f"cannot extend message {message.id} of {self._where}: it is gone")
+            raise MessageLostError(
+                f"cannot extend message {message.id} of {self._where}: it is gone",
+                backend="sqs",
+                operation="ChangeMessageVisibility",
+            )
         return message
 
     def dead_letter(self, message: Message, reason: str, max_body_bytes: int) -> Calls[None]:
@@ -263,10 +236,10 @@ class SqsCalls:
         try:
             return str((yield SdkCall("get_queue_url", {"QueueName": name}))["QueueUrl"])
         except ClientError as exc:
-            if not create or _code(exc) not in _MISSING:
-                raise self.error("open", exc) from exc
+            if not create or classify(_code(exc), 0) is not ErrorCode.NOT_FOUND:
+                raise self.error("open", exc, "get_queue_url") from exc
         except (BotoCoreError, ValueError) as exc:
-            raise self.error("open", exc) from exc
+            raise self.error("open", exc, "get_queue_url") from exc
         attributes = {"MessageRetentionPeriod": "1209600"}  # 14 days, SQS's maximum
         created = yield from self.call("create", "create_queue", QueueName=name, Attributes=attributes)
         return str(created["QueueUrl"])
@@ -321,7 +294,7 @@ class SqsCalls:
         try:
             return (yield SdkCall(method, kwargs))
         except (ClientError, BotoCoreError) as exc:
-            raise self.error(operation, exc) from exc
+            raise self.error(operation, exc, method) from exc
 
     def _change_visibility(self, url: str, receipt: str, seconds: int, operation: str) -> Calls[bool]:
         change = {"QueueUrl": url, "ReceiptHandle": receipt, "VisibilityTimeout": seconds}
@@ -335,38 +308,30 @@ class SqsCalls:
             code = _code(exc)
             if code in _STALE or (code == "InvalidParameterValue" and "receipt" in str(exc).lower()):
                 return False
-            raise self.error(operation, exc) from exc
+            raise self.error(operation, exc, method) from exc
         except BotoCoreError as exc:
-            raise self.error(operation, exc) from exc
+            raise self.error(operation, exc, method) from exc
         return True
 
 
-def sqs_error(
-    name: str, operation: str, exc: Exception, mapping: Callable[..., StoreError] = queue_error
-) -> StoreError:
-    """The idemflow error for ``exc``, raised by ``operation`` on the queue ``name``.
-
-    ``mapping`` is :func:`~idemflow.async_worklist.queues._errors.queue_error` (passed in by
-    :class:`~idemflow.async_worklist.queues.sqs.SqsQueue`, whose module's tests watch it).
-    """
+def sqs_error(name: str, operation: str, exc: Exception, method: str | None = None) -> BackendError:
+    """The idemflow error for ``exc``, raised by ``operation`` (the client's ``method``) on the queue
+    ``name``: classified by the AWS table the DynamoDB store reads too."""
     where = f"{operation} on SQS queue {name!r}"
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError, NoRegionError)):
-        return StoreConfigError(f"{where}: {exc}; configure AWS credentials and region")
-    unreachable = isinstance(exc, (BotoConnectionError, HTTPClientError))
-    if not isinstance(exc, ClientError):
-        return mapping(where, exc, _SQS, unreachable=unreachable, detail=f": {exc}")
-    code = _code(exc)
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-    return mapping(
-        where,
-        exc,
-        _SQS,
-        answer=(code, status),
-        missing=code in _MISSING,
-        refused=code in _AUTH,
-        transient=code in _TRANSIENT,
-        detail=f": {exc.response.get('Error', {}).get('Message', '')}",
-    )
+    api = api_name(method) if method else None
+    if isinstance(exc, ClientError):
+        code, message, status = answer_of(exc)
+        meant, api = classify(code, status), exc.operation_name or api
+        return queue_error(where, _SQS, meant, api, code or str(status), status, f": {message}")
+    meant = classify_sdk(exc) if isinstance(exc, BotoCoreError) else ErrorCode.BACKEND_FAILED
+    if meant is ErrorCode.MISCONFIGURED:
+        return ConfigurationError(
+            f"{where}: {exc}; configure AWS credentials and region",
+            backend="sqs",
+            operation=api,
+            service_code=type(exc).__name__,
+        )
+    return queue_error(where, _SQS, meant, api, type(exc).__name__, detail=f": {exc}")
 
 
 def _message(raw: Any) -> Message:

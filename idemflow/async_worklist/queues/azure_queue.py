@@ -29,13 +29,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from azure.core.exceptions import (
-    AzureError,
-    ClientAuthenticationError,
-    HttpResponseError,
-    ServiceRequestError,
-    ServiceResponseError,
-)
 from azure.storage.queue import QueueClient
 
 from idemflow._trampoline import trampoline
@@ -46,40 +39,14 @@ from idemflow.async_worklist.queues._azure_queue_calls import (
     Call,
     Calls,
     Pause,
-    code_of,
+    azure_error,
     connect,
 )
-from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
-from idemflow.errors import StoreError
 
 __all__ = ["AZURE_MAX_BODY_BYTES", "MAX_SECONDS", "AzureQueue", "azure_error"]
 
 T = TypeVar("T")
-
-_AZURE = Service(
-    "the Azure queue service", "authentication failed", "check the key or SAS in the connection string"
-)
-
-
-def azure_error(where: str, exc: AzureError) -> StoreError:
-    """The idemflow error for an SDK failure of ``where``, for both Azure queues.
-
-    No detail: SDK messages may quote request URLs.
-    """
-    if not isinstance(exc, HttpResponseError):
-        unreachable = isinstance(exc, (ServiceRequestError, ServiceResponseError))
-        return queue_error(where, exc, _AZURE, unreachable=unreachable)
-    code = code_of(exc)
-    return queue_error(
-        where,
-        exc,
-        _AZURE,
-        answer=(code, int(exc.status_code or 0)),
-        missing=code == "QueueNotFound",
-        refused=isinstance(exc, ClientAuthenticationError),
-        transient=code in ("ServerBusy", "OperationTimedOut"),
-    )
 
 
 class AzureQueue(AzureQueueCalls, Queue):
@@ -87,16 +54,14 @@ class AzureQueue(AzureQueueCalls, Queue):
 
     With ``create`` the queue and its ``<name>-dlq`` are created when
     missing; without it a missing queue is a
-    :class:`~idemflow.errors.StoreConfigError` naming the fix. ``retry_total``
-    bounds the SDK's own retries before a :class:`TransientStoreError`.
+    :class:`~idemflow.errors.ConfigurationError` naming the fix. ``retry_total``
+    bounds the SDK's own retries before a :class:`TransientError`.
 
     >>> AzureQueue("Jobs", connection_string="UseDevelopmentStorage=true")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     idemflow.errors.InvalidNameError: invalid Azure queue name 'Jobs': use 3-59 lowercase letters, ...
     """
-
-    _map_error = staticmethod(azure_error)
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
 from idemflow._trampoline import atrampoline
 from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls, Call, Calls, Pause, connect
-from idemflow.async_worklist.queues.azure_queue import AzureQueue, azure_error
+from idemflow.async_worklist.queues.azure_queue import AzureQueue
 from idemflow.async_worklist.queues.base import Message
 
 T = TypeVar("T")
@@ -34,8 +34,6 @@ class AsyncAzureQueue(AzureQueueCalls):
     there, on first use, and with ``create`` the first call creates the queue
     and its ``<name>-dlq`` when missing (once; again after a failure).
     """
-
-    _map_error = staticmethod(azure_error)
 
     def __init__(
         self,

@@ -26,9 +26,9 @@ import re
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from idemflow.errors import InvalidValueError, LimitExceededError, QueueError
+from idemflow.errors import InvalidValueError, LimitExceededError, deprecated_error
 
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
 """Body limit of the local queues: SQS's classic limit, so what works locally works on SQS."""
@@ -72,17 +72,6 @@ class DeadLetter:
     body: str
     reason: str
     dead_at: float | None
-
-
-class MessageLostError(QueueError):
-    """:meth:`Queue.extend` on a message this holder no longer owns.
-
-    Its visibility expired and another receiver took it (or it was deleted),
-    so the worker must stop working on it: the new holder will finish it.
-
-    >>> str(MessageLostError("message m1 on queue 'jobs' was received again elsewhere"))
-    "message m1 on queue 'jobs' was received again elsewhere"
-    """
 
 
 @runtime_checkable
@@ -358,7 +347,6 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DeadLetter",
     "Message",
-    "MessageLostError",
     "Queue",
     "check_body",
     "check_ids",
@@ -370,3 +358,8 @@ __all__ = [
     "decode_wire",
     "encode_wire",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # MessageLostError lived here before 1.0: idemflow.errors.MessageLostError now.
+    return deprecated_error(__name__, name, moved=("MessageLostError",))

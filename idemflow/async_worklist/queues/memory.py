@@ -32,7 +32,6 @@ from idemflow.async_worklist.queues.base import (
     DEFAULT_MAX_BODY_BYTES,
     DeadLetter,
     Message,
-    MessageLostError,
     Queue,
     check_body,
     check_ids,
@@ -41,6 +40,7 @@ from idemflow.async_worklist.queues.base import (
     check_reason,
     check_seconds,
 )
+from idemflow.errors import MessageLostError
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,8 @@ class MemoryQueue(Queue):
             held = self._owned(message)
             if held is None:
                 raise MessageLostError(
-                    f"cannot extend message {message.id}: it was deleted or received again elsewhere"
+                    f"cannot extend message {message.id}: it was deleted or received again elsewhere",
+                    backend="memory",
                 )
             held.visible_at = self._clock() + hide
             self._schedule(message.id, held)

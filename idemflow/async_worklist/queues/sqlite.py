@@ -39,7 +39,6 @@ from idemflow.async_worklist.queues.base import (
     DEFAULT_MAX_BODY_BYTES,
     DeadLetter,
     Message,
-    MessageLostError,
     Queue,
     check_body,
     check_ids,
@@ -48,7 +47,8 @@ from idemflow.async_worklist.queues.base import (
     check_reason,
     check_seconds,
 )
-from idemflow.errors import InvalidNameError, StoreConfigError, TransientStoreError
+from idemflow.errors import ConfigurationError, InvalidNameError, MessageLostError
+from idemflow.stores._sqlite_errors import sqlite_error
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class SqliteQueue(Queue):
         if not isinstance(name, str) or not name:
             raise InvalidNameError("queue name", name, "must be a non-empty str")
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise StoreConfigError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+            raise ConfigurationError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.path = os.fspath(path)
         self.name = name
         self.visibility_timeout = check_seconds(visibility_timeout, "visibility_timeout", positive=True)
@@ -174,7 +174,8 @@ class SqliteQueue(Queue):
         if not self._update(message, self._clock() + hide, release=False):
             raise MessageLostError(
                 f"cannot extend message {message.id} of {self._where}: "
-                "it was deleted or received again elsewhere"
+                "it was deleted or received again elsewhere",
+                backend="sqlite",
             )
         return message
 
@@ -285,7 +286,7 @@ class SqliteQueue(Queue):
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.executescript(_SCHEMA)
         except sqlite3.Error as exc:
-            raise StoreConfigError(f"cannot open {self._where}: {exc}") from exc
+            raise sqlite_error(f"cannot open {self._where}", exc, "connect", opening=True) from exc
         self._local.conn = conn
         with self._connections_lock:
             self._connections.append(conn)
@@ -309,4 +310,4 @@ class SqliteQueue(Queue):
         try:
             yield
         except sqlite3.OperationalError as exc:
-            raise TransientStoreError(f"{operation} on {self._where} failed: {exc}") from exc
+            raise sqlite_error(f"{operation} on {self._where} failed", exc, operation) from exc

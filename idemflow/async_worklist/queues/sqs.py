@@ -21,6 +21,7 @@ Requests and responses are built and read in
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +30,6 @@ import boto3
 from botocore.exceptions import BotoCoreError
 
 from idemflow._sdk_calls import drive
-from idemflow.async_worklist.queues._errors import queue_error
 from idemflow.async_worklist.queues._sqs_calls import (
     CONFIG,
     MAX_DELAY,
@@ -44,7 +44,7 @@ from idemflow.async_worklist.queues._sqs_calls import (
     sqs_error,
 )
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
-from idemflow.errors import StoreConfigError, StoreError
+from idemflow.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -61,7 +61,7 @@ class SqsQueue(Queue):
     retries); otherwise one is built from ``endpoint_url`` and
     ``region_name``. With ``create`` the queue and its ``<name>-dlq`` are
     created when missing (14-day retention); without it a missing queue is a
-    :class:`~idemflow.errors.StoreConfigError`.
+    :class:`~idemflow.errors.ConfigurationError`.
 
     >>> SqsQueue("no spaces allowed")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -90,9 +90,11 @@ class SqsQueue(Queue):
                     "sqs", endpoint_url=endpoint_url, region_name=region_name, config=CONFIG
                 )
             except (BotoCoreError, ValueError) as exc:
-                raise StoreConfigError(f"cannot build an SQS client for queue {name!r}: {exc}") from exc
+                raise ConfigurationError(
+                    f"cannot build an SQS client for queue {name!r}: {exc}", backend="sqs"
+                ) from exc
         self._client = client
-        self._calls = SqsCalls(name, create, self._error)
+        self._calls = SqsCalls(name, create, functools.partial(sqs_error, name))
         self._run(self._calls.open())
 
     @property
@@ -160,7 +162,3 @@ class SqsQueue(Queue):
         if isinstance(call, Open):
             return self._run(self._calls.open())
         return getattr(self._client, call.operation)(**call.kwargs)
-
-    def _error(self, operation: str, exc: Exception) -> StoreError:
-        """The idemflow error for a failed call (through this module's ``queue_error``)."""
-        return sqs_error(self.name, operation, exc, queue_error)

@@ -42,7 +42,7 @@ from idemflow.async_worklist.queues._sqs_calls import (
 )
 from idemflow.async_worklist.queues.base import Message
 from idemflow.async_worklist.queues.sqs import SqsQueue
-from idemflow.errors import StoreConfigError, StoreError
+from idemflow.errors import BackendError, ConfigurationError, ErrorCode
 
 __all__ = ["AsyncSqsQueue"]
 
@@ -74,7 +74,9 @@ class AsyncSqsQueue:
         self._session = get_session()
         region = region_name or self._session.get_config_variable("region")
         if not region:
-            raise StoreConfigError(f"cannot build an SQS client for queue {name!r}: {NoRegionError()}")
+            raise ConfigurationError(
+                f"cannot build an SQS client for queue {name!r}: {NoRegionError()}", backend="sqs"
+            )
         self._options: dict[str, Any] = {
             "endpoint_url": endpoint_url,
             "region_name": region,
@@ -174,15 +176,17 @@ class AsyncSqsQueue:
         async with self._connecting:
             if self._client is None:
                 if self._closed:
-                    raise StoreError(f"SQS queue {self.name!r} is closed")
+                    raise BackendError(
+                        f"SQS queue {self.name!r} is closed", code=ErrorCode.CLOSED, backend="sqs"
+                    )
                 stack = AsyncExitStack()
                 try:
                     creating = self._session.create_client("sqs", **self._options)
                     self._client = await stack.enter_async_context(creating)
                 except (BotoCoreError, ValueError) as exc:
                     await stack.aclose()
-                    raise StoreConfigError(
-                        f"cannot build an SQS client for queue {self.name!r}: {exc}"
+                    raise ConfigurationError(
+                        f"cannot build an SQS client for queue {self.name!r}: {exc}", backend="sqs"
                     ) from exc
                 self._stack = stack
             return self._client
