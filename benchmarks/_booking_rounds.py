@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._booking_flows import CONFIRM, STARTS, TABLES, book, book_confirm
-from idemflow import RunStatus, SqliteStore, Store
-from idemflow.async_worklist import Queue, SqliteQueue, Worker, WorkerStats, status, submit
-from idemflow.async_worklist.deliver import send_message
+from idemflow.client import RunStatus, send_message, status, submit
 from idemflow.runner import run_status
+from idemflow.stores import SqliteStore, Store
+from idemflow.worker import Queue, SqliteQueue, Worker, WorkerStats
 
 KINDS = ("sqlite", "dynamodb-local", "azurite")
 LABELS = {
@@ -71,8 +71,8 @@ def _factory(kind: str, stack: contextlib.ExitStack, made: list[Any]) -> Factory
         return sqlite
     if kind == "dynamodb-local":
         from benchmarks._timers_flows import threaded_moto
-        from idemflow.async_worklist.queues.sqs import SqsQueue
         from idemflow.stores.dynamodb import DynamoDBStore
+        from idemflow.worker import SqsQueue
         from tests.servers import dynamodb_local_server
 
         dynamo = stack.enter_context(dynamodb_local_server())
@@ -85,8 +85,8 @@ def _factory(kind: str, stack: contextlib.ExitStack, made: list[Any]) -> Factory
 
         return dynamodb
     if kind == "azurite":
-        from idemflow.async_worklist.queues.azure_queue import AzureQueue
         from idemflow.stores.azure_tables import AzureTableStore
+        from idemflow.worker import AzureQueue
         from tests.servers import azurite_server
 
         azurite = stack.enter_context(azurite_server())

@@ -39,8 +39,9 @@ from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from idemflow import Idem, Tx, atomic, workflow
-from idemflow.async_worklist import Worker, checkpoint, submit
+from idemflow import Idem, Tx, atomic, checkpoint, workflow
+from idemflow.client import submit
+from idemflow.worker import Worker
 
 TABLES = ("tablea", "tableb")
 ANSWERS = ("yes", "no", "maybe")
@@ -209,7 +210,7 @@ class Session:
     def relay(self, n: int) -> dict[str, Any] | None:
         """``n`` passes of the outbox relay over an empty outbox: calls and seconds per pass."""
         try:
-            from idemflow.async_worklist.outbox import relay
+            from idemflow.admin import relay
         except ImportError:
             return None
         before = self._snapshot()
@@ -264,7 +265,7 @@ def open_store(spec: dict[str, Any]) -> Any:
     kind, tag = spec["kind"], spec["tag"]
     if kind == "sqlite":
         from benchmarks._backends import prewarm_sqlite
-        from idemflow import SqliteStore
+        from idemflow.stores import SqliteStore
 
         path = Path(spec["folder"]) / f"{tag}.sqlite3"
         prewarm_sqlite(path)
@@ -288,17 +289,17 @@ def open_queue(spec: dict[str, Any]) -> Any:
     kind, tag = spec["kind"], spec["tag"]
     if kind == "sqlite":
         from benchmarks._backends import prewarm_sqlite
-        from idemflow.async_worklist import SqliteQueue
+        from idemflow.worker import SqliteQueue
 
         path = Path(spec["folder"]) / f"{tag}-queue.sqlite3"
         prewarm_sqlite(path)
         return SqliteQueue(path, visibility_timeout=60)
     if kind == "moto":
-        from idemflow.async_worklist.queues.sqs import SqsQueue
+        from idemflow.worker import SqsQueue
 
         return SqsQueue(tag, endpoint_url=spec["sqs"], region_name=spec["region"], visibility_timeout=60)
     if kind == "azurite":
-        from idemflow.async_worklist.queues.azure_queue import AzureQueue
+        from idemflow.worker import AzureQueue
 
         return AzureQueue(tag.lower(), connection_string=spec["connection_string"], visibility_timeout=60)
     raise SystemExit(f"unknown backend {kind!r}")

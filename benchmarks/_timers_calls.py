@@ -41,10 +41,11 @@ from benchmarks._timers_flows import (
     short_sleep,
     store_url,
 )
-from idemflow import Idem, open_store
-from idemflow.async_worklist import Worker, open_queue, status, submit
-from idemflow.records import RunStatus
+from idemflow import Idem
+from idemflow.client import RunStatus, status, submit
+from idemflow.stores import open_store
 from idemflow.stores.base import Row, Store
+from idemflow.worker import Worker, open_queue
 
 OPERATIONS = ("plain step", "sleep(1)", "start + wait", "send + receive")
 DRAIN_TIMEOUT = 60.0

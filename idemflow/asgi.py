@@ -24,7 +24,8 @@ Errors are ``{"error": code, "detail": message}``. Needs Starlette (the
 ``asgi`` extra); FastAPI is Starlette underneath.
 
 >>> from starlette.applications import Starlette
->>> from idemflow import MemoryStore, atomic, workflow
+>>> from idemflow import atomic, workflow
+>>> from idemflow.stores import MemoryStore
 >>> @workflow("order")
 ... def order(body):
 ...     yield atomic("orders", body["id"], lambda tx: tx.increment("placed"))
@@ -50,10 +51,10 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from idemflow.arunner import arun
+from idemflow._asyncio_runner import arun
+from idemflow.async_worklist._submission import astatus, asubmit
 from idemflow.async_worklist.queues.aio import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.async_worklist.submit import astatus, asubmit
 from idemflow.errors import (
     ConflictError,
     IdemflowError,

@@ -12,7 +12,8 @@ differs between executions goes through these, each an ``Idem`` to yield:
   ``idempotency_key`` to hand to the outside service so that service can
   drop the repeats.
 
->>> from idemflow import MemoryStore, run, workflow
+>>> from idemflow import run, workflow
+>>> from idemflow.stores import MemoryStore
 >>> @workflow("stamp")
 ... def stamp(order):
 ...     ident = yield uuid4()
@@ -85,8 +86,9 @@ def effect(
     made again; ``timeout=seconds`` fails an attempt that takes longer
     (:class:`~idemflow.errors.EffectTimeout`).
 
-    >>> from idemflow import MemoryStore, WorkflowAborted, run, workflow
-    >>> from idemflow.compensation import abort
+    >>> from idemflow import run, workflow, WorkflowAborted
+    >>> from idemflow.stores import MemoryStore
+    >>> from idemflow import abort
     >>> refunds = []
     >>> @workflow("pay")
     ... def pay(order):

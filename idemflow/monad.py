@@ -7,7 +7,8 @@ request ids, from many threads, and a crashed run is simply run again.
 
 It is a monad (checked with hypothesis in ``tests/test_monad_laws.py``):
 
->>> from idemflow import MemoryStore, pure, run
+>>> from idemflow import pure, run
+>>> from idemflow.stores import MemoryStore
 >>> m = pure(20).bind(lambda x: pure(x + 1)).map(lambda x: x * 2)
 >>> run(m, request_id="r1", store=MemoryStore())
 42

@@ -23,7 +23,8 @@ of a submitted request and its status URL; what it does not do lives here:
 - :func:`serve`.
 
 >>> import asyncio
->>> from idemflow import MemoryStore, WorkflowAborted
+>>> from idemflow import WorkflowAborted
+>>> from idemflow.stores import MemoryStore
 >>> service = Service(MemoryStore())
 >>> refused = WorkflowAborted({"code": "too_low", "message": "5 does not beat 7"}, "bid", "k")
 >>> answer_of(service.failure(refused))
@@ -52,8 +53,8 @@ from starlette.routing import BaseRoute, Route
 
 from idemflow import Idem, IdemflowError
 from idemflow.asgi import Idempotency, answer, error
-from idemflow.async_worklist import AsyncQueue, Queue, open_async_queue
 from idemflow.stores import AsyncStore, Store, open_async_store
+from idemflow.worker import AsyncQueue, Queue, open_async_queue
 
 P = ParamSpec("P")
 S = TypeVar("S", bound="Service")
@@ -257,7 +258,8 @@ class Direct(Generic[S], AbstractContextManager["Direct[S]"]):
     store and queue opened there) and gives what it answered, or raised, as
     an :class:`Answer`. Thread-safe: the load's users call it at once.
 
-    >>> from idemflow import MemoryStore, atomic, workflow
+    >>> from idemflow import atomic, workflow
+    >>> from idemflow.stores import MemoryStore
     >>> @workflow("count")
     ... def count(_body):
     ...     return (yield atomic("counts", "all", lambda tx: tx.increment("n") or tx.get("n")))

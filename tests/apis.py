@@ -119,11 +119,11 @@ def async_queue_twin(queue: Any) -> Any:
 
     kind = type(queue).__name__
     if kind == "SqsQueue":
-        from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+        from idemflow.worker import AsyncSqsQueue
 
         return AsyncSqsQueue.twin_of(queue)
     if kind == "AzureQueue":
-        from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+        from idemflow.worker import AsyncAzureQueue
 
         return AsyncAzureQueue.twin_of(queue)
     return to_async_queue(queue)
@@ -131,7 +131,7 @@ def async_queue_twin(queue: Any) -> Any:
 
 def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any, **options: Any) -> Any:
     """``asubmit`` on the shared loop; the handle it gives is asked through the blocking store."""
-    from idemflow.async_worklist import Pending, asubmit
+    from idemflow.client import Pending, asubmit
 
     twin, sink = async_twin(store), async_queue_twin(queue)
 
@@ -147,7 +147,7 @@ def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any,
 
 
 def astatus_blocking(store: Store, workflow: str, request_id: str) -> Any:
-    from idemflow.async_worklist import astatus
+    from idemflow.client import astatus
 
     return LOOP.run(astatus(async_twin(store), workflow, request_id))
 
@@ -160,7 +160,7 @@ class AsyncWorkerBlocking:
     """
 
     def __init__(self, workflows: Any, *, store: Store, queue: Any, **options: Any) -> None:
-        from idemflow.async_worklist import AsyncWorker
+        from idemflow.worker import AsyncWorker
 
         self._queue = async_queue_twin(queue)
         self._own_queue = self._queue is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue")

@@ -17,11 +17,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from idemflow import InvalidValueError, MemoryStore, SqliteStore, Tx, atomic, idempotent, workflow
+from idemflow import InvalidValueError, Tx, atomic, checkpoint, idempotent, workflow
 from idemflow.asgi import Idempotency, answer
-from idemflow.async_worklist import SqliteQueue, Worker, checkpoint
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import data_rows
+from idemflow.worker import SqliteQueue, Worker
 from tests.apis import AwaitedStore
 
 
@@ -219,7 +220,7 @@ def test_a_starlette_app_and_a_busy_store_answer_503_with_retry_after() -> None:
 
     app = Starlette(routes=[Route("/orders", place, methods=["POST"])])
     idem.install(app)
-    from idemflow.policy import RetryPolicy
+    from idemflow import RetryPolicy
 
     idem.policy = RetryPolicy(deadline=0.05)
     with TestClient(app) as client:

@@ -24,8 +24,6 @@ from idemflow import (
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidValueError,
-    MemoryStore,
-    SqliteStore,
     Tx,
     WorkflowAborted,
     arun,
@@ -37,10 +35,10 @@ from idemflow import (
     run,
     workflow,
 )
-from idemflow.arunner import arun_status
+from idemflow.client import RunStatus
+from idemflow.client import astatus as arun_status
 from idemflow.errors import StoreConfigError
-from idemflow.records import RunStatus
-from idemflow.stores import open_async_store
+from idemflow.stores import MemoryStore, SqliteStore, open_async_store
 from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
 from idemflow.stores.base import CommitOutcome, Op, Store
 from idemflow.testing import data_rows
@@ -303,7 +301,9 @@ def test_to_async_adapts_a_blocking_store_once() -> None:
 
 
 def test_asubmit_answers_at_the_checkpoint_and_aresult_waits_for_the_workers(tmp_path: Path) -> None:
-    from idemflow.async_worklist import SqliteQueue, Worker, astatus, asubmit, checkpoint
+    from idemflow import checkpoint
+    from idemflow.client import astatus, asubmit
+    from idemflow.worker import SqliteQueue, Worker
 
     @workflow("vote")
     def vote(ballot: dict[str, str]) -> Generator[Any, Any, str]:
@@ -333,7 +333,8 @@ def test_asubmit_answers_at_the_checkpoint_and_aresult_waits_for_the_workers(tmp
 
 def test_reads_outside_a_workflow_on_the_asynchronous_stores(store: Store) -> None:
     """``aget``, ``arows`` and ``ShardedCounter.aread`` on each store's asynchronous twin."""
-    from idemflow import ShardedCounter, aget, arows
+    from idemflow import ShardedCounter
+    from idemflow.client import aget, arows
     from tests.apis import LOOP, async_twin, close_twins
     from tests.conformance.test_workflow_contract import new_space
 
@@ -364,7 +365,9 @@ def test_reads_outside_a_workflow_on_the_asynchronous_stores(store: Store) -> No
 
 
 def test_an_asyncio_worker_finishes_requests_with_tasks_and_can_run_again(tmp_path: Path) -> None:
-    from idemflow.async_worklist import AsyncWorker, SqliteQueue, checkpoint, submit
+    from idemflow import checkpoint
+    from idemflow.client import submit
+    from idemflow.worker import AsyncWorker, SqliteQueue
 
     @workflow("tally")
     def tally(vote: dict[str, str]) -> Generator[Any, Any, str]:

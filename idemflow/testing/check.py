@@ -46,9 +46,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from idemflow.async_worklist import MemoryQueue, Worker, status, submit
+from idemflow.async_worklist._submission import resolve_signing_key
 from idemflow.async_worklist.outbox import DEFAULT_GRACE, relay
-from idemflow.async_worklist.submit import resolve_signing_key
+from idemflow.client import status, submit
 from idemflow.engine import Plan as ExecutionPlan
 from idemflow.errors import ConflictError, TransientStoreError
 from idemflow.monad import Idem
@@ -74,6 +74,7 @@ from idemflow.testing._plans import (
 )
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, Plan, SimulatedCrash
 from idemflow.testing.report import CheckReport, Divergence, Outcome, Snapshot
+from idemflow.worker import MemoryQueue, Worker
 
 DEFAULT_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER, Fault.CONFLICT)
 """Faults injected at every commit by default."""

@@ -72,9 +72,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NotRequired, TypedDict
 
-from idemflow import Idem, RunStatus, Tx, atomic, now, sleep_until, workflow
-from idemflow.async_worklist import RequestStatus
-from idemflow.compensation import abort
+from idemflow import Idem, Tx, abort, atomic, now, sleep_until, workflow
+from idemflow.client import RequestStatus, RunStatus
 from samples.auction.tables import BIDS, ITEMS, WALLETS, WINNERS, refusal, when, write
 
 Closer = Literal["timer", "client"]

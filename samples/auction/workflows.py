@@ -41,7 +41,8 @@ submits ``register``, so the timer reaches the queue in the API at once;
 under :func:`idemflow.run` a worker's outbox relay sends it (see
 :mod:`samples.auction.closing`, which also says how late a timer may be).
 
->>> from idemflow import MemoryStore, run
+>>> from idemflow import run
+>>> from idemflow.stores import MemoryStore
 >>> store, now_is = MemoryStore(), [100.0]
 >>> def go(m, request_id):  # run with a clock the example sets
 ...     return run(m, request_id=request_id, store=store, clock=lambda: now_is[0])

@@ -56,12 +56,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from idemflow import CompensationFailed, IdemflowError, RunStatus, SqliteStore, Store
-from idemflow.async_worklist import Queue, RequestStatus, status, submit
-from idemflow.async_worklist.deliver import send_message
+from idemflow import CompensationFailed, IdemflowError
+from idemflow.admin import abort_request as abort
+from idemflow.client import RequestStatus, RunStatus, send_message, status, submit
 from idemflow.errors import MessageNotDelivered
-from idemflow.operations import abort
+from idemflow.stores import SqliteStore, Store
 from idemflow.testing import FaultyStore
+from idemflow.worker import Queue
 from samples._harness import Crashes, Fleet, Killer
 from samples.chaos import payments_checks as checks
 from samples.chaos import payments_flows as flows

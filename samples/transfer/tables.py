@@ -10,7 +10,7 @@ from typing import TypedDict
 
 from returns.result import Result
 
-from idemflow.compensation import WorkflowAborted
+from idemflow import WorkflowAborted
 
 ACCOUNTS = "accounts"
 """One partition per account: ``balance``, ``opened`` (the opening balance), and ``refunds``

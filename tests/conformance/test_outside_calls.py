@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Store, atomic, effect, receive, run, send, sleep, workflow
-from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, status, submit
-from idemflow.compensation import abort
+from idemflow import Idem, StepRetry, abort, atomic, checkpoint, effect, receive, run, send, sleep, workflow
+from idemflow.client import RunStatus, status, submit
 from idemflow.errors import CompensationFailed, EffectTimeout, InvalidInputError, WorkflowAborted
-from idemflow.records import RunStatus
-from idemflow.step_retry import StepRetry
+from idemflow.stores import Store
+from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
@@ -300,7 +299,7 @@ def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store)
     """Under a policy that retries for an hour, an operator's abort gives the undo back after its
     wait: the request ends failed naming it, and a retry lets workers finish the refund."""
     from idemflow import operations
-    from idemflow.async_worklist import retry as retry_request
+    from idemflow.admin import retry as retry_request
 
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -326,7 +325,8 @@ def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store)
 @pytest.mark.blocking_api
 @pytest.mark.parametrize("wait", [-1, float("nan"), "30"])
 def test_an_abort_wait_that_is_not_seconds_is_refused(wait: Any) -> None:
-    from idemflow import MemoryStore, operations
+    from idemflow import operations
+    from idemflow.stores import MemoryStore
 
     with pytest.raises(InvalidInputError, match="abort wait"):
         operations.abort(MemoryStore(), [], "booking", "r-1", reason="operator", wait=wait)

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Store, atomic, effect, receive, run, start, wait, workflow
-from idemflow.async_worklist import MemoryQueue, Worker, cancel, checkpoint, retry, status, submit
-from idemflow.compensation import abort
+from idemflow import Idem, abort, atomic, checkpoint, effect, receive, run, start, wait, workflow
+from idemflow.admin import cancel, retry
+from idemflow.client import RunStatus, status, submit
 from idemflow.errors import InvalidInputError, WorkflowAborted
-from idemflow.records import RunStatus
+from idemflow.stores import Store
+from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_outside_calls import Payments, hold, release
 from tests.conformance.test_workflow_contract import new_space

@@ -21,15 +21,14 @@ import pytest
 
 from idemflow import (
     InvalidValueError,
-    MemoryStore,
     NonDeterminismError,
     RequestFailed,
-    RunStatus,
-    SqliteStore,
+    StepRetry,
     Tx,
     WorkflowAborted,
     arun,
     atomic,
+    checkpoint,
     effect,
     operations,
     receive,
@@ -39,11 +38,13 @@ from idemflow import (
     wait,
     workflow,
 )
-from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, retry, send_message, status, submit
+from idemflow.admin import retry
 from idemflow.cli import main as idemflow_cli
-from idemflow.step_retry import StepRetry
+from idemflow.client import RunStatus, send_message, status, submit
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash, data_rows
+from idemflow.worker import MemoryQueue, Worker
 
 MISSING = "idemflow has no {} (not planned yet)"
 

@@ -23,8 +23,6 @@ from idemflow import (
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidValueError,
-    MemoryStore,
-    SqliteStore,
     StoreError,
     Tx,
     atomic,
@@ -32,6 +30,7 @@ from idemflow import (
     idempotent_function,
 )
 from idemflow.cli import main as idemflow_cli
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash, data_rows
 from tests.servers import Moto
