@@ -1,7 +1,7 @@
 """The two measurements of :mod:`benchmarks.booking`, one backend-round each, and the backends.
 
 :func:`executions` submits requests of ``bench-book`` once or in three copies (two racing, one
-after) while a :class:`~idemflow.async_worklist.Worker` with two threads runs, and counts what
+after) while a :class:`~idemflow.worker.Worker` with two threads runs, and counts what
 the worker did for them. :func:`confirm_latency` keeps a steady load of ``bench-book-confirm``
 requests on the same kind of worker, confirms each once it waits at its ``receive`` and measures
 from the call to ``send_message`` to the ``finished_at`` of the request's completion record.

@@ -111,6 +111,6 @@ async def arun_result(
 async def arun_status(
     store: Store | AsyncStore, workflow: str, request_id: str, *, policy: RetryPolicy = DEFAULT_POLICY
 ) -> records.RunRecord | None:
-    """:func:`idemflow.runner.run_status`, awaitable."""
+    """:func:`idemflow.client.status`, awaitable."""
     target = to_async(store)
     return await adrive(status_steps(workflow, request_id, policy), target)

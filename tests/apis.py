@@ -131,11 +131,11 @@ def async_queue_twin(queue: Any) -> Any:
 
 def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any, **options: Any) -> Any:
     """``asubmit`` on the shared loop; the handle it gives is asked through the blocking store."""
-    from idemflow.client import Pending, asubmit
+    from idemflow.client import AsyncPending, Pending, asubmit
 
     twin, sink = async_twin(store), async_queue_twin(queue)
 
-    async def submitted() -> Pending:
+    async def submitted() -> AsyncPending:
         try:
             return await asubmit(m, request_id=request_id, store=twin, queue=sink, **options)
         finally:
@@ -153,7 +153,7 @@ def astatus_blocking(store: Store, workflow: str, request_id: str) -> Any:
 
 
 class AsyncWorkerBlocking:
-    """An :class:`~idemflow.async_worklist.AsyncWorker` behind ``Worker``'s blocking methods.
+    """An :class:`~idemflow.worker.AsyncWorker` behind ``Worker``'s blocking methods.
 
     Built from ``Worker``'s arguments; its store and queue are the asynchronous twins of the
     ones given, and its calls run on the shared loop.

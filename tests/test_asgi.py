@@ -312,3 +312,29 @@ def test_in_flight_bounds_the_runs_under_way_and_the_rest_wait_their_turn() -> N
     assert asyncio.run(main(None)) == (6, ["ok"] * 6)  # no bound: all six at once
     with pytest.raises(ValueError, match="in_flight"):
         Idempotency(MemoryStore(), in_flight=0)
+
+
+def test_a_helper_given_urls_opens_them_in_the_apps_lifespan_and_closes_them(tmp_path: Path) -> None:
+    """The lifespan pattern of a FastAPI app on asynchronous clients: made at import time, opened
+    on the server's loop, closed at shutdown; used before, it says what to do."""
+    store_url, queue_url = f"sqlite:{tmp_path / 'store.db'}", f"sqlite:{tmp_path / 'queue.db'}"
+    SqliteStore(tmp_path / "store.db").create_tables("accounts", "orders")
+    idem = Idempotency(store_url, queue=queue_url)
+    with pytest.raises(RuntimeError, match="lifespan"):
+        _ = idem.store
+    app = FastAPI(lifespan=idem.lifespan)
+    idem.install(app)
+
+    @app.post("/pay")
+    async def pay(order: dict[str, Any], key: str = Depends(idem.key)) -> Any:
+        return await idem.submit(checkout(order), request_id=key)
+
+    with TestClient(app) as client:
+        answered = client.post(
+            "/pay", json={"customer": "c", "amount": 5}, headers={"Idempotency-Key": "k-1"}
+        )
+        assert answered.status_code == 202, answered.text
+        assert type(idem.store).__name__ == "ThreadedStore"
+    with pytest.raises(RuntimeError, match="lifespan"):  # closed with the app: opened again by the next
+        _ = idem.queue
+    assert SqliteQueue(tmp_path / "queue.db").approximate_size() == 1

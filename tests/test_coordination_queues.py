@@ -1,7 +1,7 @@
 """Timers, children and messages through real queues and worker threads, in real time.
 
 The conformance suite (``tests/conformance/test_coordination.py``) hands messages to workers
-one by one under a test clock; here a :class:`~idemflow.async_worklist.Worker` consumes a
+one by one under a test clock; here a :class:`~idemflow.worker.Worker` consumes a
 SQLite queue, SQS on moto and Azure Queue on Azurite, with the delays those queues apply
 themselves (whole seconds on SQS and Azure). The sleeps are short; what is asserted is the
 promise (never early, each effect once, the right results), never a duration.

@@ -1,4 +1,4 @@
-"""The asyncio worker: :class:`~idemflow.async_worklist.worker.Worker` with tasks for threads.
+"""The asyncio worker: :class:`~idemflow.worker.Worker` with tasks for threads.
 
 The same decisions about every message (:mod:`idemflow.async_worklist._handling`:
 reject, wait for a version, finish on the version a request started with,

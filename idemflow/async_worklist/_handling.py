@@ -5,7 +5,7 @@ message (reject, wait for a version, finish on the version it started with,
 retry, fail or compensate after ``max_deliveries``) is written here as the
 engine's computation: it yields store requests and the queue requests
 :class:`~idemflow._io.Settle` (ack, nack, dead-letter the held message) and
-:class:`~idemflow._io.Send`. :class:`~idemflow.async_worklist.worker.Worker`
+:class:`~idemflow._io.Send`. :class:`~idemflow.worker.Worker`
 drives it with a blocking store and queue on threads,
 :class:`~idemflow.async_worklist._asyncio_worker.AsyncWorker` awaits it on the loop.
 """

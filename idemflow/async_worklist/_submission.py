@@ -2,7 +2,7 @@
 
 ``submit`` runs a workflow in the caller up to its first ``checkpoint()``,
 durably enqueues the rest as a continuation message and returns at once;
-background :class:`~idemflow.async_worklist.worker.Worker` processes finish
+background :class:`~idemflow.worker.Worker` processes finish
 it. The same workflow code runs under :func:`idemflow.run`, where the
 checkpoint is a no-op. Submitting the same request again is harmless and
 cheap: a copy of a request already submitted answers from its run record and

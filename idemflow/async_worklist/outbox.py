@@ -4,7 +4,7 @@
 atomic write as its first step where the backend can span partitions), then
 sends a pointer at the checkpoint and deletes the entry off its critical
 path. If the process dies, or the queue is down, between that commit and the
-send, the entry stays, and a relay (every :class:`~idemflow.async_worklist.Worker`
+send, the entry stays, and a relay (every :class:`~idemflow.worker.Worker`
 runs one) sends it once its due time passed. A pointer sent twice is harmless:
 workers replay from the memos.
 

@@ -22,7 +22,7 @@ fresh store from ``store_factory()``:
 - races ``duplicates`` concurrent executions, once cleanly and once with each
   crashing at a different commit;
 - for a ``@workflow`` that reaches ``checkpoint()``: ``submit`` + a
-  :class:`~idemflow.async_worklist.Worker` on a :class:`MemoryQueue`, with a
+  :class:`~idemflow.worker.Worker` on a :class:`MemoryQueue`, with a
   crash at every commit of the whole asynchronous path and a redelivered message.
 
 Each scenario must end with the reference's outcome, data rows and memo keys.

@@ -21,7 +21,7 @@ below the minimum price are refused with a clear reason, before anything is
 written; then a ``checkpoint()``; (2) mark the leader in ``winners/<item>``
 (only ever upwards, so steps of different bids may finish in any order);
 (3) count it in ``popular``. Under :func:`idemflow.run` the checkpoint does
-nothing; under :func:`idemflow.async_worklist.submit` the bidder is answered
+nothing; under :func:`idemflow.client.submit` the bidder is answered
 once the bid is placed and ``idemflow worker`` processes lead and count it —
 the paper's asynchronous variant, the same workflow. Bids reserve no money:
 as on most auction sites a bid is a promise, paid when the auction closes.

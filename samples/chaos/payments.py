@@ -19,7 +19,7 @@ answers and inject transient errors and conflicts, an exit right after some comm
 SQLite store and queue and are also SIGKILLed at random (:class:`~samples._harness.Killer`);
 clients in threads submit 2-3 copies of every request (some racing) and send the confirmations
 (2-3 copies each, one key) through a store that also crashes; a fifth of the requests are never
-confirmed. The operator aborts requests in flight with :func:`idemflow.operations.abort`: some
+confirmed. The operator aborts requests in flight with :func:`idemflow.admin.abort_request`: some
 while they wait for their confirmation, and in a full run also at any moment and while their
 charge is in flight (the provider answers it late and the abort starts as it is recorded).
 

@@ -17,7 +17,7 @@ two-step workflow, the steps on different tables and partitions:
    response retrying on DynamoDB and Azure).
 
 Between the two sits a ``checkpoint()``: under :func:`idemflow.run` it is a
-no-op; under :func:`idemflow.async_worklist.submit` the client is answered
+no-op; under :func:`idemflow.client.submit` the client is answered
 after step 1 and a worker finishes step 2. Either way a response submitted
 any number of times, concurrently or after crashes, is counted once — the
 invariant :func:`check` verifies from the tables alone.

@@ -209,7 +209,7 @@ def test_a_child_runs_once_with_its_own_status_and_wakes_its_parent(store: Store
 
 @pytest.mark.blocking_api
 def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(store: Store) -> None:
-    from idemflow import operations
+    from idemflow import admin
 
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -221,7 +221,7 @@ def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(sto
     assert status(store, "kid", f"{space}-kid").status is RunStatus.FAILED
     waiting = status(store, "parent", space)
     assert waiting.status is RunStatus.RUNNING and "waiting for 'kid'" in (waiting.waiting or "")
-    operations.abort(store, [kid], "kid", f"{space}-kid", reason="given up", clock=clock)
+    admin.abort_request(store, [kid], "kid", f"{space}-kid", reason="given up", clock=clock)
     clock.now += 60
     assert worker.relay() == 1  # the child's outcome committed a wake-up of its parent
     deliver(worker, queue, clock)
