@@ -24,6 +24,7 @@ still present (``idemflow gc --stats``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -199,6 +200,25 @@ def expired_stats(store: Store, *, now: Callable[[], float] = time.time) -> Expi
         rows[found] += 1
         oldest[found] = max(oldest[found], at - expires_at)
     return ExpiredStats(rows, oldest)
+
+
+async def aexpired_stats(store: Store | AsyncStore, *, now: Callable[[], float] = time.time) -> ExpiredStats:
+    """:func:`expired_stats`, awaitable: the blocking store under an adapted one is read on a thread.
+
+    Only SQLite and memory list their expired rows, and neither has an asynchronous client, so
+    an SDK's asynchronous store is refused as its blocking twin is.
+
+    >>> import asyncio
+    >>> from idemflow.stores import MemoryStore
+    >>> asyncio.run(aexpired_stats(MemoryStore())).rows["memos"]
+    0
+    """
+    blocking = sync_reader(to_async(store))
+    if blocking is None:
+        raise InvalidInputError(
+            f"{type(store).__name__} cannot list its expired rows (SQLite and memory can)"
+        )
+    return await asyncio.to_thread(expired_stats, blocking, now=now)
 
 
 def parse_duration(text: str) -> float:

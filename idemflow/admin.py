@@ -19,7 +19,7 @@ ends a request from outside, where :func:`idemflow.abort` is the step a workflow
 
 from __future__ import annotations
 
-from idemflow._collection import ExpiredStats, GcReport, acollect, collect, expired_stats
+from idemflow._collection import ExpiredStats, GcReport, acollect, aexpired_stats, collect, expired_stats
 from idemflow._operator_commands import (
     RunsPage,
     RunSummary,
@@ -45,6 +45,7 @@ __all__ = [
     "abort_request",
     "acancel",
     "acollect",
+    "aexpired_stats",
     "arelay",
     "aretry",
     "aruns",

@@ -50,6 +50,10 @@ class AwaitedStore(InlineStore):
     body runs again, stays covered without a server.
     """
 
+    async def tables(self) -> list[str]:
+        """As the SDKs' stores list theirs (``acollect`` asks)."""
+        return self.store.tables()
+
 
 LOOP = LoopThread()
 _TWINS: dict[int, tuple[Store, AsyncStore]] = {}

@@ -93,6 +93,14 @@ def test_every_coroutine_function_is_the_twin_of_a_blocking_one_and_back() -> No
     assert unpaired == []
 
 
+@pytest.mark.parametrize("name", ["idemflow.client", "idemflow.admin"])
+def test_every_blocking_function_of_the_client_and_the_operator_has_its_twin(name: str) -> None:
+    module = _module(name)
+    functions = [entry for entry in _exported(name) if inspect.isfunction(getattr(module, entry))]
+    blocking = [entry for entry in functions if not inspect.iscoroutinefunction(getattr(module, entry))]
+    assert [entry for entry in blocking if "a" + entry not in functions] == []
+
+
 @pytest.mark.parametrize("blocking", ["retry", "cancel", "relay", "runs", "abort_request", "collect", "show"])
 def test_the_operators_commands_each_have_an_asyncio_twin(blocking: str) -> None:
     import idemflow.admin
