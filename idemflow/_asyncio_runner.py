@@ -99,7 +99,7 @@ async def arun_result(
     clock: Callable[[], float] = time.time,
     versions: Iterable[Workflow[Any, Any]] = (),
 ) -> Result[R, WorkflowAborted]:
-    """:func:`idemflow.compensation.run_result`, awaitable: an abort is ``Failure(WorkflowAborted)``."""
+    """:func:`idemflow.run_result`, awaitable: an abort is ``Failure(WorkflowAborted)``."""
     try:
         return Success(
             await arun(m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions)

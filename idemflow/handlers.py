@@ -115,7 +115,7 @@ def idempotent(
     step of this call committed), and what it returns is answered instead:
     Powertools' ``response_hook``, e.g. to mark a replayed HTTP answer.
     ``cache`` keeps finished answers in this process, so a duplicate here
-    costs no store call: an :class:`~idemflow.answer_cache.AnswerCache` of
+    costs no store call: an :class:`~idemflow.AnswerCache` of
     its own per handler by default (256 answers, 5 minutes), None for none.
 
     >>> from idemflow import atomic

@@ -82,7 +82,7 @@ def effect(
     undo's own idempotency key from ``key`` (``"refund-" + key``): a provider
     refuses one key for two different calls. A failing undo is retried under
     ``retry``; it is never dropped. ``retry`` (a
-    :class:`~idemflow.step_retry.StepRetry`) says how a call that raised is
+    :class:`~idemflow.StepRetry`) says how a call that raised is
     made again; ``timeout=seconds`` fails an attempt that takes longer
     (:class:`~idemflow.errors.EffectTimeout`).
 

@@ -282,7 +282,7 @@ def atomic(
     run's writes and result count. ``compensate(tx, result)`` undoes the step
     if the workflow later aborts. ``name`` identifies the step in its memo
     (default: the body's qualified name) for non-determinism detection.
-    ``retry`` (a :class:`~idemflow.step_retry.StepRetry`) tries a body that
+    ``retry`` (a :class:`~idemflow.StepRetry`) tries a body that
     raised again (see :mod:`idemflow.step_retry`); a data conflict is always
     retried, whatever the policy.
 
@@ -305,7 +305,7 @@ def atomic(
 
 
 def check_retry(retry: object) -> StepRetry | None:
-    """A step's or workflow's ``retry=``: a :class:`~idemflow.step_retry.StepRetry` or None."""
+    """A step's or workflow's ``retry=``: a :class:`~idemflow.StepRetry` or None."""
     from idemflow.step_retry import StepRetry
 
     if retry is not None and not isinstance(retry, StepRetry):

@@ -194,7 +194,7 @@ def workflow(
     default) ends the request ``failed`` with its steps kept, for an operator
     to retry or abort; ``"compensate"`` runs the compensations of the
     completed steps once and ends it ``aborted``. ``retry`` (a
-    :class:`~idemflow.step_retry.StepRetry`) is how its steps and outside
+    :class:`~idemflow.StepRetry`) is how its steps and outside
     calls that raise are tried again, unless a call names its own: in place
     under ``run``, as delayed continuations under workers (whose default
     retries for a day; see :mod:`idemflow.step_retry`). ``timeout`` is how

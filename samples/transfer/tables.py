@@ -46,7 +46,7 @@ class Receipt(TypedDict):
 
 
 Outcome = Result[Receipt, WorkflowAborted]
-"""What :func:`idemflow.compensation.run_result` gives for one transfer request."""
+"""What :func:`idemflow.run_result` gives for one transfer request."""
 
 
 def missing(account: str) -> str:
