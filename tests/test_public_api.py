@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import warnings
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -151,3 +152,20 @@ def test_the_suite_refuses_an_old_path() -> None:
     """pyproject's filterwarnings make a moved path an error in the tests themselves."""
     with pytest.raises(DeprecationWarning, match="moved"):
         _module("idemflow.gc").collect  # noqa: B018
+
+
+def test_a_handle_used_with_the_other_api_is_a_type_error(tmp_path: Path) -> None:
+    """What 0.x found at run time (a blocking call on an asynchronous handle), mypy now reports."""
+    from mypy import api as mypy
+
+    misuse = tmp_path / "misuse.py"
+    misuse.write_text(
+        "from idemflow.client import AsyncPending, Pending\n\n\n"
+        "async def misuse(blocking: Pending, awaited: AsyncPending) -> None:\n"
+        "    await blocking.status()\n"
+        "    awaited.status().value\n"
+    )
+    report, _, exit_status = mypy.run(["--strict", "--follow-imports=silent", str(misuse)])
+    assert exit_status == 1
+    assert f'{misuse}:5: error: Incompatible types in "await"' in report
+    assert f'{misuse}:6: error: "Coroutine[Any, Any, RunStatus]" has no attribute "value"' in report
