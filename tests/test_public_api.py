@@ -167,5 +167,6 @@ def test_a_handle_used_with_the_other_api_is_a_type_error(tmp_path: Path) -> Non
     )
     report, _, exit_status = mypy.run(["--strict", "--follow-imports=silent", str(misuse)])
     assert exit_status == 1
-    assert f'{misuse}:5: error: Incompatible types in "await"' in report
-    assert f'{misuse}:6: error: "Coroutine[Any, Any, RunStatus]" has no attribute "value"' in report
+    # mypy's cache may give the path of an earlier identical file: match from the file's name on
+    assert 'misuse.py:5: error: Incompatible types in "await"' in report
+    assert 'misuse.py:6: error: "Coroutine[Any, Any, RunStatus]" has no attribute "value"' in report
