@@ -11,7 +11,7 @@ timeout; if its holder neither acks nor extends it in time, it comes back with
 ``deliveries`` one higher. Exactly-once effects come from the workflow memos,
 not from the queue.
 
->>> from idemflow.worker import MemoryQueue
+>>> from idemflow.async_worklist.queues import MemoryQueue
 >>> queue = MemoryQueue()
 >>> queue.send('{"workflow": "transfer"}')
 >>> [message] = queue.receive()
@@ -93,7 +93,7 @@ class Queue(Protocol):
     :meth:`dead_letters` and these docstrings; any other object with these
     members is a queue too.
 
-    >>> from idemflow.worker import MemoryQueue
+    >>> from idemflow.async_worklist.queues import MemoryQueue
     >>> isinstance(MemoryQueue(), Queue)
     True
     """
@@ -140,7 +140,7 @@ class Queue(Protocol):
     def dead_letters(self) -> list[tuple[str, str]]:
         """``(body, reason)`` of every dead-lettered message, for operators and tests.
 
-        >>> from idemflow.worker import MemoryQueue
+        >>> from idemflow.async_worklist.queues import MemoryQueue
         >>> MemoryQueue().dead_letters()
         []
         """
@@ -179,7 +179,7 @@ class Queue(Protocol):
         about ``wait`` seconds and never takes a message after being told to
         stop (dramatiq's ``Consumer`` is the model). Backends inherit this.
 
-        >>> from idemflow.worker import MemoryQueue
+        >>> from idemflow.async_worklist.queues import MemoryQueue
         >>> queue, stop = MemoryQueue(), threading.Event()
         >>> queue.send("a")
         >>> for message in queue.consume(wait=0.01, stop=stop):

@@ -5,7 +5,7 @@ the durable queues do, under one :class:`threading.Condition`, so workers and
 the conformance suite run against it unchanged. Time comes from an injectable
 clock, so tests move time forward instead of sleeping.
 
->>> from idemflow.worker import MemoryQueue
+>>> from idemflow.async_worklist.queues import MemoryQueue
 >>> now = [0.0]
 >>> queue = MemoryQueue(visibility_timeout=10, clock=lambda: now[0])
 >>> queue.send("job")

@@ -13,7 +13,7 @@ Several named queues can share one file (``name``); WAL with
 ``synchronous=FULL`` by default makes a returned ``send`` survive power loss.
 
 >>> import os, tempfile
->>> from idemflow.worker import SqliteQueue
+>>> from idemflow.async_worklist.queues import SqliteQueue
 >>> queue = SqliteQueue(os.path.join(tempfile.mkdtemp(), "q.sqlite3"), name="jobs")
 >>> queue.send('{"step": 2}')
 >>> [message] = queue.receive()

@@ -14,7 +14,7 @@ Requests and responses are built and read in
 :mod:`idemflow.async_worklist.queues._sqs_calls`, shared with
 :class:`~idemflow.async_worklist.queues.sqs_aio.AsyncSqsQueue`.
 
->>> from idemflow.worker import SqsQueue
+>>> from idemflow.async_worklist.queues import SqsQueue
 >>> queue = SqsQueue("jobs", endpoint_url="http://127.0.0.1:5000")  # doctest: +SKIP
 >>> queue.send('{"step": 2}')  # doctest: +SKIP
 """
