@@ -94,6 +94,33 @@ def test_every_coroutine_function_is_the_twin_of_a_blocking_one_and_back() -> No
     assert unpaired == []
 
 
+ASYNCIO_ONLY = {
+    "idemflow.asgi.Idempotency": "ASGI apps are asyncio: there is no blocking twin to name it after",
+    "idemflow.worker.ThreadedQueue": "a blocking queue adapted to AsyncQueue, not a twin of a class",
+}
+
+
+def test_every_asyncio_class_is_async_plus_its_blocking_twins_name() -> None:
+    misnamed = []
+    for name in PUBLIC_MODULES:
+        module = _module(name)
+        for entry in _exported(name):
+            found = getattr(module, entry)
+            if not inspect.isclass(found) or f"{name}.{entry}" in ASYNCIO_ONLY:
+                continue
+            members = vars(found)
+            awaited = [  # coroutine methods that are not the ``a`` twins of blocking ones beside them
+                method
+                for method, member in members.items()
+                if not method.startswith("_")
+                and inspect.iscoroutinefunction(member)
+                and not (method[1:] in members and not inspect.iscoroutinefunction(members[method[1:]]))
+            ]
+            if awaited and not (entry.startswith("Async") and entry[5:] in module.__all__):
+                misnamed.append(f"{name}.{entry}")
+    assert misnamed == []
+
+
 @pytest.mark.parametrize("name", ["idemflow.client", "idemflow.admin"])
 def test_every_blocking_function_of_the_client_and_the_operator_has_its_twin(name: str) -> None:
     module = _module(name)
