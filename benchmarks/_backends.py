@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from idemflow.async_worklist.queues.base import Queue  # these paths: the same in the revisions
+from idemflow.async_worklist.queues.sqlite import SqliteQueue  # the A/B benchmarks compare
 from idemflow.stores import SqliteStore, Store
-from idemflow.worker import Queue, SqliteQueue
 
 KINDS = ("sqlite", "moto", "azurite", "dynamodb-local")
 DEFAULT_KINDS = ("sqlite", "moto", "azurite")
@@ -222,8 +223,8 @@ def _dynamodb_backend(kind: str, folder: Path, endpoint: str, region: str) -> It
     DynamoDB Local has no SQS)."""
     import boto3
 
+    from idemflow.async_worklist.queues.sqs import SqsQueue
     from idemflow.stores.dynamodb import DynamoDBStore
-    from idemflow.worker import SqsQueue
     from tests.servers import Moto, moto_server
 
     with contextlib.ExitStack() as later:
@@ -259,8 +260,8 @@ def _azurite_backend(folder: Path) -> Iterator[Backend]:
 
     from azure.data.tables import TableServiceClient
 
+    from idemflow.async_worklist.queues.azure_queue import AzureQueue
     from idemflow.stores.azure_tables import AzureTableStore
-    from idemflow.worker import AzureQueue
     from tests.servers import azurite_server
 
     with azurite_server() as azurite:

@@ -39,9 +39,14 @@ from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from idemflow import Idem, Tx, atomic, checkpoint, workflow
-from idemflow.client import submit
-from idemflow.worker import Worker
+from idemflow import Idem, Tx, atomic, workflow
+from idemflow.async_worklist.worker import Worker  # this path is the same in both versions compared
+
+try:  # 1.0's paths; this child also runs on the revision it is compared with
+    from idemflow import checkpoint
+    from idemflow.client import submit
+except ImportError:  # a revision before 1.0
+    from idemflow.async_worklist.submit import checkpoint, submit  # type: ignore[import-not-found,no-redef]
 
 TABLES = ("tablea", "tableb")
 ANSWERS = ("yes", "no", "maybe")
@@ -210,7 +215,7 @@ class Session:
     def relay(self, n: int) -> dict[str, Any] | None:
         """``n`` passes of the outbox relay over an empty outbox: calls and seconds per pass."""
         try:
-            from idemflow.admin import relay
+            from idemflow.async_worklist.outbox import relay  # in both versions compared
         except ImportError:
             return None
         before = self._snapshot()
@@ -289,17 +294,17 @@ def open_queue(spec: dict[str, Any]) -> Any:
     kind, tag = spec["kind"], spec["tag"]
     if kind == "sqlite":
         from benchmarks._backends import prewarm_sqlite
-        from idemflow.worker import SqliteQueue
+        from idemflow.async_worklist.queues.sqlite import SqliteQueue
 
         path = Path(spec["folder"]) / f"{tag}-queue.sqlite3"
         prewarm_sqlite(path)
         return SqliteQueue(path, visibility_timeout=60)
     if kind == "moto":
-        from idemflow.worker import SqsQueue
+        from idemflow.async_worklist.queues.sqs import SqsQueue
 
         return SqsQueue(tag, endpoint_url=spec["sqs"], region_name=spec["region"], visibility_timeout=60)
     if kind == "azurite":
-        from idemflow.worker import AzureQueue
+        from idemflow.async_worklist.queues.azure_queue import AzureQueue
 
         return AzureQueue(tag.lower(), connection_string=spec["connection_string"], visibility_timeout=60)
     raise SystemExit(f"unknown backend {kind!r}")
