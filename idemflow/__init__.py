@@ -31,9 +31,10 @@ and racing executions then have the effect of one failure-free run.
 
 from __future__ import annotations
 
-import idemflow.stores  # noqa: F401 - first: the row format (records) and the stores import each other
+from idemflow import stores as _stores  # noqa: F401 - first: the row format and the stores import each other
 from idemflow._asyncio_runner import arun, arun_result
-from idemflow._moved import Moves, resolve
+from idemflow._moved import Moves as _Moves
+from idemflow._moved import resolve as _resolve
 from idemflow.aggregates import ShardedCounter
 from idemflow.answer_cache import AnswerCache
 from idemflow.async_worklist._submission import checkpoint
@@ -126,7 +127,7 @@ __all__ = [
     "workflow",
 ]
 
-MOVES: Moves = {
+_MOVES: _Moves = {
     "AsyncAzureTableStore": "idemflow.stores",
     "AsyncDynamoDBStore": "idemflow.stores",
     "AzureTableStore": "idemflow.stores",
@@ -146,4 +147,4 @@ MOVES: Moves = {
 
 
 def __getattr__(name: str) -> object:
-    return resolve(__name__, name, MOVES)
+    return _resolve(__name__, name, _MOVES)

@@ -6,9 +6,10 @@ new place (docs/upgrading.md lists every move).
 
 from __future__ import annotations
 
-from idemflow._moved import Moves, resolve
+from idemflow._moved import Moves as _Moves
+from idemflow._moved import resolve as _resolve
 
-MOVES: Moves = {
+_MOVES: _Moves = {
     "collect": "idemflow.admin",
     "GcReport": "idemflow.admin",
     "expired_stats": "idemflow.admin",
@@ -17,4 +18,4 @@ MOVES: Moves = {
 
 
 def __getattr__(name: str) -> object:
-    return resolve(__name__, name, MOVES)
+    return _resolve(__name__, name, _MOVES)

@@ -147,7 +147,7 @@ def test_each_api_has_its_own_handle() -> None:
 MOVED = sorted(
     (old, entry, target)
     for old in DEPRECATED_MODULES
-    for entry, target in getattr(_module(old), "MOVES", {}).items()
+    for entry, target in getattr(_module(old), "_MOVES", {}).items()
 )
 
 

@@ -14,9 +14,10 @@ and relay in :mod:`idemflow.admin`. The old names resolve here for one minor rel
 
 from __future__ import annotations
 
-from idemflow._moved import Moves, resolve
+from idemflow._moved import Moves as _Moves
+from idemflow._moved import resolve as _resolve
 
-MOVES: Moves = {
+_MOVES: _Moves = {
     "AsyncAzureQueue": "idemflow.worker",
     "AsyncQueue": "idemflow.worker",
     "AsyncSqsQueue": "idemflow.worker",
@@ -52,4 +53,4 @@ MOVES: Moves = {
 
 
 def __getattr__(name: str) -> object:
-    return resolve(__name__, name, MOVES)
+    return _resolve(__name__, name, _MOVES)

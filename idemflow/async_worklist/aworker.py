@@ -6,12 +6,13 @@ new place (docs/upgrading.md lists every move).
 
 from __future__ import annotations
 
-from idemflow._moved import Moves, resolve
+from idemflow._moved import Moves as _Moves
+from idemflow._moved import resolve as _resolve
 
-MOVES: Moves = {
+_MOVES: _Moves = {
     "AsyncWorker": "idemflow.worker",
 }
 
 
 def __getattr__(name: str) -> object:
-    return resolve(__name__, name, MOVES)
+    return _resolve(__name__, name, _MOVES)
