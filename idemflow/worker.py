@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from idemflow._lazy import load_optional
+from idemflow._lazy import load_optional as _load_optional
 from idemflow.async_worklist._asyncio_worker import AsyncWorker
 from idemflow.async_worklist._handling import WorkerStats
 from idemflow.async_worklist.queues import (
@@ -58,4 +58,4 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # The cloud queues need optional extras: resolve them lazily.
-    return load_optional(__name__, name, _LAZY)
+    return _load_optional(__name__, name, _LAZY)
