@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from idemflow import SqliteStore, Store
-from idemflow.async_worklist import Queue, SqliteQueue
+from idemflow.async_worklist.queues.base import Queue  # these paths: the same in the revisions
+from idemflow.async_worklist.queues.sqlite import SqliteQueue  # the A/B benchmarks compare
+from idemflow.stores import SqliteStore, Store
 
 KINDS = ("sqlite", "moto", "azurite", "dynamodb-local")
 DEFAULT_KINDS = ("sqlite", "moto", "azurite")

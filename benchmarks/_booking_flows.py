@@ -12,7 +12,8 @@
 The provider is a dictionary in this process, keyed by idempotency key as a real one is: the
 benchmark measures the library's path, not a network call.
 
->>> from idemflow import MemoryStore, run
+>>> from idemflow import run
+>>> from idemflow.stores import MemoryStore
 >>> run(book({"id": "b1", "flight": "f0", "amount": 5}), request_id="b1", store=MemoryStore())["ticket"]
 'b1'
 >>> STARTS.take()
@@ -25,9 +26,7 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
-from idemflow import Idem, Tx, atomic, effect, receive, workflow
-from idemflow.async_worklist import checkpoint
-from idemflow.compensation import abort
+from idemflow import Idem, Tx, abort, atomic, checkpoint, effect, receive, workflow
 from idemflow.serialization import JSON
 
 SEATS, TICKETS = "bkseats", "bktickets"

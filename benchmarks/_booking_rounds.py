@@ -1,7 +1,7 @@
 """The two measurements of :mod:`benchmarks.booking`, one backend-round each, and the backends.
 
 :func:`executions` submits requests of ``bench-book`` once or in three copies (two racing, one
-after) while a :class:`~idemflow.async_worklist.Worker` with two threads runs, and counts what
+after) while a :class:`~idemflow.worker.Worker` with two threads runs, and counts what
 the worker did for them. :func:`confirm_latency` keeps a steady load of ``bench-book-confirm``
 requests on the same kind of worker, confirms each once it waits at its ``receive`` and measures
 from the call to ``send_message`` to the ``finished_at`` of the request's completion record.
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._booking_flows import CONFIRM, STARTS, TABLES, book, book_confirm
-from idemflow import RunStatus, SqliteStore, Store
-from idemflow.async_worklist import Queue, SqliteQueue, Worker, WorkerStats, status, submit
-from idemflow.async_worklist.deliver import send_message
+from idemflow.client import RunStatus, send_message, status, submit
 from idemflow.runner import run_status
+from idemflow.stores import SqliteStore, Store
+from idemflow.worker import Queue, SqliteQueue, Worker, WorkerStats
 
 KINDS = ("sqlite", "dynamodb-local", "azurite")
 LABELS = {
@@ -71,8 +71,8 @@ def _factory(kind: str, stack: contextlib.ExitStack, made: list[Any]) -> Factory
         return sqlite
     if kind == "dynamodb-local":
         from benchmarks._timers_flows import threaded_moto
-        from idemflow.async_worklist.queues.sqs import SqsQueue
         from idemflow.stores.dynamodb import DynamoDBStore
+        from idemflow.worker import SqsQueue
         from tests.servers import dynamodb_local_server
 
         dynamo = stack.enter_context(dynamodb_local_server())
@@ -85,8 +85,8 @@ def _factory(kind: str, stack: contextlib.ExitStack, made: list[Any]) -> Factory
 
         return dynamodb
     if kind == "azurite":
-        from idemflow.async_worklist.queues.azure_queue import AzureQueue
         from idemflow.stores.azure_tables import AzureTableStore
+        from idemflow.worker import AzureQueue
         from tests.servers import azurite_server
 
         azurite = stack.enter_context(azurite_server())

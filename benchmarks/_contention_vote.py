@@ -14,9 +14,11 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 from benchmarks._contention_params import Vote
-from idemflow import Idem, Store, Tx, atomic, rows, run, workflow
+from idemflow import Idem, Tx, atomic, run, workflow
+from idemflow.client import rows
 from idemflow.errors import TransientError
 from idemflow.serialization import JSON
+from idemflow.stores import Store
 from idemflow.stores.base import CommitOutcome, Conflict, Op
 from idemflow.testing.faults import StoreWrapper
 

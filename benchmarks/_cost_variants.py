@@ -39,7 +39,8 @@ from benchmarks._cost_meter import AzureMeter, Counted, DynamoMeter
 from benchmarks._cost_rounds import Loop, Variant
 from benchmarks._counting import backend_calls
 from benchmarks._peers_powertools import create_idempotency_table, powertools_protect, put_and_add
-from idemflow import Store, arun, idempotent_function, run
+from idemflow import arun, idempotent_function, run
+from idemflow.stores import Store
 
 Built = tuple[list[Variant], Callable[[], None]]
 """A backend's variants and what closes their clients."""

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import idemflow
-from idemflow import Idem, MemoryStore, SqliteStore, Tx, atomic, run, workflow
+from idemflow import Idem, Tx, atomic, run, workflow
+from idemflow.stores import MemoryStore, SqliteStore
 
 _SCALE = int(os.environ.get("IDEMFLOW_AB_DIVISOR", "1"))
 """``engine_ab --quick`` divides every count by 20: a smoke run, not a measurement."""

@@ -40,7 +40,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from idemflow import Idem, Tx, atomic, workflow
-from idemflow.async_worklist import Worker, checkpoint, submit
+from idemflow.async_worklist.worker import Worker  # this path is the same in both versions compared
+
+try:  # 1.0's paths; this child also runs on the revision it is compared with
+    from idemflow import checkpoint
+    from idemflow.client import submit
+except ImportError:  # a revision before 1.0
+    from idemflow.async_worklist.submit import checkpoint, submit  # type: ignore[import-not-found,no-redef]
 
 TABLES = ("tablea", "tableb")
 ANSWERS = ("yes", "no", "maybe")
@@ -209,7 +215,7 @@ class Session:
     def relay(self, n: int) -> dict[str, Any] | None:
         """``n`` passes of the outbox relay over an empty outbox: calls and seconds per pass."""
         try:
-            from idemflow.async_worklist.outbox import relay
+            from idemflow.async_worklist.outbox import relay  # in both versions compared
         except ImportError:
             return None
         before = self._snapshot()
@@ -264,7 +270,7 @@ def open_store(spec: dict[str, Any]) -> Any:
     kind, tag = spec["kind"], spec["tag"]
     if kind == "sqlite":
         from benchmarks._backends import prewarm_sqlite
-        from idemflow import SqliteStore
+        from idemflow.stores import SqliteStore
 
         path = Path(spec["folder"]) / f"{tag}.sqlite3"
         prewarm_sqlite(path)
@@ -288,7 +294,7 @@ def open_queue(spec: dict[str, Any]) -> Any:
     kind, tag = spec["kind"], spec["tag"]
     if kind == "sqlite":
         from benchmarks._backends import prewarm_sqlite
-        from idemflow.async_worklist import SqliteQueue
+        from idemflow.async_worklist.queues.sqlite import SqliteQueue
 
         path = Path(spec["folder"]) / f"{tag}-queue.sqlite3"
         prewarm_sqlite(path)

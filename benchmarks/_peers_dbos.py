@@ -13,7 +13,8 @@ from pathlib import Path
 
 from benchmarks._backends import plain_sqlite, prewarm_sqlite
 from benchmarks._two_step_survey import peer_survey
-from idemflow import SqliteStore, run
+from idemflow import run
+from idemflow.stores import SqliteStore
 
 SCHEMA = [
     "CREATE TABLE responses (survey TEXT, id TEXT, answer TEXT, PRIMARY KEY (survey, id))",

@@ -10,8 +10,9 @@ import threading
 import time
 from typing import Any
 
-from idemflow import Store, Workflow
-from idemflow.async_worklist import Queue, Worker
+from idemflow import Workflow
+from idemflow.stores import Store
+from idemflow.worker import Queue, Worker
 
 DRAIN_TIMEOUT = 300.0
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from benchmarks._backends import prewarm_sqlite
 from benchmarks._stats import Summary, paired_ratio, summarize
-from idemflow import Idem, SqliteStore, atomic, run, workflow
+from idemflow import Idem, atomic, run, workflow
+from idemflow.stores import SqliteStore
 
 WARMUP = 300
 """Requests each file runs untimed first (see ``benchmarks._backends.prewarm_sqlite``)."""

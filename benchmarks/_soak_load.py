@@ -7,7 +7,8 @@ row per partition) and bumps one of eight counters. ``soak-run`` is two steps ru
 in the caller; ``soak-submit`` is the same two steps with a ``checkpoint()`` between them, so a
 worker finishes it (an outbox entry and a queue message per request).
 
->>> from idemflow import MemoryStore, run
+>>> from idemflow import run
+>>> from idemflow.stores import MemoryStore
 >>> run(soak_run({"id": "o1", "n": 3}), request_id="o1", store=MemoryStore())
 'o1'
 """
@@ -20,8 +21,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemflow import Idem, Tx, atomic, workflow
-from idemflow.async_worklist import checkpoint
+from idemflow import Idem, Tx, atomic, checkpoint, workflow
 
 ORDERS, COUNTERS = "soakorders", "soakcounters"
 Flow = Generator[Idem[Any], Any, Any]

@@ -4,7 +4,7 @@ Each workflow of :mod:`benchmarks._timers_flows` runs one step, then the operati
 ``bench-base`` runs the step alone, so a workflow's calls minus ``bench-base``'s are the
 operation's. Everything is counted from ``submit`` until every request involved is final,
 one request at a time, in this process: ``submit`` as a client calls it, then a
-:class:`~idemflow.async_worklist.Worker` (relay off) handed each message the real queue
+:class:`~idemflow.worker.Worker` (relay off) handed each message the real queue
 delivers. Counted: the store's own count of its backend calls (round trips, including its
 background cache writes, flushed before each count), the store API calls behind them (reads,
 partition scans, commits, cache writes), queue sends and messages the worker handled (each one
@@ -41,10 +41,11 @@ from benchmarks._timers_flows import (
     short_sleep,
     store_url,
 )
-from idemflow import Idem, open_store
-from idemflow.async_worklist import Worker, open_queue, status, submit
-from idemflow.records import RunStatus
+from idemflow import Idem
+from idemflow.client import RunStatus, status, submit
+from idemflow.stores import open_store
 from idemflow.stores.base import Row, Store
+from idemflow.worker import Worker, open_queue
 
 OPERATIONS = ("plain step", "sleep(1)", "start + wait", "send + receive")
 DRAIN_TIMEOUT = 60.0

@@ -24,8 +24,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 from urllib.parse import quote
 
-from idemflow import Idem, Tx, atomic, receive, send, sleep, sleep_until, start, wait, workflow
-from idemflow.async_worklist import checkpoint
+from idemflow import Idem, Tx, atomic, checkpoint, receive, send, sleep, sleep_until, start, wait, workflow
 from idemflow.keys import RUNS_TABLE, memo_key, step_tag
 from idemflow.stores.base import RowRef, Store
 

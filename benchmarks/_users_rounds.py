@@ -20,7 +20,7 @@ from benchmarks._queue_drain import Draining, count_sends
 from benchmarks._stats import Summary, percentile, summarize
 from benchmarks._workload_base import Workload
 from idemflow import WorkflowAborted, run
-from idemflow.async_worklist import submit
+from idemflow.client import submit
 
 VARIANTS = ("baseline", "sync", "async")
 USERS = (1, 2, 4, 8, 16, 32)

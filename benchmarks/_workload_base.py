@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 from benchmarks._backends import Backend
 from benchmarks._counting import Tally
-from idemflow import Idem, Store, Workflow
+from idemflow import Idem, Workflow
+from idemflow.stores import Store
 
 
 class Baseline(Protocol):

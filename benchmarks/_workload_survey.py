@@ -13,7 +13,8 @@ from typing import Any
 from benchmarks._backends import Backend, create_dynamodb_table
 from benchmarks._counting import Tally, counter_bytes, row_bytes
 from benchmarks._workload_base import Workload, _dumps, _etag_update, _PerThread
-from idemflow import Idem, Store, run
+from idemflow import Idem, run
+from idemflow.stores import Store
 from samples.survey import workflows as survey_sample
 
 SURVEY_ID = "s0"

@@ -4,7 +4,7 @@ confirmation completes a booking.
 Both measurements run on SQLite (+ SqliteQueue), DynamoDB Local (+ SQS on moto) and Azurite
 (Tables + Queue), all started once; every round visits every backend, in an order that rotates
 from round to round, so the machine's drift hits them alike. The workers are a
-:class:`~idemflow.async_worklist.Worker` with two threads in this process, beside the clients
+:class:`~idemflow.worker.Worker` with two threads in this process, beside the clients
 (:mod:`benchmarks._booking_rounds`); the workflows are in :mod:`benchmarks._booking_flows`.
 
 1. **Worker executions per request**, ``bench-book`` (hold a seat, charge the card as an

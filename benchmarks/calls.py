@@ -39,7 +39,7 @@ from benchmarks._stats import RESULTS, paired_ratio
 from benchmarks._workload_base import Workload
 from benchmarks._workloads import WORKLOADS
 from idemflow import WorkflowAborted, run
-from idemflow.async_worklist import submit
+from idemflow.client import submit
 
 
 @dataclass

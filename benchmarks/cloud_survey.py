@@ -25,7 +25,8 @@ from benchmarks._counting import backend_calls
 from benchmarks._report import ratio_headline, write_record
 from benchmarks._stats import RESULTS, environment, interleave_samples, paired_ratio, summarize, write
 from benchmarks._two_step_survey import survey
-from idemflow import Store, run
+from idemflow import run
+from idemflow.stores import Store
 from tests.servers import azurite_server, moto_server
 
 

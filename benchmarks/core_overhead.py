@@ -26,8 +26,9 @@ from benchmarks._stats import (
     summarize,
     write,
 )
-from idemflow import Idem, MemoryStore, SqliteStore, Tx, atomic, run, workflow
+from idemflow import Idem, Tx, atomic, run, workflow
 from idemflow.serialization import JSON, encode
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Increment, Insert, RowRef
 
 

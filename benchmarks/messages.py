@@ -21,9 +21,11 @@ from typing import Any
 
 from benchmarks._report import Report
 from benchmarks._stats import RESULTS
-from idemflow import Idem, MemoryStore, Tx, Workflow, atomic, workflow
-from idemflow.async_worklist import MemoryQueue, checkpoint, submit
+from idemflow import Idem, Tx, Workflow, atomic, checkpoint, workflow
 from idemflow.async_worklist.queues.base import DEFAULT_MAX_BODY_BYTES
+from idemflow.client import submit
+from idemflow.stores import MemoryStore
+from idemflow.worker import MemoryQueue
 
 STEPS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 LIMITS = {"SQS": 255 * 1024, "Azure Queue": 63 * 1024}

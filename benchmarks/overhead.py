@@ -26,9 +26,10 @@ from typing import Any
 
 from benchmarks._report import Report, fmt_ratio
 from benchmarks._stats import RESULTS, Summary, paired_ratio, summarize
-from idemflow import Idem, MemoryStore, Tx, Workflow, atomic, run, workflow
+from idemflow import Idem, Tx, Workflow, atomic, run, workflow
 from idemflow.keys import RUNS_TABLE, data_key, memo_key, run_key, step_tag
 from idemflow.serialization import JSON, encode
+from idemflow.stores import MemoryStore
 from idemflow.stores.base import Increment, Insert, RowRef
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 

@@ -34,8 +34,9 @@ from benchmarks._counting import backend_calls
 from benchmarks._report import Report
 from benchmarks._runs_index_ab import measure as measure_index
 from benchmarks._stats import RESULTS, Summary
-from idemflow.operations import RunsPage, runs
-from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.admin import RunRecord, RunsPage, runs
+from idemflow.client import RunStatus
+from idemflow.records import run_ref
 from idemflow.serialization import encode
 from idemflow.stores._dynamodb_items import transaction
 from idemflow.stores.base import Insert, Op, Store

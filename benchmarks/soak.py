@@ -82,10 +82,11 @@ def _soak(args: argparse.Namespace, folder: str) -> list[Any]:
     """The load for ``--minutes`` and the samples taken meanwhile."""
     from benchmarks._soak_load import Latencies, paced, soak_run, soak_submit
     from benchmarks._soak_sample import Sample, expired_rows, file_mb, p50_ms, rss_mb
-    from idemflow import SqliteStore, run
-    from idemflow.async_worklist import SqliteQueue, Worker, submit
+    from idemflow import RetryPolicy, run
+    from idemflow.client import submit
     from idemflow.keys import RUNS_TABLE
-    from idemflow.policy import RetryPolicy
+    from idemflow.stores import SqliteStore
+    from idemflow.worker import SqliteQueue, Worker
 
     path = str(Path(folder) / "soak.sqlite3")
     options = {} if args.expire_every is None else {"expire_every": args.expire_every}

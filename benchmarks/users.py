@@ -7,7 +7,7 @@ variants run interleaved, round after round, in this process:
 - **baseline**: the hand-written SDK code of :mod:`benchmarks._workloads`,
   same business logic and data, no idempotence;
 - **sync**: the idemflow workflow under :func:`idemflow.run`;
-- **async**: the same workflow under :func:`~idemflow.async_worklist.submit`
+- **async**: the same workflow under :func:`~idemflow.client.submit`
   (the client is answered at the checkpoint) with a :class:`Worker` finishing
   it from the backend's queue (SqliteQueue, SQS on its own moto server,
   Azure Queue) while the clients keep sending.

@@ -1,12 +1,18 @@
 """idemflow: exactly-once multi-step workflows without a coordinator.
 
+This module holds what a workflow is written with: the decorators, every step, ``run`` and
+``arun``, ``Tx``, the policies and the errors. The program around it uses
+:mod:`idemflow.client` (submit, status, messages), :mod:`idemflow.worker` (workers, queues),
+:mod:`idemflow.admin` (operators' commands) and :mod:`idemflow.stores`.
+
 The idempotence monad of Ramalingam & Vaswani (POPL 2013): a workflow is a
 chain of atomic steps, each a transaction on one partition of one table; each
 step's result is memoized in the same atomic write as its data, keyed by
 ``(workflow, request id, step number)``. Duplicates, retries after crashes
 and racing executions then have the effect of one failure-free run.
 
->>> from idemflow import MemoryStore, atomic, run, workflow
+>>> from idemflow import atomic, run, workflow
+>>> from idemflow.stores import MemoryStore
 >>> def move(amount):
 ...     def body(tx):
 ...         tx.increment("balance", amount)
@@ -25,11 +31,15 @@ and racing executions then have the effect of one failure-free run.
 
 from __future__ import annotations
 
-from idemflow._lazy import load_optional
+from idemflow import stores as _stores  # noqa: F401 - first: the row format and the stores import each other
+from idemflow._asyncio_runner import arun, arun_result
+from idemflow._moved import Moves as _Moves
+from idemflow._moved import resolve as _resolve
 from idemflow.aggregates import ShardedCounter
 from idemflow.answer_cache import AnswerCache
-from idemflow.arunner import arun, arun_result
+from idemflow.async_worklist._submission import checkpoint
 from idemflow.codecs import register_codec
+from idemflow.compensation import abort
 from idemflow.coordination import Child, receive, send, sleep, sleep_until, start, wait
 from idemflow.errors import (
     RENAMED,
@@ -46,8 +56,12 @@ from idemflow.errors import (
     InvalidNameError,
     InvalidValueError,
     LimitExceededError,
+    MessageLostError,
     MessageNotDeliveredError,
+    MessageRejectedError,
+    MissingIdempotencyKeyError,
     NonDeterminismError,
+    QueueError,
     RequestFailedError,
     StepFailedError,
     TransientError,
@@ -59,11 +73,8 @@ from idemflow.handlers import idempotent, idempotent_function
 from idemflow.helpers import effect, now, random, uuid4
 from idemflow.monad import Idem, atomic, bind, pure
 from idemflow.policy import RetryPolicy
-from idemflow.reads import aget, arows, get, rows
-from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import Workflow, run, run_result, workflow
 from idemflow.step_retry import StepRetry
-from idemflow.stores import _LAZY, MemoryStore, SqliteStore, Store, open_store
 from idemflow.tx import Tx
 
 __all__ = [
@@ -83,40 +94,36 @@ __all__ = [
     "InvalidNameError",
     "InvalidValueError",
     "LimitExceededError",
-    "MemoryStore",
+    "MessageLostError",
     "MessageNotDeliveredError",
+    "MessageRejectedError",
+    "MissingIdempotencyKeyError",
     "NonDeterminismError",
+    "QueueError",
     "RequestFailedError",
     "RetryPolicy",
-    "RunRecord",
-    "RunStatus",
     "ShardedCounter",
-    "SqliteStore",
     "StepFailedError",
     "StepRetry",
-    "Store",
     "TransientError",
     "Tx",
     "VersionNotHeldError",
     "Workflow",
     "WorkflowAborted",
-    "aget",
-    "arows",
+    "abort",
     "arun",
     "arun_result",
     "atomic",
     "bind",
+    "checkpoint",
     "effect",
-    "get",
     "idempotent",
     "idempotent_function",
     "now",
-    "open_store",
     "pure",
     "random",
     "receive",
     "register_codec",
-    "rows",
     "run",
     "run_result",
     "send",
@@ -128,9 +135,26 @@ __all__ = [
     "workflow",
 ]
 
+_MOVES: _Moves = {
+    "AsyncAzureTableStore": "idemflow.stores",
+    "AsyncDynamoDBStore": "idemflow.stores",
+    "AzureTableStore": "idemflow.stores",
+    "DynamoDBStore": "idemflow.stores",
+    "MemoryStore": "idemflow.stores",
+    "SqliteStore": "idemflow.stores",
+    "Store": "idemflow.stores",
+    "open_store": "idemflow.stores",
+    "RunRecord": "idemflow.admin",
+    "RunStatus": "idemflow.client",
+    "aget": "idemflow.client",
+    "arows": "idemflow.client",
+    "get": "idemflow.client",
+    "rows": "idemflow.client",
+}
+"""Names this module gave before 1.0, and where they live now (docs/upgrading.md)."""
+
 
 def __getattr__(name: str) -> object:
-    # The cloud stores need optional extras: resolve them lazily. Error names before 1.0 warn.
-    if name in RENAMED:
+    if name in RENAMED:  # error names before 1.0 warn
         return deprecated_error(__name__, name)
-    return load_optional(__name__, name, _LAZY)
+    return _resolve(__name__, name, _MOVES)

@@ -19,14 +19,15 @@ so it conflicts with every concurrent add: keep it off hot steps.
 Choosing a shard at random is allowed in a body: only the committed run's
 writes count, and a replay returns the memo without running the body.
 
->>> from idemflow import MemoryStore, atomic, run
+>>> from idemflow import atomic, run
+>>> from idemflow.stores import MemoryStore
 >>> votes = ShardedCounter("votes", shards=4)
 >>> store = MemoryStore()
 >>> for n in range(10):
 ...     run(atomic("polls", "p1", lambda tx: votes.add(tx)), request_id=f"vote-{n}", store=store)
 >>> votes.read(store, "polls", "p1")
 10
->>> from idemflow import rows
+>>> from idemflow.client import rows
 >>> totals({key: value for (_p, key), value in rows(store, "polls").items()})
 {'votes': 10}
 """

@@ -14,8 +14,8 @@ What it cannot know: rows deleted before their time by ``idemflow gc
 memory by processes that kept them (until ``max_age`` passes), where the
 store would take the request as new.
 
->>> from idemflow import MemoryStore
->>> from idemflow.handlers import idempotent_function
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow import idempotent_function
 >>> calls = []
 >>> @idempotent_function(MemoryStore(), key=lambda order: order["id"], cache=AnswerCache(max_entries=2))
 ... def place(order):

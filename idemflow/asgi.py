@@ -24,7 +24,8 @@ Errors are ``{"error": code, "detail": message}``. Needs Starlette (the
 ``asgi`` extra); FastAPI is Starlette underneath.
 
 >>> from starlette.applications import Starlette
->>> from idemflow import MemoryStore, atomic, workflow
+>>> from idemflow import atomic, workflow
+>>> from idemflow.stores import MemoryStore
 >>> @workflow("order")
 ... def order(body):
 ...     yield atomic("orders", body["id"], lambda tx: tx.increment("placed"))
@@ -50,10 +51,11 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from idemflow.arunner import arun
+from idemflow._asyncio_runner import arun
+from idemflow.async_worklist._submission import astatus, asubmit
+from idemflow.async_worklist.queues import open_async_queue
 from idemflow.async_worklist.queues.aio import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.async_worklist.submit import astatus, asubmit
 from idemflow.errors import (
     ConflictError,
     IdemflowError,
@@ -70,6 +72,7 @@ from idemflow.keys import check_request_id
 from idemflow.monad import Idem
 from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
+from idemflow.stores import open_async_store
 from idemflow.stores.base import AsyncStore, Store
 
 KEY_HEADER = "Idempotency-Key"
@@ -131,13 +134,28 @@ class Idempotency:
     held for the whole workflow, its effects' calls included: a workflow that
     waits seconds on an outside service needs a bound above the requests per
     second times those seconds.
+
+    ``store`` and ``queue`` may be URLs (:func:`~idemflow.stores.open_async_store`,
+    :func:`~idemflow.worker.open_async_queue`): an asynchronous client belongs to the event
+    loop that opened it, so they are opened in the app's lifespan, on the server's loop, and
+    closed when it stops. Pass :meth:`lifespan` to the app (``FastAPI(lifespan=idem.lifespan)``)
+    or ``async with idem:`` in a lifespan of your own; the helper can be made, and its
+    :meth:`key` used in route declarations, before either runs:
+
+    >>> import asyncio
+    >>> idem = Idempotency("memory:", queue="memory:")
+    >>> async def serving():
+    ...     async with idem:
+    ...         return type(idem.store).__name__, type(idem.queue).__name__
+    >>> asyncio.run(serving())
+    ('InlineStore', 'ThreadedQueue')
     """
 
     def __init__(
         self,
-        store: Store | AsyncStore,
+        store: str | Store | AsyncStore,
         *,
-        queue: Queue | AsyncQueue | None = None,
+        queue: str | Queue | AsyncQueue | None = None,
         signing_key: bytes | str | None = None,
         status_url: str = "/requests/{workflow}/{request_id}",
         refusals: Mapping[str, int] | None = None,
@@ -147,8 +165,10 @@ class Idempotency:
     ) -> None:
         if in_flight is not None and in_flight < 1:
             raise ValueError(f"in_flight must be at least 1 (or None for no bound), not {in_flight!r}")
-        self.store = store
-        self.queue = queue
+        self._given = (store, queue)
+        self._store = None if isinstance(store, str) else store
+        self._queue = None if isinstance(queue, str) else queue
+        self._opened: list[AsyncStore | AsyncQueue] = []
         self.signing_key = signing_key
         self.status_url = status_url
         self.refusals = dict(refusals or {})
@@ -158,6 +178,54 @@ class Idempotency:
         self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
+
+    @property
+    def store(self) -> Store | AsyncStore:
+        """The store; one given as a URL exists once :meth:`open` ran (the app's lifespan)."""
+        if self._store is None:
+            raise RuntimeError("the store is a URL: open it in the app's lifespan (lifespan=idem.lifespan)")
+        return self._store
+
+    @property
+    def queue(self) -> Queue | AsyncQueue | None:
+        """The queue of submitted requests, or None; a URL is opened by :meth:`open`."""
+        if self._queue is None and isinstance(self._given[1], str):
+            raise RuntimeError("the queue is a URL: open it in the app's lifespan (lifespan=idem.lifespan)")
+        return self._queue
+
+    async def open(self) -> None:
+        """Open the store and queue given as URLs on the running loop (nothing for objects given)."""
+        store, queue = self._given
+        if isinstance(store, str) and self._store is None:
+            self._store = open_async_store(store)
+            self._opened.append(self._store)
+        if isinstance(queue, str) and self._queue is None:
+            self._queue = open_async_queue(queue)
+            self._opened.append(self._queue)
+
+    async def close(self) -> None:
+        """Close what :meth:`open` opened, queue first (completion records being written finish)."""
+        opened, self._opened = self._opened, []
+        for resource in reversed(opened):
+            await resource.close()
+        if isinstance(self._given[0], str):
+            self._store = None
+        if isinstance(self._given[1], str):
+            self._queue = None
+
+    async def __aenter__(self) -> Idempotency:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: object) -> AsyncIterator[None]:
+        """An ASGI lifespan that opens the store and queue and closes them at shutdown:
+        ``Starlette(lifespan=idem.lifespan)``, ``FastAPI(lifespan=idem.lifespan)``."""
+        async with self:
+            yield
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:

@@ -34,19 +34,21 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from idemflow._collection import parse_duration
+from idemflow._operator_commands import ABORT_WAIT
+from idemflow.admin import abort_request, cancel, collect, expired_stats, retry, runs
+from idemflow.client import status
 from idemflow.errors import IdemflowError, InvalidInputError
-from idemflow.gc import collect, expired_stats, parse_duration
 from idemflow.keys import check_duration, check_table
-from idemflow.operations import ABORT_WAIT, abort, runs
 from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
-from idemflow.runner import Workflow, run_status
+from idemflow.runner import Workflow
 from idemflow.step_retry import StepRetry
 from idemflow.stores import Store, open_async_store, open_store
 from idemflow.stores.base import Shrinking
 
 if TYPE_CHECKING:
-    from idemflow.async_worklist import WorkerStats
+    from idemflow.worker import WorkerStats
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -233,7 +235,7 @@ def _with_store(args: argparse.Namespace) -> int:
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
-    from idemflow.async_worklist import open_queue
+    from idemflow.worker import open_queue
 
     queue = open_queue(args.queue)
     try:
@@ -274,19 +276,19 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
     if args.command in ("retry", "resume"):
         return _retry(args, store)
     if args.command == "cancel":
-        from idemflow.async_worklist import cancel as cancel_request
-
-        was = cancel_request(store, args.workflow, args.request_id, reason=args.reason)
+        was = cancel(store, args.workflow, args.request_id, reason=args.reason)
         stopped = not was.final and was is not RunStatus.CANCELLED
         print(json.dumps({"request_id": args.request_id, "was": was.value, "cancelled": stopped}))
         return 0
     if args.command == "abort":
         flows = [flow for spec in args.workflows for flow in _load_workflows(spec)]
-        ended = abort(store, flows, args.workflow, args.request_id, reason=args.reason, wait=args.wait)
+        ended = abort_request(
+            store, flows, args.workflow, args.request_id, reason=args.reason, wait=args.wait
+        )
         print(json.dumps({"status": ended.status.value, "reason": ended.reason, "result": ended.result}))
         return 0
-    record = run_status(store, args.workflow, args.request_id)
-    if record is None:
+    record = status(store, args.workflow, args.request_id)
+    if record.status is RunStatus.UNKNOWN:
         print(json.dumps({"status": RunStatus.UNKNOWN.value}))
     else:
         shown = {
@@ -364,7 +366,7 @@ def _show(args: argparse.Namespace, store: Store) -> int:
 
 
 def _retry(args: argparse.Namespace, store: Store) -> int:
-    from idemflow.async_worklist import open_queue, retry
+    from idemflow.worker import open_queue
 
     queue = open_queue(args.queue)
     try:
@@ -396,7 +398,7 @@ def _load_workflows(spec: str) -> list[Any]:
 
 
 def _worker(args: argparse.Namespace, store: Store) -> int:
-    from idemflow.async_worklist import Worker, open_queue
+    from idemflow.worker import Worker, open_queue
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     for sdk in ("azure", "botocore", "boto3", "urllib3"):  # their INFO is one line per HTTP call
@@ -443,7 +445,7 @@ async def _async_worker(
     progress: Callable[[WorkerStats], None],
 ) -> WorkerStats:
     """``idemflow worker --asyncio``: the store and queue on their asynchronous clients."""
-    from idemflow.async_worklist import AsyncWorker, open_async_queue
+    from idemflow.worker import AsyncWorker, open_async_queue
 
     store = open_async_store(args.store)
     queue = open_async_queue(args.queue)

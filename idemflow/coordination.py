@@ -32,7 +32,8 @@ memoized due time, a wait runs the child right there if nobody finished it
 (or polls one that runs on another version), a receive polls its inbox. A
 child started under ``run`` and not waited for is run by a worker's relay.
 
->>> from idemflow import MemoryStore, run, workflow
+>>> from idemflow import run, workflow
+>>> from idemflow.stores import MemoryStore
 >>> @workflow("child-doc")
 ... def kid(n):
 ...     return n * 2

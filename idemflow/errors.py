@@ -28,9 +28,10 @@ invalid table '': must not be empty invalid_input
 
 from __future__ import annotations
 
-import warnings
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from idemflow._moved import resolve
 
 if TYPE_CHECKING:
     from idemflow.step_retry import StepRetry
@@ -544,19 +545,20 @@ def deprecated_error(module: str, name: str, moved: tuple[str, ...] = ()) -> typ
     name (renamed, or one of ``moved`` here from that module) stands for, with its
     :class:`DeprecationWarning`; :class:`AttributeError` for any other name.
 
+    The warning is the one every moved name gives (:mod:`idemflow._moved`), naming the error's
+    public home, :mod:`idemflow`.
+
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     deprecated_error("idemflow", "StoreError").__name__, caught[0].category.__name__
-    ('BackendError', 'DeprecationWarning')
+    ...     deprecated_error("idemflow", "StoreError").__name__, str(caught[0].message)
+    ('BackendError', 'idemflow.StoreError moved: import BackendError from idemflow (renamed from StoreError)')
     """
     new = RENAMED.get(name, name if name in moved else None)
     if new is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    warnings.warn(
-        f"{module}.{name} is deprecated, use idemflow.errors.{new}", DeprecationWarning, stacklevel=3
-    )
-    found: type[IdemflowError] = globals()[new]
+    found = resolve(module, name, {name: f"idemflow:{new}"}, depth=1)
+    assert isinstance(found, type) and issubclass(found, IdemflowError)
     return found
 
 

@@ -27,11 +27,12 @@ Every delete and write-back is conditional on the version the sweep read, so a
 writer racing the sweep always wins: a sweep never removes what was committed
 after it looked. Why a decision per row rather than a delete by date, as TTL
 does: a request may stay unfinished longer than ``retention``, and its rows
-must outlive the window. :mod:`idemflow.gc` (``idemflow gc``) uses the same
+must outlive the window. :mod:`idemflow._collection` (``idemflow gc``) uses the same
 rules and commits, with its own "finished more than D ago" selection.
 
->>> from idemflow import MemoryStore, atomic, run
->>> from idemflow.policy import RetryPolicy
+>>> from idemflow import atomic, run
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow import RetryPolicy
 >>> store = MemoryStore(expire_every=None)
 >>> two_steps = atomic("items", "p", lambda tx: tx.put("k", 1)).then(
 ...     atomic("items", "q", lambda tx: tx.put("k", 2)))

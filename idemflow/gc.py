@@ -1,163 +1,21 @@
-"""Garbage collection of memo rows and run records of finished requests, on demand.
+"""Deprecated: garbage collection's old path: :mod:`idemflow.admin` holds it now.
 
-DynamoDB expires them by TTL (``expires_at``), and SQLite, Azure Tables and
-the memory store by themselves (:mod:`idemflow.expiry`), once
-``RetryPolicy.retention`` has passed. ``idemflow gc`` collects by another
-measure, at once, with the same conditional deletes: only requests whose run
-record says they finished (completed or aborted) more than ``older_than``
-seconds ago are collected: a request that is not finished keeps every row it
-needs to resume. Memos go first and the run record last, so a duplicate
-arriving during collection still finds the finished record and returns it.
-After collection a duplicate of that request id is a new request: the
-retention window is the deduplication window. On SQLite the pages the deletes
-freed go back to the file system (``incremental_vacuum``, files made with
-``auto_vacuum=INCREMENTAL``); :func:`expired_stats` counts the expired rows
-still present (``idemflow gc --stats``).
-
->>> from idemflow import MemoryStore, atomic, run
->>> store = MemoryStore()
->>> run(atomic("items", "p", lambda tx: tx.put("k", 1)), request_id="r", store=store)
->>> collect(store, older_than=0.0, now=lambda: 1e12).requests
-1
+Kept for one minor release: each name resolves with a :class:`DeprecationWarning` naming its
+new place (docs/upgrading.md lists every move).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from idemflow._moved import Moves as _Moves
+from idemflow._moved import resolve as _resolve
 
-from idemflow._io import Commit
-from idemflow._trampoline import trampoline
-from idemflow.errors import InvalidInputError
-from idemflow.expiry import commit_each, owner
-from idemflow.keys import RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key
-from idemflow.policy import resend
-from idemflow.records import RunRecord
-from idemflow.stores.base import CommitOutcome, Delete, ExpiredRows, Op, Row, RowRef, Shrinking, Store
+_MOVES: _Moves = {
+    "collect": "idemflow.admin",
+    "GcReport": "idemflow.admin",
+    "expired_stats": "idemflow.admin",
+    "ExpiredStats": "idemflow.admin",
+}
 
 
-@dataclass(frozen=True, slots=True)
-class GcReport:
-    """What one collection removed."""
-
-    requests: int
-    memo_rows: int
-    run_records: int
-    pages_released: int = 0
-    """Free pages given back to the file system afterwards (SQLite)."""
-
-
-def collect(store: Store, *, older_than: float, now: Callable[[], float] = time.time) -> GcReport:
-    """Delete bookkeeping rows of requests finished more than ``older_than`` seconds ago.
-
-    The same conditional deletes as a store's own expiry (:func:`idemflow.expiry.commit_each`):
-    a row rewritten since the scan read it is left alone.
-    """
-    cutoff = now() - older_than
-    finished: dict[RowRef, Row] = {}
-    for partition, key, row in store.scan(RUNS_TABLE):
-        ref = RowRef(RUNS_TABLE, partition, key)
-        if owner(ref) != ref:  # a table-less step's memo or an outbox entry
-            continue
-        try:
-            record = RunRecord.from_json(row.value)
-        except (KeyError, TypeError, ValueError):
-            continue
-        if record.status.final and record.finished_at is not None and record.finished_at <= cutoff:
-            finished[ref] = row
-    memos: list[Op] = []
-    for table in store.tables():
-        for partition, key, row in store.scan(table):
-            ref = RowRef(table, partition, key)
-            if parse_memo_key(key) is not None and owner(ref) in finished:
-                memos.append(Delete(ref, expect=row.version))
-    records: list[Op] = [Delete(ref, expect=row.version) for ref, row in finished.items()]
-    memo_rows = len(_delete(store, memos))
-    run_records = len(_delete(store, records))  # memos first, records last
-    released = store.release() if isinstance(store, Shrinking) else 0
-    return GcReport(len(finished), memo_rows, run_records, released)
-
-
-KINDS = ("memos", "run records", "outbox/inbox", "other")
-
-
-@dataclass(frozen=True, slots=True)
-class ExpiredStats:
-    """Rows whose ``expires_at`` passed that are still in the store, by kind (:data:`KINDS`).
-
-    Some are there by design: a finished run record written before 1.0 stays one more retention
-    window (at least a day) after it expired, and an unfinished request's rows stay until it ends.
-    A sweep reaches the others some time after they expired (at most one pass). Memos and outbox
-    rows of finished requests that stay long past their expiry mean the sweeps fall behind.
-    """
-
-    rows: dict[str, int]
-    oldest: dict[str, float]
-    """Seconds past expiry of the oldest such row, by kind (0.0: none)."""
-
-    def to_json(self) -> dict[str, dict[str, float]]:
-        return {"expired_rows": dict(self.rows), "oldest_seconds_past_expiry": dict(self.oldest)}
-
-
-def kind(ref: RowRef) -> str:
-    """Which of :data:`KINDS` a row is.
-
-    >>> kind(RowRef("accounts", "alice", "mtransfer|t-1|s1")), kind(RowRef(RUNS_TABLE, "t-1", "rtransfer"))
-    ('memos', 'run records')
-    """
-    if parse_memo_key(ref.key) is not None:
-        return "memos"
-    if ref.table == RUNS_TABLE and owner(ref) == ref:
-        return "run records"
-    if ref.table == RUNS_TABLE and (parse_outbox_key(ref.key) or parse_inbox_key(ref.key)):
-        return "outbox/inbox"
-    return "other"
-
-
-def expired_stats(store: Store, *, now: Callable[[], float] = time.time) -> ExpiredStats:
-    """Count the expired rows still in ``store`` (one full read of them: an operator's command).
-
-    Raises :class:`~idemflow.errors.InvalidInputError` for a store that cannot list them
-    (DynamoDB: its TTL deletes them, up to days after they expire, and reads never see the lag).
-    """
-    if not isinstance(store, ExpiredRows):
-        raise InvalidInputError(
-            f"{type(store).__name__} cannot list its expired rows (SQLite and memory can)"
-        )
-    at = now()
-    rows, oldest = dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, 0.0)
-    for ref, expires_at in store.expired_rows(at):
-        found = kind(ref)
-        rows[found] += 1
-        oldest[found] = max(oldest[found], at - expires_at)
-    return ExpiredStats(rows, oldest)
-
-
-def _delete(store: Store, ops: list[Op]) -> list[Op]:
-    """Commit ``ops`` (each commit resent on transient errors); those applied."""
-
-    def answer(request: object) -> CommitOutcome:
-        assert isinstance(request, Commit), request  # commit_each only commits
-        return resend(store.commit, request.ops)
-
-    return trampoline(commit_each(ops, store.capabilities), answer)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``90``, ``90s``, ``15m``, ``12h`` or ``7d``.
-
-    >>> parse_duration("7d"), parse_duration("90")
-    (604800.0, 90.0)
-    """
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    stripped = text.strip().lower()
-    factor = units.get(stripped[-1:])
-    number = stripped[:-1] if factor is not None else stripped
-    try:
-        value = float(number) * (factor or 1.0)
-    except ValueError:
-        raise InvalidInputError(f"duration {text!r} is not like 90s, 15m, 12h or 7d") from None
-    if value < 0:
-        raise InvalidInputError(f"duration {text!r} is negative")
-    return value
+def __getattr__(name: str) -> object:
+    return _resolve(__name__, name, _MOVES)

@@ -4,7 +4,7 @@ The handler is a workflow: a generator that yields steps, an ``async def``
 that awaits them, or a function returning an ``Idem``. Each call runs it as
 one request whose id is ``key(*args, **kwargs)``; a duplicate returns the
 first call's result. An ``async def`` handler becomes an ``async def``
-(awaiting :func:`~idemflow.arunner.arun`, so the event loop never blocks);
+(awaiting :func:`~idemflow._asyncio_runner.arun`, so the event loop never blocks);
 any other becomes a plain function (calling :func:`~idemflow.run`).
 
 The wrapper keeps the handler's name, docstring and signature, but not its
@@ -26,9 +26,9 @@ import uuid
 from collections.abc import Callable, Generator
 from typing import Any, ParamSpec
 
+from idemflow._asyncio_runner import aexecute
 from idemflow._picks import Pick, picker
 from idemflow.answer_cache import AnswerCache
-from idemflow.arunner import aexecute
 from idemflow.errors import InvalidInputError
 from idemflow.helpers import effect
 from idemflow.monad import Idem
@@ -115,10 +115,11 @@ def idempotent(
     step of this call committed), and what it returns is answered instead:
     Powertools' ``response_hook``, e.g. to mark a replayed HTTP answer.
     ``cache`` keeps finished answers in this process, so a duplicate here
-    costs no store call: an :class:`~idemflow.answer_cache.AnswerCache` of
+    costs no store call: an :class:`~idemflow.AnswerCache` of
     its own per handler by default (256 answers, 5 minutes), None for none.
 
-    >>> from idemflow import MemoryStore, atomic
+    >>> from idemflow import atomic
+    >>> from idemflow.stores import MemoryStore
     >>> store = MemoryStore()
     >>> @idempotent(store, key=lambda order: order["id"])
     ... def place(order):
@@ -177,7 +178,7 @@ def idempotent_function(
     ``on_replay``, ``name``, ``policy`` and ``cache`` are :func:`idempotent`'s.
     This is Powertools' ``@idempotent_function``.
 
-    >>> from idemflow import MemoryStore
+    >>> from idemflow.stores import MemoryStore
     >>> calls = []
     >>> @idempotent_function(MemoryStore(), key="order.id")
     ... def charge(order):

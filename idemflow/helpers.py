@@ -12,7 +12,8 @@ differs between executions goes through these, each an ``Idem`` to yield:
   ``idempotency_key`` to hand to the outside service so that service can
   drop the repeats.
 
->>> from idemflow import MemoryStore, run, workflow
+>>> from idemflow import run, workflow
+>>> from idemflow.stores import MemoryStore
 >>> @workflow("stamp")
 ... def stamp(order):
 ...     ident = yield uuid4()
@@ -81,12 +82,13 @@ def effect(
     undo's own idempotency key from ``key`` (``"refund-" + key``): a provider
     refuses one key for two different calls. A failing undo is retried under
     ``retry``; it is never dropped. ``retry`` (a
-    :class:`~idemflow.step_retry.StepRetry`) says how a call that raised is
+    :class:`~idemflow.StepRetry`) says how a call that raised is
     made again; ``timeout=seconds`` fails an attempt that takes longer
     (:class:`~idemflow.errors.EffectTimeoutError`).
 
-    >>> from idemflow import MemoryStore, WorkflowAborted, run, workflow
-    >>> from idemflow.compensation import abort
+    >>> from idemflow import run, workflow, WorkflowAborted
+    >>> from idemflow.stores import MemoryStore
+    >>> from idemflow import abort
     >>> refunds = []
     >>> @workflow("pay")
     ... def pay(order):

@@ -7,7 +7,8 @@ request ids, from many threads, and a crashed run is simply run again.
 
 It is a monad (checked with hypothesis in ``tests/test_monad_laws.py``):
 
->>> from idemflow import MemoryStore, pure, run
+>>> from idemflow import pure, run
+>>> from idemflow.stores import MemoryStore
 >>> m = pure(20).bind(lambda x: pure(x + 1)).map(lambda x: x * 2)
 >>> run(m, request_id="r1", store=MemoryStore())
 42
@@ -281,7 +282,7 @@ def atomic(
     run's writes and result count. ``compensate(tx, result)`` undoes the step
     if the workflow later aborts. ``name`` identifies the step in its memo
     (default: the body's qualified name) for non-determinism detection.
-    ``retry`` (a :class:`~idemflow.step_retry.StepRetry`) tries a body that
+    ``retry`` (a :class:`~idemflow.StepRetry`) tries a body that
     raised again (see :mod:`idemflow.step_retry`); a data conflict is always
     retried, whatever the policy.
 
@@ -304,7 +305,7 @@ def atomic(
 
 
 def check_retry(retry: object) -> StepRetry | None:
-    """A step's or workflow's ``retry=``: a :class:`~idemflow.step_retry.StepRetry` or None."""
+    """A step's or workflow's ``retry=``: a :class:`~idemflow.StepRetry` or None."""
     from idemflow.step_retry import StepRetry
 
     if retry is not None and not isinstance(retry, StepRetry):

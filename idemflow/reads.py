@@ -4,7 +4,8 @@ A read is not a step: nothing is memoized and it may see a request half way
 through (after its first step, before its second). Reads are strongly
 consistent on every store.
 
->>> from idemflow import MemoryStore, atomic, run
+>>> from idemflow import atomic, run
+>>> from idemflow.stores import MemoryStore
 >>> store = MemoryStore()
 >>> run(atomic("accounts", "alice", lambda tx: tx.put("balance", 5)), request_id="r", store=store)
 >>> get(store, "accounts", "alice", "balance"), rows(store, "accounts")

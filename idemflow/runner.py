@@ -3,7 +3,8 @@
 These are thin: they name and fingerprint the request, then hand the
 description to one :class:`~idemflow.engine.Execution`, which does the work.
 
->>> from idemflow import MemoryStore, atomic, run, workflow
+>>> from idemflow import atomic, run, workflow
+>>> from idemflow.stores import MemoryStore
 >>> def deposit(amount):
 ...     def body(tx):
 ...         tx.increment("balance", amount)
@@ -193,12 +194,12 @@ def workflow(
     default) ends the request ``failed`` with its steps kept, for an operator
     to retry or abort; ``"compensate"`` runs the compensations of the
     completed steps once and ends it ``aborted``. ``retry`` (a
-    :class:`~idemflow.step_retry.StepRetry`) is how its steps and outside
+    :class:`~idemflow.StepRetry`) is how its steps and outside
     calls that raise are tried again, unless a call names its own: in place
     under ``run``, as delayed continuations under workers (whose default
     retries for a day; see :mod:`idemflow.step_retry`). ``timeout`` is how
     many seconds a submitted request may take: past it a worker ends it as
-    ``on_failure`` says (see :func:`~idemflow.async_worklist.submit`).
+    ``on_failure`` says (see :func:`~idemflow.async_worklist._submission`).
     ``on_abort(reason, *input)`` lets the workflow see that it was undone: it
     is called, after the compensations, with the abort's reason and the
     workflow's input, and the steps it yields (or the ``Idem`` it returns)
@@ -402,7 +403,8 @@ def run_result(
 ) -> Result[R, WorkflowAborted]:
     """Like :func:`run`, with an abort as ``Failure(WorkflowAborted)`` instead of raised.
 
-    >>> from idemflow import MemoryStore, pure
+    >>> from idemflow import pure
+    >>> from idemflow.stores import MemoryStore
     >>> run_result(pure(1), request_id="r", store=MemoryStore())
     <Success: 1>
     """

@@ -8,8 +8,10 @@ one the request is at), at a wait, or at the end. Whatever would write, call
 out, queue or sleep stops the replay instead, so showing a request never
 changes it.
 
->>> from idemflow import MemoryStore, atomic, workflow
->>> from idemflow.async_worklist import MemoryQueue, checkpoint, submit
+>>> from idemflow import atomic, checkpoint, workflow
+>>> from idemflow.client import submit
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow.worker import MemoryQueue
 >>> @workflow("two")
 ... def two(n):
 ...     yield atomic("tablea", "p", lambda tx: tx.increment("n"), name="first")
@@ -30,18 +32,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemflow._drive import STORE_REQUESTS, store_answer
-from idemflow._io import CallOut, Commit, CommitCache, Read, Send, Settle, Sleep, Turn
+from idemflow._adrive import adrive
+from idemflow._drive import STORE_REQUESTS, drive
+from idemflow._io import CallOut, Commit, CommitCache, Read, Send, Settle, Sleep, Steps, Turn
+from idemflow._operator_commands import stored_arguments
+from idemflow.async_worklist._resumption import known_steps
 from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import parse_memo_key
-from idemflow.operations import known_run, stored_arguments
 from idemflow.plan import Checkpointed, Finished, Plan, Suspended
 from idemflow.records import Memo, RunRecord, of_earlier_run
 from idemflow.runner import Workflow, describe_request, execution_steps
 from idemflow.serialization import JSON
-from idemflow.stores.base import Store
+from idemflow.stores.aio import sync_reader, to_async
+from idemflow.stores.base import AsyncStore, Store
 
-__all__ = ["RequestView", "StepView", "show"]
+__all__ = ["RequestView", "StepView", "ashow", "show"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +145,34 @@ def show(
     replay needs it to know where each step keeps its memo. A request ``run`` started
     stores no input, so only its run record is shown.
     """
-    record = known_run(store, workflow, request_id)
+    return drive(_view_steps(store, store, workflows, workflow, request_id), store)
+
+
+async def ashow(
+    store: Store | AsyncStore, workflows: Iterable[Workflow[Any, Any]], workflow: str, request_id: str
+) -> RequestView:
+    """:func:`show`, awaitable: the same replay, its reads awaited.
+
+    >>> import asyncio
+    >>> from idemflow.stores import MemoryStore
+    >>> asyncio.run(ashow(MemoryStore(), [], "two", "r-9"))
+    Traceback (most recent call last):
+    ...
+    idemflow.errors.InvalidInputError: no request 'r-9' of workflow 'two' is known to this store
+    """
+    target = to_async(store)
+    return await adrive(_view_steps(target, sync_reader(target), workflows, workflow, request_id), target)
+
+
+def _view_steps(
+    store: Store | AsyncStore,
+    reader: Store | None,
+    workflows: Iterable[Workflow[Any, Any]],
+    workflow: str,
+    request_id: str,
+) -> Steps[RequestView]:
+    """:func:`show` as a computation whose requests are reads only (both APIs answer them)."""
+    record = yield from known_steps(workflow, request_id)
     if record.status.final:
         return RequestView(workflow, request_id, record)
     held = {flow.version: flow for flow in workflows if flow.name == workflow}
@@ -162,7 +194,7 @@ def show(
         incarnation=record.incarnation,
     )
     steps: list[StepView] = []
-    computation = execution_steps(m, request, request_id, store, None, time.time, plan, (), reader=store)
+    computation = execution_steps(m, request, request_id, store, None, time.time, plan, (), reader=reader)
     waits_for: str | None = None
     execution_at: list[str] = []
     try:
@@ -174,7 +206,7 @@ def show(
                 break
             if type(wanted) not in STORE_REQUESTS:
                 break
-            answer = store_answer(store, wanted)
+            answer = yield wanted
             if isinstance(wanted, Read):
                 _noted(steps, wanted, answer, record.incarnation)
     except Suspended as suspended:

@@ -6,7 +6,8 @@ write: the buffered writes conditioned on the versions read, a version check
 for rows only read, and the step's memo. So a body is serializable without
 locks, and a body whose reads went stale is simply run again.
 
->>> from idemflow import MemoryStore, atomic, run
+>>> from idemflow import atomic, run
+>>> from idemflow.stores import MemoryStore
 >>> def open_account(tx):
 ...     if tx.get("balance") is None:
 ...         tx.put("balance", 100)

@@ -10,8 +10,8 @@ an asynchronous one (``open_async_store``), opened in the app's lifespan.
 of a submitted request and its status URL; what it does not do lives here:
 
 - :class:`Service`: what a sample's service holds (store, queue, signing key,
-  clock, the :class:`~idemflow.asgi.Idempotency` over them); given URLs, it
-  opens them on the loop (:meth:`Service.connect`) and closes them;
+  clock, the :class:`~idemflow.asgi.Idempotency` over them, which opens URLs
+  on the loop in the app's lifespan and closes them);
   :meth:`Service.failure` answers what a method raised: the sample's
   exception for a body of the wrong shape ``422 invalid``, the library's
   errors as :func:`idemflow.asgi.answer` does with the sample's refusal statuses;
@@ -23,7 +23,8 @@ of a submitted request and its status URL; what it does not do lives here:
 - :func:`serve`.
 
 >>> import asyncio
->>> from idemflow import MemoryStore, WorkflowAborted
+>>> from idemflow import WorkflowAborted
+>>> from idemflow.stores import MemoryStore
 >>> service = Service(MemoryStore())
 >>> refused = WorkflowAborted({"code": "too_low", "message": "5 does not beat 7"}, "bid", "k")
 >>> answer_of(service.failure(refused))
@@ -37,8 +38,8 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
@@ -52,8 +53,8 @@ from starlette.routing import BaseRoute, Route
 
 from idemflow import Idem, IdemflowError
 from idemflow.asgi import Idempotency, answer, error
-from idemflow.async_worklist import AsyncQueue, Queue, open_async_queue
-from idemflow.stores import AsyncStore, Store, open_async_store
+from idemflow.stores import AsyncStore, Store
+from idemflow.worker import AsyncQueue, Queue
 
 P = ParamSpec("P")
 S = TypeVar("S", bound="Service")
@@ -100,50 +101,27 @@ class Service:
     ) -> None:
         self.signing_key = signing_key
         self.clock = clock
-        self._given = (store, queue)
-        self._opened: list[AsyncStore | AsyncQueue] = []
-        self._idem: Idempotency | None = None
-        if not isinstance(store, str) and not isinstance(queue, str):
-            self._connect(store, queue)
-
-    def _connect(self, store: Store | AsyncStore, queue: Queue | AsyncQueue | None) -> None:
+        self._given_queue = queue
         self._idem = Idempotency(
             store,
             queue=queue,
-            signing_key=self.signing_key,
+            signing_key=signing_key,
             status_url=self.status_url,
             refusals=self.statuses,
-            clock=self.clock,
+            clock=clock,
         )
 
     async def connect(self) -> None:
-        """Open the store and queue given as URLs, on the running loop (nothing if given as objects)."""
-        if self._idem is not None:
-            return
-        store, queue = self._given
-        if isinstance(store, str):
-            store = open_async_store(store)
-            self._opened.append(store)
-        if isinstance(queue, str):
-            queue = open_async_queue(queue)
-            self._opened.append(queue)
-        self._connect(store, queue)
+        """Open the store and queue given as URLs, on the running loop (:meth:`Idempotency.open`)."""
+        await self._idem.open()
 
     async def disconnect(self) -> None:
         """Close what :meth:`connect` opened (the completion records still being written finish first)."""
-        opened, self._opened = self._opened, []
-        for resource in reversed(opened):
-            await resource.close()
-        if opened:
-            self._idem = None
+        await self._idem.close()
 
     @property
     def idem(self) -> Idempotency:
         """The ``Idempotency-Key`` handling over this service's store and queue."""
-        if self._idem is None:
-            raise RuntimeError(
-                "the service's store is a URL: await service.connect() first (the app's lifespan)"
-            )
         return self._idem
 
     @property
@@ -153,7 +131,12 @@ class Service:
     @property
     def queue(self) -> str | Queue | AsyncQueue | None:
         """The queue of the asynchronous variant (its URL until :meth:`connect`), or None."""
-        return self._given[1] if self._idem is None else self.idem.queue
+        if isinstance(self._given_queue, str):
+            try:
+                return self.idem.queue
+            except RuntimeError:
+                return self._given_queue
+        return self.idem.queue
 
     async def run(self, m: Idem[Any], key: str) -> Any:
         """Await ``m`` under the client's key (a duplicate gets the first answer)."""
@@ -220,13 +203,7 @@ def application(service: Service, routes: Sequence[BaseRoute]) -> Starlette:
     store and queue, what a route raises is answered by :meth:`Service.failure`, and
     ``GET /healthz`` answers 200 once the app is up."""
 
-    @asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await service.connect()
-        try:
-            yield
-        finally:
-            await service.disconnect()
+    lifespan = service.idem.lifespan
 
     async def handle(_request: Request, exc: Exception) -> Response:
         found = service.failure(exc)
@@ -257,7 +234,8 @@ class Direct(Generic[S], AbstractContextManager["Direct[S]"]):
     store and queue opened there) and gives what it answered, or raised, as
     an :class:`Answer`. Thread-safe: the load's users call it at once.
 
-    >>> from idemflow import MemoryStore, atomic, workflow
+    >>> from idemflow import atomic, workflow
+    >>> from idemflow.stores import MemoryStore
     >>> @workflow("count")
     ... def count(_body):
     ...     return (yield atomic("counts", "all", lambda tx: tx.increment("n") or tx.get("n")))

@@ -50,6 +50,10 @@ class AwaitedStore(InlineStore):
     body runs again, stays covered without a server.
     """
 
+    async def tables(self) -> list[str]:
+        """As the SDKs' stores list theirs (``acollect`` asks)."""
+        return self.store.tables()
+
 
 LOOP = LoopThread()
 _TWINS: dict[int, tuple[Store, AsyncStore]] = {}
@@ -119,11 +123,11 @@ def async_queue_twin(queue: Any) -> Any:
 
     kind = type(queue).__name__
     if kind == "SqsQueue":
-        from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+        from idemflow.worker import AsyncSqsQueue
 
         return AsyncSqsQueue.twin_of(queue)
     if kind == "AzureQueue":
-        from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+        from idemflow.worker import AsyncAzureQueue
 
         return AsyncAzureQueue.twin_of(queue)
     return to_async_queue(queue)
@@ -131,11 +135,11 @@ def async_queue_twin(queue: Any) -> Any:
 
 def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any, **options: Any) -> Any:
     """``asubmit`` on the shared loop; the handle it gives is asked through the blocking store."""
-    from idemflow.async_worklist import Pending, asubmit
+    from idemflow.client import AsyncPending, Pending, asubmit
 
     twin, sink = async_twin(store), async_queue_twin(queue)
 
-    async def submitted() -> Pending:
+    async def submitted() -> AsyncPending:
         try:
             return await asubmit(m, request_id=request_id, store=twin, queue=sink, **options)
         finally:
@@ -147,20 +151,20 @@ def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any,
 
 
 def astatus_blocking(store: Store, workflow: str, request_id: str) -> Any:
-    from idemflow.async_worklist import astatus
+    from idemflow.client import astatus
 
     return LOOP.run(astatus(async_twin(store), workflow, request_id))
 
 
 class AsyncWorkerBlocking:
-    """An :class:`~idemflow.async_worklist.AsyncWorker` behind ``Worker``'s blocking methods.
+    """An :class:`~idemflow.worker.AsyncWorker` behind ``Worker``'s blocking methods.
 
     Built from ``Worker``'s arguments; its store and queue are the asynchronous twins of the
     ones given, and its calls run on the shared loop.
     """
 
     def __init__(self, workflows: Any, *, store: Store, queue: Any, **options: Any) -> None:
-        from idemflow.async_worklist import AsyncWorker
+        from idemflow.worker import AsyncWorker
 
         self._queue = async_queue_twin(queue)
         self._own_queue = self._queue is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue")

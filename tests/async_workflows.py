@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from idemflow import Idem, Tx, atomic, workflow
-from idemflow.async_worklist import checkpoint
+from idemflow import Idem, Tx, atomic, checkpoint, workflow
 
 
 def record(tx: Tx, response: dict[str, Any]) -> str:

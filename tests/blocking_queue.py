@@ -15,8 +15,8 @@ import threading
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-from idemflow.async_worklist.queues.aio import AsyncQueue
-from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
+from idemflow.async_worklist.queues.base import Message
+from idemflow.worker import AsyncQueue, DeadLetter, Queue
 
 T = TypeVar("T")
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from idemflow import Idem, Tx, atomic, workflow
-from idemflow.async_worklist import checkpoint
+from idemflow import Idem, Tx, atomic, checkpoint, workflow
 
 
 def debit(order: dict[str, Any]) -> Any:

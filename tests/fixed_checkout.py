@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from idemflow import Idem, atomic, workflow
-from idemflow.async_worklist import checkpoint
+from idemflow import Idem, atomic, checkpoint, workflow
 from tests.checkout_workflows import debit, refund, space_of
 
 

@@ -8,9 +8,17 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, IdempotencyKeyReuseError, InvalidInputError, MemoryStore, WorkflowAborted, atomic
-from idemflow.answer_cache import AnswerCache
-from idemflow.handlers import idempotent, idempotent_function
+from idemflow import (
+    AnswerCache,
+    Idem,
+    IdempotencyKeyReuseError,
+    InvalidInputError,
+    WorkflowAborted,
+    atomic,
+    idempotent,
+    idempotent_function,
+)
+from idemflow.stores import MemoryStore
 
 
 class Clock:

@@ -17,11 +17,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from idemflow import InvalidValueError, MemoryStore, SqliteStore, Tx, atomic, idempotent, workflow
+from idemflow import InvalidValueError, Tx, atomic, checkpoint, idempotent, workflow
 from idemflow.asgi import Idempotency, answer
-from idemflow.async_worklist import SqliteQueue, Worker, checkpoint
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import data_rows
+from idemflow.worker import SqliteQueue, Worker
 from tests.apis import AwaitedStore
 
 
@@ -219,7 +220,7 @@ def test_a_starlette_app_and_a_busy_store_answer_503_with_retry_after() -> None:
 
     app = Starlette(routes=[Route("/orders", place, methods=["POST"])])
     idem.install(app)
-    from idemflow.policy import RetryPolicy
+    from idemflow import RetryPolicy
 
     idem.policy = RetryPolicy(deadline=0.05)
     with TestClient(app) as client:
@@ -311,3 +312,29 @@ def test_in_flight_bounds_the_runs_under_way_and_the_rest_wait_their_turn() -> N
     assert asyncio.run(main(None)) == (6, ["ok"] * 6)  # no bound: all six at once
     with pytest.raises(ValueError, match="in_flight"):
         Idempotency(MemoryStore(), in_flight=0)
+
+
+def test_a_helper_given_urls_opens_them_in_the_apps_lifespan_and_closes_them(tmp_path: Path) -> None:
+    """The lifespan pattern of a FastAPI app on asynchronous clients: made at import time, opened
+    on the server's loop, closed at shutdown; used before, it says what to do."""
+    store_url, queue_url = f"sqlite:{tmp_path / 'store.db'}", f"sqlite:{tmp_path / 'queue.db'}"
+    SqliteStore(tmp_path / "store.db").create_tables("accounts", "orders")
+    idem = Idempotency(store_url, queue=queue_url)
+    with pytest.raises(RuntimeError, match="lifespan"):
+        _ = idem.store
+    app = FastAPI(lifespan=idem.lifespan)
+    idem.install(app)
+
+    @app.post("/pay")
+    async def pay(order: dict[str, Any], key: str = Depends(idem.key)) -> Any:
+        return await idem.submit(checkout(order), request_id=key)
+
+    with TestClient(app) as client:
+        answered = client.post(
+            "/pay", json={"customer": "c", "amount": 5}, headers={"Idempotency-Key": "k-1"}
+        )
+        assert answered.status_code == 202, answered.text
+        assert type(idem.store).__name__ == "ThreadedStore"
+    with pytest.raises(RuntimeError, match="lifespan"):  # closed with the app: opened again by the next
+        _ = idem.queue
+    assert SqliteQueue(tmp_path / "queue.db").approximate_size() == 1

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from idemflow import Store, open_store
-from idemflow.async_worklist import Queue, RequestStatus, open_queue, status, submit
-from idemflow.records import RunStatus
+from idemflow.client import RequestStatus, RunStatus, status, submit
+from idemflow.stores import Store, open_store
+from idemflow.worker import Queue, open_queue
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES, dynamodb_url
 from tests.servers import Azurite, Moto
@@ -182,8 +182,9 @@ def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
 ROOT = Path(__file__).resolve().parents[1]
 DIE_RIGHT_AFTER = """
 import os, sys
-from idemflow import open_store
-from idemflow.async_worklist import MemoryQueue, Worker, submit
+from idemflow.stores import open_store
+from idemflow.client import submit
+from idemflow.worker import MemoryQueue, Worker
 from tests.async_workflows import WORKFLOWS, survey
 
 what, store_url, space = sys.argv[1:]
@@ -207,7 +208,8 @@ os._exit(3)  # not acked
 
 ADIE_RIGHT_AFTER = """
 import asyncio, os, sys
-from idemflow.async_worklist import AsyncWorker, MemoryQueue, asubmit
+from idemflow.client import asubmit
+from idemflow.worker import AsyncWorker, MemoryQueue
 from idemflow.async_worklist.queues.aio import to_async_queue
 from idemflow.stores import open_async_store
 from tests.async_workflows import WORKFLOWS, survey

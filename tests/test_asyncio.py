@@ -24,8 +24,6 @@ from idemflow import (
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidValueError,
-    MemoryStore,
-    SqliteStore,
     Tx,
     WorkflowAborted,
     arun,
@@ -37,10 +35,9 @@ from idemflow import (
     run,
     workflow,
 )
-from idemflow.arunner import arun_status
+from idemflow.client import AsyncPending, RunStatus, astatus
 from idemflow.errors import ConfigurationError
-from idemflow.records import RunStatus
-from idemflow.stores import open_async_store
+from idemflow.stores import MemoryStore, SqliteStore, open_async_store
 from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
 from idemflow.stores.base import CommitOutcome, Op, Store
 from idemflow.testing import data_rows
@@ -236,9 +233,8 @@ def test_errors_are_the_blocking_apis_errors() -> None:
         assert isinstance(await arun_result(pay(9), request_id="p2", store=store), Failure)
         with pytest.raises(InvalidValueError):
             await arun(pay({1, 2}), request_id="p3", store=store)
-        record = await arun_status(store, "pay", "p1")
-        assert record is not None and record.status is RunStatus.COMPLETED
-        assert await arun_status(store, "pay", "never") is None
+        assert (await astatus(store, "pay", "p1")).status is RunStatus.COMPLETED
+        assert (await astatus(store, "pay", "never")).status is RunStatus.UNKNOWN
 
     asyncio.run(main())
     assert all(key != "p3" for _, key, _ in store.scan("idemflowruns"))  # refused before any write
@@ -302,8 +298,10 @@ def test_to_async_adapts_a_blocking_store_once() -> None:
     assert to_async(to_async(store)) is to_async(store)
 
 
-def test_asubmit_answers_at_the_checkpoint_and_aresult_waits_for_the_workers(tmp_path: Path) -> None:
-    from idemflow.async_worklist import SqliteQueue, Worker, astatus, asubmit, checkpoint
+def test_asubmit_answers_at_the_checkpoint_and_its_handle_waits_for_the_workers(tmp_path: Path) -> None:
+    from idemflow import checkpoint
+    from idemflow.client import astatus, asubmit
+    from idemflow.worker import SqliteQueue, Worker
 
     @workflow("vote")
     def vote(ballot: dict[str, str]) -> Generator[Any, Any, str]:
@@ -318,12 +316,11 @@ def test_asubmit_answers_at_the_checkpoint_and_aresult_waits_for_the_workers(tmp
 
     async def main() -> tuple[str, str, str]:
         pending = await asubmit(vote(ballot), request_id="b-1", store=store, queue=queue)
-        before = (await pending.astatus()).value
-        with pytest.raises(InvalidInputError, match="aresult"):
-            pending.result(timeout=0)  # the handle holds the asynchronous store
+        before = (await pending.status()).value
+        assert isinstance(pending, AsyncPending)  # its own handle: mypy refuses a blocking call on it
         worker = Worker([vote], store=store, queue=queue, wait=0.01)
         finished = asyncio.create_task(asyncio.to_thread(worker.run, idle_timeout=0.3))
-        result = await pending.aresult(timeout=30)
+        result = await pending.result(timeout=30)
         await finished
         return before, result, (await astatus(store, "vote", "b-1")).status.value
 
@@ -333,7 +330,8 @@ def test_asubmit_answers_at_the_checkpoint_and_aresult_waits_for_the_workers(tmp
 
 def test_reads_outside_a_workflow_on_the_asynchronous_stores(store: Store) -> None:
     """``aget``, ``arows`` and ``ShardedCounter.aread`` on each store's asynchronous twin."""
-    from idemflow import ShardedCounter, aget, arows
+    from idemflow import ShardedCounter
+    from idemflow.client import aget, arows
     from tests.apis import LOOP, async_twin, close_twins
     from tests.conformance.test_workflow_contract import new_space
 
@@ -364,7 +362,9 @@ def test_reads_outside_a_workflow_on_the_asynchronous_stores(store: Store) -> No
 
 
 def test_an_asyncio_worker_finishes_requests_with_tasks_and_can_run_again(tmp_path: Path) -> None:
-    from idemflow.async_worklist import AsyncWorker, SqliteQueue, checkpoint, submit
+    from idemflow import checkpoint
+    from idemflow.client import submit
+    from idemflow.worker import AsyncWorker, SqliteQueue
 
     @workflow("tally")
     def tally(vote: dict[str, str]) -> Generator[Any, Any, str]:

@@ -15,10 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from idemflow import RunStatus, Store, Tx, WorkflowAborted, atomic, run
-from idemflow.async_worklist import MemoryQueue, Queue, SqliteQueue, Worker, open_queue, status, submit
-from idemflow.compensation import run_result
+from idemflow import Tx, WorkflowAborted, atomic, run, run_result
+from idemflow.client import RunStatus, status, submit
+from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.worker import MemoryQueue, Queue, SqliteQueue, Worker, open_queue
 from samples.auction import api as auction_api
 from samples.auction import cli, closing, load_report, validation, views, workflows
 from samples.auction.api import AuctionService, create_app

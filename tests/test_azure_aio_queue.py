@@ -16,11 +16,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from idemflow.async_worklist.queues.aio import AsyncQueue, is_async_queue, to_async_queue
-from idemflow.async_worklist.queues.azure_queue import AzureQueue
-from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
-from idemflow.async_worklist.queues.base import Queue
+from idemflow.async_worklist.queues.aio import is_async_queue, to_async_queue
 from idemflow.errors import ConfigurationError, InvalidInputError, InvalidNameError, TransientError
+from idemflow.worker import AsyncAzureQueue, AsyncQueue, AzureQueue, Queue
 from tests.blocking_queue import BlockingQueue
 from tests.conformance.test_queue_contract import *  # noqa: F403 - the contract, run on the async queue
 from tests.conformance.test_queue_contract import QueueFactory

@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 
-from idemflow.async_worklist import AsyncWorker, Worker
 from idemflow.async_worklist.messages import Pointer, encode_pointer
-from idemflow.async_worklist.queues import open_async_queue, open_queue
 from idemflow.errors import ConfigurationError, ErrorCode, IdemflowError, InvalidValueError
 from idemflow.serialization import encode
 from idemflow.stores import open_async_store, open_store
 from idemflow.stores.base import Cond, Increment, Put, RowRef
+from idemflow.worker import AsyncWorker, Worker, open_async_queue, open_queue
 from tests.servers import AZURITE_KEY, Azurite, DynamoDBLocal, Moto, moto_server
 from tests.workflows import transfer
 

@@ -22,9 +22,11 @@ from typing import Any
 
 import pytest
 
-from idemflow import MemoryStore, RunStatus, SqliteStore, Store, atomic, get, run
-from idemflow.async_worklist import SqliteQueue, status, submit
+from idemflow import atomic, run
+from idemflow.client import RunStatus, get, status, submit
+from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.testing import FaultyStore
+from idemflow.worker import SqliteQueue
 from samples import chaos
 from samples.auction import workflows as auction
 from samples.survey import workflows as survey
@@ -76,7 +78,7 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
     [paid] = re.findall(r"(?m)^\| payments [^|]+" + r"\| (\d+) " * 7 + r"\|$", summary)  # its 2nd table
     charges, refunds, declined, outages, _late, aborts, owed = map(int, paid)
     assert charges > refunds > 0 and declined > 0 and outages > 0 and aborts > 0 and owed == 0, paid
-    assert time.monotonic() - started < 900  # a runaway guard, not a measurement (a loaded CI machine took 177 s)
+    assert time.monotonic() - started < 900  # a runaway guard, not a measurement (loaded: 177 s)
 
 
 def test_the_summary_table_adds_up(tmp_path: Path) -> None:
@@ -230,7 +232,7 @@ def _coordinated(store: Store) -> Any:
     """A round of :mod:`samples.chaos.coordination_flows` run under ``run`` (nothing wrong yet):
     a nap, a parent whose child completes and one whose child aborts, a receiver with a sender
     and an outside sender of two messages each, sent before it started."""
-    from idemflow.async_worklist.deliver import send_message
+    from idemflow.client import send_message
     from samples.chaos import coordination_flows as flows
 
     plan = flows.Plan(
@@ -302,7 +304,7 @@ def test_the_payment_checks_notice_money_kept_a_refund_twice_and_a_seat_too_many
     """Two bookings run against the provider over HTTP, as the workers call it: one completes, one
     pays and then aborts, sold out, and is refunded. Then the books and the tables are spoiled."""
     from idemflow import WorkflowAborted
-    from idemflow.async_worklist.deliver import send_message
+    from idemflow.client import send_message
     from samples.chaos import payments_checks as checks
     from samples.chaos import payments_flows as flows
     from samples.chaos.payments_provider import Provider

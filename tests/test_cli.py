@@ -14,11 +14,14 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, RetryPolicy, SqliteStore, atomic, run, workflow
-from idemflow.async_worklist import SqliteQueue, checkpoint, status, submit
-from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow import Idem, RetryPolicy, atomic, checkpoint, run, workflow
+from idemflow.admin import RunRecord
+from idemflow.client import RunStatus, status, submit
+from idemflow.records import run_ref
 from idemflow.serialization import JSON, encode
+from idemflow.stores import SqliteStore
 from idemflow.stores.base import Committed, Insert, Put
+from idemflow.worker import SqliteQueue
 from tests.expiries import expiries
 from tests.servers import Moto
 
@@ -72,7 +75,7 @@ def test_tables_create_on_dynamodb(moto: Moto) -> None:
 
 APP = """
 from idemflow import atomic, workflow
-from idemflow.async_worklist import checkpoint
+from idemflow import checkpoint
 
 
 @workflow("greeting")

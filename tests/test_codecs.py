@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemflow import InvalidInputError, InvalidValueError, MemoryStore, atomic, idempotent_function, run
-from idemflow.codecs import register_codec
+from idemflow import InvalidInputError, InvalidValueError, atomic, idempotent_function, register_codec, run
 from idemflow.serialization import decode, encode, fingerprint
+from idemflow.stores import MemoryStore
 from tests.codec_types import Line, Order, Receipt, Tier, an_order
 
 decimals = st.decimals(allow_nan=False, allow_infinity=False)

@@ -18,23 +18,13 @@ from typing import Any
 
 import pytest
 
-from idemflow import (
-    ConflictError,
-    Idem,
-    RetryPolicy,
-    RunStatus,
-    ShardedCounter,
-    Store,
-    Tx,
-    atomic,
-    get,
-    run,
-    workflow,
-)
+from idemflow import ConflictError, Idem, RetryPolicy, ShardedCounter, Tx, atomic, run, workflow
 from idemflow.aggregates import totals
+from idemflow.client import RunStatus, get
 from idemflow.errors import InvalidInputError, TransientError
 from idemflow.policy import resend
 from idemflow.runner import run_status
+from idemflow.stores import Store
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.testing import Fault, FaultyStore
 from idemflow.testing.conflicts import DynamoDBConflicts
@@ -186,7 +176,7 @@ def test_concurrent_adds_to_a_sharded_counter_are_counted_once(store: Store) -> 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(visit, range(48)))
     assert visits.read(store, "tablea", page) == 48
-    from idemflow import rows
+    from idemflow.client import rows
 
     assert totals({key: value for (_p, key), value in rows(store, "tablea", page).items()}) == {"visits": 48}
     assert run(atomic("tablea", page, visits.total), request_id=f"{page}-total", store=store) == 48

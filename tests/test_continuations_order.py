@@ -5,7 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemflow.records import Continuation, RunRecord, RunStatus
+from idemflow.admin import RunRecord
+from idemflow.client import RunStatus
+from idemflow.records import Continuation
 
 continuations = st.builds(Continuation, st.integers(1, 5), st.sampled_from(["a", "b"]))
 

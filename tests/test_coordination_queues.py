@@ -1,7 +1,7 @@
 """Timers, children and messages through real queues and worker threads, in real time.
 
 The conformance suite (``tests/conformance/test_coordination.py``) hands messages to workers
-one by one under a test clock; here a :class:`~idemflow.async_worklist.Worker` consumes a
+one by one under a test clock; here a :class:`~idemflow.worker.Worker` consumes a
 SQLite queue, SQS on moto and Azure Queue on Azurite, with the delays those queues apply
 themselves (whole seconds on SQS and Azure). The sleeps are short; what is asserted is the
 promise (never early, each effect once, the right results), never a duration.
@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from idemflow import SqliteStore, Store, Tx, atomic, now, receive, send, sleep, start, wait, workflow
-from idemflow.async_worklist import AsyncWorker, Queue, SqliteQueue, Worker, astatus, asubmit, status, submit
-from idemflow.records import RunStatus
+from idemflow import Tx, atomic, now, receive, send, sleep, start, wait, workflow
+from idemflow.client import RunStatus, astatus, asubmit, status, submit
+from idemflow.stores import SqliteStore, Store
+from idemflow.worker import AsyncWorker, Queue, SqliteQueue, Worker
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import TEST_TABLES
 
@@ -74,15 +75,15 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[St
     if kind == "sqlite":
         store, queue = SqliteStore(tmp_path / "store.sqlite3"), SqliteQueue(tmp_path / "queue.sqlite3")
     elif kind == "sqs":
-        from idemflow.async_worklist.queues.sqs import SqsQueue
         from idemflow.stores.dynamodb import DynamoDBStore
+        from idemflow.worker import SqsQueue
 
         moto = request.getfixturevalue("moto")
         store = DynamoDBStore(endpoint_url=moto.endpoint, region_name=moto.region, prefix=name)
         queue = SqsQueue(name, endpoint_url=moto.endpoint, region_name=moto.region, visibility_timeout=10)
     else:
-        from idemflow.async_worklist.queues.azure_queue import AzureQueue
         from idemflow.stores.azure_tables import AzureTableStore
+        from idemflow.worker import AzureQueue
 
         conn = request.getfixturevalue("azurite").connection_string
         store = AzureTableStore(connection_string=conn, prefix=name)
@@ -144,14 +145,11 @@ async def afinish(store: Any, queue: Any, space: str, within: float = 60.0) -> A
 
 def asynchronous(store: Store, queue: Queue) -> tuple[Any, Any]:
     """The asyncio twins of a blocking store and queue (SQLite stays blocking, on threads)."""
-    from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
-    from idemflow.async_worklist.queues.sqs import SqsQueue
-    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
     from idemflow.stores.azure_tables import AzureTableStore
     from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
     from idemflow.stores.dynamodb import DynamoDBStore
     from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+    from idemflow.worker import AsyncAzureQueue, AsyncSqsQueue, AzureQueue, SqsQueue
 
     if isinstance(store, DynamoDBStore) and isinstance(queue, SqsQueue):
         return AsyncDynamoDBStore.twin_of(store), AsyncSqsQueue.twin_of(queue)

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, MemoryStore, atomic, run, workflow
+from idemflow import Idem, atomic, run, workflow
+from idemflow.stores import MemoryStore
 
 
 def test_the_engine_logs_each_run_and_step_with_its_fields_at_debug(caplog: pytest.LogCaptureFixture) -> None:
@@ -48,7 +49,9 @@ def _logged_transfer() -> Any:
 
 def test_worker_log_lines_start_with_a_utc_timestamp(caplog: pytest.LogCaptureFixture) -> None:
     """A worker's JSON lines are shipped as they are: each carries its own time, first."""
-    from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, submit
+    from idemflow import checkpoint
+    from idemflow.client import submit
+    from idemflow.worker import MemoryQueue, Worker
 
     @workflow("timed")
     def flow(amount: int) -> Generator[Idem[Any], Any, Any]:

@@ -121,9 +121,7 @@ OLD = [  # (module, old name, the class it now is)
 
 @pytest.mark.parametrize(("module", "old", "new"), OLD)
 def test_an_old_name_or_home_resolves_with_a_deprecation_warning(module: str, old: str, new: str) -> None:
-    with pytest.warns(
-        DeprecationWarning, match=rf"{module}\.{old} is deprecated, use idemflow\.errors\.{new}"
-    ):
+    with pytest.warns(DeprecationWarning, match=rf"{module}\.{old} moved: import {new} from idemflow\b"):
         found = getattr(importlib.import_module(module), old)
     assert found is getattr(errors, new)
 

@@ -19,11 +19,14 @@ from typing import Any
 
 import pytest
 
-from idemflow import RetryPolicy, Store, WorkflowAborted, rows, run
-from idemflow.async_worklist import MemoryQueue, Worker, retry, status
-from idemflow.records import FORMAT, RunStatus
+from idemflow import RetryPolicy, WorkflowAborted, run
+from idemflow.admin import retry
+from idemflow.client import RunStatus, rows, status
+from idemflow.records import FORMAT
 from idemflow.serialization import encode
+from idemflow.stores import Store
 from idemflow.stores.base import Insert, RowRef
+from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.golden.make_golden import golden
 

@@ -15,8 +15,6 @@ from idemflow import (
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidValueError,
-    MemoryStore,
-    SqliteStore,
     Tx,
     atomic,
     idempotent,
@@ -28,6 +26,7 @@ from idemflow.handlers import NAME_LIMIT, _derived_name
 from idemflow.keys import check_workflow_name
 from idemflow.monad import Call
 from idemflow.runner import run_status
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Store
 from idemflow.testing import data_rows
 

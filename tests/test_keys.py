@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemflow import InvalidNameError, MemoryStore, Tx, atomic, run, workflow
+from idemflow import InvalidNameError, Tx, atomic, run, workflow
 from idemflow.keys import (
     check_request_id,
     compensation_tag,
@@ -18,6 +18,7 @@ from idemflow.keys import (
     step_tag,
     user_key,
 )
+from idemflow.stores import MemoryStore
 
 text = st.text(min_size=1, max_size=30)
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,20}", fullmatch=True)

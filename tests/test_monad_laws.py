@@ -16,7 +16,8 @@ from returns.pipeline import flow
 from returns.pointfree import bind as bind_
 from returns.pointfree import map_
 
-from idemflow import Idem, MemoryStore, Tx, atomic, bind, pure, run
+from idemflow import Idem, Tx, atomic, bind, pure, run
+from idemflow.stores import MemoryStore
 from idemflow.testing import data_rows
 
 Fn = Callable[[int], Idem[int]]

@@ -18,10 +18,9 @@ from azure.core.exceptions import ServiceRequestError
 from azure.core.pipeline.transport import RequestsTransport
 from botocore.awsrequest import AWSRequest, AWSResponse
 
-from idemflow import Idem, Tx, atomic, run, workflow
+from idemflow import Idem, RetryPolicy, Tx, atomic, run, workflow
 from idemflow.async_worklist._handling import redelivery_delay
 from idemflow.errors import TransientError
-from idemflow.policy import RetryPolicy
 from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import Increment, Put, RowRef

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from idemflow import InvalidInputError, Store, run
-from idemflow.async_worklist import MemoryQueue, Worker, retry, status, submit
-from idemflow.operations import abort, runs
-from idemflow.records import RunStatus
-from idemflow.step_retry import StepRetry
+from idemflow import InvalidInputError, StepRetry, run
+from idemflow.admin import abort_request as abort
+from idemflow.admin import retry, runs
+from idemflow.client import RunStatus, status, submit
+from idemflow.stores import Store
 from idemflow.stores.base import PagedRuns, RunQuery
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
+from idemflow.worker import MemoryQueue, Worker
 from tests.checkout_workflows import V1, checkout_v1
 from tests.conformance.test_continuations import Clock, balance, deliver_all, order
 from tests.conformance.test_workflow_contract import new_space
@@ -173,8 +174,8 @@ def test_abort_racing_a_worker_ends_one_way_exactly_once(store: Store) -> None:
 
 
 def test_the_cli_lists_retries_and_aborts(tmp_path: Path) -> None:
-    from idemflow import SqliteStore
-    from idemflow.async_worklist import SqliteQueue
+    from idemflow.stores import SqliteStore
+    from idemflow.worker import SqliteQueue
 
     store_url, queue_url = f"sqlite:{tmp_path / 'shop.db'}", f"sqlite:{tmp_path / 'queue.db'}"
     store, queue = SqliteStore(tmp_path / "shop.db"), SqliteQueue(tmp_path / "queue.db")
@@ -201,7 +202,7 @@ def test_the_cli_lists_retries_and_aborts(tmp_path: Path) -> None:
 
 
 def test_worker_log_events_name_the_request(caplog: pytest.LogCaptureFixture) -> None:
-    from idemflow import MemoryStore
+    from idemflow.stores import MemoryStore
 
     store, clock = MemoryStore(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -222,7 +223,7 @@ def test_worker_log_events_name_the_request(caplog: pytest.LogCaptureFixture) ->
 
 
 def test_the_cli_lists_and_redrives_dead_letters(tmp_path: Path) -> None:
-    from idemflow.async_worklist import SqliteQueue
+    from idemflow.worker import SqliteQueue
 
     queue_url = f"sqlite:{tmp_path / 'queue.db'}"
     queue = SqliteQueue(tmp_path / "queue.db")

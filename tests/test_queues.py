@@ -20,16 +20,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemflow.async_worklist.queues import (
-    MemoryQueue,
-    Message,
-    MessageLostError,
-    Queue,
-    SqliteQueue,
-    open_queue,
-)
+from idemflow import MessageLostError
+from idemflow.async_worklist.queues import Message
 from idemflow.async_worklist.queues.base import check_reason, decode_wire, encode_wire
 from idemflow.errors import BackendError, ConfigurationError, InvalidNameError, TransientError
+from idemflow.worker import MemoryQueue, Queue, SqliteQueue, open_queue
 from tests.conformance.test_queue_contract import FakeTime
 from tests.servers import AZURITE_KEY, Azurite, Moto, free_port
 
@@ -82,8 +77,7 @@ def test_memory_forgets_stale_schedule_entries() -> None:
 
 
 def test_every_backend_satisfies_the_protocol(tmp_path: Path) -> None:
-    from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.worker import AzureQueue, SqsQueue
 
     assert isinstance(MemoryQueue(), Queue)
     assert isinstance(SqliteQueue(tmp_path / "q.sqlite3"), Queue)
@@ -101,7 +95,7 @@ def test_every_backend_satisfies_the_protocol(tmp_path: Path) -> None:
 def stale_setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Queue, FakeTime | None]]:
     """A queue with 1 s visibility and the fake clock driving it (None: real time on Azurite)."""
     if request.param == "azure":
-        from idemflow.async_worklist.queues.azure_queue import AzureQueue
+        from idemflow.worker import AzureQueue
 
         azurite: Azurite = request.getfixturevalue("azurite")
         queue: Queue = AzureQueue(_name(), connection_string=azurite.connection_string, visibility_timeout=1)
@@ -249,7 +243,7 @@ def test_sqlite_bad_path_and_name_fail_early(tmp_path: Path) -> None:
 
 
 def test_sqs_missing_queue_without_create_names_the_fix(moto: Moto) -> None:
-    from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.worker import SqsQueue
 
     with pytest.raises(ConfigurationError, match="does not exist; create it"):
         SqsQueue(_name(), endpoint_url=moto.endpoint, region_name=moto.region, create=False)
@@ -259,7 +253,7 @@ def test_sqs_unreachable_endpoint_is_transient() -> None:
     import boto3
     from botocore.config import Config
 
-    from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.worker import SqsQueue
 
     config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=1)
     client = boto3.client(
@@ -277,7 +271,7 @@ def test_sqs_unreachable_endpoint_is_transient() -> None:
 def test_sqs_without_credentials_names_the_fix(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> None:
     import boto3
 
-    from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.worker import SqsQueue
 
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
@@ -292,7 +286,7 @@ def test_sqs_without_credentials_names_the_fix(moto: Moto, monkeypatch: pytest.M
 def test_sqs_names_are_validated_and_the_dead_letter_queue_exists(moto: Moto) -> None:
     import boto3
 
-    from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.worker import SqsQueue
 
     for bad in ("", "has space", "x" * 77, "jobs.fifo"):
         with pytest.raises(InvalidNameError):
@@ -321,7 +315,7 @@ def test_cloud_redrive_leaves_nothing_behind_in_the_dead_letter_queue(
     if kind == "sqs":
         import boto3
 
-        from idemflow.async_worklist.queues.sqs import SqsQueue
+        from idemflow.worker import SqsQueue
 
         moto: Moto = request.getfixturevalue("moto")
         queue = SqsQueue(name, endpoint_url=moto.endpoint, region_name=moto.region, visibility_timeout=60)
@@ -335,7 +329,7 @@ def test_cloud_redrive_leaves_nothing_behind_in_the_dead_letter_queue(
     else:
         from azure.storage.queue import QueueClient
 
-        from idemflow.async_worklist.queues.azure_queue import AzureQueue
+        from idemflow.worker import AzureQueue
 
         conn = request.getfixturevalue("azurite").connection_string
         queue = AzureQueue(name, connection_string=conn, visibility_timeout=60)
@@ -372,7 +366,7 @@ def test_cloud_redrive_leaves_nothing_behind_in_the_dead_letter_queue(
 
 @pytest.mark.parametrize("bad", ["ab", "Jobs", "-jobs", "jobs-", "jo--bs", "jobs_1", "x" * 60, 7])
 def test_azure_queue_names_are_validated(bad: object) -> None:
-    from idemflow.async_worklist.queues.azure_queue import AzureQueue
+    from idemflow.worker import AzureQueue
 
     with pytest.raises(InvalidNameError):
         AzureQueue(bad, connection_string="unused")  # type: ignore[arg-type]
@@ -390,7 +384,7 @@ def test_azure_sends_plain_text_not_base64(azurite: Azurite) -> None:
 
 
 def test_azure_errors_name_the_fix_and_never_the_key(azurite: Azurite) -> None:
-    from idemflow.async_worklist.queues.azure_queue import AzureQueue
+    from idemflow.worker import AzureQueue
 
     conn = azurite.connection_string
     missing = AzureQueue(_name(), connection_string=conn, create=False)
@@ -467,13 +461,11 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- what the optional imports and the cloud queues' errors share ----------------------------------
 
 OPTIONAL = [
-    ("idemflow", "DynamoDBStore", "idemflow.stores.dynamodb", "boto3", "aws"),
-    ("idemflow", "AzureTableStore", "idemflow.stores.azure_tables", "azure.data.tables", "azure"),
     ("idemflow.stores", "DynamoDBStore", "idemflow.stores.dynamodb", "boto3", "aws"),
     ("idemflow.stores", "AzureTableStore", "idemflow.stores.azure_tables", "azure.data.tables", "azure"),
-    ("idemflow.async_worklist", "SqsQueue", "idemflow.async_worklist.queues.sqs", "boto3", "aws"),
+    ("idemflow.worker", "SqsQueue", "idemflow.async_worklist.queues.sqs", "boto3", "aws"),
     (
-        "idemflow.async_worklist",
+        "idemflow.worker",
         "AzureQueue",
         "idemflow.async_worklist.queues.azure_queue",
         "azure.storage.queue",
@@ -509,7 +501,9 @@ def test_every_optional_class_is_loaded_by_the_one_lazy_helper(
         loaded.append(args[:2])
         return real(*args)
 
-    monkeypatch.setattr(package, "load_optional", spy)
+    monkeypatch.setattr(
+        package, "_load_optional" if hasattr(package, "_load_optional") else "load_optional", spy
+    )
     monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setitem(sys.modules, sdk, None)
     with pytest.raises(

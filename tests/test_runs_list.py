@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from idemflow import InvalidInputError, Store
-from idemflow.operations import RunsPage, runs
-from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow import InvalidInputError
+from idemflow.admin import RunRecord, RunsPage, runs
+from idemflow.client import RunStatus
+from idemflow.records import run_ref
 from idemflow.serialization import encode
+from idemflow.stores import Store
 from idemflow.stores.base import Insert, Op
 from tests.conformance.test_workflow_contract import new_space
 

@@ -17,10 +17,8 @@ from idemflow import (
     atomic,
     run,
 )
-from idemflow.async_worklist import (
-    open_queue,
-)
 from idemflow.stores import open_store
+from idemflow.worker import open_queue
 from tests.servers import AZURITE_KEY, Azurite, Moto
 
 # -- secrets --------------------------------------------------------------------------------------
@@ -173,8 +171,8 @@ def test_a_missing_sdk_names_the_extra_not_the_url(
 
 
 def test_azure_with_a_wrong_key_never_shows_it(azurite: Azurite, caplog: pytest.LogCaptureFixture) -> None:
-    from idemflow.async_worklist.queues.azure_queue import AzureQueue
     from idemflow.stores.azure_tables import AzureTableStore
+    from idemflow.worker import AzureQueue
 
     wrong = AZURITE_KEY[:10] + "Zz" + AZURITE_KEY[12:]
     connection_string = azurite.connection_string.replace(AZURITE_KEY, wrong)

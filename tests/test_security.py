@@ -30,30 +30,22 @@ from idemflow import (
     InvalidNameError,
     InvalidValueError,
     LimitExceededError,
-    MemoryStore,
-    SqliteStore,
-    Store,
+    MessageRejectedError,
     Tx,
     atomic,
-    rows,
+    checkpoint,
     run,
     workflow,
 )
-from idemflow.async_worklist import (
-    MemoryQueue,
-    MessageRejectedError,
-    SqliteQueue,
-    Worker,
-    checkpoint,
-    submit,
-)
+from idemflow.admin import RunRecord, collect
 from idemflow.async_worklist.messages import decode_pointer
 from idemflow.async_worklist.queues.base import Message
-from idemflow.gc import collect
+from idemflow.client import RunStatus, rows, submit
 from idemflow.keys import MAX_ID_CHARS, MAX_KEY_CHARS, RUNS_TABLE, memo_key, run_key, step_tag
-from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import run_status
+from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import RowRef
+from idemflow.worker import MemoryQueue, SqliteQueue, Worker
 from tests.async_workflows import survey
 from tests.conftest import make_factory
 from tests.test_secrets import SECRET

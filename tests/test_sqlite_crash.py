@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, SqliteStore, Tx, atomic, run, workflow
+from idemflow import Idem, Tx, atomic, run, workflow
 from idemflow.keys import parse_memo_key
+from idemflow.stores import SqliteStore
 from idemflow.testing import data_rows
 from samples.transfer.demo import Settings, main, run_harness
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from tenacity import Retrying, stop_after_attempt
 
-from idemflow import Idem, RetryPolicy, SqliteStore, atomic, run, workflow
-from idemflow.records import RunStatus
+from idemflow import Idem, RetryPolicy, atomic, run, workflow
+from idemflow.client import RunStatus
 from idemflow.runner import run_status
-from idemflow.stores import _sqlite_sweep
+from idemflow.stores import SqliteStore, _sqlite_sweep
 from idemflow.stores.base import Insert, Put, RowRef, RunQuery
 
 MEMO = '{"id":"atomic a","v":1}'

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from idemflow import MemoryStore, SqliteStore
-from idemflow.gc import expired_stats
+from idemflow.admin import RunRecord, expired_stats
+from idemflow.client import RunStatus
 from idemflow.keys import RUNS_TABLE
-from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.records import run_ref
 from idemflow.serialization import encode
-from idemflow.stores import _sqlite_sweep
+from idemflow.stores import MemoryStore, SqliteStore, _sqlite_sweep
 from idemflow.stores.base import Cond, Insert, Put, RowRef
 
 MEMO = '{"id":"atomic a","v":1}'

@@ -18,18 +18,16 @@ from pathlib import Path
 import pytest
 from botocore.config import Config
 
-from idemflow.async_worklist.queues.aio import AsyncQueue, is_async_queue
+from idemflow.async_worklist.queues.aio import is_async_queue
 from idemflow.async_worklist.queues.base import Message
-from idemflow.async_worklist.queues.sqs import SqsQueue
-from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
 from idemflow.errors import (
     BackendError,
     ConfigurationError,
     InvalidInputError,
     InvalidNameError,
-    MessageLostError,
     TransientError,
 )
+from idemflow.worker import AsyncQueue, AsyncSqsQueue, SqsQueue
 from tests import conformance
 from tests.blocking_queue import BlockingQueue
 from tests.conformance.test_queue_contract import *  # noqa: F403 - the contract, run on this module's queue
@@ -193,6 +191,8 @@ def test_receive_with_wait_returns_empty_on_an_empty_queue_without_blocking_the_
 
 
 def test_extend_of_a_deleted_message_is_lost_and_acks_of_it_are_quiet(moto: Moto) -> None:
+    from idemflow import MessageLostError
+
     queue = _queue(moto)
 
     async def main() -> None:

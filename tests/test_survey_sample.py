@@ -12,10 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
-from idemflow import IdempotencyKeyReuseError, RunStatus, Store, Tx, WorkflowAborted, atomic, run
-from idemflow.async_worklist import MemoryQueue, Worker, status, submit
+from idemflow import IdempotencyKeyReuseError, Tx, WorkflowAborted, atomic, run
+from idemflow.client import RunStatus, status, submit
+from idemflow.stores import Store
 from idemflow.stores.aio import is_async
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.worker import MemoryQueue, Worker
 from samples import _api, _harness
 from samples.survey import api as survey_api
 from samples.survey import cli, reads, validation, workflows

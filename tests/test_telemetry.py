@@ -15,12 +15,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from idemflow import MemoryStore, run
+from idemflow import run
 from idemflow import telemetry as telemetry_module
-from idemflow.async_worklist import MemoryQueue, Worker, submit
-from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.admin import RunRecord
+from idemflow.client import RunStatus, submit
+from idemflow.records import run_ref
 from idemflow.serialization import encode
+from idemflow.stores import MemoryStore
 from idemflow.stores.base import Put, RowRef
+from idemflow.worker import MemoryQueue, Worker
 from tests.checkout_workflows import V1, checkout_v1
 
 EXPORTER = InMemorySpanExporter()

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, MemoryStore, SqliteStore, Store, Tx, atomic, now, rows, run, uuid4, workflow
-from idemflow.async_worklist import checkpoint
+from idemflow import Idem, Tx, atomic, checkpoint, now, run, uuid4, workflow
+from idemflow.client import rows
+from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import Check, Committed, Cond, Conflict, Increment, Insert, Put, RowRef
 from idemflow.testing import (
     CheckReport,
@@ -32,10 +33,9 @@ from idemflow.testing import (
     SimulatedCrash,
     check_workflow,
 )
-from idemflow.testing.plugin import IdemflowCheck
 from idemflow.testing.plugin import (
-    idemflow_check as idemflow_check,
-)  # the fixture, until conftest loads the plugin
+    IdemflowCheck,  # the fixture, until conftest loads the plugin
+)
 from samples.transfer.workflows import open_account, transfer
 from tests.async_workflows import survey
 from tests.conftest import make_factory

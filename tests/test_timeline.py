@@ -7,10 +7,11 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from idemflow import Idem, SqliteStore, StepRetry, Store, atomic, effect, receive, workflow
-from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, submit
-from idemflow.records import RunStatus
-from idemflow.timeline import show
+from idemflow import Idem, StepRetry, atomic, checkpoint, effect, receive, workflow
+from idemflow.admin import show
+from idemflow.client import RunStatus, submit
+from idemflow.stores import SqliteStore, Store
+from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.test_cli import idemflow

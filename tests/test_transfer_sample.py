@@ -16,10 +16,10 @@ import httpx
 import pytest
 from returns.result import Failure, Success
 
-from idemflow import Store, Tx, WorkflowAborted, atomic, run
-from idemflow.async_worklist import MemoryQueue, Worker
-from idemflow.compensation import run_result
+from idemflow import Tx, WorkflowAborted, atomic, run, run_result
+from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.worker import MemoryQueue, Worker
 from samples import _harness
 from samples.transfer import api as transfer_api
 from samples.transfer import checks, cli, workflows

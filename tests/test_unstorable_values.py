@@ -19,20 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from idemflow import (
-    InvalidInputError,
-    InvalidValueError,
-    MemoryStore,
-    SqliteStore,
-    Store,
-    Tx,
-    atomic,
-    run,
-    workflow,
-)
-from idemflow.async_worklist import MemoryQueue, submit
+from idemflow import InvalidInputError, InvalidValueError, Tx, atomic, run, workflow
+from idemflow.client import submit
 from idemflow.serialization import encode, fingerprint
+from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import RowRef
+from idemflow.worker import MemoryQueue
 
 ANY_TEXT = st.text(alphabet=st.characters(codec=None), max_size=6)
 """Any code point, lone surrogates included (hypothesis leaves those out by default)."""
@@ -164,7 +156,7 @@ def test_a_decimal_past_the_int_digit_limit_has_a_fingerprint_by_value() -> None
 def test_a_topic_with_a_lone_surrogate_is_refused_before_anything_is_written() -> None:
     """A topic is part of message row keys and of memo identities, stored as UTF-8."""
     from idemflow import receive, send
-    from idemflow.async_worklist import send_message
+    from idemflow.client import send_message
 
     store = MemoryStore()
     with pytest.raises(InvalidValueError, match="topic"):

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from idemflow import Idem, Store, Tx, atomic, workflow
+from idemflow import Idem, Tx, atomic, workflow
 from idemflow.serialization import JSON
+from idemflow.stores import Store
 from idemflow.testing import data_rows
 from tests.conftest import TEST_TABLES
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from idemflow import Idem, Store, Tx, atomic, run, workflow
+from idemflow import atomic, Idem, run, Tx, workflow
+from idemflow.stores import Store
 from idemflow.testing import CheckReport, check_workflow
 
 ORDERS = [{"id": "o-1", "buyer": "ann", "price": 5}]

@@ -1,88 +1,56 @@
-"""Asynchronous worklist: checkpoints, queues and background workers.
+"""Asynchronous worklist: checkpoints, queues and background workers (the implementation).
 
 The paper's asynchronous variant: a workflow answers its client at a
 ``checkpoint()`` and background agents finish it from a reliable queue. The
 same workflow code runs synchronously under :func:`idemflow.run`, where the
 checkpoint is a no-op; both variants share the one step engine, so they
 leave identical tables.
+
+Its names are public by role since 1.0: ``checkpoint`` in :mod:`idemflow`, submitting and
+status in :mod:`idemflow.client`, workers and queues in :mod:`idemflow.worker`, retry, cancel
+and relay in :mod:`idemflow.admin`. The old names resolve here for one minor release, with a
+:class:`DeprecationWarning` naming the new place.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from idemflow._moved import Moves as _Moves
+from idemflow._moved import resolve as _resolve
 
-from idemflow._lazy import load_optional
-from idemflow.async_worklist.aworker import AsyncWorker
-from idemflow.async_worklist.deliver import asend_message, send_message
-from idemflow.async_worklist.outbox import relay
-from idemflow.async_worklist.queues import (
-    _LAZY,
-    AsyncQueue,
-    DeadLetter,
-    Message,
-    MessageLostError,
-    Queue,
-    ThreadedQueue,
-    open_async_queue,
-    open_queue,
-)
-from idemflow.async_worklist.queues.memory import MemoryQueue
-from idemflow.async_worklist.queues.sqlite import SqliteQueue
-from idemflow.async_worklist.retry import cancel, retry
-from idemflow.async_worklist.submit import (
-    Pending,
-    RequestStatus,
-    astatus,
-    asubmit,
-    checkpoint,
-    status,
-    submit,
-)
-from idemflow.async_worklist.worker import Worker, WorkerStats
-from idemflow.errors import RENAMED, MessageNotDeliveredError, MessageRejectedError, deprecated_error
-
-if TYPE_CHECKING:
-    from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
-    from idemflow.async_worklist.queues.sqs import SqsQueue
-    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
-
-__all__ = [
-    "AsyncAzureQueue",
-    "AsyncQueue",
-    "AsyncSqsQueue",
-    "AsyncWorker",
-    "AzureQueue",
-    "DeadLetter",
-    "MemoryQueue",
-    "Message",
-    "MessageLostError",
-    "MessageNotDeliveredError",
-    "MessageRejectedError",
-    "Pending",
-    "Queue",
-    "RequestStatus",
-    "SqliteQueue",
-    "SqsQueue",
-    "ThreadedQueue",
-    "Worker",
-    "WorkerStats",
-    "asend_message",
-    "astatus",
-    "asubmit",
-    "cancel",
-    "checkpoint",
-    "open_async_queue",
-    "open_queue",
-    "relay",
-    "retry",
-    "send_message",
-    "status",
-    "submit",
-]
+_MOVES: _Moves = {
+    "AsyncAzureQueue": "idemflow.worker",
+    "AsyncQueue": "idemflow.worker",
+    "AsyncSqsQueue": "idemflow.worker",
+    "AsyncWorker": "idemflow.worker",
+    "AzureQueue": "idemflow.worker",
+    "DeadLetter": "idemflow.worker",
+    "MemoryQueue": "idemflow.worker",
+    "Message": "idemflow.worker:QueueMessage",
+    "MessageLostError": "idemflow",
+    "MessageNotDelivered": "idemflow:MessageNotDeliveredError",
+    "MessageRejected": "idemflow:MessageRejectedError",
+    "Pending": "idemflow.client",
+    "Queue": "idemflow.worker",
+    "RequestStatus": "idemflow.client",
+    "SqliteQueue": "idemflow.worker",
+    "SqsQueue": "idemflow.worker",
+    "ThreadedQueue": "idemflow.worker",
+    "Worker": "idemflow.worker",
+    "WorkerStats": "idemflow.worker",
+    "asend_message": "idemflow.client",
+    "astatus": "idemflow.client",
+    "asubmit": "idemflow.client",
+    "cancel": "idemflow.admin",
+    "checkpoint": "idemflow",
+    "open_async_queue": "idemflow.worker",
+    "open_queue": "idemflow.worker",
+    "relay": "idemflow.admin",
+    "retry": "idemflow.admin",
+    "send_message": "idemflow.client",
+    "status": "idemflow.client",
+    "submit": "idemflow.client",
+}
 
 
-def __getattr__(name: str) -> Any:
-    if name in RENAMED:  # MessageRejected, MessageNotDelivered before 1.0
-        return deprecated_error(__name__, name)
-    return load_optional(__name__, name, _LAZY)
+def __getattr__(name: str) -> object:
+    return _resolve(__name__, name, _MOVES)

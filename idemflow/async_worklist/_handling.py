@@ -5,9 +5,9 @@ message (reject, wait for a version, finish on the version it started with,
 retry, fail or compensate after ``max_deliveries``) is written here as the
 engine's computation: it yields store requests and the queue requests
 :class:`~idemflow._io.Settle` (ack, nack, dead-letter the held message) and
-:class:`~idemflow._io.Send`. :class:`~idemflow.async_worklist.worker.Worker`
+:class:`~idemflow._io.Send`. :class:`~idemflow.worker.Worker`
 drives it with a blocking store and queue on threads,
-:class:`~idemflow.async_worklist.aworker.AsyncWorker` awaits it on the loop.
+:class:`~idemflow.async_worklist._asyncio_worker.AsyncWorker` awaits it on the loop.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from tenacity import wait_exponential
 
 from idemflow import telemetry
 from idemflow._io import Send, Settle, Steps
+from idemflow._operator_commands import abort_steps
 from idemflow.async_worklist import _runs
+from idemflow.async_worklist._submission import announcer, hop, resolve_signing_key
 from idemflow.async_worklist.messages import Pointer, decode_pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Message, check_seconds
-from idemflow.async_worklist.submit import announcer, hop, resolve_signing_key
 from idemflow.engine import Plan, Suspended
 from idemflow.errors import (
     CompensationError,
@@ -40,7 +41,6 @@ from idemflow.errors import (
     NonDeterminismError,
     StepFailedError,
 )
-from idemflow.operations import abort_steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff, kept_for
 from idemflow.records import Attempts, Continuation, RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, status_steps

@@ -160,15 +160,15 @@ def mark_failed(
     return drive(failed_steps(workflow, request_id, reason, step, attempts, at, policy), store)
 
 
-def cancel(
-    store: Store, workflow: str, request_id: str, reason: str, policy: RetryPolicy = DEFAULT_POLICY
-) -> bool:
+def cancel_steps(
+    workflow: str, request_id: str, reason: str, policy: RetryPolicy = DEFAULT_POLICY
+) -> Steps[bool]:
     """Mark an unfinished request ``cancelled`` (False if it finished meanwhile)."""
     change = {"status": RunStatus.CANCELLED, "waiting": f"cancelled: {reason}"[:500], "attempts": None}
-    return drive(_replace_running(workflow, request_id, change, policy), store)
+    return (yield from _replace_running(workflow, request_id, change, policy))
 
 
-def reopen(store: Store, workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY) -> bool:
+def reopen_steps(workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY) -> Steps[bool]:
     """Put a ``failed`` or ``cancelled`` request back to ``running`` (its memos are kept: a retry
     resumes it)."""
     change = {
@@ -178,4 +178,4 @@ def reopen(store: Store, workflow: str, request_id: str, policy: RetryPolicy = D
         "waiting": None,
         "attempts": None,
     }
-    return drive(_replace_running(workflow, request_id, change, policy), store)
+    return (yield from _replace_running(workflow, request_id, change, policy))

@@ -14,7 +14,8 @@ have started (``require_started=True``: a mistyped id fails at once). A resend
 under a key already used replays the first send, whatever the receiver did
 since.
 
->>> from idemflow import MemoryStore, receive, run, workflow
+>>> from idemflow import receive, run, workflow
+>>> from idemflow.stores import MemoryStore
 >>> @workflow("mailbox")
 ... def mailbox():
 ...     return (yield receive("greeting", timeout=1))
@@ -33,9 +34,9 @@ from typing import Any
 from idemflow._adrive import adrive
 from idemflow._drive import drive
 from idemflow._io import ReadMany, Steps
+from idemflow.async_worklist._submission import announcer, resolve_signing_key
 from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.async_worklist.submit import announcer, resolve_signing_key
 from idemflow.coordination import send
 from idemflow.engine import Plan
 from idemflow.errors import MessageNotDeliveredError

@@ -4,7 +4,7 @@
 atomic write as its first step where the backend can span partitions), then
 sends a pointer at the checkpoint and deletes the entry off its critical
 path. If the process dies, or the queue is down, between that commit and the
-send, the entry stays, and a relay (every :class:`~idemflow.async_worklist.Worker`
+send, the entry stays, and a relay (every :class:`~idemflow.worker.Worker`
 runs one) sends it once its due time passed. A pointer sent twice is harmless:
 workers replay from the memos.
 
@@ -16,8 +16,8 @@ dropped: where a claim cannot share a commit with its outbox entry (Azure
 Tables) the entry is written first, and a submitter that died between the
 two committed nothing.
 
->>> from idemflow import MemoryStore
->>> from idemflow.async_worklist import MemoryQueue
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow.worker import MemoryQueue
 >>> relay(MemoryStore(), MemoryQueue())
 0
 """
@@ -29,14 +29,17 @@ import time
 from collections.abc import Callable
 
 from idemflow import telemetry
+from idemflow._adrive import adrive
 from idemflow._drive import drive
 from idemflow._io import Commit, Read, Scan, Send, Steps
 from idemflow.async_worklist.messages import Pointer, encode_pointer
+from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_key, outbox_partitions
 from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.records import OutboxEntry, RunRecord, run_ref
-from idemflow.stores.base import Delete, Row, RowRef, Store
+from idemflow.stores.aio import to_async
+from idemflow.stores.base import AsyncStore, Delete, Row, RowRef, Store
 
 log = logging.getLogger("idemflow.relay")
 
@@ -55,6 +58,24 @@ def relay(
 ) -> int:
     """Send every due continuation still in the outbox; the number sent."""
     return drive(relay_steps(signing_key, clock), store, queue)
+
+
+async def arelay(
+    store: Store | AsyncStore,
+    queue: Queue | AsyncQueue,
+    *,
+    signing_key: bytes | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """:func:`relay`, awaitable: the same scan, sends and deletes on the event loop.
+
+    >>> import asyncio
+    >>> from idemflow.stores import MemoryStore
+    >>> from idemflow.worker import MemoryQueue
+    >>> asyncio.run(arelay(MemoryStore(), MemoryQueue()))
+    0
+    """
+    return await adrive(relay_steps(signing_key, clock), to_async(store), to_async_queue(queue))
 
 
 def relay_steps(signing_key: bytes | None, clock: Callable[[], float]) -> Steps[int]:

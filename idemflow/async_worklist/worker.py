@@ -22,8 +22,11 @@ retried with backoff. Malformed, tampered or unknown messages are
 dead-lettered at once with a reason starting ``rejected:``. Every worker
 also runs the outbox relay (:mod:`idemflow.async_worklist.outbox`).
 
->>> from idemflow import MemoryStore, atomic, workflow
->>> from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, submit
+>>> from idemflow import atomic, workflow
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow import checkpoint
+>>> from idemflow.client import submit
+>>> from idemflow.worker import MemoryQueue, Worker
 >>> @workflow("greet")
 ... def greet(name):
 ...     yield checkpoint()

@@ -10,7 +10,8 @@ resumes where it stopped and never repeats one. Every execution of the
 request then ends the same way: :class:`WorkflowAborted` from ``run``, or
 ``Failure(WorkflowAborted)`` from :func:`run_result`.
 
->>> from idemflow import MemoryStore, atomic, workflow
+>>> from idemflow import atomic, workflow
+>>> from idemflow.stores import MemoryStore
 >>> def debit(tx):
 ...     tx.increment("balance", -10)
 >>> def credit_missing(tx):
@@ -27,7 +28,7 @@ request then ends the same way: :class:`WorkflowAborted` from ``run``, or
 
 from __future__ import annotations
 
-from idemflow.arunner import arun_result
+from idemflow._asyncio_runner import arun_result
 from idemflow.errors import CompensationError, WorkflowAborted, deprecated_error
 from idemflow.monad import Abort, Idem
 from idemflow.runner import run_result

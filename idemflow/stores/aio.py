@@ -11,7 +11,8 @@ calls never wait on I/O, so they run on the loop itself (:class:`InlineStore`).
 store is adapted with :func:`to_async` (once per store).
 
 >>> import asyncio
->>> from idemflow import MemoryStore, arun, atomic
+>>> from idemflow import arun, atomic
+>>> from idemflow.stores import MemoryStore
 >>> step = atomic("accounts", "ann", lambda tx: tx.get("n", 0))
 >>> asyncio.run(arun(step, request_id="r", store=MemoryStore()))
 0

@@ -16,7 +16,8 @@
 - The chaos suite over the sample applications (``make chaos``) lives in
   ``samples/chaos/``: it is an application of this kit, not part of it.
 
->>> from idemflow import MemoryStore, atomic, run
+>>> from idemflow import atomic, run
+>>> from idemflow.stores import MemoryStore
 >>> from idemflow.testing import FaultyStore, Fault, SimulatedCrash
 >>> store = FaultyStore(MemoryStore(), lambda point: Fault.CRASH_AFTER if point.index == 0 else None)
 >>> step = atomic("accounts", "a", lambda tx: tx.increment("n"))

@@ -40,7 +40,7 @@ def fast_policy() -> RetryPolicy:
 def snapshot(store: Store, outcome: Outcome) -> Snapshot:
     """The outcome with every data row and every memo / run-record key of ``store``.
 
-    >>> from idemflow import MemoryStore
+    >>> from idemflow.stores import MemoryStore
     >>> snapshot(MemoryStore(), Outcome("completed", None)).rows
     {}
     """

@@ -22,7 +22,7 @@ fresh store from ``store_factory()``:
 - races ``duplicates`` concurrent executions, once cleanly and once with each
   crashing at a different commit;
 - for a ``@workflow`` that reaches ``checkpoint()``: ``submit`` + a
-  :class:`~idemflow.async_worklist.Worker` on a :class:`MemoryQueue`, with a
+  :class:`~idemflow.worker.Worker` on a :class:`MemoryQueue`, with a
   crash at every commit of the whole asynchronous path and a redelivered message.
 
 Each scenario must end with the reference's outcome, data rows and memo keys.
@@ -46,9 +46,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from idemflow.async_worklist import MemoryQueue, Worker, status, submit
+from idemflow.async_worklist._submission import resolve_signing_key
 from idemflow.async_worklist.outbox import DEFAULT_GRACE, relay
-from idemflow.async_worklist.submit import resolve_signing_key
+from idemflow.client import status, submit
 from idemflow.engine import Plan as ExecutionPlan
 from idemflow.errors import ConflictError, TransientError
 from idemflow.monad import Idem
@@ -74,6 +74,7 @@ from idemflow.testing._plans import (
 )
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, Plan, SimulatedCrash
 from idemflow.testing.report import CheckReport, Divergence, Outcome, Snapshot
+from idemflow.worker import MemoryQueue, Worker
 
 DEFAULT_FAULTS = (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER, Fault.CONFLICT)
 """Faults injected at every commit by default."""

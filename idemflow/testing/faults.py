@@ -4,7 +4,9 @@ A :class:`FaultyStore` wraps any real store; its ``plan`` chooses, per store
 call, a :class:`Fault` or nothing. Why a wrapper and not a mock: the wrapped
 store is real, so what a test asserts afterwards is real state.
 
->>> from idemflow import MemoryStore, atomic, rows, run
+>>> from idemflow import atomic, run
+>>> from idemflow.client import rows
+>>> from idemflow.stores import MemoryStore
 >>> store = FaultyStore(MemoryStore(), lambda point: Fault.CONFLICT if point.index == 0 else None)
 >>> def add(tx):
 ...     tx.put("n", tx.get("n", 0) + 1)
@@ -83,7 +85,8 @@ class StoreWrapper:
     """A :class:`~idemflow.stores.base.Store` that hands every call to ``inner``: the base of a
     wrapper that looks at or changes some calls (override them) and passes the rest through.
 
-    >>> from idemflow import MemoryStore, atomic, run
+    >>> from idemflow import atomic, run
+    >>> from idemflow.stores import MemoryStore
     >>> class Commits(StoreWrapper):
     ...     seen = 0
     ...     def commit(self, ops):

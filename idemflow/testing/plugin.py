@@ -13,7 +13,7 @@ then, in a test::
     def test_transfer_survives_crashes(idemflow_check):
         idemflow_check(transfer, [{"src": "a", "dst": "b", "amount": 5}], setup=open_accounts)
 
-The check runs on a fresh :class:`~idemflow.MemoryStore` per scenario, or on
+The check runs on a fresh :class:`~idemflow.stores.MemoryStore` per scenario, or on
 SQLite files with ``pytest --idemflow-store=sqlite``; pass ``store_factory=``
 to use another store (a cloud store against its emulator, say).
 """

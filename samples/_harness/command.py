@@ -15,9 +15,9 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from idemflow import IdemflowError, Store
-from idemflow.async_worklist import AsyncQueue, Queue
-from idemflow.stores import AsyncStore
+from idemflow import IdemflowError
+from idemflow.stores import AsyncStore, Store
+from idemflow.worker import AsyncQueue, Queue
 from samples._api import Direct, Service, serve
 from samples._harness.clients import HttpClient
 from samples._harness.demo import LoadReport, Verdict, open_with

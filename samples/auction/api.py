@@ -88,7 +88,7 @@ class AuctionService(Service):
     answered at the workflow's checkpoint (after the bid is placed) and
     ``idemflow worker samples.auction.workflows:WORKFLOWS`` leads and counts it.
 
-    >>> from idemflow import MemoryStore
+    >>> from idemflow.stores import MemoryStore
     >>> from samples._api import Direct
     >>> service = AuctionService(MemoryStore(), clock=lambda: 1000.0)
     >>> vase = {"id": "vase", "title": "Vase", "seller": "sam", "min_price": 5, "closes_in": 60}

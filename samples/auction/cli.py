@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from idemflow import Store
+from idemflow.stores import Store
 from samples import _harness as harness
 from samples.auction import closing, workflows
 from samples.auction.api import AuctionService, create_app

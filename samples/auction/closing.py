@@ -29,7 +29,7 @@ it is refused ``still_open`` and changes nothing.
 timer's continuation is queued with a delay until the closing time
 (re-delayed in hops of at most 900 s) and whichever worker is up then runs
 it. Its *first* pointer is sent by whoever ran ``register``. The API, given
-a queue, submits ``register`` (:func:`idemflow.async_worklist.submit`; it has
+a queue, submits ``register`` (:func:`idemflow.client.submit`; it has
 no checkpoint, so it runs to its end in the API), and the start step sends
 the pointer as soon as its commit is done, before the client is answered.
 Under :func:`idemflow.run` — an API without a queue, a script, the tests —
@@ -72,9 +72,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NotRequired, TypedDict
 
-from idemflow import Idem, RunStatus, Tx, atomic, now, sleep_until, workflow
-from idemflow.async_worklist import RequestStatus
-from idemflow.compensation import abort
+from idemflow import Idem, Tx, abort, atomic, now, sleep_until, workflow
+from idemflow.client import RequestStatus, RunStatus
 from samples.auction.tables import BIDS, ITEMS, WALLETS, WINNERS, refusal, when, write
 
 Closer = Literal["timer", "client"]

@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from idemflow import Idem, ShardedCounter, Tx, atomic, now, start, uuid4, workflow
-from idemflow.async_worklist import checkpoint
-from idemflow.compensation import abort
+from idemflow import Idem, ShardedCounter, Tx, abort, atomic, checkpoint, now, start, uuid4, workflow
 from samples.auction.closing import auto_close, timer_id
 from samples.auction.tables import BIDS, ITEMS, POPULAR, WALLETS, WINNERS, refusal, when, write
 from samples.auction.validation import BidRequest, Deposit, Invalid, NewItem, parse_bid, parse_item

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow import Store, rows
 from idemflow.aggregates import totals
-from idemflow.async_worklist import status as request_status
+from idemflow.client import rows
+from idemflow.client import status as request_status
+from idemflow.stores import Store
 from samples.auction.closing import (
     Closing,
     Lateness,

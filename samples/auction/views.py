@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from idemflow import Store, arows, rows
 from idemflow.aggregates import totals
-from idemflow.stores import AsyncStore
+from idemflow.client import arows, rows
+from idemflow.stores import AsyncStore, Store
 from samples.auction.tables import ITEMS, POPULAR, WALLETS, WINNERS
 from samples.auction.trading import EVERYONE
 

@@ -21,7 +21,7 @@ below the minimum price are refused with a clear reason, before anything is
 written; then a ``checkpoint()``; (2) mark the leader in ``winners/<item>``
 (only ever upwards, so steps of different bids may finish in any order);
 (3) count it in ``popular``. Under :func:`idemflow.run` the checkpoint does
-nothing; under :func:`idemflow.async_worklist.submit` the bidder is answered
+nothing; under :func:`idemflow.client.submit` the bidder is answered
 once the bid is placed and ``idemflow worker`` processes lead and count it —
 the paper's asynchronous variant, the same workflow. Bids reserve no money:
 as on most auction sites a bid is a promise, paid when the auction closes.
@@ -41,7 +41,8 @@ submits ``register``, so the timer reaches the queue in the API at once;
 under :func:`idemflow.run` a worker's outbox relay sends it (see
 :mod:`samples.auction.closing`, which also says how late a timer may be).
 
->>> from idemflow import MemoryStore, run
+>>> from idemflow import run
+>>> from idemflow.stores import MemoryStore
 >>> store, now_is = MemoryStore(), [100.0]
 >>> def go(m, request_id):  # run with a clock the example sets
 ...     return run(m, request_id=request_id, store=store, clock=lambda: now_is[0])

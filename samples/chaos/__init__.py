@@ -83,7 +83,7 @@ exactly at its end (``--only NAME`` runs those whose names start with NAME):
    for 2-30 s at a time, declines some cards (non-retryable), answers some
    calls later than the timeout and SIGKILLs its caller right at an effect
    boundary now and then; every request submitted 2-3 times, some never
-   confirmed, some aborted by an operator (``idemflow.operations.abort``)
+   confirmed, some aborted by an operator (``idemflow.admin.abort_request``)
    while in flight. Checked while it runs and at the end: every charge in the
    provider's books belongs to a completed request or is refunded exactly
    once (never twice, never a refund of a charge never made), every request

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from idemflow import Workflow, open_store
+from idemflow import Workflow
+from idemflow.stores import open_store
 from idemflow.testing import Fault
 from samples.chaos.faults import IN_PROCESS_FAULTS, DyingStore, random_plan
 
@@ -95,7 +96,7 @@ def _faulty(args: argparse.Namespace, tables: Sequence[str]) -> DyingStore:
 def serve_main(argv: Sequence[str]) -> int:
     """``python -m samples.chaos serve SAMPLE --store URL --queue URL --log PATH --port P``:
     the sample's API (asynchronous) over a faulty store."""
-    from idemflow.async_worklist import open_queue
+    from idemflow.worker import open_queue
     from samples._api import serve
 
     args = _child_parser("serve").parse_args(argv)
@@ -108,7 +109,7 @@ def worker_main(argv: Sequence[str]) -> int:
     """``python -m samples.chaos worker SAMPLE --store URL --queue URL --log PATH --die P
     [--hold 1,2 --version-wait S --relay-every S]``: a worker over a faulty store that now and
     then exits right after a commit."""
-    from idemflow.async_worklist import Worker, open_queue
+    from idemflow.worker import Worker, open_queue
 
     args = _child_parser("worker").parse_args(argv)
     flows, tables = _workflows(args)

@@ -30,10 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemflow import RunStatus, SqliteStore, Store, Workflow
-from idemflow.async_worklist import Queue, open_queue, status, submit
-from idemflow.async_worklist.deliver import send_message
+from idemflow import Workflow
+from idemflow.client import RunStatus, send_message, status, submit
+from idemflow.stores import SqliteStore, Store
 from idemflow.testing import FaultyStore
+from idemflow.worker import Queue, open_queue
 from samples._harness import Crashes, Fleet, Killer
 from samples.chaos import coordination_flows as flows
 from samples.chaos.demos import RoundFiles

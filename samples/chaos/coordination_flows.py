@@ -14,7 +14,8 @@ without its parent, a message taken twice, out of its sender's order, or lost:
 :func:`invariants` is what holds at every instant (the monitor's check), :func:`check_round` what
 holds once every request finished.
 
->>> from idemflow import MemoryStore, run
+>>> from idemflow import run
+>>> from idemflow.stores import MemoryStore
 >>> store = MemoryStore()
 >>> plan = Plan(naps=[("n1", {"id": "n1", "seconds": 0.01})])
 >>> plan.parents.append(("p1", {"id": "p1", "verdict": "abort"}))
@@ -35,11 +36,11 @@ from typing import Any, TypedDict, cast
 from idemflow import (
     ChildAborted,
     Idem,
-    RunStatus,
-    Store,
     Tx,
     Workflow,
+    abort,
     atomic,
+    checkpoint,
     now,
     receive,
     send,
@@ -48,12 +49,12 @@ from idemflow import (
     wait,
 )
 from idemflow import workflow as define
-from idemflow.async_worklist import checkpoint, status
-from idemflow.compensation import abort
+from idemflow.admin import runs
+from idemflow.client import RunStatus, status
 from idemflow.keys import INBOX, RUNS_TABLE, inbox_prefix, parse_inbox_key
-from idemflow.operations import runs
 from idemflow.records import Message
 from idemflow.serialization import JSON
+from idemflow.stores import Store
 from idemflow.testing import data_rows
 
 NAPS, KIN, MAIL = "naps", "kin", "mail"

@@ -68,7 +68,7 @@ class RoundFiles:
         problems: list[str],
     ) -> None:
         """Add the round to ``totals``; dead letters and processes that exited otherwise are anomalies."""
-        from idemflow.async_worklist import open_queue
+        from idemflow.worker import open_queue
 
         queue = open_queue(self.queue)
         dead = [f"dead-lettered: {reason}" for _body, reason in queue.dead_letters()]

@@ -35,10 +35,11 @@ from typing import cast
 
 from returns.result import Failure, Success
 
-from idemflow import SqliteStore, Store, WorkflowAborted, run
-from idemflow.async_worklist import MemoryQueue, Queue, RequestStatus, open_queue, status, submit
-from idemflow.records import RunStatus
+from idemflow import WorkflowAborted, run
+from idemflow.client import RequestStatus, RunStatus, status, submit
+from idemflow.stores import SqliteStore, Store
 from idemflow.testing import FaultyStore, SimulatedCrash
+from idemflow.worker import MemoryQueue, Queue, open_queue
 from samples._harness import Crashes, Fleet
 from samples.chaos.demos import RoundFiles
 from samples.chaos.faults import CLIENT_FAULTS, RETRIED, random_plan

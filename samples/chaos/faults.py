@@ -13,7 +13,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from idemflow import ConflictError, Store, TransientError
+from idemflow import ConflictError, TransientError
+from idemflow.stores import Store
 from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 
@@ -45,7 +46,8 @@ class DyingStore(FaultyStore):
     and, with probability ``die`` per commit, ends the whole process right after the commit applied.
 
     >>> import tempfile
-    >>> from idemflow import MemoryStore, atomic, run
+    >>> from idemflow import atomic, run
+    >>> from idemflow.stores import MemoryStore
     >>> store = DyingStore(MemoryStore(), lambda p: None, 0.0, Path(tempfile.mkdtemp()) / "faults.log")
     >>> run(atomic("tablea", "p", lambda tx: 1), request_id="r", store=store)
     1

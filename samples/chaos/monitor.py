@@ -7,7 +7,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from idemflow import IdemflowError, SqliteStore, Store, open_store
+from idemflow import IdemflowError
+from idemflow.stores import SqliteStore, Store, open_store
 
 
 class Monitor:

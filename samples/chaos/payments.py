@@ -19,7 +19,7 @@ answers and inject transient errors and conflicts, an exit right after some comm
 SQLite store and queue and are also SIGKILLed at random (:class:`~samples._harness.Killer`);
 clients in threads submit 2-3 copies of every request (some racing) and send the confirmations
 (2-3 copies each, one key) through a store that also crashes; a fifth of the requests are never
-confirmed. The operator aborts requests in flight with :func:`idemflow.operations.abort`: some
+confirmed. The operator aborts requests in flight with :func:`idemflow.admin.abort_request`: some
 while they wait for their confirmation, and in a full run also at any moment and while their
 charge is in flight (the provider answers it late and the abort starts as it is recorded).
 
@@ -56,12 +56,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from idemflow import CompensationError, IdemflowError, RunStatus, SqliteStore, Store
-from idemflow.async_worklist import Queue, RequestStatus, status, submit
-from idemflow.async_worklist.deliver import send_message
+from idemflow import CompensationError, IdemflowError
+from idemflow.admin import abort_request as abort
+from idemflow.client import RequestStatus, RunStatus, send_message, status, submit
 from idemflow.errors import MessageNotDeliveredError
-from idemflow.operations import abort
+from idemflow.stores import SqliteStore, Store
 from idemflow.testing import FaultyStore
+from idemflow.worker import Queue
 from samples._harness import Crashes, Fleet, Killer
 from samples.chaos import payments_checks as checks
 from samples.chaos import payments_flows as flows

@@ -17,7 +17,7 @@ deliveries could repeat the call) or ``failed`` naming a compensation whose refu
 which is only an anomaly if the provider was up at the end (``owed`` counts the others); seats and
 meals held equal the completed bookings.
 
->>> from idemflow import MemoryStore
+>>> from idemflow.stores import MemoryStore
 >>> import random
 >>> from samples.chaos.payments_provider import Provider
 >>> provider = Provider(random.Random(1), late_share=0.0)
@@ -33,8 +33,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from idemflow import RunStatus, Store
-from idemflow.async_worklist import RequestStatus, status
+from idemflow.client import RequestStatus, RunStatus, status
+from idemflow.stores import Store
 from samples.chaos.payments_flows import BOOKING, DECLINED_CARD, MEALS, SEATS, Booking, seats_taken
 from samples.chaos.payments_provider import Charged, Ledger, Provider
 

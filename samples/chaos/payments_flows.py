@@ -22,7 +22,7 @@ The timing (the call's timeout, the policy) travels in the request, so the quick
 share one workflow. The refund receives the charge's memoized answer and an idempotency key of its
 own; it names the charge, which is how the provider finds it.
 
->>> from idemflow import MemoryStore
+>>> from idemflow.stores import MemoryStore
 >>> store = MemoryStore()
 >>> seats_taken(store)
 {}
@@ -39,11 +39,11 @@ import urllib.request
 from collections.abc import Callable, Generator
 from typing import Any, TypedDict
 
-from idemflow import Idem, StepRetry, Store, Tx, atomic, effect, receive, rows
+from idemflow import Idem, StepRetry, Tx, abort, atomic, checkpoint, effect, receive
 from idemflow import workflow as define
-from idemflow.async_worklist import checkpoint
-from idemflow.compensation import abort
+from idemflow.client import rows
 from idemflow.serialization import JSON
+from idemflow.stores import Store
 
 SEATS, MEALS = "payseats", "paymeals"
 TABLES = (SEATS, MEALS)

@@ -17,8 +17,9 @@ from typing import Any
 
 from returns.result import Failure, Result, Success
 
-from idemflow import SqliteStore, WorkflowAborted
-from idemflow.async_worklist import Pending
+from idemflow import WorkflowAborted
+from idemflow.client import Pending
+from idemflow.stores import SqliteStore
 from idemflow.testing import FaultyStore
 from samples.chaos.faults import CLIENT_FAULTS, IN_PROCESS_FAULTS, RETRIED, random_plan
 from samples.chaos.monitor import money_holds, watching
@@ -60,9 +61,9 @@ def transfer_faulty(opts: Options, rng: random.Random, round_no: int, totals: To
     after the checkpoint); clients crash before and after commits, everyone loses answers and
     meets transient errors and conflicts. One request in eight is padded past the queue's body
     limit (:func:`~samples.chaos.versions.padded`)."""
-    from idemflow import run
-    from idemflow.async_worklist import MemoryQueue, Worker, submit
-    from idemflow.compensation import run_result
+    from idemflow import run, run_result
+    from idemflow.client import submit
+    from idemflow.worker import MemoryQueue, Worker
     from samples.transfer.demo import Settings, make_requests, make_submissions
     from samples.transfer.workflows import check, ledger, open_account, transfer
 

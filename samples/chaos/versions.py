@@ -8,7 +8,8 @@ so a request run on the other version's code would show: a version 1 request run
 adds a screening nobody claimed on version 2, a version 2 request finished on version 1 code
 answers without ``"version"``.
 
->>> from idemflow import MemoryStore, run
+>>> from idemflow import run
+>>> from idemflow.stores import MemoryStore
 >>> from samples.transfer.workflows import open_account
 >>> store = MemoryStore()
 >>> for name in ("alice", "bob"):
@@ -25,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any
 
-from idemflow import Idem, Store, Tx, Workflow, atomic, uuid4, workflow
-from idemflow.async_worklist import checkpoint
-from idemflow.compensation import abort
+from idemflow import Idem, Tx, Workflow, abort, atomic, checkpoint, uuid4, workflow
+from idemflow.stores import Store
 from idemflow.testing import data_rows
 from samples.transfer import workflows as v1
 from samples.transfer.workflows import ACCOUNTS, TRANSFERS, Receipt, TransferRequest

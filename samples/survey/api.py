@@ -54,7 +54,7 @@ class SurveyService(Service):
     answered at the workflow's checkpoint (after the response is recorded)
     and ``idemflow worker samples.survey.workflows:WORKFLOWS`` counts it.
 
-    >>> from idemflow import MemoryStore
+    >>> from idemflow.stores import MemoryStore
     >>> from samples._api import Direct
     >>> service = SurveyService(MemoryStore())
     >>> lunch = {"id": "s", "title": "T", "questions": [{"id": "q", "text": "?", "options": ["a", "b"]}]}

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from idemflow import Store
+from idemflow.stores import Store
 from samples import _harness as harness
 from samples._api import Answer, Direct
 from samples.survey import workflows

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow import Store, aget, arows, get, rows
 from idemflow.aggregates import totals
-from idemflow.stores import AsyncStore
+from idemflow.client import aget, arows, get, rows
+from idemflow.stores import AsyncStore, Store
 from samples.survey.tables import COUNT, DEFINITION, RESPONSES, SUMMARIES, SURVEYS, Survey, option_key
 from samples.survey.validation import answer_problem
 

@@ -17,7 +17,7 @@ two-step workflow, the steps on different tables and partitions:
    response retrying on DynamoDB and Azure).
 
 Between the two sits a ``checkpoint()``: under :func:`idemflow.run` it is a
-no-op; under :func:`idemflow.async_worklist.submit` the client is answered
+no-op; under :func:`idemflow.client.submit` the client is answered
 after step 1 and a worker finishes step 2. Either way a response submitted
 any number of times, concurrently or after crashes, is counted once — the
 invariant :func:`check` verifies from the tables alone.
@@ -26,7 +26,8 @@ The tables and the shapes of requests and results are in :mod:`samples.survey.ta
 validation in :mod:`samples.survey.validation`, the reads and :func:`check` in
 :mod:`samples.survey.reads`; this module re-exports them.
 
->>> from idemflow import MemoryStore, run
+>>> from idemflow import run
+>>> from idemflow.stores import MemoryStore
 >>> store = MemoryStore()
 >>> run(create_survey({"id": "lunch", "title": "Lunch", "questions": [
 ...     {"id": "main", "text": "Main course?", "options": ["soup", "salad"]}]}),
@@ -46,9 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
-from idemflow import Idem, ShardedCounter, Tx, Workflow, atomic, uuid4, workflow
-from idemflow.async_worklist import checkpoint
-from idemflow.compensation import abort
+from idemflow import Idem, ShardedCounter, Tx, Workflow, abort, atomic, checkpoint, uuid4, workflow
 from samples.survey.reads import Verdict, aresults, asurvey, check, results, summary, survey
 from samples.survey.tables import (
     COUNT,

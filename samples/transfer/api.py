@@ -35,9 +35,9 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from idemflow import Idem, aget
+from idemflow import Idem, WorkflowAborted
 from idemflow.asgi import error
-from idemflow.compensation import WorkflowAborted
+from idemflow.client import aget
 from samples._api import Service, application, get_, post
 from samples.transfer import workflows
 from samples.transfer.workflows import OpenRequest, TransferRequest
@@ -85,7 +85,7 @@ class TransferService(Service):
     ``idemflow worker samples.transfer.workflows:WORKFLOWS`` credits the
     destination (or refunds the debit if there is no such account).
 
-    >>> from idemflow import MemoryStore
+    >>> from idemflow.stores import MemoryStore
     >>> from samples._api import Direct
     >>> bank = TransferService(MemoryStore())
     >>> with Direct(bank) as call:

@@ -14,7 +14,7 @@ from typing import Any
 
 from returns.result import Failure, Success
 
-from idemflow import Store
+from idemflow.stores import Store
 from idemflow.testing import data_rows
 from samples.transfer.tables import ACCOUNTS, TRANSFERS, Outcome, TransferRequest, missing
 
@@ -36,7 +36,7 @@ def refunds(store: Store) -> dict[str, int]:
 def total_money(store: Store, accounts: Iterable[str] | None = None) -> int:
     """Sum of the balances of ``accounts`` (default: every account in the table).
 
-    >>> from idemflow import MemoryStore
+    >>> from idemflow.stores import MemoryStore
     >>> total_money(MemoryStore(), ["alice"])
     0
     """
@@ -88,7 +88,7 @@ def check(
     - ``refunds``: every request that aborted after its debit (missing
       destination) was refunded exactly once, and no other was.
 
-    >>> from idemflow import MemoryStore
+    >>> from idemflow.stores import MemoryStore
     >>> check(MemoryStore(), opening={}, outcomes={}).ok
     True
     """
@@ -200,7 +200,7 @@ def ledger(store: Store) -> Ledger:
     applied twice, a credit or refund applied twice or lost, or an audit row without its effects
     all break the equation of some account.
 
-    >>> from idemflow import MemoryStore
+    >>> from idemflow.stores import MemoryStore
     >>> ledger(MemoryStore()).ok
     True
     """

@@ -6,7 +6,7 @@ steps and nothing that must expire before a retry, duplicated requests,
 racing workers and processes killed mid-commit still leave the tables as if
 every request had run exactly once.
 
-1. Open ``--accounts`` accounts on a fresh :class:`~idemflow.SqliteStore`.
+1. Open ``--accounts`` accounts on a fresh :class:`~idemflow.stores.SqliteStore`.
 2. Make ``--requests`` transfer requests (random accounts and amounts; one in
    twenty to an account that does not exist, so it aborts after its debit and
    the debit is refunded; one in twelve too large, so it aborts at once) and

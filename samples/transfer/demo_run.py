@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from idemflow import SqliteStore, run
+from idemflow import run
+from idemflow.stores import SqliteStore
 from samples.transfer.demo_requests import Settings, account_names, make_requests, make_submissions
 from samples.transfer.demo_workers import drive
 from samples.transfer.workflows import Outcome, TransferRequest, Verdict, check, open_account

@@ -20,8 +20,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 
-from idemflow import ConflictError, IdemflowError, SqliteStore, TransientError
-from idemflow.compensation import run_result
+from idemflow import ConflictError, IdemflowError, TransientError, run_result
+from idemflow.stores import SqliteStore
 from samples.transfer.demo_requests import Settings, Submission
 from samples.transfer.workflows import Outcome, transfer
 

@@ -10,7 +10,7 @@ from typing import TypedDict
 
 from returns.result import Result
 
-from idemflow.compensation import WorkflowAborted
+from idemflow import WorkflowAborted
 
 ACCOUNTS = "accounts"
 """One partition per account: ``balance``, ``opened`` (the opening balance), and ``refunds``
@@ -46,7 +46,7 @@ class Receipt(TypedDict):
 
 
 Outcome = Result[Receipt, WorkflowAborted]
-"""What :func:`idemflow.compensation.run_result` gives for one transfer request."""
+"""What :func:`idemflow.run_result` gives for one transfer request."""
 
 
 def missing(account: str) -> str:

@@ -17,8 +17,9 @@ A transfer is three atomic steps, each on one partition:
 The tables and the shapes of requests and results are in :mod:`samples.transfer.tables`; reading
 and checking the tables, in :mod:`samples.transfer.checks`. This module re-exports both.
 
->>> from idemflow import MemoryStore, run
->>> from idemflow.compensation import run_result
+>>> from idemflow import run
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow import run_result
 >>> store = MemoryStore()
 >>> for name, balance in [("alice", 100), ("bob", 0)]:
 ...     _ = run(open_account({"account": name, "balance": balance}), request_id="open-" + name, store=store)
@@ -30,7 +31,7 @@ and checking the tables, in :mod:`samples.transfer.checks`. This module re-expor
 >>> balances(store), refunds(store)
 ({'alice': 70, 'bob': 30}, {'alice': 1})
 >>> from returns.result import Failure, Success
->>> from idemflow.compensation import WorkflowAborted
+>>> from idemflow import WorkflowAborted
 >>> check(store, opening={"alice": 100, "bob": 0}, outcomes={
 ...     "t-1": ({"src": "alice", "dst": "bob", "amount": 30}, Success(receipt)),
 ...     "t-2": ({"src": "alice", "dst": "carol", "amount": 30},
@@ -44,9 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from idemflow import Idem, Tx, Workflow, atomic, uuid4, workflow
-from idemflow.async_worklist import checkpoint
-from idemflow.compensation import abort
+from idemflow import Idem, Tx, Workflow, abort, atomic, checkpoint, uuid4, workflow
 from samples.transfer.checks import CHECKS, Ledger, Verdict, balances, check, ledger, refunds, total_money
 from samples.transfer.tables import (
     ACCOUNTS,

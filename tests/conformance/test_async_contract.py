@@ -9,15 +9,17 @@ from typing import Any
 import pytest
 from tenacity import Retrying, stop_after_attempt
 
-from idemflow import Idem, Store, atomic, now, run, workflow
-from idemflow.async_worklist import MemoryQueue, Message, RequestStatus, Worker, checkpoint, status, submit
+from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, run, workflow
 from idemflow.async_worklist.messages import Pointer, encode_pointer
-from idemflow.compensation import WorkflowAborted
+from idemflow.client import RequestStatus, RunStatus, status, submit
 from idemflow.keys import MAX_ID_CHARS
 from idemflow.policy import resend
-from idemflow.records import RunStatus, run_ref
+from idemflow.records import run_ref
 from idemflow.runner import run_status
+from idemflow.stores import Store
 from idemflow.stores.base import Committed, Delete
+from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import QueueMessage as Message
 from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of

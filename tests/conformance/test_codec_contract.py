@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, IdempotencyKeyReuseError, Store, Tx, atomic, run, workflow
-from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, status, submit
+from idemflow import Idem, IdempotencyKeyReuseError, Tx, atomic, checkpoint, run, workflow
+from idemflow.client import status, submit
+from idemflow.stores import Store
 from idemflow.testing import FaultyStore, SimulatedCrash
+from idemflow.worker import MemoryQueue, Worker
 from tests.codec_types import Line, Order, Receipt, Tier, an_order
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import before_step, new_space

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from returns.result import Failure, Success
 
-from idemflow import Idem, Store, Tx, atomic, run, workflow
-from idemflow.compensation import CompensationError, WorkflowAborted, abort, run_result
+from idemflow import CompensationError, Idem, Tx, WorkflowAborted, abort, atomic, run, run_result, workflow
+from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of

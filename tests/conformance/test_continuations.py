@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from idemflow import Store, VersionNotHeldError, run
-from idemflow.async_worklist import MemoryQueue, Message, Worker, status, submit
+from idemflow import StepRetry, VersionNotHeldError, run
 from idemflow.async_worklist.messages import Pointer, encode_pointer
+from idemflow.client import RunStatus, status, submit
 from idemflow.errors import (
     BackendError,
     InvalidValueError,
@@ -26,9 +26,10 @@ from idemflow.errors import (
     WorkflowAborted,
 )
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
-from idemflow.records import RunStatus
-from idemflow.step_retry import StepRetry
+from idemflow.stores import Store
 from idemflow.testing import SimulatedCrash
+from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import QueueMessage as Message
 from tests.checkout_workflows import (
     V1,
     V1_AND_V2,

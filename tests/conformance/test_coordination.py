@@ -18,7 +18,7 @@ from idemflow import (
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidValueError,
-    Store,
+    StepRetry,
     Tx,
     WorkflowAborted,
     atomic,
@@ -31,12 +31,12 @@ from idemflow import (
     wait,
     workflow,
 )
-from idemflow.async_worklist import MemoryQueue, Worker, status, submit
-from idemflow.async_worklist.submit import MAX_HOP
+from idemflow.async_worklist._submission import MAX_HOP
+from idemflow.client import RunStatus, status, submit
 from idemflow.keys import INBOX, RUNS_TABLE
-from idemflow.records import RunStatus
-from idemflow.step_retry import StepRetry
+from idemflow.stores import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
+from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all, outbox_rows
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
@@ -70,7 +70,7 @@ def kid(space: str, verdict: str) -> Generator[Any, Any, str]:
         yield atomic("tablea", space + "c", lambda tx: 1 / 0, name="fails")
     yield bump(space, "kid")
     if verdict == "abort":
-        from idemflow.compensation import abort
+        from idemflow import abort
 
         yield abort({"why": "kid said no"})
     return f"kid of {space}"
@@ -209,7 +209,7 @@ def test_a_child_runs_once_with_its_own_status_and_wakes_its_parent(store: Store
 
 @pytest.mark.blocking_api
 def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(store: Store) -> None:
-    from idemflow import operations
+    from idemflow import admin
 
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -221,7 +221,7 @@ def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(sto
     assert status(store, "kid", f"{space}-kid").status is RunStatus.FAILED
     waiting = status(store, "parent", space)
     assert waiting.status is RunStatus.RUNNING and "waiting for 'kid'" in (waiting.waiting or "")
-    operations.abort(store, [kid], "kid", f"{space}-kid", reason="given up", clock=clock)
+    admin.abort_request(store, [kid], "kid", f"{space}-kid", reason="given up", clock=clock)
     clock.now += 60
     assert worker.relay() == 1  # the child's outcome committed a wake-up of its parent
     deliver(worker, queue, clock)
@@ -329,7 +329,7 @@ def send_note(space: str) -> Generator[Any, Any, None]:
 def test_a_message_sent_from_outside_with_one_key_arrives_once_on_both_apis(store: Store) -> None:
     import asyncio
 
-    from idemflow.async_worklist import asend_message, send_message
+    from idemflow.client import asend_message, send_message
 
     space = new_space()
     for _ in range(2):  # a client retrying, on each API: one message per key
@@ -352,7 +352,8 @@ def test_a_message_from_outside_that_no_receive_could_take_is_refused_on_both_ap
     resend under a key already delivered replays quietly even once the receiver finished."""
     import asyncio
 
-    from idemflow.async_worklist import MessageNotDeliveredError, asend_message, send_message
+    from idemflow import MessageNotDeliveredError
+    from idemflow.client import asend_message, send_message
 
     space, refused, nobody = new_space(), new_space(), new_space()
     send_message(store, "inbox", space, "notes", "early", key=f"{space}-k1")

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from tenacity import Retrying
 
-from idemflow import Idem, InvalidInputError, RetryPolicy, Store, effect, idempotent_function, run, workflow
+from idemflow import Idem, InvalidInputError, RetryPolicy, effect, idempotent_function, run, workflow
 from idemflow.keys import RUNS_TABLE
+from idemflow.stores import Store
 
 BOTH_APIS = True
 """Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""

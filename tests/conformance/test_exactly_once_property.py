@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from returns.result import Success
 
-from idemflow import Idem, Store, Tx, atomic, run_result, workflow
+from idemflow import Idem, Tx, atomic, run_result, workflow
+from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.conformance.test_workflow_contract import new_space
 from tests.conftest import StoreFactory

@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Store, atomic, effect, receive, run, send, sleep, workflow
-from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, status, submit
-from idemflow.compensation import abort
+from idemflow import Idem, StepRetry, abort, atomic, checkpoint, effect, receive, run, send, sleep, workflow
+from idemflow.client import RunStatus, status, submit
 from idemflow.errors import CompensationError, EffectTimeoutError, InvalidInputError, WorkflowAborted
-from idemflow.records import RunStatus
-from idemflow.step_retry import StepRetry
+from idemflow.stores import Store
+from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
@@ -277,7 +276,7 @@ def test_on_failure_compensate_refunds_through_a_refund_outage(store: Store) -> 
 
 @pytest.mark.blocking_api
 def test_an_operators_abort_refunds_a_waiting_booking(store: Store) -> None:
-    from idemflow import operations
+    from idemflow import admin
 
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -287,11 +286,11 @@ def test_an_operators_abort_refunds_a_waiting_booking(store: Store) -> None:
     assert status(store, "booking", space).status is RunStatus.RUNNING and pay.kept() == 40
     pay.refunds_down = 1
     with pytest.raises(CompensationError):  # the refund failed: the record says so, never aborted
-        operations.abort(store, [book], "booking", space, reason="operator", clock=clock)
+        admin.abort_request(store, [book], "booking", space, reason="operator", clock=clock)
     failed = status(store, "booking", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
     assert "compensate effect charge" in failed.failure.reason
-    record = operations.abort(store, [book], "booking", space, reason="operator", clock=clock)
+    record = admin.abort_request(store, [book], "booking", space, reason="operator", clock=clock)
     assert record.status is RunStatus.ABORTED and pay.kept() == 0 and len(pay.refunds) == 1
     assert rows_of(store, space) == {("tablea", "seats", "held"): 0}
 
@@ -299,8 +298,8 @@ def test_an_operators_abort_refunds_a_waiting_booking(store: Store) -> None:
 def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store) -> None:
     """Under a policy that retries for an hour, an operator's abort gives the undo back after its
     wait: the request ends failed naming it, and a retry lets workers finish the refund."""
-    from idemflow import operations
-    from idemflow.async_worklist import retry as retry_request
+    from idemflow import admin
+    from idemflow.admin import retry as retry_request
 
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -311,7 +310,7 @@ def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store)
     pay.refunds_down = 10**6
     started = time.monotonic()
     with pytest.raises(CompensationError):
-        operations.abort(store, [book], "booking", space, reason="operator", clock=clock, wait=5)
+        admin.abort_request(store, [book], "booking", space, reason="operator", clock=clock, wait=5)
     assert time.monotonic() - started < 60  # not the policy's hour between attempts
     failed = status(store, "booking", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
@@ -326,10 +325,11 @@ def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store)
 @pytest.mark.blocking_api
 @pytest.mark.parametrize("wait", [-1, float("nan"), "30"])
 def test_an_abort_wait_that_is_not_seconds_is_refused(wait: Any) -> None:
-    from idemflow import MemoryStore, operations
+    from idemflow import admin
+    from idemflow.stores import MemoryStore
 
     with pytest.raises(InvalidInputError, match="abort wait"):
-        operations.abort(MemoryStore(), [], "booking", "r-1", reason="operator", wait=wait)
+        admin.abort_request(MemoryStore(), [], "booking", "r-1", reason="operator", wait=wait)
 
 
 @pytest.mark.blocking_api
@@ -400,7 +400,7 @@ def test_copies_of_a_submit_cost_the_workers_one_execution(store: Store) -> None
 def test_an_abort_that_lands_while_the_charge_is_in_flight_refunds_it(store: Store) -> None:
     """The operator aborts while a worker's charge is on its way: the charge goes through after
     the abort memo was written. Whoever compensates refunds it by its key, exactly once."""
-    from idemflow import operations
+    from idemflow import admin
 
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -423,7 +423,9 @@ def test_an_abort_that_lands_while_the_charge_is_in_flight_refunds_it(store: Sto
     running = threading.Thread(target=worker.handle, args=(message,))
     running.start()
     assert in_flight.wait(10)
-    record = operations.abort(store, [in_flight_booking], "in-flight", space, reason="operator", clock=clock)
+    record = admin.abort_request(
+        store, [in_flight_booking], "in-flight", space, reason="operator", clock=clock
+    )
     assert record.status is RunStatus.ABORTED
     release_call.set()  # the charge goes through now, after the abort
     running.join(10)

@@ -20,8 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemflow.async_worklist.queues import DeadLetter, MemoryQueue, Message, Queue, SqliteQueue
+from idemflow.async_worklist.queues import Message
 from idemflow.errors import InvalidInputError, LimitExceededError
+from idemflow.worker import DeadLetter, MemoryQueue, Queue, SqliteQueue
 
 QUEUE_KINDS = ("memory", "sqlite", "sqs", "azure")
 CLOUD_VT = 1
@@ -132,14 +133,14 @@ def queue_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Qu
             path, name=name, visibility_timeout=vt, clock=clock.time, sleep=clock.sleep
         )
     elif kind == "sqs":
-        from idemflow.async_worklist.queues.sqs import SqsQueue
+        from idemflow.worker import SqsQueue
 
         moto = request.getfixturevalue("moto")
         build = lambda name, vt: SqsQueue(  # noqa: E731
             name, endpoint_url=moto.endpoint, region_name=moto.region, visibility_timeout=vt
         )
     else:
-        from idemflow.async_worklist.queues.azure_queue import AzureQueue
+        from idemflow.worker import AzureQueue
 
         conn = request.getfixturevalue("azurite").connection_string
         build = lambda name, vt: AzureQueue(name, connection_string=conn, visibility_timeout=vt)  # noqa: E731

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Store, atomic, effect, receive, run, start, wait, workflow
-from idemflow.async_worklist import MemoryQueue, Worker, cancel, checkpoint, retry, status, submit
-from idemflow.compensation import abort
+from idemflow import Idem, abort, atomic, checkpoint, effect, receive, run, start, wait, workflow
+from idemflow.admin import cancel, retry
+from idemflow.client import RunStatus, status, submit
 from idemflow.errors import InvalidInputError, WorkflowAborted
-from idemflow.records import RunStatus
+from idemflow.stores import Store
+from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_outside_calls import Payments, hold, release
 from tests.conformance.test_workflow_contract import new_space
@@ -156,7 +157,7 @@ def test_under_run_an_aborting_parent_aborts_its_unfinished_child(store: Store) 
 
 def test_a_workflow_sees_its_abort_and_its_clean_up_runs_once(store: Store) -> None:
     """``on_abort`` steps run after the compensations, once, whoever undoes the request."""
-    from idemflow import operations
+    from idemflow import admin
 
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -176,7 +177,7 @@ def test_a_workflow_sees_its_abort_and_its_clean_up_runs_once(store: Store) -> N
     submit(mailing({"space": space}), request_id=space, store=store, queue=queue, clock=clock)
     Worker([mailing], store=store, queue=queue, clock=clock).handle(queue.receive()[0])
     for _ in range(2):  # the operator aborts twice: one refund, one e-mail
-        record = operations.abort(store, [mailing], "mailing", space, reason="no show", clock=clock)
+        record = admin.abort_request(store, [mailing], "mailing", space, reason="no show", clock=clock)
         assert record.status is RunStatus.ABORTED
     assert mails == [f"booking {space} cancelled: no show"] and pay.kept() == 0
     assert rows_of(store, space) == {("tablea", "log", "cancellations"): 1}

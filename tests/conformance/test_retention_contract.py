@@ -15,16 +15,18 @@ from typing import Any
 
 import pytest
 
-from idemflow import RetryPolicy, Store, Tx, atomic, send, sleep, start, wait, workflow
-from idemflow.async_worklist import MemoryQueue, Worker, cancel, checkpoint, retry, status, submit
-from idemflow.async_worklist.deliver import send_message
+from idemflow import RetryPolicy, Tx, atomic, checkpoint, send, sleep, start, wait, workflow
+from idemflow.admin import RunRecord, cancel, retry
+from idemflow.admin import abort_request as abort
+from idemflow.client import RunStatus, send_message, status, submit
 from idemflow.errors import InvalidInputError
 from idemflow.keys import RUNS_TABLE
-from idemflow.operations import abort
 from idemflow.policy import resend
-from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.records import run_ref
 from idemflow.serialization import encode
+from idemflow.stores import Store
 from idemflow.stores.base import Committed, Put
+from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.expiries import expiries

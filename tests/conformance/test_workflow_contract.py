@@ -22,7 +22,6 @@ from idemflow import (
     LimitExceededError,
     NonDeterminismError,
     RetryPolicy,
-    Store,
     Tx,
     WorkflowAborted,
     atomic,
@@ -35,8 +34,9 @@ from idemflow import (
     uuid4,
     workflow,
 )
-from idemflow.records import RunStatus
+from idemflow.client import RunStatus
 from idemflow.runner import run_status
+from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.workflows import rows_of, setup_accounts, transfer
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from idemflow import RetryPolicy
 from idemflow._compensator import Compensator
 from idemflow._coordinator import Coordinator, RunChild
 from idemflow._cursor import Cursor
@@ -28,7 +29,6 @@ from idemflow._store_calls import StoreCalls
 from idemflow._trampoline import trampoline
 from idemflow.keys import memo_prefix
 from idemflow.plan import Plan
-from idemflow.policy import RetryPolicy
 from idemflow.records import run_ref
 from idemflow.serialization import JSON
 from idemflow.stores.base import (

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from idemflow import Tx
 from idemflow._compensator import Done
 from idemflow.errors import CompensationError
 from idemflow.monad import Atomic, Effect
 from idemflow.plan import Plan
 from idemflow.stores.base import RowRef
-from idemflow.tx import Tx
 from tests.engine.rows import Parts, Rows, given
 
 

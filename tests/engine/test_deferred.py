@@ -6,8 +6,10 @@ import pytest
 
 from idemflow._deferred import Pending, Restart
 from idemflow._io import Commit
+from idemflow.admin import RunRecord
+from idemflow.client import RunStatus
 from idemflow.errors import TransientError
-from idemflow.records import RunRecord, RunStatus, run_ref
+from idemflow.records import run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef
 from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, atomic
+from idemflow import Idem, Tx, atomic
+from idemflow.admin import RunRecord
+from idemflow.client import RunStatus
 from idemflow.engine import Execution
 from idemflow.monad import Call
-from idemflow.records import RunRecord, RunStatus, run_ref
-from idemflow.tx import Tx
+from idemflow.records import run_ref
 from tests.engine.rows import CROSS, Rows
 
 

@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, atomic, now, pure, uuid4
+from idemflow import Idem, Tx, atomic, now, pure, uuid4
 from idemflow._memos import AbortWorkflow
 from idemflow.errors import InvalidInputError
 from idemflow.monad import Call, Checkpoint
 from idemflow.plan import AtCheckpoint, Checkpointed, Plan
-from idemflow.tx import Tx
 from tests.engine.rows import Parts, Rows, given
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from idemflow import Tx
 from idemflow._memos import AbortWorkflow
+from idemflow.admin import RunRecord
+from idemflow.client import RunStatus
 from idemflow.errors import NonDeterminismError
 from idemflow.plan import Plan
-from idemflow.records import Memo, RunRecord, RunStatus, run_ref
+from idemflow.records import Memo, run_ref
 from idemflow.stores.base import Delete, Row, RowRef
-from idemflow.tx import Tx
 from tests.engine.rows import Parts, Rows, given
 
 RUN = run_ref("wf", "r1")

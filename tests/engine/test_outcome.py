@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from idemflow._deferred import Pending
+from idemflow.admin import RunRecord
+from idemflow.client import RunStatus
 from idemflow.plan import Plan
-from idemflow.records import RunRecord, RunStatus, outbox_ref, run_ref
+from idemflow.records import outbox_ref, run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef
 from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
 

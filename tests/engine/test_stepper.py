@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from idemflow import Tx
 from idemflow._deferred import Pending
 from idemflow._io import CallOut
 from idemflow._memos import AbortWorkflow
@@ -14,7 +15,6 @@ from idemflow.keys import data_key
 from idemflow.plan import AtCheckpoint, Plan
 from idemflow.records import MEMO_AT, RUN_AT, Memo, run_ref
 from idemflow.stores.base import Check, Increment, Insert, Put, RowRef
-from idemflow.tx import Tx
 from tests.engine.rows import Parts, Rows, given
 
 ROW = RowRef("items", "p1", data_key("n"))

@@ -13,8 +13,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from idemflow import MemoryStore, atomic, receive, send, sleep, start, wait, workflow
-from idemflow.async_worklist import MemoryQueue, submit
+from idemflow import atomic, receive, send, sleep, start, wait, workflow
+from idemflow.client import submit
+from idemflow.stores import MemoryStore
+from idemflow.worker import MemoryQueue
 from tests.golden.make_golden import write_golden
 
 NOW = 1_800_000_000.0

@@ -12,9 +12,10 @@ import json
 import sys
 from typing import Any
 
-from idemflow import MemoryStore, atomic, run, workflow
-from idemflow.async_worklist import MemoryQueue, checkpoint, submit
-from idemflow.compensation import WorkflowAborted, abort
+from idemflow import WorkflowAborted, abort, atomic, checkpoint, run, workflow
+from idemflow.client import submit
+from idemflow.stores import MemoryStore
+from idemflow.worker import MemoryQueue
 
 
 def debit(amount: int) -> Any:

@@ -13,8 +13,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from idemflow import MemoryStore, RetryPolicy, atomic, workflow
-from idemflow.async_worklist import MemoryQueue, cancel, checkpoint, submit
+from idemflow import RetryPolicy, atomic, checkpoint, workflow
+from idemflow.admin import cancel
+from idemflow.client import submit
+from idemflow.stores import MemoryStore
+from idemflow.worker import MemoryQueue
 from tests.golden.make_golden import write_golden
 
 NOW = 1_800_000_000.0

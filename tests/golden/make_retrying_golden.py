@@ -15,10 +15,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from idemflow import MemoryStore, atomic, effect, workflow
-from idemflow.async_worklist import MemoryQueue, Worker, cancel, checkpoint, submit
-from idemflow.compensation import abort
-from idemflow.step_retry import StepRetry
+from idemflow import StepRetry, abort, atomic, checkpoint, effect, workflow
+from idemflow.admin import cancel
+from idemflow.client import submit
+from idemflow.stores import MemoryStore
+from idemflow.worker import MemoryQueue, Worker
 from tests.golden.make_golden import write_golden
 
 NOW = 1_800_000_000.0

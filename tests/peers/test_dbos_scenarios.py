@@ -21,17 +21,16 @@ import pytest
 
 from idemflow import (
     InvalidValueError,
-    MemoryStore,
     NonDeterminismError,
     RequestFailedError,
-    RunStatus,
-    SqliteStore,
+    StepRetry,
     Tx,
     WorkflowAborted,
+    admin,
     arun,
     atomic,
+    checkpoint,
     effect,
-    operations,
     receive,
     run,
     sleep,
@@ -39,11 +38,13 @@ from idemflow import (
     wait,
     workflow,
 )
-from idemflow.async_worklist import MemoryQueue, Worker, checkpoint, retry, send_message, status, submit
+from idemflow.admin import retry
 from idemflow.cli import main as idemflow_cli
-from idemflow.step_retry import StepRetry
+from idemflow.client import RunStatus, send_message, status, submit
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash, data_rows
+from idemflow.worker import MemoryQueue, Worker
 
 MISSING = "idemflow has no {} (not planned yet)"
 
@@ -378,8 +379,8 @@ def test_workflows_are_listed_by_status(store: Store) -> None:
     queue = MemoryQueue()
     run(background("d"), request_id="l-1", store=store)
     submit(background("e"), request_id="l-2", store=store, queue=queue)
-    done = operations.runs(store, workflow="background", status=RunStatus.COMPLETED).runs
-    running = operations.runs(store, workflow="background", status=RunStatus.RUNNING).runs
+    done = admin.runs(store, workflow="background", status=RunStatus.COMPLETED).runs
+    running = admin.runs(store, workflow="background", status=RunStatus.RUNNING).runs
     assert [r.request_id for r in done] == ["l-1"]
     assert [r.request_id for r in running] == ["l-2"]
 
@@ -403,7 +404,7 @@ def test_a_cancelled_workflow_is_undone_and_its_handle_raises(store: Store) -> N
         return "reserved"
 
     pending = submit(reserve("f"), request_id="x-1", store=store, queue=queue)
-    operations.abort(store, [reserve], "reserve", "x-1", reason="cancelled")
+    admin.abort_request(store, [reserve], "reserve", "x-1", reason="cancelled")
     worker(store, queue, reserve).run(idle_timeout=0.2)  # the queued continuation is a no-op now
     with pytest.raises(WorkflowAborted, match="cancelled"):
         pending.result(timeout=5)
@@ -519,7 +520,7 @@ def test_a_child_workflow_is_a_request_of_its_own(store: Store) -> None:
         return str((yield wait(started)))
 
     assert run(parent("x"), request_id="p-1", store=store) == "test_child"
-    assert sorted(r.workflow for r in operations.runs(store).runs) == ["child", "parent"]
+    assert sorted(r.workflow for r in admin.runs(store).runs) == ["child", "parent"]
     assert status(store, "child", "x-child").status is RunStatus.COMPLETED
 
 
@@ -621,7 +622,7 @@ def test_a_finished_workflow_is_forked_from_a_step(store: Store) -> None:
         yield atomic("accounts", "b", counted(ran, "two"))
 
     run(forkable("x"), request_id="fk-1", store=store)
-    fork = getattr(operations, "fork")  # noqa: B009
+    fork = getattr(admin, "fork")  # noqa: B009
     fork(store, [forkable], "forkable", "fk-1", start_step=2, new_request_id="fk-2")
     assert ran == ["one", "two", "two"]
 

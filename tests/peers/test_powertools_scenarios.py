@@ -24,14 +24,13 @@ from idemflow import (
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidValueError,
-    MemoryStore,
-    SqliteStore,
     Tx,
     atomic,
     idempotent,
     idempotent_function,
 )
 from idemflow.cli import main as idemflow_cli
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash, data_rows
 from tests.servers import Moto

@@ -2,14 +2,17 @@
 
 ``submit`` runs a workflow in the caller up to its first ``checkpoint()``,
 durably enqueues the rest as a continuation message and returns at once;
-background :class:`~idemflow.async_worklist.worker.Worker` processes finish
+background :class:`~idemflow.worker.Worker` processes finish
 it. The same workflow code runs under :func:`idemflow.run`, where the
 checkpoint is a no-op. Submitting the same request again is harmless and
 cheap: a copy of a request already submitted answers from its run record and
 enqueues nothing, so the workers run it once however many copies arrive.
 
->>> from idemflow import MemoryStore, atomic, workflow
->>> from idemflow.async_worklist import MemoryQueue, checkpoint, submit
+>>> from idemflow import atomic, workflow
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow import checkpoint
+>>> from idemflow.client import submit
+>>> from idemflow.worker import MemoryQueue
 >>> @workflow("vote")
 ... def vote(ballot):
 ...     yield atomic("tablea", ballot["poll"], lambda tx: tx.put(ballot["voter"], ballot["choice"]))
@@ -29,6 +32,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,9 +41,9 @@ from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
 
 from idemflow import telemetry
 from idemflow._adrive import adrive
+from idemflow._asyncio_runner import arun_status
 from idemflow._drive import drive
 from idemflow._io import CommitCache, Read, Send, Sleep, Steps
-from idemflow.arunner import arun_status
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
@@ -68,7 +72,7 @@ from idemflow.records import (
 )
 from idemflow.runner import Request, describe_request, execution_steps, run_status
 from idemflow.serialization import JSON
-from idemflow.stores.aio import is_async, sync_reader, to_async
+from idemflow.stores.aio import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Delete, Store
 from idemflow.tx import Reader
 
@@ -135,85 +139,31 @@ def _not_yet(answer: Any) -> bool:
     return answer is _NOT_YET
 
 
-class Pending:
-    """A handle on a submitted request.
+class _Handle:
+    """What both handles share: the request they stand for and its outcome once known.
 
     ``outcome`` is the final :class:`RequestStatus` when it is known without
     asking the store: ``submit`` saw the request finish (it completed or
     aborted before any checkpoint, or was a duplicate of a finished request),
-    or this handle already read a final status. ``sleep`` and ``clock``
-    (monotonic seconds) pace :meth:`result`'s polling; :meth:`aresult` waits
-    with ``asyncio.sleep``. A handle from :func:`asubmit` holds an
-    asynchronous store: ask it with :meth:`aresult` and :meth:`astatus`.
+    or this handle already read a final status.
     """
 
     def __init__(
         self,
-        store: Store | AsyncStore,
         workflow: str,
         request_id: str,
-        *,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        outcome: RequestStatus | None = None,
+        outcome: RequestStatus | None,
+        clock: Callable[[], float],
     ) -> None:
-        self.store = store
         self.workflow = workflow
         self.request_id = request_id
         self.outcome = outcome
-        self._sleep = sleep
         self._clock = clock
-
-    def _blocking(self) -> Store:
-        if is_async(self.store) or not isinstance(self.store, Store):
-            raise InvalidInputError(
-                f"request {self.request_id!r} was submitted on an asynchronous store: "
-                "await pending.aresult() or pending.astatus()"
-            )
-        return self.store
-
-    def _current(self) -> RequestStatus:
-        if self.outcome is None:
-            return self._seen(status(self._blocking(), self.workflow, self.request_id))
-        return self.outcome
-
-    async def _acurrent(self) -> RequestStatus:
-        if self.outcome is None:
-            return self._seen(await astatus(self.store, self.workflow, self.request_id))
-        return self.outcome
 
     def _seen(self, current: RequestStatus) -> RequestStatus:
         if current.status.final:
             self.outcome = current  # final: it never changes again
         return current
-
-    def status(self) -> RunStatus:
-        """``unknown | running | completed | aborted | failed``."""
-        return self._current().status
-
-    async def astatus(self) -> RunStatus:
-        """:meth:`status`, awaitable."""
-        return (await self._acurrent()).status
-
-    def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
-        """Wait for the workers to finish; the result, or :class:`WorkflowAborted`.
-
-        Raises :class:`~idemflow.errors.RequestFailedError` for a request that
-        ended ``failed`` and :class:`TimeoutError` if not finished within
-        ``timeout`` seconds.
-        """
-        deadline = None if timeout is None else self._clock() + timeout
-        polling = Retrying(sleep=self._sleep, wait=wait_fixed(poll), retry=retry_if_result(_not_yet))
-        return polling(lambda: self._answer(self._current(), deadline))
-
-    async def aresult(self, timeout: float | None = None, poll: float = 0.05) -> Any:
-        """:meth:`result`, awaitable: polls the store without blocking the loop."""
-        deadline = None if timeout is None else self._clock() + timeout
-
-        async def answer() -> Any:
-            return self._answer(await self._acurrent(), deadline)
-
-        return await AsyncRetrying(wait=wait_fixed(poll), retry=retry_if_result(_not_yet))(answer)
 
     def _answer(self, current: RequestStatus, deadline: float | None) -> Any:
         """The result of a finished request (or its error raised), else ``_NOT_YET``."""
@@ -231,7 +181,111 @@ class Pending:
         return _NOT_YET
 
     def __repr__(self) -> str:
-        return f"<Pending {self.workflow}/{self.request_id}>"
+        return f"<{type(self).__name__} {self.workflow}/{self.request_id}>"
+
+
+class Pending(_Handle):
+    """A handle on a request :func:`submit` submitted, asked through a blocking store.
+
+    ``sleep`` and ``clock`` (monotonic seconds) pace :meth:`result`'s polling.
+    :func:`asubmit` gives an :class:`AsyncPending` instead: each API has its
+    own handle, so awaiting a blocking one (or blocking on an asynchronous
+    one) is a type error mypy reports, not a failure at run time.
+
+    >>> from idemflow.stores import MemoryStore
+    >>> Pending(MemoryStore(), "checkout", "o-1").status().value
+    'unknown'
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        workflow: str,
+        request_id: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        outcome: RequestStatus | None = None,
+    ) -> None:
+        super().__init__(workflow, request_id, outcome, clock)
+        self.store = store
+        self._sleep = sleep
+
+    def _current(self) -> RequestStatus:
+        if self.outcome is None:
+            return self._seen(status(self.store, self.workflow, self.request_id))
+        return self.outcome
+
+    def status(self) -> RunStatus:
+        """``unknown | running | completed | aborted | failed``."""
+        return self._current().status
+
+    def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
+        """Wait for the workers to finish; the result, or :class:`WorkflowAborted`.
+
+        Raises :class:`~idemflow.errors.RequestFailedError` for a request that
+        ended ``failed`` and :class:`TimeoutError` if not finished within
+        ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        polling = Retrying(sleep=self._sleep, wait=wait_fixed(poll), retry=retry_if_result(_not_yet))
+        return polling(lambda: self._answer(self._current(), deadline))
+
+
+class AsyncPending(_Handle):
+    """A handle on a request :func:`asubmit` submitted: :class:`Pending`, awaitable.
+
+    It polls the store with ``asyncio.sleep``, never blocking the event loop.
+
+    >>> import asyncio
+    >>> from idemflow.stores import MemoryStore
+    >>> asyncio.run(AsyncPending(MemoryStore(), "checkout", "o-1").status()).value
+    'unknown'
+    """
+
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        workflow: str,
+        request_id: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        outcome: RequestStatus | None = None,
+    ) -> None:
+        super().__init__(workflow, request_id, outcome, clock)
+        self.store = store
+
+    async def _current(self) -> RequestStatus:
+        if self.outcome is None:
+            return self._seen(await astatus(self.store, self.workflow, self.request_id))
+        return self.outcome
+
+    async def status(self) -> RunStatus:
+        """``unknown | running | completed | aborted | failed``."""
+        return (await self._current()).status
+
+    async def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
+        """Wait for the workers to finish: :meth:`Pending.result`, awaitable."""
+        deadline = None if timeout is None else self._clock() + timeout
+
+        async def answer() -> Any:
+            return self._answer(await self._current(), deadline)
+
+        return await AsyncRetrying(wait=wait_fixed(poll), retry=retry_if_result(_not_yet))(answer)
+
+    async def aresult(self, timeout: float | None = None, poll: float = 0.05) -> Any:
+        """Deprecated: :meth:`result` (an asynchronous handle's methods are awaited by their names)."""
+        warnings.warn(
+            "AsyncPending.aresult() is deprecated: await pending.result()", DeprecationWarning, stacklevel=2
+        )
+        return await self.result(timeout, poll)
+
+    async def astatus(self) -> RunStatus:
+        """Deprecated: :meth:`status`."""
+        warnings.warn(
+            "AsyncPending.astatus() is deprecated: await pending.status()", DeprecationWarning, stacklevel=2
+        )
+        return await self.status()
 
 
 def submit(
@@ -303,12 +357,12 @@ async def asubmit(
     clock: Callable[[], float] | None = None,
     grace: float = DEFAULT_GRACE,
     deadline: float | None = None,
-) -> Pending:
+) -> AsyncPending:
     """:func:`submit`, awaitable: the same steps, claim, outbox and pointer, on the event loop.
 
     ``store`` and ``queue`` are asynchronous (``AsyncDynamoDBStore``,
     ``AsyncSqsQueue``, ...) or blocking ones, then used from threads of their own.
-    The :class:`Pending` returned answers :meth:`Pending.aresult` and :meth:`Pending.astatus`.
+    The :class:`AsyncPending` returned is awaited: ``await pending.result()``.
     """
     request = _submission(m, request_id)
     target, sink = to_async(store), to_async_queue(queue)
@@ -326,7 +380,7 @@ async def asubmit(
         deadline=deadline,
     )
     outcome = await adrive(steps, target, sink)
-    return Pending(target, request.workflow, request_id, outcome=outcome)
+    return AsyncPending(target, request.workflow, request_id, outcome=outcome)
 
 
 def _submission(m: Idem[Any], request_id: str) -> Request:

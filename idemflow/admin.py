@@ -1,0 +1,60 @@
+"""What an operator runs against a store and a queue: list and show requests, retry, cancel or
+abort one, relay the outbox, collect finished requests' rows.
+
+Each blocking function has its asyncio twin, named ``a`` + its name, taking the same steps on
+the event loop (asynchronous stores and queues, or blocking ones on threads of their own).
+``retry`` also resumes a ``running`` request nothing is queued for (``idemflow resume``).
+Dead letters are the queue's: ``queue.list_dead_letters()`` and ``queue.redrive()``
+(``idemflow dead-letters list|redrive``). The operator's abort is :func:`abort_request`: it
+ends a request from outside, where :func:`idemflow.abort` is the step a workflow yields.
+
+>>> from idemflow import atomic, run
+>>> from idemflow.stores import MemoryStore
+>>> store = MemoryStore()
+>>> run(atomic("items", "p", lambda tx: "ok"), request_id="r-1", store=store)
+'ok'
+>>> [(found.request_id, found.status.value) for found in runs(store).runs]
+[('r-1', 'completed')]
+"""
+
+from __future__ import annotations
+
+from idemflow._collection import ExpiredStats, GcReport, acollect, aexpired_stats, collect, expired_stats
+from idemflow._operator_commands import (
+    RunsPage,
+    RunSummary,
+    aabort_request,
+    abort_request,
+    aruns,
+    runs,
+)
+from idemflow.async_worklist._resumption import acancel, aretry, cancel, retry
+from idemflow.async_worklist.outbox import arelay, relay
+from idemflow.records import RunRecord
+from idemflow.timeline import RequestView, StepView, ashow, show
+
+__all__ = [
+    "ExpiredStats",
+    "GcReport",
+    "RequestView",
+    "RunRecord",
+    "RunSummary",
+    "RunsPage",
+    "StepView",
+    "aabort_request",
+    "abort_request",
+    "acancel",
+    "acollect",
+    "aexpired_stats",
+    "arelay",
+    "aretry",
+    "aruns",
+    "ashow",
+    "cancel",
+    "collect",
+    "expired_stats",
+    "relay",
+    "retry",
+    "runs",
+    "show",
+]

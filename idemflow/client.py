@@ -1,0 +1,51 @@
+"""Everything a program outside a workflow calls: submit a request, read its status, hold its
+handle, send it a message, read what workflows wrote.
+
+Each blocking function has its asyncio twin, named ``a`` + its name (``submit``/``asubmit``,
+``status``/``astatus``); each API has its own handle: :class:`Pending` from ``submit``,
+:class:`AsyncPending` (awaited) from ``asubmit``.
+
+>>> from idemflow import atomic, checkpoint, workflow
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow.worker import MemoryQueue
+>>> @workflow("vote")
+... def vote(ballot):
+...     yield checkpoint()
+...     yield atomic("votes", ballot["poll"], lambda tx: tx.increment(ballot["choice"]))
+>>> store = MemoryStore()
+>>> pending = submit(vote({"poll": "p", "choice": "yes"}), request_id="b-1", store=store, queue=MemoryQueue())
+>>> pending.status() is RunStatus.RUNNING, status(store, "vote", "b-1").status.value
+(True, 'running')
+"""
+
+from __future__ import annotations
+
+from idemflow.async_worklist._submission import (
+    AsyncPending,
+    Pending,
+    RequestStatus,
+    astatus,
+    asubmit,
+    status,
+    submit,
+)
+from idemflow.async_worklist.deliver import asend_message, send_message
+from idemflow.reads import aget, arows, get, rows
+from idemflow.records import RunStatus
+
+__all__ = [
+    "AsyncPending",
+    "Pending",
+    "RequestStatus",
+    "RunStatus",
+    "aget",
+    "arows",
+    "asend_message",
+    "astatus",
+    "asubmit",
+    "get",
+    "rows",
+    "send_message",
+    "status",
+    "submit",
+]

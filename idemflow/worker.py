@@ -1,0 +1,61 @@
+"""Workers and the queues they drain: :class:`Worker` on threads, :class:`AsyncWorker` on an
+event loop, and the queues a URL opens (``open_queue``/``open_async_queue``).
+
+The cloud queues import their SDKs on first use, so ``import idemflow.worker`` needs neither
+boto3 nor the Azure SDK; using one without its extra installed says which extra to install.
+
+>>> queue = open_queue("memory:")
+>>> type(queue).__name__
+'MemoryQueue'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from idemflow._lazy import load_optional as _load_optional
+from idemflow.async_worklist._asyncio_worker import AsyncWorker
+from idemflow.async_worklist._handling import WorkerStats
+from idemflow.async_worklist.queues import (
+    _LAZY,
+    AsyncQueue,
+    DeadLetter,
+    Queue,
+    ThreadedQueue,
+    open_async_queue,
+    open_queue,
+)
+from idemflow.async_worklist.queues.base import Message as QueueMessage
+from idemflow.async_worklist.queues.memory import MemoryQueue
+from idemflow.async_worklist.queues.sqlite import SqliteQueue
+from idemflow.async_worklist.worker import Worker
+
+if TYPE_CHECKING:
+    from idemflow.async_worklist.queues.azure_queue import AzureQueue
+    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+    from idemflow.async_worklist.queues.sqs import SqsQueue
+    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+
+__all__ = [
+    "AsyncAzureQueue",
+    "AsyncQueue",
+    "AsyncSqsQueue",
+    "AsyncWorker",
+    "AzureQueue",
+    "DeadLetter",
+    "MemoryQueue",
+    "Queue",
+    "QueueMessage",
+    "SqliteQueue",
+    "SqsQueue",
+    "ThreadedQueue",
+    "Worker",
+    "WorkerStats",
+    "open_async_queue",
+    "open_queue",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The cloud queues need optional extras: resolve them lazily.
+    return _load_optional(__name__, name, _LAZY)
