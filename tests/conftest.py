@@ -27,7 +27,7 @@ from tests.servers import (
     moto_server,
 )
 
-pytest_plugins = ["idemflow.testing.plugin"]
+pytest_plugins = ["idemflow.testing.plugin", "pytester"]
 
 STORE_KINDS = ("memory", "sqlite", "dynamodb", "dynamodb-local", "azure")
 CLOUD_KINDS = ("dynamodb", "dynamodb-local", "azure")
