@@ -18,6 +18,12 @@ os.environ.setdefault("IDEMFLOW_VALIDATE_REQUESTS", "1")
 
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores import MemoryStore, SqliteStore, Store
+from tests.selection import (  # noqa: F401 - the hooks and the server guard apply by being here
+    _servers_only_under_the_cloud_marker,
+    kinds,
+    pytest_addoption,
+    pytest_collection_modifyitems,
+)
 from tests.servers import (
     Azurite,
     DynamoDBLocal,
@@ -121,7 +127,7 @@ def dynamodb_url(kind: str, request: pytest.FixtureRequest, prefix: str) -> str:
     )
 
 
-@pytest.fixture(params=STORE_KINDS)
+@pytest.fixture(params=kinds(*STORE_KINDS))
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

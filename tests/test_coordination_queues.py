@@ -22,6 +22,7 @@ from idemflow import SqliteStore, Store, Tx, atomic, now, receive, send, sleep, 
 from idemflow.async_worklist import AsyncWorker, Queue, SqliteQueue, Worker, astatus, asubmit, status, submit
 from idemflow.records import RunStatus
 from tests.conformance.test_workflow_contract import new_space
+from tests.selection import kinds
 from tests.workflows import TEST_TABLES
 
 
@@ -65,7 +66,7 @@ def receiver(space: str) -> Generator[Any, Any, Any]:
 FLOWS = [napper, kid, parent, receiver]
 
 
-@pytest.fixture(params=["sqlite", "sqs", "azure"])
+@pytest.fixture(params=kinds("sqlite", "sqs", "azure"))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, Queue]]:
     kind = str(request.param)
     name = f"q{new_space().replace('-', '')}"

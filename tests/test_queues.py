@@ -31,6 +31,7 @@ from idemflow.async_worklist.queues import (
 from idemflow.async_worklist.queues.base import check_reason, decode_wire, encode_wire
 from idemflow.errors import InvalidNameError, StoreConfigError, StoreError, TransientStoreError
 from tests.conformance.test_queue_contract import FakeTime
+from tests.selection import kinds
 from tests.servers import AZURITE_KEY, Azurite, Moto, free_port
 
 
@@ -97,7 +98,7 @@ def test_every_backend_satisfies_the_protocol(tmp_path: Path) -> None:
 # --- stale holders: a receiver whose visibility expired loses the message -------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite", "azure"])
+@pytest.fixture(params=kinds("memory", "sqlite", "azure"))
 def stale_setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Queue, FakeTime | None]]:
     """A queue with 1 s visibility and the fake clock driving it (None: real time on Azurite)."""
     if request.param == "azure":
@@ -311,7 +312,7 @@ def test_sqs_receives_at_most_ten_per_call(moto: Moto) -> None:
     assert 1 <= len(queue.receive(max_messages=12, wait=1)) <= 10
 
 
-@pytest.mark.parametrize("kind", ["sqs", "azure"])
+@pytest.mark.parametrize("kind", kinds("sqs", "azure"))
 def test_cloud_redrive_leaves_nothing_behind_in_the_dead_letter_queue(
     kind: str, request: pytest.FixtureRequest
 ) -> None:

@@ -25,6 +25,7 @@ from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.apis import Api
 from tests.conformance.test_workflow_contract import new_space
 from tests.conftest import StoreFactory
+from tests.selection import kinds
 from tests.workflows import rows_of
 
 Step = tuple[str, str, str, int]
@@ -184,11 +185,11 @@ def _make(kind: str, request: Any, tmp_path: Any) -> Store:
     return factory()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=kinds("memory", "sqlite"))
 def local_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
     return _make(str(request.param), request, tmp_path)
 
 
-@pytest.fixture(params=["dynamodb", "dynamodb-local", "azure"])
+@pytest.fixture(params=kinds("dynamodb", "dynamodb-local", "azure"))
 def cloud_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
     return _make(str(request.param), request, tmp_path)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from idemflow.async_worklist.queues import DeadLetter, MemoryQueue, Message, Queue, SqliteQueue
 from idemflow.errors import InvalidInputError, LimitExceededError
+from tests.selection import kinds
 
 QUEUE_KINDS = ("memory", "sqlite", "sqs", "azure")
 CLOUD_VT = 1
@@ -116,7 +117,7 @@ class QueueFactory:
         return got
 
 
-@pytest.fixture(params=QUEUE_KINDS)
+@pytest.fixture(params=kinds(*QUEUE_KINDS))
 def queue_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueFactory]:
     kind = str(request.param)
     names = (f"q{uuid.uuid4().hex[:12]}" for _ in iter(int, 1))
