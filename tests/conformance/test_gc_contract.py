@@ -62,6 +62,7 @@ def test_gc_removes_finished_requests_only(store: Store, api: Api) -> None:
     assert rows_of(store, space)[("accounts", "alice", "history")] == [-5, -5]
 
 
+@pytest.mark.blocking_api  # the sweep is scheduled on this store (a test clock); an SDK twin has its own
 def test_store_expires_finished_requests_by_itself(store: Store, api: Api) -> None:
     """With a short retention and the clock past it, later commits remove a finished request's
     rows (the store's own sweep, not gc); an unfinished request keeps all of its rows and still
