@@ -1,26 +1,31 @@
-"""The asyncio API behind the blocking API's names, so one conformance suite runs on both.
+"""The two APIs the conformance suite runs on, behind one interface: ``api``.
 
-A conformance module that sets ``BOTH_APIS = True`` runs each test twice
-(``tests/conformance/conftest.py``): once as written, once with its ``run``
-and ``run_result`` replaced by :func:`arun_blocking` / :func:`arun_result_blocking`,
-which await :func:`idemflow.arun` on one event loop shared by the session (a
-test's threads then race on that loop, as an ASGI server's requests do).
-DynamoDB and Azure stores are replaced by their twins on the SDKs' own
-asynchronous clients; a memory store is awaited without the drivers' shortcut
-(:class:`AwaitedStore`: bodies' reads are prefetched, as on DynamoDB and Azure);
-SQLite and wrapped stores (fault injection) run on threads.
+A conformance test that runs workflows takes the ``api`` fixture
+(``tests/conformance/conftest.py``) and calls ``api.run``, ``api.run_result``,
+``api.submit``, ``api.status`` and ``api.worker``; it runs once per API.
+:class:`BlockingApi` calls :func:`idemflow.run` and the blocking worklist;
+:class:`AsyncioApi` awaits :func:`idemflow.arun` and the asyncio worklist on
+one event loop shared by the session (a test's threads then race on that
+loop, as an ASGI server's requests do). Each counts the calls that reached
+its API, so a test that never did fails instead of passing on the other API.
+On the asyncio API, DynamoDB and Azure stores are replaced by their twins on
+the SDKs' own asynchronous clients; a memory store is awaited without the
+drivers' shortcut (:class:`AwaitedStore`: bodies' reads are prefetched, as on
+DynamoDB and Azure); SQLite and wrapped stores (fault injection) run on
+threads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Coroutine, Iterable
+from typing import Any, Literal, Protocol, TypeVar
 
 from returns.result import Result
 
-from idemflow import Idem, arun, arun_result
+import idemflow
+from idemflow import Idem
 from idemflow.errors import WorkflowAborted
 from idemflow.stores.aio import InlineStore, to_async
 from idemflow.stores.base import AsyncStore, Store
@@ -105,18 +110,6 @@ async def _flushed(store: AsyncStore, coroutine: Coroutine[Any, Any, T]) -> T:
         await store.flush()
 
 
-def arun_blocking(m: Idem[T], *, request_id: str, store: Store, **options: Any) -> T:
-    twin = async_twin(store)
-    return LOOP.run(_flushed(twin, arun(m, request_id=request_id, store=twin, **options)))
-
-
-def arun_result_blocking(
-    m: Idem[T], *, request_id: str, store: Store, **options: Any
-) -> Result[T, WorkflowAborted]:
-    twin = async_twin(store)
-    return LOOP.run(_flushed(twin, arun_result(m, request_id=request_id, store=twin, **options)))
-
-
 def async_queue_twin(queue: Any) -> Any:
     """The queue on its SDK's asynchronous client (same queue), or on threads of its own."""
     from idemflow.async_worklist.queues.aio import to_async_queue
@@ -133,39 +126,134 @@ def async_queue_twin(queue: Any) -> Any:
     return to_async_queue(queue)
 
 
-def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any, **options: Any) -> Any:
-    """``asubmit`` on the shared loop; the handle it gives is asked through the blocking store."""
-    from idemflow.client import AsyncPending, Pending, asubmit
-
-    twin, sink = async_twin(store), async_queue_twin(queue)
-
-    async def submitted() -> AsyncPending:
-        try:
-            return await asubmit(m, request_id=request_id, store=twin, queue=sink, **options)
-        finally:
-            if sink is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue"):
-                await sink.close()
-
-    pending = LOOP.run(_flushed(twin, submitted()))
-    return Pending(store, pending.workflow, request_id, outcome=pending.outcome)
+ApiName = Literal["blocking", "asyncio"]
 
 
-def astatus_blocking(store: Store, workflow: str, request_id: str) -> Any:
-    from idemflow.client import astatus
+class Calls:
+    """How many calls reached one API during a test (from any of the test's threads)."""
 
-    return LOOP.run(astatus(async_twin(store), workflow, request_id))
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def note(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+class BlockingApi:
+    """idemflow's blocking API: :func:`idemflow.run`, ``submit``, ``status``, ``Worker``."""
+
+    name: ApiName = "blocking"
+
+    def __init__(self) -> None:
+        self.calls = Calls()
+
+    def run(self, m: Idem[T], *, request_id: str, store: Store, **options: Any) -> T:
+        self.calls.note()
+        return idemflow.run(m, request_id=request_id, store=store, **options)
+
+    def run_result(
+        self, m: Idem[T], *, request_id: str, store: Store, **options: Any
+    ) -> Result[T, WorkflowAborted]:
+        self.calls.note()
+        return idemflow.run_result(m, request_id=request_id, store=store, **options)
+
+    def submit(self, m: Idem[Any], *, request_id: str, store: Store, queue: Any, **options: Any) -> Any:
+        from idemflow.client import submit
+
+        self.calls.note()
+        return submit(m, request_id=request_id, store=store, queue=queue, **options)
+
+    def status(self, store: Store, workflow: str, request_id: str) -> Any:
+        from idemflow.client import status
+
+        self.calls.note()
+        return status(store, workflow, request_id)
+
+    def worker(self, workflows: Iterable[Any], *, store: Store, queue: Any, **options: Any) -> Any:
+        from idemflow.worker import Worker
+
+        self.calls.note()
+        return Worker(workflows, store=store, queue=queue, **options)
+
+    def close(self) -> None:
+        """Nothing of its own to close."""
+
+
+class AsyncioApi:
+    """idemflow's asyncio API awaited on the session's loop: :func:`idemflow.arun`,
+    ``asubmit``, ``astatus``, ``AsyncWorker``, on the asynchronous twin of the store given."""
+
+    name: ApiName = "asyncio"
+
+    def __init__(self) -> None:
+        self.calls = Calls()
+
+    def run(self, m: Idem[T], *, request_id: str, store: Store, **options: Any) -> T:
+        self.calls.note()
+        twin = async_twin(store)
+        return LOOP.run(_flushed(twin, idemflow.arun(m, request_id=request_id, store=twin, **options)))
+
+    def run_result(
+        self, m: Idem[T], *, request_id: str, store: Store, **options: Any
+    ) -> Result[T, WorkflowAborted]:
+        self.calls.note()
+        twin = async_twin(store)
+        return LOOP.run(_flushed(twin, idemflow.arun_result(m, request_id=request_id, store=twin, **options)))
+
+    def submit(self, m: Idem[Any], *, request_id: str, store: Store, queue: Any, **options: Any) -> Any:
+        """``asubmit`` on the shared loop; the handle it gives is asked through the blocking store."""
+        from idemflow.client import AsyncPending, Pending, asubmit
+
+        self.calls.note()
+        twin, sink = async_twin(store), async_queue_twin(queue)
+
+        async def submitted() -> AsyncPending:
+            try:
+                return await asubmit(m, request_id=request_id, store=twin, queue=sink, **options)
+            finally:
+                if sink is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue"):
+                    await sink.close()
+
+        pending = LOOP.run(_flushed(twin, submitted()))
+        return Pending(store, pending.workflow, request_id, outcome=pending.outcome)
+
+    def status(self, store: Store, workflow: str, request_id: str) -> Any:
+        from idemflow.client import astatus
+
+        self.calls.note()
+        return LOOP.run(astatus(async_twin(store), workflow, request_id))
+
+    def worker(self, workflows: Iterable[Any], *, store: Store, queue: Any, **options: Any) -> Any:
+        return AsyncWorkerBlocking(workflows, store=store, queue=queue, calls=self.calls, **options)
+
+    def close(self) -> None:
+        """Close the twins this test's calls made (their clients belong to the shared loop)."""
+        close_twins()
+
+
+Api = BlockingApi | AsyncioApi
+
+
+class Handles(Protocol):
+    """What message-by-message tests use of a worker, blocking or asyncio (``api.worker``)."""
+
+    def handle(self, message: Any) -> bool: ...
 
 
 class AsyncWorkerBlocking:
     """An :class:`~idemflow.worker.AsyncWorker` behind ``Worker``'s blocking methods.
 
     Built from ``Worker``'s arguments; its store and queue are the asynchronous twins of the
-    ones given, and its calls run on the shared loop.
+    ones given, and its calls run on the shared loop (each counted as a call of the asyncio API:
+    building a worker runs nothing).
     """
 
-    def __init__(self, workflows: Any, *, store: Store, queue: Any, **options: Any) -> None:
+    def __init__(self, workflows: Any, *, store: Store, queue: Any, calls: Calls, **options: Any) -> None:
         from idemflow.worker import AsyncWorker
 
+        self._calls = calls
         self._queue = async_queue_twin(queue)
         self._own_queue = self._queue is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue")
         self._twin = async_twin(store)
@@ -176,12 +264,15 @@ class AsyncWorkerBlocking:
         return self.inner.stats
 
     def run(self, idle_timeout: float | None = None, **options: Any) -> Any:
+        self._calls.note()
         return LOOP.run(_flushed(self._twin, self.inner.run(idle_timeout, **options)))
 
     def handle(self, message: Any) -> bool:
+        self._calls.note()
         return LOOP.run(_flushed(self._twin, self.inner.handle(message)))
 
     def relay(self) -> int:
+        self._calls.note()
         return LOOP.run(self.inner.relay())
 
     def stop(self) -> None:

@@ -18,6 +18,12 @@ os.environ.setdefault("IDEMFLOW_VALIDATE_REQUESTS", "1")
 
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores import MemoryStore, SqliteStore, Store
+from tests.selection import (  # noqa: F401 - the hooks and the server guard apply by being here
+    _servers_only_under_the_cloud_marker,
+    kinds,
+    pytest_addoption,
+    pytest_collection_modifyitems,
+)
 from tests.servers import (
     Azurite,
     DynamoDBLocal,
@@ -27,7 +33,7 @@ from tests.servers import (
     moto_server,
 )
 
-pytest_plugins = ["idemflow.testing.plugin"]
+pytest_plugins = ["idemflow.testing.plugin", "pytester"]
 
 STORE_KINDS = ("memory", "sqlite", "dynamodb", "dynamodb-local", "azure")
 CLOUD_KINDS = ("dynamodb", "dynamodb-local", "azure")
@@ -121,7 +127,7 @@ def dynamodb_url(kind: str, request: pytest.FixtureRequest, prefix: str) -> str:
     )
 
 
-@pytest.fixture(params=STORE_KINDS)
+@pytest.fixture(params=kinds(*STORE_KINDS))
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -134,6 +140,15 @@ def store_factory(store_kind: str, request: pytest.FixtureRequest, tmp_path: Pat
 @pytest.fixture
 def store(store_factory: StoreFactory) -> Store:
     return store_factory()
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester whose runs import this repository's ``tests`` package: they start in a temporary
+    folder, where ``make test`` (no PYTHONPATH) would not find it."""
+    root = str(Path(__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    return pytester
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -30,6 +30,7 @@ from idemflow.stores import Store, open_store
 from idemflow.worker import Queue, open_queue
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES, dynamodb_url
+from tests.selection import kinds
 from tests.servers import Azurite, Moto
 from tests.workflows import rows_of
 
@@ -240,7 +241,7 @@ asyncio.run(main())
 
 @pytest.mark.parametrize("api", ["blocking", "asyncio"])
 @pytest.mark.parametrize("what", ["submit", "worker"])
-@pytest.mark.parametrize("backend", ["sqlite", "dynamodb", "dynamodb-local", "azure"])
+@pytest.mark.parametrize("backend", kinds("sqlite", "dynamodb", "dynamodb-local", "azure"))
 def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
     backend: str, what: str, api: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: Any
 ) -> None:

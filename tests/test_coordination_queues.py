@@ -23,6 +23,7 @@ from idemflow.client import RunStatus, astatus, asubmit, status, submit
 from idemflow.stores import SqliteStore, Store
 from idemflow.worker import AsyncWorker, Queue, SqliteQueue, Worker
 from tests.conformance.test_workflow_contract import new_space
+from tests.selection import kinds
 from tests.workflows import TEST_TABLES
 
 
@@ -66,7 +67,7 @@ def receiver(space: str) -> Generator[Any, Any, Any]:
 FLOWS = [napper, kid, parent, receiver]
 
 
-@pytest.fixture(params=["sqlite", "sqs", "azure"])
+@pytest.fixture(params=kinds("sqlite", "sqs", "azure"))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, Queue]]:
     kind = str(request.param)
     name = f"q{new_space().replace('-', '')}"

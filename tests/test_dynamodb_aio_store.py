@@ -23,12 +23,13 @@ from tests import conformance
 from tests.blocking import Blocking
 from tests.conformance.test_store_contract import *  # noqa: F403 - the contract, run on this module's store
 from tests.conftest import make_factory
+from tests.selection import kinds
 from tests.servers import Moto, free_port
 
 pytestmark = [pytest.mark.cloud, pytest.mark.exact_calls]
 
 
-@pytest.fixture(params=["dynamodb", "dynamodb-local"])
+@pytest.fixture(params=kinds("dynamodb", "dynamodb-local"))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Blocking]:
     """The contract's store: an AsyncDynamoDBStore behind a blocking facade."""
     sync = make_factory(request.param, request, tmp_path)()

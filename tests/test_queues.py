@@ -26,6 +26,7 @@ from idemflow.async_worklist.queues.base import check_reason, decode_wire, encod
 from idemflow.errors import BackendError, ConfigurationError, InvalidNameError, TransientError
 from idemflow.worker import MemoryQueue, Queue, SqliteQueue, open_queue
 from tests.conformance.test_queue_contract import FakeTime
+from tests.selection import kinds
 from tests.servers import AZURITE_KEY, Azurite, Moto, free_port
 
 
@@ -91,7 +92,7 @@ def test_every_backend_satisfies_the_protocol(tmp_path: Path) -> None:
 # --- stale holders: a receiver whose visibility expired loses the message -------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite", "azure"])
+@pytest.fixture(params=kinds("memory", "sqlite", "azure"))
 def stale_setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Queue, FakeTime | None]]:
     """A queue with 1 s visibility and the fake clock driving it (None: real time on Azurite)."""
     if request.param == "azure":
@@ -305,7 +306,7 @@ def test_sqs_receives_at_most_ten_per_call(moto: Moto) -> None:
     assert 1 <= len(queue.receive(max_messages=12, wait=1)) <= 10
 
 
-@pytest.mark.parametrize("kind", ["sqs", "azure"])
+@pytest.mark.parametrize("kind", kinds("sqs", "azure"))
 def test_cloud_redrive_leaves_nothing_behind_in_the_dead_letter_queue(
     kind: str, request: pytest.FixtureRequest
 ) -> None:

@@ -48,6 +48,7 @@ from idemflow.stores.base import RowRef
 from idemflow.worker import MemoryQueue, SqliteQueue, Worker
 from tests.async_workflows import survey
 from tests.conftest import make_factory
+from tests.selection import kinds
 from tests.test_secrets import SECRET
 
 # -- hostile text -------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ def check_key_spaces(store: Store, partition: str, user_keys: list[str], request
 _numbers = itertools.count()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=kinds("memory", "sqlite"))
 def local_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
     return make_factory(str(request.param), request, tmp_path)
 
@@ -154,7 +155,7 @@ def test_hostile_names_stay_in_their_key_space_on_local_stores(
     store.close()
 
 
-@pytest.fixture(params=["dynamodb", "azure"])
+@pytest.fixture(params=kinds("dynamodb", "azure"))
 def cloud_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return make_factory(str(request.param), request, tmp_path)()
 
@@ -395,7 +396,7 @@ def test_oversize_values_are_refused_before_any_write(tmp_path: Path) -> None:
     store.close()
 
 
-@pytest.mark.parametrize("kind", ["dynamodb", "azure"])
+@pytest.mark.parametrize("kind", kinds("dynamodb", "azure"))
 def test_oversize_values_are_refused_by_cloud_stores_before_any_write(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

@@ -69,6 +69,8 @@ def test_the_transfer_sample_passes_every_scenario(
     assert str(report).startswith("workflow 'transfer': ")
 
 
+@pytest.mark.cloud
+@pytest.mark.backend("dynamodb")
 def test_the_checker_runs_against_a_cloud_store(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     def setup(store: Store) -> None:
         store.create_tables("accounts", "transfers")

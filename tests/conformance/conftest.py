@@ -1,10 +1,13 @@
-"""Run a conformance module on both APIs: blocking (``run``) and asyncio (``arun``).
+"""The API dimension of the conformance suite: the ``api`` fixture, blocking and asyncio.
 
-A module opts in with ``BOTH_APIS = True``; each of its tests then runs once
-as written and once with the module's ``run``, ``run_result``, ``submit``,
-``status`` and ``Worker`` replaced by the asyncio twins (``tests/apis.py``).
-A test that measures the blocking API itself (calls counted on the blocking
-store) is marked ``blocking_api``.
+A test that runs workflows takes ``api`` and calls through it (``api.run``,
+``api.run_result``, ``api.submit``, ``api.status``, ``api.worker``); it then runs
+once on each API (ids ``blocking`` / ``asyncio``, ``tests/apis.py``). A test that
+measures the blocking API itself (calls counted on the blocking store, a
+decorator with no asyncio twin) is marked ``blocking_api``: it runs on the
+blocking API only. A test that took ``api`` and made no call through it fails
+at teardown: on the asyncio API it would otherwise pass while running nothing
+of that API, and on the blocking one it has no reason to be run twice.
 """
 
 from __future__ import annotations
@@ -13,39 +16,28 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.apis import (
-    AsyncWorkerBlocking,
-    arun_blocking,
-    arun_result_blocking,
-    astatus_blocking,
-    asubmit_blocking,
-    close_twins,
-)
+from tests.apis import Api, AsyncioApi, BlockingApi
 
-TWINS = {
-    "run": arun_blocking,
-    "run_result": arun_result_blocking,
-    "submit": asubmit_blocking,
-    "status": astatus_blocking,
-    "Worker": AsyncWorkerBlocking,
-}
+API_NAMES = ("blocking", "asyncio")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if not getattr(metafunc.module, "BOTH_APIS", False):
+    if "api" not in metafunc.fixturenames:
         return
-    if metafunc.definition.get_closest_marker("blocking_api"):
-        return
-    metafunc.parametrize("api", ["sync", "async"], indirect=True)
+    blocking_only = metafunc.definition.get_closest_marker("blocking_api") is not None
+    metafunc.parametrize("api", API_NAMES[:1] if blocking_only else API_NAMES, indirect=True)
 
 
-@pytest.fixture(autouse=True)
-def api(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    mode = str(getattr(request, "param", "sync"))
-    if mode == "async":
-        for name, twin in TWINS.items():
-            if name in vars(request.module):
-                monkeypatch.setattr(request.module, name, twin)
-    yield mode
-    if mode == "async":
-        close_twins()
+@pytest.fixture
+def api(request: pytest.FixtureRequest) -> Iterator[Api]:
+    chosen: Api = AsyncioApi() if request.param == "asyncio" else BlockingApi()
+    try:
+        yield chosen
+    finally:
+        chosen.close()
+    if chosen.calls.count == 0:
+        pytest.fail(
+            f"{request.node.nodeid} took the api fixture but made no call through the {chosen.name} API:"
+            " call api.run / api.submit / ... (or drop the fixture and mark it blocking_api)",
+            pytrace=False,
+        )

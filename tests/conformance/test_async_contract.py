@@ -9,58 +9,56 @@ from typing import Any
 import pytest
 from tenacity import Retrying, stop_after_attempt
 
-from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, run, workflow
+from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, workflow
 from idemflow.async_worklist.messages import Pointer, encode_pointer
-from idemflow.client import RequestStatus, RunStatus, status, submit
+from idemflow.client import RequestStatus, RunStatus
 from idemflow.keys import MAX_ID_CHARS
 from idemflow.policy import resend
 from idemflow.records import run_ref
 from idemflow.runner import run_status
 from idemflow.stores import Store
 from idemflow.stores.base import Committed, Delete
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import MemoryQueue
 from idemflow.worker import QueueMessage as Message
+from tests.apis import Api
 from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
 
-BOTH_APIS = True
-"""Every test runs with ``submit``/``status`` and with ``asubmit``/``astatus`` (conftest)."""
-
 KEY = b"test-signing-key"
 
 
-def drain(store: Store, queue: MemoryQueue, **options: Any) -> Any:
-    return Worker([survey], store=store, queue=queue, signing_key=KEY, wait=0.01, **options).run(
+def drain(api: Api, store: Store, queue: MemoryQueue, **options: Any) -> Any:
+    return api.worker([survey], store=store, queue=queue, signing_key=KEY, wait=0.01, **options).run(
         idle_timeout=0.05
     )
 
 
 @pytest.mark.parametrize("at", [(), (0,), (1,), (2,), (0, 1, 2)])
-def test_sync_and_async_leave_identical_tables(store: Store, at: tuple[int, ...]) -> None:
+def test_sync_and_async_leave_identical_tables(store: Store, at: tuple[int, ...], api: Api) -> None:
     sync_space, async_space = new_space(), new_space()
     for n in range(3):
         response = {"user": f"u{n}", "answer": "yes" if n % 2 else "no", "at": list(at)}
-        assert run(
+        assert api.run(
             survey({**response, "space": sync_space}), request_id=sync_space + str(n), store=store
         ) == {"counted": response["answer"]}
         queue = MemoryQueue()
-        pending = submit(
+        pending = api.submit(
             survey({**response, "space": async_space}),
             request_id=async_space + str(n),
             store=store,
             queue=queue,
             signing_key=KEY,
         )
-        drain(store, queue)
+        drain(api, store, queue)
         assert pending.result(timeout=10) == {"counted": response["answer"]}
     assert rows_of(store, async_space) == rows_of(store, sync_space)
 
 
-def test_checkpoint_answers_before_the_rest_runs(store: Store) -> None:
+def test_checkpoint_answers_before_the_rest_runs(store: Store, api: Api) -> None:
     space = new_space()
     queue = MemoryQueue()
-    pending = submit(
+    pending = api.submit(
         survey({"space": space, "user": "u", "answer": "yes", "at": [1]}),
         request_id=space,
         store=store,
@@ -70,16 +68,16 @@ def test_checkpoint_answers_before_the_rest_runs(store: Store) -> None:
     assert pending.status() is RunStatus.RUNNING
     assert rows_of(store, space) == {("tablea", "responses", "u"): "yes"}
     assert queue.approximate_size() == 1
-    drain(store, queue)
+    drain(api, store, queue)
     assert pending.status() is RunStatus.COMPLETED
-    assert status(store, "survey", space).result == {"counted": "yes"}
+    assert api.status(store, "survey", space).result == {"counted": "yes"}
 
 
-def test_duplicate_and_reordered_messages_are_harmless(store: Store) -> None:
+def test_duplicate_and_reordered_messages_are_harmless(store: Store, api: Api) -> None:
     space = new_space()
     queue = MemoryQueue()
     for n in (2, 1, 0, 1, 2, 0):  # each request submitted twice, in mixed order
-        submit(
+        api.submit(
             survey({"space": space, "user": f"u{n}", "answer": "yes", "at": [1]}),
             request_id=f"{space}{n}",
             store=store,
@@ -87,35 +85,35 @@ def test_duplicate_and_reordered_messages_are_harmless(store: Store) -> None:
             signing_key=KEY,
         )
     assert queue.approximate_size() == 3  # a duplicate submit enqueues nothing
-    stats = drain(store, queue)
+    stats = drain(api, store, queue)
     assert stats.completed == 3 and stats.duplicates == 0 and stats.dead_lettered == 0
     assert rows_of(store, space)[("tableb", "summary", "yes")] == 3
 
 
-def test_abort_after_checkpoint_compensates_and_reports(store: Store) -> None:
+def test_abort_after_checkpoint_compensates_and_reports(store: Store, api: Api) -> None:
     space = new_space()
     queue = MemoryQueue()
-    pending = submit(
+    pending = api.submit(
         survey({"space": space, "user": "u", "answer": "no", "at": [1], "abort": True}),
         request_id=space,
         store=store,
         queue=queue,
         signing_key=KEY,
     )
-    drain(store, queue)
+    drain(api, store, queue)
     with pytest.raises(WorkflowAborted):
         pending.result(timeout=10)
-    assert status(store, "survey", space).status is RunStatus.ABORTED
+    assert api.status(store, "survey", space).status is RunStatus.ABORTED
 
 
-def test_worker_crash_loses_nothing(store: Store) -> None:
+def test_worker_crash_loses_nothing(store: Store, api: Api) -> None:
     """A worker dying mid-workflow: the message comes back and the memos make the rerun exact."""
     from idemflow.testing import Fault, FaultyStore
 
     space = new_space()
     clock = [0.0]
     queue = MemoryQueue(visibility_timeout=30, clock=lambda: clock[0])
-    submit(
+    api.submit(
         survey({"space": space, "user": "u", "answer": "yes", "at": [1]}),
         request_id=space,
         store=store,
@@ -124,12 +122,12 @@ def test_worker_crash_loses_nothing(store: Store) -> None:
     )
     crashing = FaultyStore(store, lambda p: Fault.LOST_ANSWER if p.index == 0 else None)
     [message] = queue.receive()
-    worker = Worker([survey], store=crashing, queue=queue, signing_key=KEY, max_deliveries=5)
+    worker = api.worker([survey], store=crashing, queue=queue, signing_key=KEY, max_deliveries=5)
     worker.handle(message)  # the lost answer is retried inside the engine: completes
     assert rows_of(store, space)[("tableb", "summary", "yes")] == 1
     # The same message delivered again (a duplicate) changes nothing.
     queue.send(message.body)
-    drain(store, queue)
+    drain(api, store, queue)
     assert rows_of(store, space)[("tableb", "summary", "yes")] == 1
 
 
@@ -153,13 +151,13 @@ def forged_bodies(space: str) -> dict[str, str]:
     }
 
 
-def test_forged_corrupt_and_unknown_messages_are_refused(store: Store) -> None:
+def test_forged_corrupt_and_unknown_messages_are_refused(store: Store, api: Api) -> None:
     space = new_space()
     queue = MemoryQueue()
     bodies = forged_bodies(space)
     for body in bodies.values():
         queue.send(body)
-    stats = drain(store, queue)
+    stats = drain(api, store, queue)
     assert stats.dead_lettered == len(bodies) and stats.finished == 0
     assert rows_of(store, space) == {}
     reasons = [reason for _, reason in queue.dead_letters()]
@@ -177,18 +175,18 @@ def renamed_survey(response: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
     return {"counted": count}
 
 
-def test_changed_code_under_a_continuation_waits_and_never_runs(store: Store) -> None:
+def test_changed_code_under_a_continuation_waits_and_never_runs(store: Store, api: Api) -> None:
     space = new_space()
     clock = [0.0]
     queue = MemoryQueue(clock=lambda: clock[0])
     request = {"space": space, "user": "u", "answer": "yes", "at": [1]}
-    submit(survey(request), request_id=space, store=store, queue=queue, signing_key=KEY)
+    api.submit(survey(request), request_id=space, store=store, queue=queue, signing_key=KEY)
     [message] = queue.receive()
-    changed = Worker([renamed_survey], store=store, queue=queue, signing_key=KEY, max_deliveries=1)
+    changed = api.worker([renamed_survey], store=store, queue=queue, signing_key=KEY, max_deliveries=1)
     changed.handle(message)
     assert (changed.stats.waiting, changed.stats.dead_lettered, changed.stats.failed) == (1, 0, 0)
     assert ("tableb", "summary", "yes") not in rows_of(store, space)
-    waiting = status(store, "survey", space)
+    waiting = api.status(store, "survey", space)
     assert (
         waiting.status is RunStatus.RUNNING and waiting.waiting is not None and "renamed" in waiting.waiting
     )
@@ -196,8 +194,8 @@ def test_changed_code_under_a_continuation_waits_and_never_runs(store: Store) ->
     clock[0] += 60
     [again] = queue.receive()
     assert again.deliveries == 1  # offered again as a fresh message: waiting is not an attempt
-    Worker([survey], store=store, queue=queue, signing_key=KEY).handle(again)
-    assert status(store, "survey", space).result == {"counted": "yes"}
+    api.worker([survey], store=store, queue=queue, signing_key=KEY).handle(again)
+    assert api.status(store, "survey", space).result == {"counted": "yes"}
     assert rows_of(store, space)[("tableb", "summary", "yes")] == 1 and queue.dead_letters() == []
 
 
@@ -207,40 +205,45 @@ FINAL = (RunStatus.COMPLETED, RunStatus.ABORTED)
 class AckWitness(MemoryQueue):
     """A memory queue that reads the request's status at each ack, as a client polling would."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, api: Api, store: Store) -> None:
         super().__init__()
+        self.api = api
         self.store = store
         self.at_ack: list[RunStatus] = []
 
     def ack(self, message: Message) -> None:
         super().ack(message)
-        self.at_ack.append(status(self.store, "survey", json.loads(message.body)["request_id"]).status)
+        self.at_ack.append(
+            self.api.status(self.store, "survey", json.loads(message.body)["request_id"]).status
+        )
 
 
-def test_status_is_final_once_a_worker_acked_the_message(store: Store) -> None:
+def test_status_is_final_once_a_worker_acked_the_message(store: Store, api: Api) -> None:
     """The completion record is written before the ack: no flush, no close(), and a worker
     that died right after its ack would have lost nothing."""
     space = new_space()
-    queue = AckWitness(store)
+    queue = AckWitness(api, store)
     requests = [f"{space}{n}" for n in range(6)]
     for n, request_id in enumerate(requests):
         response = {"space": space, "user": f"u{n}", "answer": "yes", "at": [1], "abort": n % 3 == 0}
-        submit(survey(response), request_id=request_id, store=store, queue=queue, signing_key=KEY)
-    worker = Worker([survey], store=store, queue=queue, signing_key=KEY, wait=0.01, concurrency=2)
+        api.submit(survey(response), request_id=request_id, store=store, queue=queue, signing_key=KEY)
+    worker = api.worker([survey], store=store, queue=queue, signing_key=KEY, wait=0.01, concurrency=2)
     stats = worker.run(idle_timeout=0.05)
     del worker  # abandoned: a Worker has nothing to close, and the store is neither flushed nor closed
     assert (stats.completed, stats.aborted, queue.approximate_size()) == (4, 2, 0)
     assert sorted(queue.at_ack, key=str) == [RunStatus.ABORTED] * 2 + [RunStatus.COMPLETED] * 4
-    assert [status(store, "survey", request_id).status in FINAL for request_id in requests] == [True] * 6
+    assert [api.status(store, "survey", request_id).status in FINAL for request_id in requests] == [True] * 6
 
 
 @pytest.mark.parametrize("abort", [False, True], ids=["completed", "aborted"])
-def test_a_request_that_finished_in_submit_is_final_when_submit_returns(store: Store, abort: bool) -> None:
+def test_a_request_that_finished_in_submit_is_final_when_submit_returns(
+    store: Store, abort: bool, api: Api
+) -> None:
     space = new_space()
     queue = MemoryQueue()
     response = {"space": space, "user": "u", "answer": "yes", "at": [], "abort": abort}
-    pending = submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
-    stored = status(store, "survey", space)  # what anyone else sees at once, without a flush
+    pending = api.submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+    stored = api.status(store, "survey", space)  # what anyone else sees at once, without a flush
     expected = RunStatus.ABORTED if abort else RunStatus.COMPLETED
     assert stored.status is expected and pending.outcome == stored and queue.approximate_size() == 0
     assert pending.status() is expected
@@ -251,24 +254,24 @@ def test_a_request_that_finished_in_submit_is_final_when_submit_returns(store: S
     else:
         assert pending.result(timeout=0) == stored.result == {"counted": "yes"}
     # Submitted again: a duplicate of a finished request is final at once too, and runs nothing.
-    again = submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+    again = api.submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
     assert again.outcome == stored and queue.approximate_size() == 0
     assert rows_of(store, space)[("tableb", "summary", "yes")] == 1
 
 
-def test_a_checkpointed_request_is_not_final_until_a_worker_finished_it(store: Store) -> None:
+def test_a_checkpointed_request_is_not_final_until_a_worker_finished_it(store: Store, api: Api) -> None:
     space = new_space()
     queue = MemoryQueue()
     response = {"space": space, "user": "u", "answer": "yes", "at": [1]}
-    pending = submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+    pending = api.submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
     assert pending.outcome is None and pending.status() is RunStatus.RUNNING
-    drain(store, queue)
+    drain(api, store, queue)
     assert pending.status() is RunStatus.COMPLETED
     assert pending.outcome == RequestStatus(RunStatus.COMPLETED, {"counted": "yes"})  # kept: final
 
 
 @pytest.mark.exact_calls  # its policy resends nothing: only the injected fault may fail a call
-def test_transient_failures_are_retried_and_invalid_input_is_rejected_at_once(store: Store) -> None:
+def test_transient_failures_are_retried_and_invalid_input_is_rejected_at_once(store: Store, api: Api) -> None:
 
     from idemflow import RetryPolicy
     from idemflow.testing import Fault, FaultyStore
@@ -277,13 +280,13 @@ def test_transient_failures_are_retried_and_invalid_input_is_rejected_at_once(st
     clock = [0.0]
     queue = MemoryQueue(clock=lambda: clock[0])
     response = {"space": space, "user": "u", "answer": "yes", "at": [1]}
-    submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+    api.submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
     [message] = queue.receive()
     # The worker's first store read fails transiently and its policy resends nothing: the
     # message is retried, not dead-lettered. (The default policy resends it in place.)
     flaky = FaultyStore(store, lambda p: Fault.TRANSIENT if p.index == 0 else None, reads=True)
     once = RetryPolicy(transient=Retrying(stop=stop_after_attempt(1), reraise=True))
-    worker = Worker([survey], store=flaky, queue=queue, signing_key=KEY, max_deliveries=5, policy=once)
+    worker = api.worker([survey], store=flaky, queue=queue, signing_key=KEY, max_deliveries=5, policy=once)
     worker.handle(message)
     assert (worker.stats.retried, worker.stats.dead_lettered, queue.dead_letters()) == (1, 0, [])
     clock[0] += 60
@@ -295,7 +298,7 @@ def test_transient_failures_are_retried_and_invalid_input_is_rejected_at_once(st
     invalid["request_id"] = "x" * (MAX_ID_CHARS + 1)
     invalid.pop("sig")
     queue.send(json.dumps(invalid))
-    unsigned = Worker([survey], store=store, queue=queue, max_deliveries=5)
+    unsigned = api.worker([survey], store=store, queue=queue, max_deliveries=5)
     [first] = queue.receive()
     unsigned.handle(first)
     assert (first.deliveries, unsigned.stats.dead_lettered, unsigned.stats.retried) == (1, 1, 0)
@@ -311,19 +314,23 @@ def stamped(label: str) -> Generator[Idem[Any], Any, Any]:
     return {"label": label, "before": before, "after": after}
 
 
-def test_submit_and_worker_take_the_clock_of_their_runs(store: Store) -> None:
+def test_submit_and_worker_take_the_clock_of_their_runs(store: Store, api: Api) -> None:
     space = new_space()
     queue = MemoryQueue()
     submitted_at, finished_at = 1_900_000_000.0, 1_900_000_100.0
-    pending = submit(stamped(space), request_id=space, store=store, queue=queue, clock=lambda: submitted_at)
-    worker = Worker([stamped], store=store, queue=queue, wait=0.01, clock=lambda: finished_at)
+    pending = api.submit(
+        stamped(space), request_id=space, store=store, queue=queue, clock=lambda: submitted_at
+    )
+    worker = api.worker([stamped], store=store, queue=queue, wait=0.01, clock=lambda: finished_at)
     assert worker.run(idle_timeout=0.05).completed == 1
     assert pending.result(timeout=0) == {"label": space, "before": submitted_at, "after": finished_at}
     record = run_status(store, "stamped", space)
     assert record is not None and record.finished_at == finished_at
 
 
-def test_a_submission_reusing_an_id_whose_record_went_first_runs_every_step_again(store: Store) -> None:
+def test_a_submission_reusing_an_id_whose_record_went_first_runs_every_step_again(
+    store: Store, api: Api
+) -> None:
     """TTL may delete a finished run record before its memos: a later submission with that id is
     a new request, and the worker that resumes it after the checkpoint runs the steps there again
     rather than replaying the old run's memos."""
@@ -331,8 +338,8 @@ def test_a_submission_reusing_an_id_whose_record_went_first_runs_every_step_agai
     response = {"space": space, "user": "u", "answer": "yes", "at": [1]}
     for expected in (1, 2):
         queue = MemoryQueue()
-        pending = submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
-        drain(store, queue)
+        pending = api.submit(survey(response), request_id=space, store=store, queue=queue, signing_key=KEY)
+        drain(api, store, queue)
         assert pending.result(timeout=10) == {"counted": "yes"}
         store.flush()
         assert rows_of(store, space)[("tableb", "summary", "yes")] == expected

@@ -8,17 +8,14 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, IdempotencyKeyReuseError, Tx, atomic, checkpoint, run, workflow
-from idemflow.client import status, submit
+from idemflow import Idem, IdempotencyKeyReuseError, Tx, atomic, checkpoint, workflow
 from idemflow.stores import Store
 from idemflow.testing import FaultyStore, SimulatedCrash
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import MemoryQueue
+from tests.apis import Api
 from tests.codec_types import Line, Order, Receipt, Tier, an_order
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import before_step, new_space
-
-BOTH_APIS = True
-"""Every test runs with the blocking and the asyncio API and worker (conftest)."""
 
 
 def _charge(order: Order, space: str) -> Any:
@@ -65,24 +62,26 @@ def assert_same_types(got: Any, want: Any) -> None:
     assert type(got["seen"]["order"].lines[0]) is Line
 
 
-def test_codec_values_round_trip_through_inputs_steps_rows_and_results(store: Store) -> None:
+def test_codec_values_round_trip_through_inputs_steps_rows_and_results(store: Store, api: Api) -> None:
     space, order = new_space(), an_order()
-    first = run(codec_checkout(order, space), request_id=space + "r", store=store)
+    first = api.run(codec_checkout(order, space), request_id=space + "r", store=store)
     assert_same_types(first, expected(order))
-    again = run(codec_checkout(order, space), request_id=space + "r", store=store)
+    again = api.run(codec_checkout(order, space), request_id=space + "r", store=store)
     assert_same_types(again, expected(order))
     assert again["seen"]["charged"] == Decimal("6.25")  # charged once
 
 
-def test_a_crashed_run_resumes_with_the_same_typed_step_results(store: Store) -> None:
+def test_a_crashed_run_resumes_with_the_same_typed_step_results(store: Store, api: Api) -> None:
     space, order = new_space(), an_order(2)
     with pytest.raises(SimulatedCrash):
-        run(codec_checkout(order, space), request_id=space + "r", store=FaultyStore(store, before_step(2)))
-    resumed = run(codec_checkout(order, space), request_id=space + "r", store=store)
+        api.run(
+            codec_checkout(order, space), request_id=space + "r", store=FaultyStore(store, before_step(2))
+        )
+    resumed = api.run(codec_checkout(order, space), request_id=space + "r", store=store)
     assert_same_types(resumed, expected(order))
 
 
-def test_numbers_count_by_value_in_the_input(store: Store) -> None:
+def test_numbers_count_by_value_in_the_input(store: Store, api: Api) -> None:
     """A client that sends ``10.0`` for ``10`` (or a Decimal) repeats the same request."""
     space = new_space()
 
@@ -91,21 +90,23 @@ def test_numbers_count_by_value_in_the_input(store: Store) -> None:
         return (yield atomic("tablea", space + "p", lambda tx: tx.increment("sold", req["price"])))
 
     request_id = space + "r"
-    assert run(priced({"price": 10}), request_id=request_id, store=store) is None
+    assert api.run(priced({"price": 10}), request_id=request_id, store=store) is None
     for same in (10.0, Decimal("10.00")):
-        assert run(priced({"price": same}), request_id=request_id, store=store) is None
+        assert api.run(priced({"price": same}), request_id=request_id, store=store) is None
     with pytest.raises(IdempotencyKeyReuseError):
-        run(priced({"price": 10.5}), request_id=request_id, store=store)
+        api.run(priced({"price": 10.5}), request_id=request_id, store=store)
     assert (
-        run(atomic("tablea", space + "p", lambda tx: tx.get("sold")), request_id=space + "q", store=store)
+        api.run(atomic("tablea", space + "p", lambda tx: tx.get("sold")), request_id=space + "q", store=store)
         == 10
     )
 
 
-def test_a_submitted_codec_input_is_resumed_by_a_worker(store: Store) -> None:
+def test_a_submitted_codec_input_is_resumed_by_a_worker(store: Store, api: Api) -> None:
     space, order, clock = new_space(), an_order(3), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(codec_checkout_async(order, space), request_id=space + "s", store=store, queue=queue, clock=clock)
-    deliver_all(Worker([codec_checkout_async], store=store, queue=queue, clock=clock), queue, clock)
-    done = status(store, "codec-checkout-async", space + "s")
+    api.submit(
+        codec_checkout_async(order, space), request_id=space + "s", store=store, queue=queue, clock=clock
+    )
+    deliver_all(api.worker([codec_checkout_async], store=store, queue=queue, clock=clock), queue, clock)
+    done = api.status(store, "codec-checkout-async", space + "s")
     assert_same_types(done.result, expected(order))

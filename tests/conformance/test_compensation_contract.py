@@ -10,14 +10,12 @@ from typing import Any
 import pytest
 from returns.result import Failure, Success
 
-from idemflow import CompensationError, Idem, Tx, WorkflowAborted, abort, atomic, run, run_result, workflow
+from idemflow import CompensationError, Idem, Tx, WorkflowAborted, abort, atomic, workflow
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
+from tests.apis import Api
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
-
-BOTH_APIS = True
-"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
 
 
 def add(key: str, amount: int) -> Any:
@@ -57,19 +55,19 @@ def chain(req: dict[str, Any]) -> Generator[Idem[Any], Any, str]:
     return "done"
 
 
-def reference(store: Store, abort_at: int) -> dict[Any, Any]:
+def reference(api: Api, store: Store, abort_at: int) -> dict[Any, Any]:
     space = new_space()
     with contextlib.suppress(WorkflowAborted):
-        run(chain({"space": space, "abort_at": abort_at}), request_id="ref", store=store)
+        api.run(chain({"space": space, "abort_at": abort_at}), request_id="ref", store=store)
     return rows_of(store, space)
 
 
 @pytest.mark.parametrize("abort_at", [1, 2, 3, 4, -1])
-def test_abort_at_each_position_undoes_completed_steps(store: Store, abort_at: int) -> None:
+def test_abort_at_each_position_undoes_completed_steps(store: Store, abort_at: int, api: Api) -> None:
     space = new_space()
     m = chain({"space": space, "abort_at": abort_at})
     with pytest.raises(WorkflowAborted) as caught:
-        run(m, request_id="a", store=store)
+        api.run(m, request_id="a", store=store)
     expected_reason = "workflow says no" if abort_at == -1 else {"why": "refused"}
     assert caught.value.reason == expected_reason
     assert caught.value.workflow == "chain" and caught.value.request_id == "a"
@@ -79,21 +77,21 @@ def test_abort_at_each_position_undoes_completed_steps(store: Store, abort_at: i
         **{("tablea" if s % 2 else "tableb", f"p{s}", "v"): 0 for s in completed},
         **{("tablea" if s % 2 else "tableb", f"p{s}", "undone"): 1 for s in completed},
     }
-    assert run_result(m, request_id="a", store=store) == Failure(caught.value)
+    assert api.run_result(m, request_id="a", store=store) == Failure(caught.value)
 
 
-def test_run_result_success(store: Store) -> None:
-    assert run_result(chain({"space": new_space(), "abort_at": 0}), request_id="ok", store=store) == Success(
-        "done"
-    )
+def test_run_result_success(store: Store, api: Api) -> None:
+    assert api.run_result(
+        chain({"space": new_space(), "abort_at": 0}), request_id="ok", store=store
+    ) == Success("done")
 
 
 @pytest.mark.parametrize("fault", [Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER])
 @pytest.mark.parametrize("abort_at", [3, -1])
 def test_crash_anywhere_on_the_forward_and_compensating_path(
-    store: Store, fault: Fault, abort_at: int
+    store: Store, fault: Fault, abort_at: int, api: Api
 ) -> None:
-    expected = reference(store, abort_at)
+    expected = reference(api, store, abort_at)
     for point in range(9):  # forward commits, the abort, every compensation (and past the end)
         space = new_space()
 
@@ -104,7 +102,7 @@ def test_crash_anywhere_on_the_forward_and_compensating_path(
         m = chain({"space": space, "abort_at": abort_at})
         for _ in range(10):
             try:
-                run(m, request_id=f"c{point}", store=faulty)
+                api.run(m, request_id=f"c{point}", store=faulty)
             except SimulatedCrash:
                 continue
             except WorkflowAborted:
@@ -113,11 +111,11 @@ def test_crash_anywhere_on_the_forward_and_compensating_path(
             raise AssertionError("never finished")
         assert rows_of(store, space) == expected, (fault, point)
         # Duplicates of the aborted request end the same way and change nothing.
-        assert isinstance(run_result(m, request_id=f"c{point}", store=store), Failure)
+        assert isinstance(api.run_result(m, request_id=f"c{point}", store=store), Failure)
         assert rows_of(store, space) == expected
 
 
-def test_concurrent_duplicates_of_an_aborting_request(store: Store) -> None:
+def test_concurrent_duplicates_of_an_aborting_request(store: Store, api: Api) -> None:
     space = new_space()
     m = chain({"space": space, "abort_at": 4})
     outcomes: list[object] = []
@@ -125,7 +123,7 @@ def test_concurrent_duplicates_of_an_aborting_request(store: Store) -> None:
 
     def contender() -> None:
         barrier.wait()
-        outcomes.append(run_result(m, request_id="dup", store=store))
+        outcomes.append(api.run_result(m, request_id="dup", store=store))
 
     threads = [threading.Thread(target=contender) for _ in range(5)]
     for thread in threads:
@@ -133,10 +131,10 @@ def test_concurrent_duplicates_of_an_aborting_request(store: Store) -> None:
     for thread in threads:
         thread.join()
     assert len(outcomes) == 5 and all(isinstance(o, Failure) for o in outcomes)
-    assert rows_of(store, space) == reference(store, 4)
+    assert rows_of(store, space) == reference(api, store, 4)
 
 
-def test_failing_compensation_raises_and_stays_resumable(store: Store) -> None:
+def test_failing_compensation_raises_and_stays_resumable(store: Store, api: Api) -> None:
     space = new_space()
     broken = {"on": True}
 
@@ -152,32 +150,32 @@ def test_failing_compensation_raises_and_stays_resumable(store: Store) -> None:
         yield atomic("tablea", s + "three", refuse)
 
     with pytest.raises(CompensationError) as caught:
-        run(fragile(space), request_id="f", store=store)
+        api.run(fragile(space), request_id="f", store=store)
     assert caught.value.step == 2 and "payment service down" in caught.value.cause
     assert rows_of(store, space)[("tablea", "one", "v")] == 1  # not yet undone: reverse order
     broken["on"] = False
     with pytest.raises(WorkflowAborted):
-        run(fragile(space), request_id="f", store=store)
+        api.run(fragile(space), request_id="f", store=store)
     rows = rows_of(store, space)
     assert rows[("tablea", "one", "v")] == 0 and rows[("tablea", "one", "undone")] == 1
     assert rows[("tablea", "two", "undone")] == 1
 
 
-def test_aborting_step_commits_nothing_of_its_own(store: Store) -> None:
+def test_aborting_step_commits_nothing_of_its_own(store: Store, api: Api) -> None:
     space = new_space()
     with pytest.raises(WorkflowAborted):
-        run(atomic("tablea", space + "p", refuse), request_id="own", store=store)
+        api.run(atomic("tablea", space + "p", refuse), request_id="own", store=store)
     assert rows_of(store, space) == {}
 
 
-def test_duplicate_of_aborted_request_runs_nothing(store: Store) -> None:
+def test_duplicate_of_aborted_request_runs_nothing(store: Store, api: Api) -> None:
     space = new_space()
     m = chain({"space": space, "abort_at": 3})
     with pytest.raises(WorkflowAborted):
-        run(m, request_id="once", store=store)
+        api.run(m, request_id="once", store=store)
     store.flush()
     before = store.round_trips
     with pytest.raises(WorkflowAborted):
-        run(m, request_id="once", store=store)
+        api.run(m, request_id="once", store=store)
     store.flush()
     assert store.round_trips - before <= (1 if store.capabilities.cross_partition_commit else 2)

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from idemflow import StepRetry, VersionNotHeldError, run
+from idemflow import StepRetry, VersionNotHeldError
 from idemflow.async_worklist.messages import Pointer, encode_pointer
-from idemflow.client import RunStatus, status, submit
+from idemflow.client import RunStatus
 from idemflow.errors import (
     BackendError,
     InvalidValueError,
@@ -28,8 +28,9 @@ from idemflow.errors import (
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
 from idemflow.stores import Store
 from idemflow.testing import SimulatedCrash
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import MemoryQueue
 from idemflow.worker import QueueMessage as Message
+from tests.apis import Api, Handles
 from tests.checkout_workflows import (
     V1,
     V1_AND_V2,
@@ -41,9 +42,6 @@ from tests.checkout_workflows import (
 )
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
-
-BOTH_APIS = True
-"""Every test runs with the blocking and the asyncio API and worker (conftest)."""
 
 KEY = b"continuation-key"
 
@@ -67,7 +65,7 @@ def balance(store: Store, space: str) -> Any:
 
 
 def deliver_all(
-    worker: Worker, queue: MemoryQueue, clock: Clock, *, rounds: int = 20, step: float = 120.0
+    worker: Handles, queue: MemoryQueue, clock: Clock, *, rounds: int = 20, step: float = 120.0
 ) -> None:
     """Hand every message to ``worker``, moving time on ``step`` seconds while only delayed ones
     are left, until the queue is empty."""
@@ -92,70 +90,74 @@ def outbox_rows(store: Store) -> list[str]:
 
 
 @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
-def test_a_deploy_of_a_new_version_never_runs_old_requests_on_new_code(store: Store, signed: bool) -> None:
+def test_a_deploy_of_a_new_version_never_runs_old_requests_on_new_code(
+    store: Store, signed: bool, api: Api
+) -> None:
     space, clock = new_space(), Clock()
     key = KEY if signed else None
     queue = MemoryQueue(clock=clock)
-    submit(checkout_v1(order(space)), request_id=space + "old", store=store, queue=queue, signing_key=key)
+    api.submit(checkout_v1(order(space)), request_id=space + "old", store=store, queue=queue, signing_key=key)
     assert balance(store, space) == -10
     # Workers restarted with v2 only: the v1 request waits, visibly, and nothing runs twice.
-    only_v2 = Worker(V2, store=store, queue=queue, signing_key=key)
+    only_v2 = api.worker(V2, store=store, queue=queue, signing_key=key)
     [message] = queue.receive()
     only_v2.handle(message)
-    waiting = status(store, "checkout", space + "old")
+    waiting = api.status(store, "checkout", space + "old")
     assert (waiting.status, waiting.version, only_v2.stats.waiting) == (RunStatus.RUNNING, 1, 1)
     assert waiting.waiting is not None and "version 1" in waiting.waiting
     assert balance(store, space) == -10 and queue.approximate_size() == 1 and queue.dead_letters() == []
     # Workers holding v1 and v2: the old request finishes on v1, a new one runs on v2.
-    both = Worker(V1_AND_V2, store=store, queue=queue, signing_key=key)
-    submit(checkout_v2(order(space, 1)), request_id=space + "new", store=store, queue=queue, signing_key=key)
+    both = api.worker(V1_AND_V2, store=store, queue=queue, signing_key=key)
+    api.submit(
+        checkout_v2(order(space, 1)), request_id=space + "new", store=store, queue=queue, signing_key=key
+    )
     deliver_all(both, queue, clock)
-    old, new = status(store, "checkout", space + "old"), status(store, "checkout", space + "new")
+    old, new = api.status(store, "checkout", space + "old"), api.status(store, "checkout", space + "new")
     assert (old.result, old.version, old.waiting) == ({"version": 1, "shipped": "shipped"}, 1, None)
     assert (new.result, new.version) == ({"version": 2, "shipped": "shipped"}, 2)
     assert balance(store, space) == -20  # one debit each
     assert rows_of(store, space)[("tableb", "fraud", "checked")] == 1  # the v2 request only
 
 
-def test_a_changed_step_without_a_new_version_waits_instead_of_running(store: Store) -> None:
+def test_a_changed_step_without_a_new_version_waits_instead_of_running(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
+    api.submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
     # The same name and version, other code: v2's steps registered as version 1.
-    mistaken = Worker([checkout_v2.__class__("checkout", checkout_v2.function)], store=store, queue=queue)
+    mistaken = api.worker([checkout_v2.__class__("checkout", checkout_v2.function)], store=store, queue=queue)
     [message] = queue.receive()
     mistaken.handle(message)
-    waiting = status(store, "checkout", space)
+    waiting = api.status(store, "checkout", space)
     assert waiting.status is RunStatus.RUNNING and waiting.waiting is not None
     assert "atomic debit" in waiting.waiting and "atomic fraud" in waiting.waiting
     assert balance(store, space) == -10 and ("tableb", "fraud", "checked") not in rows_of(store, space)
 
 
-def test_run_finishes_a_request_on_the_version_it_started_with(store: Store) -> None:
+def test_run_finishes_a_request_on_the_version_it_started_with(store: Store, api: Api) -> None:
     space = new_space()
     queue = MemoryQueue()
-    submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
+    api.submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
     with pytest.raises(VersionNotHeldError, match="started on version 1"):
-        run(checkout_v2(order(space)), request_id=space, store=store)
+        api.run(checkout_v2(order(space)), request_id=space, store=store)
     assert balance(store, space) == -10
-    result = run(checkout_v2(order(space)), request_id=space, store=store, versions=[checkout_v1])
+    result = api.run(checkout_v2(order(space)), request_id=space, store=store, versions=[checkout_v1])
     assert result == {"version": 1, "shipped": "shipped"} and balance(store, space) == -10
 
 
-def test_an_input_larger_than_the_queue_allows_completes(store: Store) -> None:
+def test_an_input_larger_than_the_queue_allows_completes(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock, max_body_bytes=64 * 1024)  # Azure Queue's limit
     big = order(space, items="x" * 70_000)
-    pending = submit(checkout_v1(big), request_id=space, store=store, queue=queue)
+    pending = api.submit(checkout_v1(big), request_id=space, store=store, queue=queue)
     [message] = queue.receive()
     assert len(message.body) < 200  # a pointer, whatever the input
     queue.nack(message)
-    deliver_all(Worker(V1, store=store, queue=queue), queue, clock)
+    deliver_all(api.worker(V1, store=store, queue=queue), queue, clock)
     assert pending.result(timeout=0) == {"version": 1, "shipped": "shipped"}
     assert rows_of(store, space)[("tableb", "shipments", "o0")] == {"items": 70_000}
 
 
-def test_an_input_the_store_refuses_fails_before_anything_is_written(store: Store) -> None:
+def test_an_input_the_store_refuses_fails_before_anything_is_written(store: Store, api: Api) -> None:
     space = new_space()
     bad = [order(space, items={"a", "b"})]  # a set is not JSON
     limit = store.capabilities.max_value_bytes
@@ -163,26 +165,28 @@ def test_an_input_the_store_refuses_fails_before_anything_is_written(store: Stor
         bad.append(order(space, items="x" * (limit + 1)))
     for given in bad:
         with pytest.raises(InvalidValueError, match="input of workflow 'checkout'"):
-            submit(checkout_v1(given), request_id=space, store=store, queue=MemoryQueue())
-    assert rows_of(store, space) == {} and status(store, "checkout", space).status is RunStatus.UNKNOWN
+            api.submit(checkout_v1(given), request_id=space, store=store, queue=MemoryQueue())
+    assert rows_of(store, space) == {} and api.status(store, "checkout", space).status is RunStatus.UNKNOWN
     assert not any(space in key for key in outbox_rows(store))
 
 
-def test_a_workflow_that_changes_its_input_before_its_checkpoint_completes(store: Store) -> None:
+def test_a_workflow_that_changes_its_input_before_its_checkpoint_completes(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    pending = submit(checkout_noting(order(space, note="gift")), request_id=space, store=store, queue=queue)
-    deliver_all(Worker(V1, store=store, queue=queue), queue, clock)
+    pending = api.submit(
+        checkout_noting(order(space, note="gift")), request_id=space, store=store, queue=queue
+    )
+    deliver_all(api.worker(V1, store=store, queue=queue), queue, clock)
     assert pending.result(timeout=0) == {"note": "gift"} and queue.dead_letters() == []
 
 
-def test_a_step_that_keeps_failing_ends_failed_with_its_step_and_reason(store: Store) -> None:
+def test_a_step_that_keeps_failing_ends_failed_with_its_step_and_reason(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    pending = submit(checkout_v1(order(space, explode=True)), request_id=space, store=store, queue=queue)
-    worker = Worker(V1, store=store, queue=queue, step_retry=StepRetry(maximum_attempts=3), clock=clock)
+    pending = api.submit(checkout_v1(order(space, explode=True)), request_id=space, store=store, queue=queue)
+    worker = api.worker(V1, store=store, queue=queue, step_retry=StepRetry(maximum_attempts=3), clock=clock)
     deliver_all(worker, queue, clock)
-    failed = status(store, "checkout", space)
+    failed = api.status(store, "checkout", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
     assert (failed.failure.step, failed.failure.attempts) == (2, 3) and "KeyError" in failed.failure.reason
     assert (worker.stats.retried, worker.stats.failed, queue.dead_letters()) == (2, 1, [])
@@ -191,15 +195,15 @@ def test_a_step_that_keeps_failing_ends_failed_with_its_step_and_reason(store: S
         pending.result(timeout=0)
 
 
-def test_on_failure_compensate_refunds_once_and_ends_aborted(store: Store) -> None:
+def test_on_failure_compensate_refunds_once_and_ends_aborted(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    pending = submit(
+    pending = api.submit(
         checkout_refunding(order(space, explode=True)), request_id=space, store=store, queue=queue
     )
     queue.send(queue.receive()[0].body)  # a duplicate message: the refund still happens once
     deliver_all(
-        Worker(V1, store=store, queue=queue, step_retry=StepRetry(maximum_attempts=2), clock=clock),
+        api.worker(V1, store=store, queue=queue, step_retry=StepRetry(maximum_attempts=2), clock=clock),
         queue,
         clock,
     )
@@ -208,12 +212,12 @@ def test_on_failure_compensate_refunds_once_and_ends_aborted(store: Store) -> No
     assert balance(store, space) == 0 and ("tableb", "shipments", "o0") not in rows_of(store, space)
 
 
-def test_a_workflow_no_worker_holds_ends_failed(store: Store) -> None:
+def test_a_workflow_no_worker_holds_ends_failed(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
-    deliver_all(Worker([checkout_noting], store=store, queue=queue, max_deliveries=2), queue, clock)
-    failed = status(store, "checkout", space)
+    api.submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
+    deliver_all(api.worker([checkout_noting], store=store, queue=queue, max_deliveries=2), queue, clock)
+    failed = api.status(store, "checkout", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
     assert "no worker here holds workflow 'checkout'" in failed.failure.reason
 
@@ -232,40 +236,44 @@ class DownQueue(MemoryQueue):
 @pytest.mark.parametrize(
     "error", [BackendError("queue down"), SimulatedCrash("after the commit")], ids=["queue down", "crash"]
 )
-def test_the_relay_sends_what_submit_could_not(store: Store, error: BaseException) -> None:
+def test_the_relay_sends_what_submit_could_not(store: Store, error: BaseException, api: Api) -> None:
     space, clock = new_space(), Clock()
     down = DownQueue(clock, error)
     try:
-        pending = submit(checkout_v1(order(space)), request_id=space, store=store, queue=down, clock=clock)
+        pending = api.submit(
+            checkout_v1(order(space)), request_id=space, store=store, queue=down, clock=clock
+        )
     except SimulatedCrash:
         pending = None
     else:
         assert pending.status() is RunStatus.RUNNING  # accepted: the relay will send it
     assert balance(store, space) == -10 and len(outbox_rows(store)) >= 1
     queue = MemoryQueue(clock=clock)
-    worker = Worker(V1, store=store, queue=queue, clock=clock)
+    worker = api.worker(V1, store=store, queue=queue, clock=clock)
     assert worker.relay() == 0  # not due yet: a live submit normally sends first
     clock.now += 60
     assert worker.relay() == 1 and worker.relay() == 0  # sent once, then cleared
     deliver_all(worker, queue, clock)
-    assert status(store, "checkout", space).result == {"version": 1, "shipped": "shipped"}
+    assert api.status(store, "checkout", space).result == {"version": 1, "shipped": "shipped"}
     assert balance(store, space) == -10 and not any(space in key for key in outbox_rows(store))
 
 
-def test_a_submitted_request_leaves_no_outbox_entry_behind(store: Store) -> None:
+def test_a_submitted_request_leaves_no_outbox_entry_behind(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     for n in range(3):
-        submit(checkout_v1(order(space, n)), request_id=f"{space}{n}", store=store, queue=queue, clock=clock)
+        api.submit(
+            checkout_v1(order(space, n)), request_id=f"{space}{n}", store=store, queue=queue, clock=clock
+        )
     store.flush()
-    deliver_all(Worker(V1, store=store, queue=queue, clock=clock), queue, clock)
+    deliver_all(api.worker(V1, store=store, queue=queue, clock=clock), queue, clock)
     assert not any(space in key for key in outbox_rows(store))
 
 
-def test_a_message_of_the_previous_format_still_finishes_its_request(store: Store) -> None:
+def test_a_message_of_the_previous_format_still_finishes_its_request(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
+    api.submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
     queue.ack(queue.receive()[0])
     legacy = {
         "v": 1,
@@ -275,47 +283,49 @@ def test_a_message_of_the_previous_format_still_finishes_its_request(store: Stor
         "recorded": [["s1", "atomic debit", 999]],  # carried values are never trusted
     }
     queue.send(json.dumps(legacy))
-    deliver_all(Worker(V1, store=store, queue=queue), queue, clock)
-    assert status(store, "checkout", space).result == {"version": 1, "shipped": "shipped"}
+    deliver_all(api.worker(V1, store=store, queue=queue), queue, clock)
+    assert api.status(store, "checkout", space).result == {"version": 1, "shipped": "shipped"}
     assert balance(store, space) == -10
 
 
-def test_a_pointer_to_another_version_than_the_request_runs_on_the_recorded_one(store: Store) -> None:
+def test_a_pointer_to_another_version_than_the_request_runs_on_the_recorded_one(
+    store: Store, api: Api
+) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
+    api.submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
     queue.send(encode_pointer(Pointer("checkout", 2, space), None))  # a forged or stale version
-    deliver_all(Worker(V1_AND_V2, store=store, queue=queue), queue, clock)
-    assert status(store, "checkout", space).result == {"version": 1, "shipped": "shipped"}
+    deliver_all(api.worker(V1_AND_V2, store=store, queue=queue), queue, clock)
+    assert api.status(store, "checkout", space).result == {"version": 1, "shipped": "shipped"}
     assert balance(store, space) == -10 and ("tableb", "fraud", "checked") not in rows_of(store, space)
 
 
-def test_waiting_for_a_version_never_counts_as_an_attempt(store: Store) -> None:
+def test_waiting_for_a_version_never_counts_as_an_attempt(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(checkout_v1(order(space, explode=True)), request_id=space, store=store, queue=queue)
-    only_v2 = Worker(V2, store=store, queue=queue, max_deliveries=2, version_wait=1)
+    api.submit(checkout_v1(order(space, explode=True)), request_id=space, store=store, queue=queue)
+    only_v2 = api.worker(V2, store=store, queue=queue, max_deliveries=2, version_wait=1)
     for _ in range(4):  # a long deploy: offered four times to workers without version 1
         [message] = queue.receive()
         only_v2.handle(message)
         clock.now += 2
-    assert only_v2.stats.waiting == 4 and status(store, "checkout", space).status is RunStatus.RUNNING
+    assert only_v2.stats.waiting == 4 and api.status(store, "checkout", space).status is RunStatus.RUNNING
     two = StepRetry(maximum_attempts=2)
-    deliver_all(Worker(V1, store=store, queue=queue, step_retry=two, clock=clock), queue, clock)
-    failed = status(store, "checkout", space)
+    deliver_all(api.worker(V1, store=store, queue=queue, step_retry=two, clock=clock), queue, clock)
+    failed = api.status(store, "checkout", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None and failed.failure.attempts == 2
 
 
-def test_a_request_run_first_then_submitted_is_finished_by_workers(store: Store) -> None:
+def test_a_request_run_first_then_submitted_is_finished_by_workers(store: Store, api: Api) -> None:
     from idemflow.testing import Fault, FaultyStore
 
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == 0 else None)
     with pytest.raises(SimulatedCrash):  # `run` claims the request and dies after its debit
-        run(checkout_v1(order(space)), request_id=space, store=dying)
-    pending = submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue, clock=clock)
-    deliver_all(Worker(V1, store=store, queue=queue, clock=clock), queue, clock)
+        api.run(checkout_v1(order(space)), request_id=space, store=dying)
+    pending = api.submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue, clock=clock)
+    deliver_all(api.worker(V1, store=store, queue=queue, clock=clock), queue, clock)
     assert pending.result(timeout=0) == {"version": 1, "shipped": "shipped"}
     assert balance(store, space) == -10 and queue.dead_letters() == []
 
@@ -340,19 +350,19 @@ class BlippingQueue(MemoryQueue):
         super().send(body, delay=delay)
 
 
-def test_a_queue_that_blips_never_stops_a_worker(store: Store) -> None:
+def test_a_queue_that_blips_never_stops_a_worker(store: Store, api: Api) -> None:
     space = new_space()
     queue = BlippingQueue()
-    submit(checkout_v1(order(space)), request_id=space + "old", store=store, queue=queue)
+    api.submit(checkout_v1(order(space)), request_id=space + "old", store=store, queue=queue)
     # The v2-only worker meets a receive error, then fails to give the v1 request back: it goes on.
-    only_v2 = Worker(V2, store=store, queue=queue, wait=0.01, version_wait=0.01, relay_every=None)
-    submit(checkout_v2(order(space, 1)), request_id=space + "new", store=store, queue=queue)
+    only_v2 = api.worker(V2, store=store, queue=queue, wait=0.01, version_wait=0.01, relay_every=None)
+    api.submit(checkout_v2(order(space, 1)), request_id=space + "new", store=store, queue=queue)
     done = threading.Event()
 
     def stop_once_it_went_on() -> None:  # the worker met both blips and still finished the v2 request
         deadline = time.monotonic() + 60
         while not done.wait(0.05) and time.monotonic() < deadline:
-            if queue.send_blips == 0 and status(store, "checkout", space + "new").status.final:
+            if queue.send_blips == 0 and api.status(store, "checkout", space + "new").status.final:
                 break
         only_v2.stop()
 
@@ -363,11 +373,11 @@ def test_a_queue_that_blips_never_stops_a_worker(store: Store) -> None:
     finally:
         done.set()
         watcher.join()
-    assert status(store, "checkout", space + "new").result == {"version": 2, "shipped": "shipped"}
+    assert api.status(store, "checkout", space + "new").result == {"version": 2, "shipped": "shipped"}
     assert (queue.receive_blips, queue.send_blips) == (0, 0)
 
 
-def test_the_relay_drops_an_entry_whose_request_was_never_claimed(store: Store) -> None:
+def test_the_relay_drops_an_entry_whose_request_was_never_claimed(store: Store, api: Api) -> None:
     from idemflow.keys import outbox_key, outbox_partition
     from idemflow.policy import resend
     from idemflow.records import OutboxEntry
@@ -379,15 +389,15 @@ def test_the_relay_drops_an_entry_whose_request_was_never_claimed(store: Store) 
     ref = RowRef(RUNS_TABLE, outbox_partition(space), outbox_key("checkout", space))
     resend(store.commit, [Put(ref, entry.to_json(), encode(entry.to_json()))])  # may meet a conflict
     queue = MemoryQueue(clock=clock)
-    assert Worker(V1, store=store, queue=queue, clock=clock).relay() == 0
+    assert api.worker(V1, store=store, queue=queue, clock=clock).relay() == 0
     assert queue.approximate_size() == 0 and not any(space in key for key in outbox_rows(store))
 
 
-def test_an_idle_worker_returns_while_a_request_waits_for_another_version(store: Store) -> None:
+def test_an_idle_worker_returns_while_a_request_waits_for_another_version(store: Store, api: Api) -> None:
     space = new_space()
     queue = MemoryQueue()
-    submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
-    stats = Worker(V2, store=store, queue=queue, wait=0.01, version_wait=0.01, relay_every=None).run(
+    api.submit(checkout_v1(order(space)), request_id=space, store=store, queue=queue)
+    stats = api.worker(V2, store=store, queue=queue, wait=0.01, version_wait=0.01, relay_every=None).run(
         idle_timeout=0.3
     )
     assert stats.waiting >= 1 and stats.finished == 0 and queue.approximate_size() == 1

@@ -23,7 +23,6 @@ from idemflow import (
     WorkflowAborted,
     atomic,
     receive,
-    run,
     send,
     sleep,
     sleep_until,
@@ -32,16 +31,15 @@ from idemflow import (
     workflow,
 )
 from idemflow.async_worklist._submission import MAX_HOP
-from idemflow.client import RunStatus, status, submit
+from idemflow.client import RunStatus
 from idemflow.keys import INBOX, RUNS_TABLE
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import MemoryQueue
+from tests.apis import Api, Handles
 from tests.conformance.test_continuations import Clock, deliver_all, outbox_rows
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
-
-BOTH_APIS = True
 
 
 def bump(space: str, key: str) -> Any:
@@ -115,19 +113,21 @@ def writer(space: str, notes: list[str], receiver: str = "inbox") -> Generator[A
     return len(notes)
 
 
-def deliver(worker: Worker, queue: MemoryQueue, clock: Clock, *, step: float = 60.0) -> None:
+def deliver(worker: Handles, queue: MemoryQueue, clock: Clock, *, step: float = 60.0) -> None:
     """:func:`deliver_all` with the clock moving ``step`` seconds at a time, for as long as timers take."""
     deliver_all(worker, queue, clock, rounds=400, step=step)
 
 
-def test_a_sleep_suspends_the_request_and_resumes_it_when_due(store: Store) -> None:
+def test_a_sleep_suspends_the_request_and_resumes_it_when_due(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     started = clock.now
-    pending = submit(napper(space, 2 * MAX_HOP + 30), request_id=space, store=store, queue=queue, clock=clock)
+    pending = api.submit(
+        napper(space, 2 * MAX_HOP + 30), request_id=space, store=store, queue=queue, clock=clock
+    )
     assert pending.status() is RunStatus.RUNNING and counts(store, space) == {"before": 1}
-    assert (status(store, "napper", space).waiting or "").startswith("sleeping until 2027-01-15T08:")
-    worker = Worker([napper], store=store, queue=queue, clock=clock)
+    assert (api.status(store, "napper", space).waiting or "").startswith("sleeping until 2027-01-15T08:")
+    worker = api.worker([napper], store=store, queue=queue, clock=clock)
     for _ in range(200):  # never early: nothing after the sleep until the clock reaches it
         received = queue.receive()
         if not received:
@@ -138,32 +138,32 @@ def test_a_sleep_suspends_the_request_and_resumes_it_when_due(store: Store) -> N
         worker.handle(received[0])
         done = counts(store, space).get("after")
         assert done is None or clock.now >= started + 2 * MAX_HOP + 30
-    assert status(store, "napper", space).result == "awake"
+    assert api.status(store, "napper", space).result == "awake"
     assert counts(store, space) == {"before": 1, "after": 1}
     assert worker.stats.suspended == 2  # submit queued it 900 s ahead, workers twice more
     assert not any(space in key for key in outbox_rows(store))
 
 
-def test_a_duplicate_of_a_sleeping_request_does_not_restart_its_timer(store: Store) -> None:
+def test_a_duplicate_of_a_sleeping_request_does_not_restart_its_timer(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(napper(space, 100), request_id=space, store=store, queue=queue, clock=clock)
+    api.submit(napper(space, 100), request_id=space, store=store, queue=queue, clock=clock)
     clock.now += 90
-    submit(napper(space, 100), request_id=space, store=store, queue=queue, clock=clock)  # replays
+    api.submit(napper(space, 100), request_id=space, store=store, queue=queue, clock=clock)  # replays
     clock.now += 11  # 101 s after the first: due, though the duplicate came 11 s ago
-    worker = Worker([napper], store=store, queue=queue, clock=clock)
+    worker = api.worker([napper], store=store, queue=queue, clock=clock)
     deliver(worker, queue, clock, step=1)
-    assert status(store, "napper", space).result == "awake" and counts(store, space)["after"] == 1
+    assert api.status(store, "napper", space).result == "awake" and counts(store, space)["after"] == 1
 
 
-def test_run_sleeps_in_the_process_and_a_rerun_does_not_sleep_again(store: Store) -> None:
+def test_run_sleeps_in_the_process_and_a_rerun_does_not_sleep_again(store: Store, api: Api) -> None:
     space = new_space()
-    assert run(napper(space, 0.05), request_id=space, store=store) == "awake"
-    assert run(napper(space, 0.05), request_id=space, store=store) == "awake"
+    assert api.run(napper(space, 0.05), request_id=space, store=store) == "awake"
+    assert api.run(napper(space, 0.05), request_id=space, store=store) == "awake"
     assert counts(store, space) == {"before": 1, "after": 1}
 
 
-def test_sleep_until_a_time_already_past_goes_on_at_once(store: Store) -> None:
+def test_sleep_until_a_time_already_past_goes_on_at_once(store: Store, api: Api) -> None:
     @workflow("alarm")
     def alarm(space: str) -> Generator[Any, Any, str]:
         yield sleep_until(1_000.0)
@@ -171,31 +171,33 @@ def test_sleep_until_a_time_already_past_goes_on_at_once(store: Store) -> None:
         return "rang"
 
     space = new_space()
-    assert run(alarm(space), request_id=space, store=store) == "rang"
+    assert api.run(alarm(space), request_id=space, store=store) == "rang"
 
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "5", True, 10**9])
-def test_a_bad_sleep_is_refused_before_anything_is_written(store: Store, bad: Any) -> None:
+def test_a_bad_sleep_is_refused_before_anything_is_written(store: Store, bad: Any, api: Api) -> None:
     @workflow("bad-nap")
     def bad_nap(space: str) -> Generator[Any, Any, None]:
         yield sleep(bad)
 
     space = new_space()
     with pytest.raises(InvalidValueError):
-        run(bad_nap(space), request_id=space, store=store)
-    assert status(store, "bad-nap", space).status is RunStatus.UNKNOWN
+        api.run(bad_nap(space), request_id=space, store=store)
+    assert api.status(store, "bad-nap", space).status is RunStatus.UNKNOWN
 
 
 @pytest.mark.parametrize("verdict", ["ok", "abort"])
-def test_a_child_runs_once_with_its_own_status_and_wakes_its_parent(store: Store, verdict: str) -> None:
+def test_a_child_runs_once_with_its_own_status_and_wakes_its_parent(
+    store: Store, verdict: str, api: Api
+) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     for _ in range(2):  # a duplicate submit starts no second child
-        submit(parent(space, verdict), request_id=space, store=store, queue=queue, clock=clock)
-    worker = Worker([parent, kid], store=store, queue=queue, clock=clock)
+        api.submit(parent(space, verdict), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([parent, kid], store=store, queue=queue, clock=clock)
     deliver(worker, queue, clock)
-    child = status(store, "kid", f"{space}-kid")
-    outcome = status(store, "parent", space)
+    child = api.status(store, "kid", f"{space}-kid")
+    outcome = api.status(store, "parent", space)
     assert outcome.status is RunStatus.COMPLETED
     if verdict == "ok":
         assert child.status is RunStatus.COMPLETED and outcome.result == f"kid of {space}"
@@ -208,28 +210,30 @@ def test_a_child_runs_once_with_its_own_status_and_wakes_its_parent(store: Store
 
 
 @pytest.mark.blocking_api
-def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(store: Store) -> None:
+def test_a_failed_child_keeps_its_parent_waiting_until_an_operator_aborts_it(store: Store, api: Api) -> None:
     from idemflow import admin
 
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(parent(space, "fail"), request_id=space, store=store, queue=queue, clock=clock)
-    worker = Worker(
+    api.submit(parent(space, "fail"), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker(
         [parent, kid], store=store, queue=queue, clock=clock, step_retry=StepRetry(maximum_attempts=2)
     )
     deliver(worker, queue, clock)
-    assert status(store, "kid", f"{space}-kid").status is RunStatus.FAILED
-    waiting = status(store, "parent", space)
+    assert api.status(store, "kid", f"{space}-kid").status is RunStatus.FAILED
+    waiting = api.status(store, "parent", space)
     assert waiting.status is RunStatus.RUNNING and "waiting for 'kid'" in (waiting.waiting or "")
     admin.abort_request(store, [kid], "kid", f"{space}-kid", reason="given up", clock=clock)
     clock.now += 60
     assert worker.relay() == 1  # the child's outcome committed a wake-up of its parent
     deliver(worker, queue, clock)
-    assert status(store, "parent", space).result == {"child aborted": "given up"}
+    assert api.status(store, "parent", space).result == {"child aborted": "given up"}
     assert counts(store, space) == {"parent-before": 1, "parent-after": 1}
 
 
-def test_a_second_parent_waiting_for_a_child_it_did_not_start_gets_its_outcome(store: Store) -> None:
+def test_a_second_parent_waiting_for_a_child_it_did_not_start_gets_its_outcome(
+    store: Store, api: Api
+) -> None:
     """The child's outcome wakes the parent that started it; another waiter looks again."""
 
     @workflow("slow-kid")
@@ -245,60 +249,60 @@ def test_a_second_parent_waiting_for_a_child_it_did_not_start_gets_its_outcome(s
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     for n in (1, 2):
-        submit(adopter(space, n), request_id=f"{space}{n}", store=store, queue=queue, clock=clock)
-    deliver(Worker([adopter, slow_kid], store=store, queue=queue, clock=clock), queue, clock, step=5)
-    assert [status(store, "adopter", f"{space}{n}").result for n in (1, 2)] == ["grown", "grown"]
+        api.submit(adopter(space, n), request_id=f"{space}{n}", store=store, queue=queue, clock=clock)
+    deliver(api.worker([adopter, slow_kid], store=store, queue=queue, clock=clock), queue, clock, step=5)
+    assert [api.status(store, "adopter", f"{space}{n}").result for n in (1, 2)] == ["grown", "grown"]
     assert counts(store, space) == {"slow-kid": 1}
 
 
-def test_under_run_a_wait_runs_the_child_in_the_process(store: Store) -> None:
+def test_under_run_a_wait_runs_the_child_in_the_process(store: Store, api: Api) -> None:
     space = new_space()
-    assert run(parent(space, "ok"), request_id=space, store=store) == f"kid of {space}"
-    assert status(store, "kid", f"{space}-kid").status is RunStatus.COMPLETED
-    assert run(parent(space, "ok"), request_id=space, store=store) == f"kid of {space}"
+    assert api.run(parent(space, "ok"), request_id=space, store=store) == f"kid of {space}"
+    assert api.status(store, "kid", f"{space}-kid").status is RunStatus.COMPLETED
+    assert api.run(parent(space, "ok"), request_id=space, store=store) == f"kid of {space}"
     assert counts(store, space) == {"parent-before": 1, "kid": 1, "parent-after": 1}
 
 
-def test_a_child_id_reused_with_another_input_fails_the_parent(store: Store) -> None:
+def test_a_child_id_reused_with_another_input_fails_the_parent(store: Store, api: Api) -> None:
     space = new_space()
-    run(kid(space, "other"), request_id=f"{space}-kid", store=store)
+    api.run(kid(space, "other"), request_id=f"{space}-kid", store=store)
     with pytest.raises(IdempotencyKeyReuseError):
-        run(parent(space, "ok"), request_id=space, store=store)
+        api.run(parent(space, "ok"), request_id=space, store=store)
 
 
-def test_a_workflow_starting_itself_as_its_child_is_refused_before_any_write(store: Store) -> None:
+def test_a_workflow_starting_itself_as_its_child_is_refused_before_any_write(store: Store, api: Api) -> None:
     @workflow("selfish")
     def selfish(space: str) -> Generator[Any, Any, Any]:
         return (yield wait((yield start(selfish(space), request_id=space))))
 
     space = new_space()
     with pytest.raises(InvalidInputError, match="cannot start itself"):
-        run(selfish(space), request_id=space, store=store)
-    assert status(store, "selfish", space).status is RunStatus.UNKNOWN
+        api.run(selfish(space), request_id=space, store=store)
+    assert api.status(store, "selfish", space).status is RunStatus.UNKNOWN
 
 
-def test_messages_are_received_once_in_the_order_sent(store: Store) -> None:
+def test_messages_are_received_once_in_the_order_sent(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     notes = ["one", "two", "three"]
-    submit(inbox(space, 3), request_id=space, store=store, queue=queue, clock=clock)
+    api.submit(inbox(space, 3), request_id=space, store=store, queue=queue, clock=clock)
     for _ in range(2):  # the sender retried: each message still arrives once
-        submit(writer(space, notes), request_id=f"{space}-w", store=store, queue=queue, clock=clock)
-    worker = Worker([inbox, writer], store=store, queue=queue, clock=clock)
+        api.submit(writer(space, notes), request_id=f"{space}-w", store=store, queue=queue, clock=clock)
+    worker = api.worker([inbox, writer], store=store, queue=queue, clock=clock)
     deliver(worker, queue, clock, step=10)  # the timeout's continuation comes too, a harmless duplicate
-    assert status(store, "inbox", space).result == notes
+    assert api.status(store, "inbox", space).result == notes
     assert counts(store, space) == {"wrote": 1, "read": 1}
     assert not any(space in key for key in outbox_rows(store))
 
 
-def test_a_message_sent_before_its_receiver_started_waits_for_it(store: Store) -> None:
+def test_a_message_sent_before_its_receiver_started_waits_for_it(store: Store, api: Api) -> None:
     space = new_space()
-    run(writer(space, ["early"]), request_id=f"{space}-w", store=store)
-    assert run(inbox(space, 1), request_id=space, store=store) == ["early"]
-    assert run(inbox(space, 1), request_id=space, store=store) == ["early"]  # memoized
+    api.run(writer(space, ["early"]), request_id=f"{space}-w", store=store)
+    assert api.run(inbox(space, 1), request_id=space, store=store) == ["early"]
+    assert api.run(inbox(space, 1), request_id=space, store=store) == ["early"]  # memoized
 
 
-def test_a_wake_up_of_a_request_run_started_is_dropped_not_dead_lettered(store: Store) -> None:
+def test_a_wake_up_of_a_request_run_started_is_dropped_not_dead_lettered(store: Store, api: Api) -> None:
     """A request ``run`` started polls its inbox itself: workers get no pointer to it (it has no
     stored input, and a worker would dead-letter the pointer)."""
 
@@ -310,14 +314,14 @@ def test_a_wake_up_of_a_request_run_started_is_dropped_not_dead_lettered(store: 
     space, clock = new_space(), Clock()
     dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == 0 else None)
     with pytest.raises(SimulatedCrash):  # claimed by run, its first step committed
-        run(run_inbox(space), request_id=space, store=dying, clock=clock)
-    run(send_note(space), request_id=f"{space}-w", store=store, clock=clock)
+        api.run(run_inbox(space), request_id=space, store=dying, clock=clock)
+    api.run(send_note(space), request_id=f"{space}-w", store=store, clock=clock)
     queue = MemoryQueue(clock=clock)
-    worker = Worker([run_inbox], store=store, queue=queue, clock=clock)
+    worker = api.worker([run_inbox], store=store, queue=queue, clock=clock)
     clock.now += 60
     assert worker.relay() == 0 and queue.approximate_size() == 0
     assert not any(space in key for key in outbox_rows(store))
-    assert run(run_inbox(space), request_id=space, store=store, clock=clock) == "hi"
+    assert api.run(run_inbox(space), request_id=space, store=store, clock=clock) == "hi"
 
 
 @workflow("send-note")
@@ -326,7 +330,7 @@ def send_note(space: str) -> Generator[Any, Any, None]:
 
 
 @pytest.mark.blocking_api
-def test_a_message_sent_from_outside_with_one_key_arrives_once_on_both_apis(store: Store) -> None:
+def test_a_message_sent_from_outside_with_one_key_arrives_once_on_both_apis(store: Store, api: Api) -> None:
     import asyncio
 
     from idemflow.client import asend_message, send_message
@@ -337,7 +341,7 @@ def test_a_message_sent_from_outside_with_one_key_arrives_once_on_both_apis(stor
         asyncio.run(asend_message(store, "inbox", space, "notes", "async", key=f"{space}-k2"))
     sent = [key for _, key, _ in store.scan(RUNS_TABLE, space) if key.startswith(INBOX)]
     assert len(sent) == 2
-    assert sorted(run(inbox(space, 2), request_id=space, store=store)) == ["async", "sync"]
+    assert sorted(api.run(inbox(space, 2), request_id=space, store=store)) == ["async", "sync"]
 
 
 @workflow("refuser")
@@ -346,7 +350,9 @@ def refuser(space: str) -> Generator[Any, Any, None]:
 
 
 @pytest.mark.blocking_api
-def test_a_message_from_outside_that_no_receive_could_take_is_refused_on_both_apis(store: Store) -> None:
+def test_a_message_from_outside_that_no_receive_could_take_is_refused_on_both_apis(
+    store: Store, api: Api
+) -> None:
     """A finished receiver (or, asked for, one never started) answers MessageNotDeliveredError and
     nothing is written; a message sent before its receiver started still waits for it, and a
     resend under a key already delivered replays quietly even once the receiver finished."""
@@ -357,10 +363,10 @@ def test_a_message_from_outside_that_no_receive_could_take_is_refused_on_both_ap
 
     space, refused, nobody = new_space(), new_space(), new_space()
     send_message(store, "inbox", space, "notes", "early", key=f"{space}-k1")
-    assert run(inbox(space, 1), request_id=space, store=store) == ["early"]
+    assert api.run(inbox(space, 1), request_id=space, store=store) == ["early"]
     send_message(store, "inbox", space, "notes", "early", key=f"{space}-k1")  # the client's retry
     with pytest.raises(WorkflowAborted):
-        run(refuser(refused), request_id=refused, store=store)
+        api.run(refuser(refused), request_id=refused, store=store)
     store.flush()  # the completion records, which some stores write in the background
     before = sorted(store.scan(RUNS_TABLE))
     cases = [
@@ -390,19 +396,19 @@ def test_a_message_from_outside_that_no_receive_could_take_is_refused_on_both_ap
     assert sorted(store.scan(RUNS_TABLE)) == before
 
 
-def test_a_receive_that_times_out_returns_none_durably(store: Store) -> None:
+def test_a_receive_that_times_out_returns_none_durably(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    submit(inbox(space, 1), request_id=space, store=store, queue=queue, clock=clock)
-    worker = Worker([inbox], store=store, queue=queue, clock=clock)
+    api.submit(inbox(space, 1), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([inbox], store=store, queue=queue, clock=clock)
     deliver(worker, queue, clock)  # 600 s pass with nothing sent
-    assert status(store, "inbox", space).result == [None]
-    run(writer(space, ["late"]), request_id=f"{space}-w", store=store)
-    assert run(inbox(space, 1), request_id=space, store=store) == [None]  # the answer stays
+    assert api.status(store, "inbox", space).result == [None]
+    api.run(writer(space, ["late"]), request_id=f"{space}-w", store=store)
+    assert api.run(inbox(space, 1), request_id=space, store=store) == [None]  # the answer stays
 
 
 def crash_then_finish(
-    store: Store, flows: list[Any], requests: list[tuple[Any, str]], crash_at: int
+    api: Api, store: Store, flows: list[Any], requests: list[tuple[Any, str]], crash_at: int
 ) -> Clock:
     """Submit ``requests`` and work them off until the process dies after its ``crash_at``-th
     commit (the store applied it); then the clients retry what they did not see accepted and a
@@ -410,11 +416,11 @@ def crash_then_finish(
     clock = Clock()
     queue = MemoryQueue(clock=clock)
     dying = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.index == crash_at else None)
-    crashing = Worker(flows, store=dying, queue=queue, clock=clock)
+    crashing = api.worker(flows, store=dying, queue=queue, clock=clock)
     accepted: set[str] = set()
     try:
         for m, rid in requests:
-            submit(m, request_id=rid, store=dying, queue=queue, clock=clock)
+            api.submit(m, request_id=rid, store=dying, queue=queue, clock=clock)
             accepted.add(rid)
         for _ in range(50):
             received = queue.receive()
@@ -424,10 +430,10 @@ def crash_then_finish(
     except SimulatedCrash:
         pass
     clock.now += 120  # visibility timeouts and the relay's grace pass
-    survivor = Worker(flows, store=store, queue=queue, clock=clock)
+    survivor = api.worker(flows, store=store, queue=queue, clock=clock)
     for m, rid in requests:  # a client retries only what it did not see accepted
         if rid not in accepted:
-            submit(m, request_id=rid, store=store, queue=queue, clock=clock)
+            api.submit(m, request_id=rid, store=store, queue=queue, clock=clock)
     survivor.relay()
     deliver(survivor, queue, clock, step=10)
     return clock
@@ -436,34 +442,34 @@ def crash_then_finish(
 @pytest.mark.blocking_api
 @pytest.mark.parametrize("crash_at", range(8))
 def test_a_crash_at_any_commit_of_parent_and_child_loses_and_repeats_nothing(
-    store: Store, crash_at: int
+    store: Store, crash_at: int, api: Api
 ) -> None:
     space = new_space()
-    crash_then_finish(store, [parent, kid], [(parent(space, "ok"), space)], crash_at)
-    assert status(store, "parent", space).result == f"kid of {space}"
+    crash_then_finish(api, store, [parent, kid], [(parent(space, "ok"), space)], crash_at)
+    assert api.status(store, "parent", space).result == f"kid of {space}"
     assert counts(store, space) == {"parent-before": 1, "kid": 1, "parent-after": 1}
 
 
 @pytest.mark.blocking_api
 @pytest.mark.parametrize("crash_at", range(10))
 def test_a_crash_at_any_commit_of_sender_and_receiver_loses_and_repeats_nothing(
-    store: Store, crash_at: int
+    store: Store, crash_at: int, api: Api
 ) -> None:
     space = new_space()
     requests = [(inbox(space, 2), space), (writer(space, ["a", "b"]), f"{space}-w")]
-    crash_then_finish(store, [inbox, writer], requests, crash_at)
-    assert status(store, "inbox", space).result == ["a", "b"]
+    crash_then_finish(api, store, [inbox, writer], requests, crash_at)
+    assert api.status(store, "inbox", space).result == ["a", "b"]
     assert counts(store, space) == {"wrote": 1, "read": 1}
 
 
 @pytest.mark.blocking_api
 @pytest.mark.parametrize("crash_at", range(8))
 def test_a_crash_at_any_commit_of_a_sender_never_loses_the_wake_up_of_a_receiver_without_timeout(
-    store: Store, crash_at: int
+    store: Store, crash_at: int, api: Api
 ) -> None:
     space = new_space()
     # One message: a later send's wake-up would hide a lost one.
     requests = [(patient_inbox(space, 1), space), (writer(space, ["a"], "patient-inbox"), f"{space}-w")]
-    crash_then_finish(store, [patient_inbox, writer], requests, crash_at)
-    assert status(store, "patient-inbox", space).result == ["a"]
+    crash_then_finish(api, store, [patient_inbox, writer], requests, crash_at)
+    assert api.status(store, "patient-inbox", space).result == ["a"]
     assert counts(store, space) == {"wrote": 1, "read": 1}

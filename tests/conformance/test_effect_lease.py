@@ -13,12 +13,10 @@ from typing import Any
 import pytest
 from tenacity import Retrying
 
-from idemflow import Idem, InvalidInputError, RetryPolicy, effect, idempotent_function, run, workflow
+from idemflow import Idem, InvalidInputError, RetryPolicy, effect, idempotent_function, workflow
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores import Store
-
-BOTH_APIS = True
-"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
+from tests.apis import Api, ApiName
 
 RACERS = 4
 
@@ -27,7 +25,7 @@ class Waits:
     """The policy's sleep: counts the waits of executions that found the lease held (on the
     asyncio API it must not block the loop: it returns the coroutine the driver awaits)."""
 
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: ApiName) -> None:
         self.count = 0
         self.lock = threading.Lock()
         self.api = api
@@ -35,16 +33,16 @@ class Waits:
     def __call__(self, seconds: float) -> Any:
         with self.lock:
             self.count += 1
-        if self.api == "async":
+        if self.api == "asyncio":
             return asyncio.sleep(seconds)
         time.sleep(seconds)
         return None
 
 
-def blocking_until(release: threading.Event, api: str, then: Any) -> Any:
+def blocking_until(release: threading.Event, api: ApiName, then: Any) -> Any:
     """An effect function that holds its call until ``release``; a coroutine function on the
     asyncio API, where a blocking one would stop the loop every execution shares."""
-    if api == "async":
+    if api == "asyncio":
 
         async def held(key: str) -> Any:
             await asyncio.to_thread(release.wait, 30)
@@ -79,9 +77,9 @@ def race(target: Any, n: int) -> tuple[list[Any], list[BaseException]]:
     return results, errors, threads  # type: ignore[return-value]
 
 
-def test_racing_executions_call_a_leased_effect_once(store: Store, api: str) -> None:
+def test_racing_executions_call_a_leased_effect_once(store: Store, api: Api) -> None:
     calls: list[str] = []
-    entered, release, waits = threading.Event(), threading.Event(), Waits(api)
+    entered, release, waits = threading.Event(), threading.Event(), Waits(api.name)
 
     def record(key: str) -> str:
         calls.append(key)
@@ -91,7 +89,7 @@ def test_racing_executions_call_a_leased_effect_once(store: Store, api: str) -> 
     def answer(key: str) -> str:
         return f"charged {len(calls)}"
 
-    held = blocking_until(release, api, answer)
+    held = blocking_until(release, api.name, answer)
 
     def charge(key: str) -> Any:
         record(key)
@@ -104,11 +102,11 @@ def test_racing_executions_call_a_leased_effect_once(store: Store, api: str) -> 
     request_id = "lease-" + uuid.uuid4().hex
     policy = leased_policy(waits)
     results, errors, threads = race(
-        lambda: run(charging("o"), request_id=request_id, store=store, policy=policy), 1
+        lambda: api.run(charging("o"), request_id=request_id, store=store, policy=policy), 1
     )
     assert entered.wait(30)  # the first holds the lease and is inside the call
     more, more_errors, more_threads = race(
-        lambda: run(charging("o"), request_id=request_id, store=store, policy=policy), RACERS - 1
+        lambda: api.run(charging("o"), request_id=request_id, store=store, policy=policy), RACERS - 1
     )
     deadline = time.monotonic() + 30
     while waits.count < RACERS - 1 and time.monotonic() < deadline:  # every other one is waiting
@@ -121,7 +119,7 @@ def test_racing_executions_call_a_leased_effect_once(store: Store, api: str) -> 
     assert results + more == ["charged 1"] * RACERS
 
 
-def test_a_holder_that_died_blocks_nobody_beyond_its_lease(store: Store) -> None:
+def test_a_holder_that_died_blocks_nobody_beyond_its_lease(store: Store, api: Api) -> None:
     """The first holder's process dies inside the call (its lease row stays); a retry waits at most
     the lease, takes it over and calls once more, and every later duplicate gets that answer."""
     calls: list[str] = []
@@ -141,18 +139,18 @@ def test_a_holder_that_died_blocks_nobody_beyond_its_lease(store: Store) -> None
 
     request_id = "lease-" + uuid.uuid4().hex
     with pytest.raises(Died):
-        run(charging("o"), request_id=request_id, store=store)
+        api.run(charging("o"), request_id=request_id, store=store)
     assert any(key.endswith("|l1") for _, key, _ in store.scan(RUNS_TABLE, request_id))  # left behind
     started = time.monotonic()
-    assert run(charging("o"), request_id=request_id, store=store) == "charged"
+    assert api.run(charging("o"), request_id=request_id, store=store) == "charged"
     assert time.monotonic() - started < 30  # it did not wait for the policy's deadline either
-    assert run(charging("o"), request_id=request_id, store=store) == "charged"
+    assert api.run(charging("o"), request_id=request_id, store=store) == "charged"
     assert len(calls) == 2
     store.flush()
     assert not any(key.endswith("|l1") for _, key, _ in store.scan(RUNS_TABLE, request_id))
 
 
-def test_a_call_that_raised_gives_its_lease_up_at_once(store: Store) -> None:
+def test_a_call_that_raised_gives_its_lease_up_at_once(store: Store, api: Api) -> None:
     calls: list[str] = []
 
     def flaky(key: str) -> str:
@@ -167,8 +165,8 @@ def test_a_call_that_raised_gives_its_lease_up_at_once(store: Store) -> None:
 
     request_id = "lease-" + uuid.uuid4().hex
     with pytest.raises(ConnectionError):
-        run(charging("o"), request_id=request_id, store=store)
-    assert run(charging("o"), request_id=request_id, store=store) == "ok"
+        api.run(charging("o"), request_id=request_id, store=store)
+    assert api.run(charging("o"), request_id=request_id, store=store) == "ok"
     assert len(calls) == 2
 
 
@@ -176,7 +174,7 @@ def test_a_call_that_raised_gives_its_lease_up_at_once(store: Store) -> None:
 def test_an_idempotent_function_with_a_lease_is_called_once_by_racing_duplicates(store: Store) -> None:
     """The blocking API: ``@idempotent_function`` on a ``def`` (its ``async def`` twin shares the step)."""
     calls: list[str] = []
-    entered, release, waits = threading.Event(), threading.Event(), Waits("sync")
+    entered, release, waits = threading.Event(), threading.Event(), Waits("blocking")
 
     @idempotent_function(store, key="order", lease=30, policy=leased_policy(waits))
     def ship(order: str) -> str:

@@ -20,18 +20,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from returns.result import Success
 
-from idemflow import Idem, Tx, atomic, run_result, workflow
+from idemflow import Idem, Tx, atomic, workflow
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
+from tests.apis import Api
 from tests.conformance.test_workflow_contract import new_space
 from tests.conftest import StoreFactory
+from tests.selection import kinds
 from tests.workflows import rows_of
 
 Step = tuple[str, str, str, int]
-
-
-BOTH_APIS = True
-"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
 
 
 def step_body(kind: str, token: str, amount: int) -> Any:
@@ -117,7 +115,7 @@ def summary(outcome: Any) -> str:
     return f"aborted {outcome.failure().reason!r}"
 
 
-def check_scenario(store: Store, data: dict[str, Any]) -> None:
+def check_scenario(api: Api, store: Store, data: dict[str, Any]) -> None:
     space, reference_space = new_space(), new_space()
     requests = [
         (space + f"r{n}", {"space": space, "tag": f"r{n}", "steps": [list(s) for s in request_steps]}, plans)
@@ -126,7 +124,7 @@ def check_scenario(store: Store, data: dict[str, Any]) -> None:
     expected: dict[str, Any] = {}
     for request_id, req, _plans in requests:
         reference = random_workflow({**req, "space": reference_space})
-        expected[request_id] = summary(run_result(reference, request_id="ref" + request_id, store=store))
+        expected[request_id] = summary(api.run_result(reference, request_id="ref" + request_id, store=store))
 
     seen: dict[str, list[str]] = {request_id: [] for request_id, _, _ in requests}
     errors: list[BaseException] = []
@@ -140,7 +138,7 @@ def check_scenario(store: Store, data: dict[str, Any]) -> None:
             for _ in range(30):
                 try:
                     seen[request_id].append(
-                        summary(run_result(random_workflow(req), request_id=request_id, store=faulty))
+                        summary(api.run_result(random_workflow(req), request_id=request_id, store=faulty))
                     )
                     return
                 except SimulatedCrash:
@@ -171,14 +169,14 @@ def check_scenario(store: Store, data: dict[str, Any]) -> None:
 
 @given(data=scenario)
 @settings(max_examples=60)
-def test_exactly_once_on_local_stores(local_store: Store, data: dict[str, Any]) -> None:
-    check_scenario(local_store, data)
+def test_exactly_once_on_local_stores(local_store: Store, data: dict[str, Any], api: Api) -> None:
+    check_scenario(api, local_store, data)
 
 
 @given(data=scenario)
 @settings(max_examples=25)
-def test_exactly_once_on_cloud_stores(cloud_store: Store, data: dict[str, Any]) -> None:
-    check_scenario(cloud_store, data)
+def test_exactly_once_on_cloud_stores(cloud_store: Store, data: dict[str, Any], api: Api) -> None:
+    check_scenario(api, cloud_store, data)
 
 
 def _make(kind: str, request: Any, tmp_path: Any) -> Store:
@@ -188,11 +186,11 @@ def _make(kind: str, request: Any, tmp_path: Any) -> Store:
     return factory()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=kinds("memory", "sqlite"))
 def local_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
     return _make(str(request.param), request, tmp_path)
 
 
-@pytest.fixture(params=["dynamodb", "dynamodb-local", "azure"])
+@pytest.fixture(params=kinds("dynamodb", "dynamodb-local", "azure"))
 def cloud_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
     return _make(str(request.param), request, tmp_path)

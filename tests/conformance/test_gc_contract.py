@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import RetryPolicy, atomic, run
+from idemflow import RetryPolicy, atomic
 from idemflow._collection import parse_duration
 from idemflow.admin import RunRecord, collect
 from idemflow.client import RunStatus
@@ -25,6 +25,7 @@ from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Committed, Delete, Expired, Expiring, Insert, Put, Row, RowRef
 from idemflow.testing import FaultyStore, SimulatedCrash
+from tests.apis import Api
 from tests.conformance.test_workflow_contract import before_step, new_space
 from tests.workflows import rows_of, setup_accounts, transfer
 
@@ -39,15 +40,15 @@ def bookkeeping(store: Store, request_id: str) -> list[str]:
     return rows
 
 
-def test_gc_removes_finished_requests_only(store: Store) -> None:
+def test_gc_removes_finished_requests_only(store: Store, api: Api) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
     req = {"space": space, "src": "alice", "dst": "bob", "amount": 5}
     done_id, half_id = space + "done", space + "half"
-    run(transfer(req), request_id=done_id, store=store)
+    api.run(transfer(req), request_id=done_id, store=store)
     crash = FaultyStore(store, before_step(2))
     with pytest.raises(SimulatedCrash):
-        run(transfer(req), request_id=half_id, store=crash)
+        api.run(transfer(req), request_id=half_id, store=crash)
     store.flush()
     data_before = rows_of(store, space)
     assert bookkeeping(store, done_id) and bookkeeping(store, half_id)
@@ -60,11 +61,12 @@ def test_gc_removes_finished_requests_only(store: Store) -> None:
     assert bookkeeping(store, half_id) != []  # unfinished: kept whole
     assert rows_of(store, space) == data_before
     # The unfinished request still resumes to exactly one application.
-    assert run(transfer(req), request_id=half_id, store=store) == {"left": 90, "dst": 10}
+    assert api.run(transfer(req), request_id=half_id, store=store) == {"left": 90, "dst": 10}
     assert rows_of(store, space)[("accounts", "alice", "history")] == [-5, -5]
 
 
-def test_store_expires_finished_requests_by_itself(store: Store) -> None:
+@pytest.mark.blocking_api  # the sweep is scheduled on this store (a test clock); an SDK twin has its own
+def test_store_expires_finished_requests_by_itself(store: Store, api: Api) -> None:
     """With a short retention and the clock past it, later commits remove a finished request's
     rows (the store's own sweep, not gc); an unfinished request keeps all of its rows and still
     resumes to one application; data rows stay; a duplicate after expiry is a new request."""
@@ -74,20 +76,20 @@ def test_store_expires_finished_requests_by_itself(store: Store) -> None:
     req = {"space": space, "src": "alice", "dst": "bob", "amount": 5}
     done_id, half_id = space + "done", space + "half"
     if not isinstance(store, Expiring):  # DynamoDB: its TTL deletes rows by expires_at, untested here
-        run(transfer(req), request_id=done_id, store=store, policy=policy)
+        api.run(transfer(req), request_id=done_id, store=store, policy=policy)
         assert_ttl_on_every_bookkeeping_row(store, done_id)
         return
     clock = [time.time()]
     store.schedule_expiry(0.0, clock=lambda: clock[0])  # type: ignore[attr-defined]
-    run(transfer(req), request_id=done_id, store=store, policy=policy)
+    api.run(transfer(req), request_id=done_id, store=store, policy=policy)
     with pytest.raises(SimulatedCrash):
-        run(transfer(req), request_id=half_id, store=FaultyStore(store, before_step(2)), policy=policy)
+        api.run(transfer(req), request_id=half_id, store=FaultyStore(store, before_step(2)), policy=policy)
     store.flush()  # the completion record, and any sweep under way (Azure's run off the caller)
     data_before, half_rows = rows_of(store, space), bookkeeping(store, half_id)
     assert bookkeeping(store, done_id) and half_rows
 
     def sweep_now(n: int) -> None:  # a commit outside the space: its sweep is the store's own
-        run(
+        api.run(
             atomic("items", "later" + space, lambda tx: tx.put("k", n)),
             request_id=f"{space}l{n}",
             store=store,
@@ -106,13 +108,13 @@ def test_store_expires_finished_requests_by_itself(store: Store) -> None:
     assert bookkeeping(store, done_id) == []
     assert bookkeeping(store, half_id) == half_rows  # unfinished: kept whole (with a later expires_at)
     assert rows_of(store, space) == data_before
-    assert run(transfer(req), request_id=half_id, store=store, policy=policy) == {"left": 90, "dst": 10}
+    assert api.run(transfer(req), request_id=half_id, store=store, policy=policy) == {"left": 90, "dst": 10}
     assert rows_of(store, space)[("accounts", "alice", "history")] == [-5, -5]
     # After expiry a duplicate is a new request: it moves the money again.
-    assert run(transfer(req), request_id=done_id, store=store, policy=policy) == {"left": 85, "dst": 15}
+    assert api.run(transfer(req), request_id=done_id, store=store, policy=policy) == {"left": 85, "dst": 15}
 
 
-def test_a_request_id_reused_after_its_run_record_went_first_is_a_new_request(store: Store) -> None:
+def test_a_request_id_reused_after_its_run_record_went_first_is_a_new_request(store: Store, api: Api) -> None:
     """DynamoDB's TTL deletes in no order: a finished run record may go before its memos. A later
     request with that id is a new request: it runs every step again (never a partial replay of
     the old memos), even when it crashes halfway and is retried, and its own duplicates replay."""
@@ -120,19 +122,19 @@ def test_a_request_id_reused_after_its_run_record_went_first_is_a_new_request(st
     setup_accounts(store, space, {"alice": 100, "bob": 0})
     req = {"space": space, "src": "alice", "dst": "bob", "amount": 5}
     rid = space + "reused"
-    assert run(transfer(req), request_id=rid, store=store) == {"left": 95, "dst": 5}
+    assert api.run(transfer(req), request_id=rid, store=store) == {"left": 95, "dst": 5}
     store.flush()
     old_memos = [key for key in bookkeeping(store, rid) if parse_memo_key(key)]
     assert len(old_memos) == 3
     lose_run_record(store, rid)
 
     with pytest.raises(SimulatedCrash):  # the new request commits its first step, then crashes
-        run(transfer(req), request_id=rid, store=FaultyStore(store, before_step(2)))
-    assert run(transfer(req), request_id=rid, store=store) == {"left": 90, "dst": 10}
+        api.run(transfer(req), request_id=rid, store=FaultyStore(store, before_step(2)))
+    assert api.run(transfer(req), request_id=rid, store=store) == {"left": 90, "dst": 10}
     assert rows_of(store, space)[("accounts", "alice", "history")] == [-5, -5]
     assert rows_of(store, space)[("accounts", "bob", "balance")] == 10
     assert rows_of(store, space)[("ledger", "log", "transfers")] == 2  # step 2 ran again, once
-    assert run(transfer(req), request_id=rid, store=store) == {"left": 90, "dst": 10}  # a duplicate
+    assert api.run(transfer(req), request_id=rid, store=store) == {"left": 90, "dst": 10}  # a duplicate
     store.flush()
     record = RunRecord.from_json(store.read(run_ref("transfer", rid)).value)  # type: ignore[union-attr]
     assert record.incarnation is not None
@@ -142,10 +144,10 @@ def test_a_request_id_reused_after_its_run_record_went_first_is_a_new_request(st
 
     # A memo left without a record and a new request whose first commit meets it (no crash).
     lose_run_record(store, rid)
-    assert run(transfer(req), request_id=rid, store=store) == {"left": 85, "dst": 15}
+    assert api.run(transfer(req), request_id=rid, store=store) == {"left": 85, "dst": 15}
 
 
-def test_racing_copies_of_a_reused_request_id_apply_it_once(store: Store) -> None:
+def test_racing_copies_of_a_reused_request_id_apply_it_once(store: Store, api: Api) -> None:
     """Copies of a request reusing an id whose old memos outlived its run record race: each
     draws its own incarnation, one claims, and every other adopts that claim (a memo of another
     incarnation is judged by the run record, never deleted while the claim is unknown)."""
@@ -153,7 +155,7 @@ def test_racing_copies_of_a_reused_request_id_apply_it_once(store: Store) -> Non
     setup_accounts(store, space, {"alice": 100, "bob": 0})
     req = {"space": space, "src": "alice", "dst": "bob", "amount": 5}
     rid = space + "raced"
-    run(transfer(req), request_id=rid, store=store)
+    api.run(transfer(req), request_id=rid, store=store)
     store.flush()
     lose_run_record(store, rid)
     results: list[Any] = []
@@ -163,7 +165,7 @@ def test_racing_copies_of_a_reused_request_id_apply_it_once(store: Store) -> Non
     def copy() -> None:
         barrier.wait()
         try:
-            results.append(run(transfer(req), request_id=rid, store=store))
+            results.append(api.run(transfer(req), request_id=rid, store=store))
         except BaseException as exc:  # noqa: BLE001 - collected for the assertion
             errors.append(exc)
 

@@ -15,17 +15,15 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, StepRetry, abort, atomic, checkpoint, effect, receive, run, send, sleep, workflow
-from idemflow.client import RunStatus, status, submit
+from idemflow import Idem, StepRetry, abort, atomic, checkpoint, effect, receive, send, sleep, workflow
+from idemflow.client import RunStatus
 from idemflow.errors import CompensationError, EffectTimeoutError, InvalidInputError, WorkflowAborted
 from idemflow.stores import Store
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import MemoryQueue
+from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
-
-BOTH_APIS = True
-"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
 
 FAST = StepRetry(initial=0.001, maximum_interval=0.002, maximum_attempts=6)
 """In-place retries that wait (almost) nothing."""
@@ -110,29 +108,29 @@ def booking(pay: Payments, *, retry: StepRetry | None = None, wait: bool = False
     return book
 
 
-def test_an_abort_refunds_the_charge_once_in_reverse_order(store: Store) -> None:
+def test_an_abort_refunds_the_charge_once_in_reverse_order(store: Store, api: Api) -> None:
     space, pay = new_space(), Payments()
     book = booking(pay)
     for _ in range(3):  # the first run and two duplicates
         with pytest.raises(WorkflowAborted, match="no room"):
-            run(book({"space": space, "amount": 30, "abort": True}), request_id=space, store=store)
+            api.run(book({"space": space, "amount": 30, "abort": True}), request_id=space, store=store)
     assert pay.calls == 1 and len(pay.refunds) == 1 and pay.kept() == 0
     [(undo_key, charged)] = pay.refunds.items()
     assert undo_key == "refund-" + charged  # the refund's own key, derived from the charge's
     assert rows_of(store, space) == {("tablea", "seats", "held"): 0, ("tablea", "rooms", "held"): 0}
 
 
-def test_a_completed_request_keeps_its_charge(store: Store) -> None:
+def test_a_completed_request_keeps_its_charge(store: Store, api: Api) -> None:
     space, pay = new_space(), Payments()
-    paid = run(booking(pay)({"space": space, "amount": 5}), request_id=space, store=store)
+    paid = api.run(booking(pay)({"space": space, "amount": 5}), request_id=space, store=store)
     assert paid["amount"] == 5 and pay.refunds == {} and pay.kept() == 5
 
 
-def test_a_failing_refund_is_retried_in_place_under_its_policy(store: Store) -> None:
+def test_a_failing_refund_is_retried_in_place_under_its_policy(store: Store, api: Api) -> None:
     space, pay = new_space(), Payments()
     pay.down, pay.refunds_down = 2, 3  # the charge and the refund each fail a few times
     with pytest.raises(WorkflowAborted):
-        run(
+        api.run(
             booking(pay, retry=FAST)({"space": space, "amount": 7, "abort": True}),
             request_id=space,
             store=store,
@@ -140,20 +138,20 @@ def test_a_failing_refund_is_retried_in_place_under_its_policy(store: Store) -> 
     assert pay.calls == 3 and pay.kept() == 0 and len(pay.refunds) == 1
 
 
-def test_a_refund_that_cannot_complete_is_never_dropped(store: Store) -> None:
+def test_a_refund_that_cannot_complete_is_never_dropped(store: Store, api: Api) -> None:
     space, pay = new_space(), Payments()
     pay.refunds_down = 10**6
     book = booking(pay, retry=StepRetry(initial=0.001, maximum_attempts=2))
     with pytest.raises(CompensationError, match="compensate effect charge"):
-        run(book({"space": space, "amount": 9, "abort": True}), request_id=space, store=store)
+        api.run(book({"space": space, "amount": 9, "abort": True}), request_id=space, store=store)
     assert pay.kept() == 9  # not refunded yet, and not reported aborted either
     pay.refunds_down = 0  # the provider is back: running the request again finishes the undo
     with pytest.raises(WorkflowAborted, match="no room"):
-        run(book({"space": space, "amount": 9, "abort": True}), request_id=space, store=store)
+        api.run(book({"space": space, "amount": 9, "abort": True}), request_id=space, store=store)
     assert pay.kept() == 0 and pay.calls == 1
 
 
-def test_an_effect_that_answers_too_late_fails_its_attempt(store: Store) -> None:
+def test_an_effect_that_answers_too_late_fails_its_attempt(store: Store, api: Api) -> None:
     space = new_space()
     calls: list[str] = []
 
@@ -167,7 +165,7 @@ def test_an_effect_that_answers_too_late_fails_its_attempt(store: Store) -> None
     def late(req: str) -> Generator[Idem[Any], Any, Any]:
         return (yield effect(slow, timeout=0.1, retry=FAST))
 
-    assert run(late(space), request_id=space, store=store) == "ok"
+    assert api.run(late(space), request_id=space, store=store) == "ok"
     assert len(calls) == 2 and calls[0] == calls[1]  # the repeat carries the same key
 
     @workflow("late-once")
@@ -175,10 +173,10 @@ def test_an_effect_that_answers_too_late_fails_its_attempt(store: Store) -> None
         return (yield effect(lambda key: time.sleep(0.5), timeout=0.05))
 
     with pytest.raises(EffectTimeoutError, match=r"did not answer within 0\.05 s"):
-        run(late_once(space), request_id=space + "once", store=store)
+        api.run(late_once(space), request_id=space + "once", store=store)
 
 
-def test_a_worker_retries_an_outage_for_as_long_as_the_policy_says(store: Store) -> None:
+def test_a_worker_retries_an_outage_for_as_long_as_the_policy_says(store: Store, api: Api) -> None:
     """Twelve failed attempts over about two simulated hours: the request still completes, and
     three copies of every message neither multiply the calls nor spend the budget faster."""
     space, pay, clock = new_space(), Payments(), Clock()
@@ -191,13 +189,13 @@ def test_a_worker_retries_an_outage_for_as_long_as_the_policy_says(store: Store)
         return (yield effect(pay.charge(req["amount"]), name="charge"))
 
     pay.down = 12
-    submit(outage({"amount": 3}), request_id=space, store=store, queue=queue, clock=clock)
+    api.submit(outage({"amount": 3}), request_id=space, store=store, queue=queue, clock=clock)
     body = queue.receive()[0].body
     queue.send(body)
     queue.send(body)  # three copies of the continuation in all
-    worker = Worker([outage], store=store, queue=queue, clock=clock, max_deliveries=2)
+    worker = api.worker([outage], store=store, queue=queue, clock=clock, max_deliveries=2)
     deliver_all(worker, queue, clock, rounds=400, step=300)
-    done = status(store, "outage", space)
+    done = api.status(store, "outage", space)
     assert done.status is RunStatus.COMPLETED and done.result == {
         "charge": done.result["charge"],
         "amount": 3,
@@ -206,7 +204,7 @@ def test_a_worker_retries_an_outage_for_as_long_as_the_policy_says(store: Store)
     assert pay.kept() == 3
 
 
-def test_a_worker_fails_a_request_once_its_policy_ends_and_names_the_attempts(store: Store) -> None:
+def test_a_worker_fails_a_request_once_its_policy_ends_and_names_the_attempts(store: Store, api: Api) -> None:
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
 
@@ -216,15 +214,15 @@ def test_a_worker_fails_a_request_once_its_policy_ends_and_names_the_attempts(st
         return (yield effect(pay.charge(req), name="charge"))
 
     pay.down = 10**6
-    pending = submit(doomed(1), request_id=space, store=store, queue=queue, clock=clock)
-    deliver_all(Worker([doomed], store=store, queue=queue, clock=clock), queue, clock, rounds=100)
-    failed = status(store, "doomed", space)
+    pending = api.submit(doomed(1), request_id=space, store=store, queue=queue, clock=clock)
+    deliver_all(api.worker([doomed], store=store, queue=queue, clock=clock), queue, clock, rounds=100)
+    failed = api.status(store, "doomed", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
     assert (failed.failure.attempts, pay.calls) == (4, 4) and "payments down" in failed.failure.reason
     assert pending.status() is RunStatus.FAILED
 
 
-def test_a_non_retryable_error_fails_at_once(store: Store) -> None:
+def test_a_non_retryable_error_fails_at_once(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     calls: list[int] = []
@@ -238,13 +236,13 @@ def test_a_non_retryable_error_fails_at_once(store: Store) -> None:
         yield checkpoint()
         return (yield effect(declined))
 
-    submit(decline(1), request_id=space, store=store, queue=queue, clock=clock)
-    deliver_all(Worker([decline], store=store, queue=queue, clock=clock), queue, clock)
-    failed = status(store, "declined", space)
+    api.submit(decline(1), request_id=space, store=store, queue=queue, clock=clock)
+    deliver_all(api.worker([decline], store=store, queue=queue, clock=clock), queue, clock)
+    failed = api.status(store, "declined", space)
     assert failed.failure is not None and failed.failure.attempts == 1 and calls == [1]
 
 
-def test_on_failure_compensate_refunds_through_a_refund_outage(store: Store) -> None:
+def test_on_failure_compensate_refunds_through_a_refund_outage(store: Store, api: Api) -> None:
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
 
@@ -256,17 +254,17 @@ def test_on_failure_compensate_refunds_through_a_refund_outage(store: Store) -> 
         return "booked"
 
     pay.refunds_down = 2  # the refund fails twice: its third and last attempt refunds
-    submit(saga({"space": space, "amount": 12}), request_id=space, store=store, queue=queue, clock=clock)
-    worker = Worker([saga], store=store, queue=queue, clock=clock)
+    api.submit(saga({"space": space, "amount": 12}), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([saga], store=store, queue=queue, clock=clock)
     deliver_all(worker, queue, clock, rounds=100)
-    ended = status(store, "saga", space)
+    ended = api.status(store, "saga", space)
     assert ended.status is RunStatus.ABORTED, ended
     assert pay.kept() == 0 and len(pay.refunds) == 1
     pay.refunds_down = 10**6  # a refund that never succeeds: failed, naming it, never "aborted"
     again = saga({"space": space, "amount": 6})
-    submit(again, request_id=space + "x", store=store, queue=queue, clock=clock)
+    api.submit(again, request_id=space + "x", store=store, queue=queue, clock=clock)
     deliver_all(worker, queue, clock, rounds=100)
-    stuck = status(store, "saga", space + "x")
+    stuck = api.status(store, "saga", space + "x")
     assert stuck.status is RunStatus.FAILED and stuck.failure is not None
     assert stuck.failure.reason == (
         "compensation of step 1 (compensate effect charge) failed: ConnectionError: refunds down"
@@ -275,19 +273,19 @@ def test_on_failure_compensate_refunds_through_a_refund_outage(store: Store) -> 
 
 
 @pytest.mark.blocking_api
-def test_an_operators_abort_refunds_a_waiting_booking(store: Store) -> None:
+def test_an_operators_abort_refunds_a_waiting_booking(store: Store, api: Api) -> None:
     from idemflow import admin
 
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
     book = booking(pay, wait=True)
-    submit(book({"space": space, "amount": 40}), request_id=space, store=store, queue=queue, clock=clock)
-    Worker([book], store=store, queue=queue, clock=clock).handle(queue.receive()[0])  # it now waits
-    assert status(store, "booking", space).status is RunStatus.RUNNING and pay.kept() == 40
+    api.submit(book({"space": space, "amount": 40}), request_id=space, store=store, queue=queue, clock=clock)
+    api.worker([book], store=store, queue=queue, clock=clock).handle(queue.receive()[0])  # it now waits
+    assert api.status(store, "booking", space).status is RunStatus.RUNNING and pay.kept() == 40
     pay.refunds_down = 1
     with pytest.raises(CompensationError):  # the refund failed: the record says so, never aborted
         admin.abort_request(store, [book], "booking", space, reason="operator", clock=clock)
-    failed = status(store, "booking", space)
+    failed = api.status(store, "booking", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
     assert "compensate effect charge" in failed.failure.reason
     record = admin.abort_request(store, [book], "booking", space, reason="operator", clock=clock)
@@ -295,7 +293,7 @@ def test_an_operators_abort_refunds_a_waiting_booking(store: Store) -> None:
     assert rows_of(store, space) == {("tablea", "seats", "held"): 0}
 
 
-def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store) -> None:
+def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store, api: Api) -> None:
     """Under a policy that retries for an hour, an operator's abort gives the undo back after its
     wait: the request ends failed naming it, and a retry lets workers finish the refund."""
     from idemflow import admin
@@ -304,21 +302,21 @@ def test_an_operators_abort_waits_for_a_refund_no_longer_than_told(store: Store)
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
     book = booking(pay, wait=True, retry=StepRetry(initial=3600, expiry=7200))
-    submit(book({"space": space, "amount": 40}), request_id=space, store=store, queue=queue, clock=clock)
-    worker = Worker([book], store=store, queue=queue, clock=clock)
+    api.submit(book({"space": space, "amount": 40}), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([book], store=store, queue=queue, clock=clock)
     worker.handle(queue.receive()[0])  # it now waits for its confirmation
     pay.refunds_down = 10**6
     started = time.monotonic()
     with pytest.raises(CompensationError):
         admin.abort_request(store, [book], "booking", space, reason="operator", clock=clock, wait=5)
     assert time.monotonic() - started < 60  # not the policy's hour between attempts
-    failed = status(store, "booking", space)
+    failed = api.status(store, "booking", space)
     assert failed.status is RunStatus.FAILED and failed.failure is not None
     assert "compensate effect charge" in failed.failure.reason and pay.kept() == 40
     pay.refunds_down = 0
     retry_request(store, queue, "booking", space)
     deliver_all(worker, queue, clock)
-    assert status(store, "booking", space).status is RunStatus.ABORTED
+    assert api.status(store, "booking", space).status is RunStatus.ABORTED
     assert pay.kept() == 0 and len(pay.refunds) == 1
 
 
@@ -363,7 +361,7 @@ def test_bad_effect_options_are_refused() -> None:
         workflow("w", retry={"attempts": 3})  # type: ignore[arg-type]
 
 
-def test_copies_of_a_submit_cost_the_workers_one_execution(store: Store) -> None:
+def test_copies_of_a_submit_cost_the_workers_one_execution(store: Store, api: Api) -> None:
     """Four copies of a request, two of them racing the first: one continuation is queued, one
     worker execution finishes it, and every copy answers from the run record."""
     space, pay, clock = new_space(), Payments(), Clock()
@@ -376,7 +374,9 @@ def test_copies_of_a_submit_cost_the_workers_one_execution(store: Store) -> None
         return (yield effect(pay.charge(req["amount"]), name="charge"))
 
     def copy() -> None:
-        submit(copied({"space": space, "amount": 8}), request_id=space, store=store, queue=queue, clock=clock)
+        api.submit(
+            copied({"space": space, "amount": 8}), request_id=space, store=store, queue=queue, clock=clock
+        )
 
     copy()
     racers = [threading.Thread(target=copy) for _ in range(2)]
@@ -386,10 +386,10 @@ def test_copies_of_a_submit_cost_the_workers_one_execution(store: Store) -> None
         racer.join()
     copy()
     assert queue.approximate_size() == 1
-    worker = Worker([copied], store=store, queue=queue, clock=clock)
+    worker = api.worker([copied], store=store, queue=queue, clock=clock)
     deliver_all(worker, queue, clock)
     assert (worker.stats.completed, worker.stats.duplicates) == (1, 0)
-    assert status(store, "copied", space).result == {
+    assert api.status(store, "copied", space).result == {
         "charge": next(iter(pay.charges)),
         "amount": 8,
     }
@@ -397,7 +397,7 @@ def test_copies_of_a_submit_cost_the_workers_one_execution(store: Store) -> None
 
 
 @pytest.mark.blocking_api
-def test_an_abort_that_lands_while_the_charge_is_in_flight_refunds_it(store: Store) -> None:
+def test_an_abort_that_lands_while_the_charge_is_in_flight_refunds_it(store: Store, api: Api) -> None:
     """The operator aborts while a worker's charge is on its way: the charge goes through after
     the abort memo was written. Whoever compensates refunds it by its key, exactly once."""
     from idemflow import admin
@@ -417,8 +417,8 @@ def test_an_abort_that_lands_while_the_charge_is_in_flight_refunds_it(store: Sto
         yield effect(slow_charge, compensate=pay.refund, name="charge")
         return "booked"
 
-    submit(in_flight_booking(space), request_id=space, store=store, queue=queue, clock=clock)
-    worker = Worker([in_flight_booking], store=store, queue=queue, clock=clock)
+    api.submit(in_flight_booking(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([in_flight_booking], store=store, queue=queue, clock=clock)
     message = queue.receive()[0]
     running = threading.Thread(target=worker.handle, args=(message,))
     running.start()
@@ -431,10 +431,12 @@ def test_an_abort_that_lands_while_the_charge_is_in_flight_refunds_it(store: Sto
     running.join(10)
     assert pay.calls == 1 and len(pay.charges) == 1
     assert pay.kept() == 0 and len(pay.refunds) == 1  # refunded once, though the abort came first
-    assert status(store, "in-flight", space).status is RunStatus.ABORTED
+    assert api.status(store, "in-flight", space).status is RunStatus.ABORTED
 
 
-def test_a_copy_on_another_version_enqueues_nothing_and_answers_from_the_record(store: Store) -> None:
+def test_a_copy_on_another_version_enqueues_nothing_and_answers_from_the_record(
+    store: Store, api: Api
+) -> None:
     """During a rolling deploy a copy may reach a server holding the other version: it cannot
     replay that code, so it answers from the run record and leaves the continuation to the first."""
     space, clock = new_space(), Clock()
@@ -450,15 +452,16 @@ def test_a_copy_on_another_version_enqueues_nothing_and_answers_from_the_record(
         return rolling
 
     old, new = flow(1), flow(2)
-    submit(old(space), request_id=space, store=store, queue=queue, clock=clock)
-    pending = submit(new(space), request_id=space, store=store, queue=queue, clock=clock)
+    api.submit(old(space), request_id=space, store=store, queue=queue, clock=clock)
+    pending = api.submit(new(space), request_id=space, store=store, queue=queue, clock=clock)
     assert queue.approximate_size() == 1 and pending.status() is RunStatus.RUNNING
-    deliver_all(Worker([old, new], store=store, queue=queue, clock=clock), queue, clock)
+    deliver_all(api.worker([old, new], store=store, queue=queue, clock=clock), queue, clock)
     assert pending.result(timeout=0) == "v1" and rows_of(store, space) == {("tablea", "v", "n"): 1}
 
 
 def test_a_copy_on_another_version_answers_as_the_first_that_refuses_before_its_checkpoint(
     store: Store,
+    api: Api,
 ) -> None:
     """The copy cannot replay the first's steps, so it waits for them: a request the first refuses
     before its checkpoint is refused to the copy too, never accepted (202) with nothing to run."""
@@ -494,7 +497,7 @@ def test_a_copy_on_another_version_answers_as_the_first_that_refuses_before_its_
         return clock()
 
     def send(name: str, wf: Any, wall: Any) -> None:
-        answers[name] = submit(wf(space), request_id=space, store=store, queue=queue, clock=wall).status()
+        answers[name] = api.submit(wf(space), request_id=space, store=store, queue=queue, clock=wall).status()
 
     first = threading.Thread(target=send, args=("first", old, clock))
     first.start()
@@ -521,7 +524,7 @@ def _doubled(queue: MemoryQueue, clock: Clock, seconds: float) -> None:
     queue.nack(message)
 
 
-def test_a_stray_continuation_is_read_once_and_never_multiplies(store: Store) -> None:
+def test_a_stray_continuation_is_read_once_and_never_multiplies(store: Store, api: Api) -> None:
     """A second pointer to a request waiting on a timer is dropped after one read: each wait
     that follows queues one continuation, not one per copy."""
     space, clock = new_space(), Clock()
@@ -533,8 +536,8 @@ def test_a_stray_continuation_is_read_once_and_never_multiplies(store: Store) ->
             yield sleep(60)
         return "rested"
 
-    pending = submit(three_naps(space), request_id=space, store=store, queue=queue, clock=clock)
-    worker = Worker([three_naps], store=store, queue=queue, clock=clock)
+    pending = api.submit(three_naps(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([three_naps], store=store, queue=queue, clock=clock)
     _doubled(queue, clock, 61)
     deliver_all(worker, queue, clock, step=61)
     assert pending.result(timeout=0) == "rested"
@@ -542,7 +545,7 @@ def test_a_stray_continuation_is_read_once_and_never_multiplies(store: Store) ->
     assert (stats.suspended, stats.completed, stats.duplicates) == (2, 1, 1)
 
 
-def test_a_timer_a_message_made_obsolete_is_dropped_after_one_read(store: Store) -> None:
+def test_a_timer_a_message_made_obsolete_is_dropped_after_one_read(store: Store, api: Api) -> None:
     """A receive's timeout pointer outlives the message that woke the request: when it comes,
     the request waits on its next timer, whose continuation it must not copy."""
     space, clock = new_space(), Clock()
@@ -560,9 +563,9 @@ def test_a_timer_a_message_made_obsolete_is_dropped_after_one_read(store: Store)
         yield send("confirmed", req, "confirm", "yes")
         return None
 
-    pending = submit(confirmed(space), request_id=space, store=store, queue=queue, clock=clock)
-    submit(confirmer(space), request_id=space + "-c", store=store, queue=queue, clock=clock)
-    worker = Worker([confirmed], store=store, queue=queue, clock=clock)  # submit ran the sender
+    pending = api.submit(confirmed(space), request_id=space, store=store, queue=queue, clock=clock)
+    api.submit(confirmer(space), request_id=space + "-c", store=store, queue=queue, clock=clock)
+    worker = api.worker([confirmed], store=store, queue=queue, clock=clock)  # submit ran the sender
     deliver_all(worker, queue, clock, rounds=200, step=300)
     assert pending.result(timeout=0) == "yes"
     stats = worker.stats

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from idemflow.async_worklist.queues import Message
 from idemflow.errors import InvalidInputError, LimitExceededError
 from idemflow.worker import DeadLetter, MemoryQueue, Queue, SqliteQueue
+from tests.selection import kinds
 
 QUEUE_KINDS = ("memory", "sqlite", "sqs", "azure")
 CLOUD_VT = 1
@@ -117,7 +118,7 @@ class QueueFactory:
         return got
 
 
-@pytest.fixture(params=QUEUE_KINDS)
+@pytest.fixture(params=kinds(*QUEUE_KINDS))
 def queue_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueFactory]:
     kind = str(request.param)
     names = (f"q{uuid.uuid4().hex[:12]}" for _ in iter(int, 1))

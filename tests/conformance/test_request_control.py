@@ -8,19 +8,17 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, abort, atomic, checkpoint, effect, receive, run, start, wait, workflow
+from idemflow import Idem, abort, atomic, checkpoint, effect, receive, start, wait, workflow
 from idemflow.admin import cancel, retry
-from idemflow.client import RunStatus, status, submit
+from idemflow.client import RunStatus
 from idemflow.errors import InvalidInputError, WorkflowAborted
 from idemflow.stores import Store
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import MemoryQueue
+from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_outside_calls import Payments, hold, release
 from tests.conformance.test_workflow_contract import new_space
 from tests.workflows import rows_of
-
-BOTH_APIS = True
-"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
 
 
 def awaiting(pay: Payments, *, on_failure: str = "fail", timeout: float | None = 600) -> Any:
@@ -37,15 +35,15 @@ def awaiting(pay: Payments, *, on_failure: str = "fail", timeout: float | None =
 
 
 @pytest.mark.parametrize("on_failure", ["fail", "compensate"])
-def test_a_deadline_ends_a_request_nothing_else_would_wake(store: Store, on_failure: str) -> None:
+def test_a_deadline_ends_a_request_nothing_else_would_wake(store: Store, on_failure: str, api: Api) -> None:
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
     flow = awaiting(pay, on_failure=on_failure)
-    pending = submit(
+    pending = api.submit(
         flow({"space": space, "amount": 20}), request_id=space, store=store, queue=queue, clock=clock
     )
-    deliver_all(Worker([flow], store=store, queue=queue, clock=clock), queue, clock, step=300)
-    ended = status(store, "awaiting", space)
+    deliver_all(api.worker([flow], store=store, queue=queue, clock=clock), queue, clock, step=300)
+    ended = api.status(store, "awaiting", space)
     if on_failure == "compensate":
         assert ended.status is RunStatus.ABORTED and "deadline exceeded" in str(ended.reason)
         assert pay.kept() == 0 and rows_of(store, space) == {("tablea", "seats", "held"): 0}
@@ -55,26 +53,26 @@ def test_a_deadline_ends_a_request_nothing_else_would_wake(store: Store, on_fail
     assert pending.status() is ended.status
 
 
-def test_submit_takes_an_earlier_deadline_and_a_copy_keeps_the_first(store: Store) -> None:
+def test_submit_takes_an_earlier_deadline_and_a_copy_keeps_the_first(store: Store, api: Api) -> None:
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
     flow = awaiting(pay, timeout=None)
     req = {"space": space, "amount": 3}
-    submit(flow(req), request_id=space, store=store, queue=queue, clock=clock, deadline=clock.now + 60)
-    submit(flow(req), request_id=space, store=store, queue=queue, clock=clock, deadline=clock.now + 10**6)
-    worker = Worker([flow], store=store, queue=queue, clock=clock)
+    api.submit(flow(req), request_id=space, store=store, queue=queue, clock=clock, deadline=clock.now + 60)
+    api.submit(flow(req), request_id=space, store=store, queue=queue, clock=clock, deadline=clock.now + 10**6)
+    worker = api.worker([flow], store=store, queue=queue, clock=clock)
     worker.handle(queue.receive()[0])  # now waiting for its confirmation
-    assert status(store, "awaiting", space).status is RunStatus.RUNNING
+    assert api.status(store, "awaiting", space).status is RunStatus.RUNNING
     clock.now += 61
     deliver_all(worker, queue, clock)
-    assert status(store, "awaiting", space).status is RunStatus.FAILED
+    assert api.status(store, "awaiting", space).status is RunStatus.FAILED
     with pytest.raises(InvalidInputError, match="deadline"):
-        submit(flow(req), request_id=space + "x", store=store, queue=queue, deadline=float("nan"))
+        api.submit(flow(req), request_id=space + "x", store=store, queue=queue, deadline=float("nan"))
     with pytest.raises(InvalidInputError, match="timeout"):
         workflow("bad-timeout", timeout=-1)
 
 
-def test_a_cancelled_request_runs_no_step_until_it_is_resumed(store: Store) -> None:
+def test_a_cancelled_request_runs_no_step_until_it_is_resumed(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
 
@@ -85,18 +83,18 @@ def test_a_cancelled_request_runs_no_step_until_it_is_resumed(store: Store) -> N
         yield atomic("tablea", req + "b", hold("n"))
         return "done"
 
-    submit(stoppable(space), request_id=space, store=store, queue=queue, clock=clock)
+    api.submit(stoppable(space), request_id=space, store=store, queue=queue, clock=clock)
     assert cancel(store, "stoppable", space, reason="investigating") is RunStatus.RUNNING
     assert cancel(store, "stoppable", space) is RunStatus.CANCELLED  # twice: nothing more
-    worker = Worker([stoppable], store=store, queue=queue, clock=clock)
+    worker = api.worker([stoppable], store=store, queue=queue, clock=clock)
     deliver_all(worker, queue, clock)
-    stopped = status(store, "stoppable", space)
+    stopped = api.status(store, "stoppable", space)
     assert stopped.status is RunStatus.CANCELLED and stopped.waiting == "cancelled: investigating"
     assert worker.stats.cancelled == 1
     assert rows_of(store, space) == {("tablea", "a", "n"): 1}  # nothing undone, nothing run
     assert retry(store, queue, "stoppable", space) is RunStatus.CANCELLED  # resume
     deliver_all(worker, queue, clock)
-    assert status(store, "stoppable", space).result == "done"
+    assert api.status(store, "stoppable", space).result == "done"
     assert rows_of(store, space) == {("tablea", "a", "n"): 1, ("tablea", "b", "n"): 1}
 
 
@@ -117,15 +115,17 @@ def parent_and_child(pay: Payments, on_parent_abort: str) -> tuple[Any, Any]:
 
 
 @pytest.mark.parametrize("on_parent_abort", ["abort", "abandon"])
-def test_a_child_is_aborted_with_its_parent_unless_abandoned(store: Store, on_parent_abort: str) -> None:
+def test_a_child_is_aborted_with_its_parent_unless_abandoned(
+    store: Store, on_parent_abort: str, api: Api
+) -> None:
     space, pay, clock = new_space(), Payments(), Clock()
     queue = MemoryQueue(clock=clock)
     booker, reminder = parent_and_child(pay, on_parent_abort)
-    pending = submit(booker({"space": space}), request_id=space, store=store, queue=queue, clock=clock)
+    pending = api.submit(booker({"space": space}), request_id=space, store=store, queue=queue, clock=clock)
     with pytest.raises(WorkflowAborted, match="no room"):
         pending.result(timeout=0)
-    deliver_all(Worker([booker, reminder], store=store, queue=queue, clock=clock), queue, clock, step=900)
-    child = status(store, "reminder", space + "-reminder")
+    deliver_all(api.worker([booker, reminder], store=store, queue=queue, clock=clock), queue, clock, step=900)
+    child = api.status(store, "reminder", space + "-reminder")
     if on_parent_abort == "abort":
         assert child.status is RunStatus.ABORTED and child.reason == {"parent aborted": "no room"}
         assert rows_of(store, space) == {} and pay.kept() == 0
@@ -133,7 +133,7 @@ def test_a_child_is_aborted_with_its_parent_unless_abandoned(store: Store, on_pa
         assert child.result == "reminded" and rows_of(store, space) == {("tablea", "sent", "n"): 1}
 
 
-def test_under_run_an_aborting_parent_aborts_its_unfinished_child(store: Store) -> None:
+def test_under_run_an_aborting_parent_aborts_its_unfinished_child(store: Store, api: Api) -> None:
     space, pay = new_space(), Payments()
 
     @workflow("kid-waits")
@@ -148,14 +148,14 @@ def test_under_run_an_aborting_parent_aborts_its_unfinished_child(store: Store) 
         yield abort("changed my mind")
 
     with pytest.raises(WorkflowAborted):
-        run(parent(space), request_id=space, store=store)
+        api.run(parent(space), request_id=space, store=store)
     # the kid had finished (completed) before its parent aborted: it is left as it ended
     assert pay.kept() == 5
     with pytest.raises(InvalidInputError, match="on_parent_abort"):
         start(kid(space), request_id="k", on_parent_abort="terminate")
 
 
-def test_a_workflow_sees_its_abort_and_its_clean_up_runs_once(store: Store) -> None:
+def test_a_workflow_sees_its_abort_and_its_clean_up_runs_once(store: Store, api: Api) -> None:
     """``on_abort`` steps run after the compensations, once, whoever undoes the request."""
     from idemflow import admin
 
@@ -174,8 +174,8 @@ def test_a_workflow_sees_its_abort_and_its_clean_up_runs_once(store: Store) -> N
         yield checkpoint()
         return (yield receive("confirm"))
 
-    submit(mailing({"space": space}), request_id=space, store=store, queue=queue, clock=clock)
-    Worker([mailing], store=store, queue=queue, clock=clock).handle(queue.receive()[0])
+    api.submit(mailing({"space": space}), request_id=space, store=store, queue=queue, clock=clock)
+    api.worker([mailing], store=store, queue=queue, clock=clock).handle(queue.receive()[0])
     for _ in range(2):  # the operator aborts twice: one refund, one e-mail
         record = admin.abort_request(store, [mailing], "mailing", space, reason="no show", clock=clock)
         assert record.status is RunStatus.ABORTED

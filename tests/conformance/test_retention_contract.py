@@ -1,6 +1,6 @@
 """A request's retention reaches every row written for it, whoever writes it, on every store.
 
-``submit(..., policy=RetryPolicy(retention=...))`` stores the retention with the request; the
+``api.submit(..., policy=RetryPolicy(retention=...))`` stores the retention with the request; the
 worker that finishes it (steps after the checkpoint, retries counted in the run record, timers,
 messages, compensations) and the operators that cancel, resume or abort it write every row with
 it, not with their own policy, and so does a message sent to it from outside any workflow. A
@@ -18,7 +18,7 @@ import pytest
 from idemflow import RetryPolicy, Tx, atomic, checkpoint, send, sleep, start, wait, workflow
 from idemflow.admin import RunRecord, cancel, retry
 from idemflow.admin import abort_request as abort
-from idemflow.client import RunStatus, send_message, status, submit
+from idemflow.client import RunStatus, send_message
 from idemflow.errors import InvalidInputError
 from idemflow.keys import RUNS_TABLE
 from idemflow.policy import resend
@@ -26,12 +26,11 @@ from idemflow.records import run_ref
 from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Committed, Put
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import MemoryQueue
+from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.expiries import expiries
-
-BOTH_APIS = True
 
 RETENTION = 60.0
 FAILED_ONCE: set[str] = set()
@@ -84,16 +83,16 @@ def assert_kept_for(rows: dict[Any, float], retention: float, since: float) -> N
 
 
 @pytest.mark.parametrize("verdict", ["complete", "abort"])
-def test_every_row_a_worker_writes_keeps_the_requests_retention(store: Store, verdict: str) -> None:
+def test_every_row_a_worker_writes_keeps_the_requests_retention(store: Store, verdict: str, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     began = time.time()
     policy = RetryPolicy(retention=RETENTION)
-    submit(keeper(space, verdict), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
+    api.submit(keeper(space, verdict), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
     send_message(store, "keeper", space, "notes", "from outside", key=space + "-out")  # its row too
-    worker = Worker([keeper], store=store, queue=queue, clock=clock, policy=RetryPolicy(retention=3600.0))
+    worker = api.worker([keeper], store=store, queue=queue, clock=clock, policy=RetryPolicy(retention=3600.0))
     deliver_all(worker, queue, clock, rounds=200, step=30.0)
-    ended = status(store, "keeper", space)
+    ended = api.status(store, "keeper", space)
     assert ended.status is (RunStatus.COMPLETED if verdict == "complete" else RunStatus.ABORTED)
     assert worker.stats.retried == 1 and worker.stats.suspended >= 1  # a counted attempt, a timer
     rows = expiring_rows(store)
@@ -106,13 +105,15 @@ def test_every_row_a_worker_writes_keeps_the_requests_retention(store: Store, ve
     assert_kept_for(rows, RETENTION, began)
 
 
-def test_operators_keep_the_requests_retention(store: Store) -> None:
+def test_operators_keep_the_requests_retention(store: Store, api: Api) -> None:
     """Cancel, resume (``retry``) and abort, each from an operator's process and policy."""
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     began = time.time()
     policy = RetryPolicy(retention=RETENTION)
-    submit(keeper(space, "complete"), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
+    api.submit(
+        keeper(space, "complete"), request_id=space, store=store, queue=queue, clock=clock, policy=policy
+    )
     assert cancel(store, "keeper", space) is RunStatus.RUNNING
     assert retry(store, queue, "keeper", space) is RunStatus.CANCELLED
     assert abort(store, [keeper], "keeper", space, reason="an operator said so").status is RunStatus.ABORTED
@@ -121,13 +122,15 @@ def test_operators_keep_the_requests_retention(store: Store) -> None:
     assert_kept_for(rows, RETENTION, began)
 
 
-def test_a_worker_gives_its_retention_to_requests_that_carry_none(store: Store) -> None:
+def test_a_worker_gives_its_retention_to_requests_that_carry_none(store: Store, api: Api) -> None:
     """A record written before the format stored a retention: the worker's own applies."""
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     began = time.time()
     policy = RetryPolicy(retention=RETENTION)
-    submit(keeper(space, "complete"), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
+    api.submit(
+        keeper(space, "complete"), request_id=space, store=store, queue=queue, clock=clock, policy=policy
+    )
     ref = run_ref("keeper", space)
     row = store.read(ref)
     assert row is not None and RunRecord.from_json(row.value).retention == RETENTION
@@ -136,9 +139,9 @@ def test_a_worker_gives_its_retention_to_requests_that_carry_none(store: Store) 
     put = Put(ref, older, encode(older), expect=row.version, expires_at=time.time() + RETENTION)
     # Resent: DynamoDB Local may still hold submit's transaction on the row.
     assert isinstance(resend(store.commit, [put]), Committed)
-    worker = Worker([keeper], store=store, queue=queue, clock=clock, policy=RetryPolicy(retention=3600.0))
+    worker = api.worker([keeper], store=store, queue=queue, clock=clock, policy=RetryPolicy(retention=3600.0))
     deliver_all(worker, queue, clock, rounds=200, step=30.0)
-    assert status(store, "keeper", space).status is RunStatus.COMPLETED
+    assert api.status(store, "keeper", space).status is RunStatus.COMPLETED
     rows = expiring_rows(store)
     first = {where: at for where, at in rows.items() if where[2].endswith(f"|{space}|s1")}
     later = {where: at for where, at in rows.items() if where not in first}
@@ -159,19 +162,19 @@ def kept_parent(space: str) -> Generator[Any, Any, str]:
     return str((yield wait((yield start(kept_kid(space), request_id=space + "-kid")))))
 
 
-def test_a_child_keeps_its_parents_retention(store: Store) -> None:
+def test_a_child_keeps_its_parents_retention(store: Store, api: Api) -> None:
     """A child is claimed by its parent's step: it is stored with the parent's retention, and
     the worker that runs it writes its rows with that, not with its own."""
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     began = time.time()
     policy = RetryPolicy(retention=RETENTION)
-    submit(kept_parent(space), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
-    worker = Worker(
+    api.submit(kept_parent(space), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
+    worker = api.worker(
         [kept_parent, kept_kid], store=store, queue=queue, clock=clock, policy=RetryPolicy(retention=3600.0)
     )
     deliver_all(worker, queue, clock, rounds=200, step=30.0)
-    assert status(store, "kept-parent", space).result == "kid"
+    assert api.status(store, "kept-parent", space).result == "kid"
     rows = expiring_rows(store)
     kid = {
         where: at for where, at in rows.items() if f"{space}-kid" in where[1] or f"|{space}-kid|" in where[2]
@@ -181,10 +184,10 @@ def test_a_child_keeps_its_parents_retention(store: Store) -> None:
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
-def test_submit_refuses_a_retention_that_is_not_a_duration(store: Store, bad: float) -> None:
+def test_submit_refuses_a_retention_that_is_not_a_duration(store: Store, bad: float, api: Api) -> None:
     space = new_space()
     with pytest.raises(InvalidInputError, match="retention"):
-        submit(
+        api.submit(
             keeper(space, "complete"),
             request_id=space,
             store=store,

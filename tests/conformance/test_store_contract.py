@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from idemflow import atomic, run
+import idemflow
+from idemflow import atomic
 from idemflow.errors import BackendError, InvalidValueError
 from idemflow.policy import resend
 from idemflow.serialization import JSON, encode
@@ -238,6 +239,7 @@ def test_number_rows_keep_their_kind(store: Store) -> None:
         assert row is not None and row.value == value and type(row.value) is type(value), key
 
 
+@pytest.mark.blocking_api  # a store contract: the asynchronous stores' modules rerun it on theirs
 @pytest.mark.parametrize(
     "delta", [10**38 + 1, Decimal("1E-131"), 1e200, Decimal("1.000000000000000000000000000000000000001")]
 )
@@ -245,7 +247,7 @@ def test_an_increment_no_store_can_hold_is_refused_before_any_write(store: Store
     counter = ref(store, "dhuge")
     store.commit([put(counter, 1)])
     with pytest.raises(InvalidValueError):
-        run(
+        idemflow.run(
             atomic("accounts", "p1", lambda tx: tx.increment("dhuge", delta)),
             request_id=uuid.uuid4().hex,
             store=store,

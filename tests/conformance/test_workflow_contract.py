@@ -30,7 +30,6 @@ from idemflow import (
     now,
     pure,
     random,
-    run,
     uuid4,
     workflow,
 )
@@ -38,13 +37,10 @@ from idemflow.client import RunStatus
 from idemflow.runner import run_status
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
+from tests.apis import Api
 from tests.workflows import rows_of, setup_accounts, transfer
 
 _spaces = itertools.count()
-
-
-BOTH_APIS = True
-"""Every test runs on ``run`` and on ``arun`` (tests/conformance/conftest.py)."""
 
 
 def new_space() -> str:
@@ -67,25 +63,25 @@ def before_step(step: int, fault: Fault = Fault.CRASH_BEFORE) -> Callable[[Fault
     return plan
 
 
-def run_until_done(m: Idem[Any], request_id: str, store: Store, limit: int = 50) -> Any:
+def run_until_done(api: Api, m: Idem[Any], request_id: str, store: Store, limit: int = 50) -> Any:
     """Retry after every simulated crash, as a supervisor would."""
     for _ in range(limit):
         try:
-            return run(m, request_id=request_id, store=store)
+            return api.run(m, request_id=request_id, store=store)
         except SimulatedCrash:
             continue
     raise AssertionError("did not finish")
 
 
-def test_transfer_runs_and_duplicates_return_the_same(store: Store) -> None:
+def test_transfer_runs_and_duplicates_return_the_same(store: Store, api: Api) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
     req = transfer_req(space)
-    first = run(transfer(req), request_id="t1", store=store)
+    first = api.run(transfer(req), request_id="t1", store=store)
     assert first == {"left": 70, "dst": 30}
     after_first = rows_of(store, space)
     for _ in range(3):
-        assert run(transfer(req), request_id="t1", store=store) == first
+        assert api.run(transfer(req), request_id="t1", store=store) == first
     store.flush()
     assert rows_of(store, space) == after_first
     assert after_first[("accounts", "alice", "balance")] == 70
@@ -93,52 +89,52 @@ def test_transfer_runs_and_duplicates_return_the_same(store: Store) -> None:
     assert after_first[("ledger", "log", "transfers")] == 1
 
 
-def test_distinct_requests_each_apply(store: Store) -> None:
+def test_distinct_requests_each_apply(store: Store, api: Api) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
     for n in range(3):
-        run(transfer(transfer_req(space, 10)), request_id=f"t{n}", store=store)
+        api.run(transfer(transfer_req(space, 10)), request_id=f"t{n}", store=store)
     rows = rows_of(store, space)
     assert rows[("accounts", "alice", "balance")] == 70
     assert rows[("accounts", "alice", "history")] == [-10, -10, -10]
     assert rows[("ledger", "log", "transfers")] == 3
 
 
-def test_reused_request_id_with_other_input_is_refused_before_writing(store: Store) -> None:
+def test_reused_request_id_with_other_input_is_refused_before_writing(store: Store, api: Api) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
-    run(transfer(transfer_req(space, 10)), request_id="same", store=store)
+    api.run(transfer(transfer_req(space, 10)), request_id="same", store=store)
     before = rows_of(store, space)
     with pytest.raises(IdempotencyKeyReuseError) as caught:
-        run(transfer(transfer_req(space, 99)), request_id="same", store=store)
+        api.run(transfer(transfer_req(space, 99)), request_id="same", store=store)
     assert caught.value.workflow == "transfer" and caught.value.request_id == "same"
     assert rows_of(store, space) == before
 
 
-def test_reused_request_id_refused_even_while_first_is_unfinished(store: Store) -> None:
+def test_reused_request_id_refused_even_while_first_is_unfinished(store: Store, api: Api) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
     crash_second = FaultyStore(store, before_step(2))
     with pytest.raises(SimulatedCrash):
-        run(transfer(transfer_req(space, 10)), request_id="half", store=crash_second)
+        api.run(transfer(transfer_req(space, 10)), request_id="half", store=crash_second)
     before = rows_of(store, space)
     with pytest.raises(IdempotencyKeyReuseError):
-        run(transfer(transfer_req(space, 50)), request_id="half", store=store)
+        api.run(transfer(transfer_req(space, 50)), request_id="half", store=store)
     assert rows_of(store, space) == before
-    assert run(transfer(transfer_req(space, 10)), request_id="half", store=store)["left"] == 90
+    assert api.run(transfer(transfer_req(space, 10)), request_id="half", store=store)["left"] == 90
 
 
-def clean_rows(store: Store, amount: int = 30, dst: str = "bob") -> dict[Any, Any]:
+def clean_rows(api: Api, store: Store, amount: int = 30, dst: str = "bob") -> dict[Any, Any]:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
     with contextlib.suppress(WorkflowAborted):
-        run(transfer(transfer_req(space, amount, dst)), request_id="clean", store=store)
+        api.run(transfer(transfer_req(space, amount, dst)), request_id="clean", store=store)
     return rows_of(store, space)
 
 
 @pytest.mark.parametrize("fault", [Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER, Fault.TRANSIENT])
-def test_fault_at_every_commit_then_retry_equals_one_clean_run(store: Store, fault: Fault) -> None:
-    reference = clean_rows(store)
+def test_fault_at_every_commit_then_retry_equals_one_clean_run(store: Store, fault: Fault, api: Api) -> None:
+    reference = clean_rows(api, store)
     commits = 6  # run record (Azure), three steps, slack: points past the end are harmless
     for point in range(commits):
         space = new_space()
@@ -148,14 +144,14 @@ def test_fault_at_every_commit_then_retry_equals_one_clean_run(store: Store, fau
             return fault if p.index == point else None
 
         faulty = FaultyStore(store, plan)
-        result = run_until_done(transfer(transfer_req(space)), f"t{point}", faulty)
+        result = run_until_done(api, transfer(transfer_req(space)), f"t{point}", faulty)
         assert result == {"left": 70, "dst": 30}
         assert rows_of(store, space) == reference, (fault, point)
 
 
 @pytest.mark.parametrize("fault", [Fault.LOST_ANSWER, Fault.TRANSIENT])
 def test_a_lost_or_failed_send_does_not_run_the_workflow_again_in_the_same_call(
-    store: Store, fault: Fault
+    store: Store, fault: Fault, api: Api
 ) -> None:
     """A step's commit that waits for the workflow's next move and then fails to send, or whose
     answer is lost, is sent again (a lost one meets its own memo, and counts as committed):
@@ -169,7 +165,7 @@ def test_a_lost_or_failed_send_does_not_run_the_workflow_again_in_the_same_call(
             return fault if p.kind == "commit" and p.index == point else None
 
         faulty = FaultyStore(store, plan)
-        assert run(takes_items(order), request_id=f"{space}t{point}", store=faulty) == ["b", "a"]
+        assert api.run(takes_items(order), request_id=f"{space}t{point}", store=faulty) == ["b", "a"]
         rows = rows_of(store, space)
         assert (rows[("ledger", "log", "b")], rows[("ledger", "log", "a")]) == (1, 1), (fault, point)
 
@@ -191,7 +187,7 @@ def takes_items(order: dict[str, Any]) -> Generator[Idem[Any], Any, list[str]]:
     return taken
 
 
-def test_racing_executions_all_return_one_result(store: Store) -> None:
+def test_racing_executions_all_return_one_result(store: Store, api: Api) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 100, "bob": 0})
     results: list[Any] = []
@@ -201,7 +197,7 @@ def test_racing_executions_all_return_one_result(store: Store) -> None:
     def contender() -> None:
         barrier.wait()
         try:
-            results.append(run(transfer(transfer_req(space)), request_id="race", store=store))
+            results.append(api.run(transfer(transfer_req(space)), request_id="race", store=store))
         except BaseException as exc:  # noqa: BLE001 - collected for the assertion
             errors.append(exc)
 
@@ -218,14 +214,14 @@ def test_racing_executions_all_return_one_result(store: Store) -> None:
     assert rows[("ledger", "log", "transfers")] == 1
 
 
-def test_concurrent_distinct_requests_on_one_partition_all_apply(store: Store) -> None:
+def test_concurrent_distinct_requests_on_one_partition_all_apply(store: Store, api: Api) -> None:
     space = new_space()
     setup_accounts(store, space, {"alice": 1000, "bob": 0})
     errors: list[BaseException] = []
 
     def transfer_one(n: int) -> None:
         try:
-            run(transfer(transfer_req(space, 1)), request_id=f"c{n}", store=store)
+            api.run(transfer(transfer_req(space, 1)), request_id=f"c{n}", store=store)
         except BaseException as exc:  # noqa: BLE001 - collected for the assertion
             errors.append(exc)
 
@@ -241,7 +237,7 @@ def test_concurrent_distinct_requests_on_one_partition_all_apply(store: Store) -
     assert sorted(rows[("accounts", "alice", "history")]) == [-1] * 6
 
 
-def test_changed_code_under_an_unfinished_request_is_detected(store: Store) -> None:
+def test_changed_code_under_an_unfinished_request_is_detected(store: Store, api: Api) -> None:
     space = new_space()
 
     def first(tx: Tx) -> int:
@@ -260,14 +256,14 @@ def test_changed_code_under_an_unfinished_request_is_detected(store: Store) -> N
 
     crash_second = FaultyStore(store, before_step(2))
     with pytest.raises(SimulatedCrash):
-        run(make(first), request_id="nd", store=crash_second)
+        api.run(make(first), request_id="nd", store=crash_second)
     with pytest.raises(NonDeterminismError) as caught:
-        run(make(renamed), request_id="nd", store=store)
+        api.run(make(renamed), request_id="nd", store=store)
     assert caught.value.step == 1 and "first" in caught.value.recorded and "renamed" in caught.value.met
     assert rows_of(store, space) == {("items", "p", "x"): 1}
 
 
-def test_deterministic_helpers_are_stable_across_replays(store: Store) -> None:
+def test_deterministic_helpers_are_stable_across_replays(store: Store, api: Api) -> None:
     calls: list[str] = []
 
     def notify(key: str) -> str:
@@ -285,15 +281,17 @@ def test_deterministic_helpers_are_stable_across_replays(store: Store) -> None:
 
     crash_last = FaultyStore(store, before_step(5))
     with pytest.raises(SimulatedCrash):
-        run(helpers(1), request_id="h", store=crash_last)
-    again = run(helpers(1), request_id="h", store=store)
-    assert again == run(helpers(1), request_id="h", store=store)
+        api.run(helpers(1), request_id="h", store=crash_last)
+    again = api.run(helpers(1), request_id="h", store=store)
+    assert again == api.run(helpers(1), request_id="h", store=store)
     assert calls == [calls[0]] and len(calls[0]) == 64
     assert 0 <= again["r"] < 1 and len(again["u"]) == 36
-    assert again["u"] != run(helpers(1), request_id="h2", store=store)["u"]
+    assert again["u"] != api.run(helpers(1), request_id="h2", store=store)["u"]
 
 
-def test_an_effect_first_is_not_called_again_by_duplicates_of_a_finished_request(store: Store) -> None:
+def test_an_effect_first_is_not_called_again_by_duplicates_of_a_finished_request(
+    store: Store, api: Api
+) -> None:
     """The first step is an effect: a duplicate must learn that the request finished
     before it calls out, even though no step body of it ever reads a row."""
     calls: list[str] = []
@@ -306,15 +304,15 @@ def test_an_effect_first_is_not_called_again_by_duplicates_of_a_finished_request
     # Its one commit (the effect's answer with the outcome) applies, and its answer is lost.
     lost_answer = FaultyStore(store, lambda point: Fault.CRASH_AFTER if point.kind == "commit" else None)
     with pytest.raises(SimulatedCrash):
-        run(mailer("ann"), request_id=request_id, store=lost_answer)
+        api.run(mailer("ann"), request_id=request_id, store=lost_answer)
     for _ in range(3):
-        assert run(mailer("ann"), request_id=request_id, store=store) == "sent to ann"
+        assert api.run(mailer("ann"), request_id=request_id, store=store) == "sent to ann"
     store.flush()
-    assert run(mailer("ann"), request_id=request_id, store=store) == "sent to ann"
+    assert api.run(mailer("ann"), request_id=request_id, store=store) == "sent to ann"
     assert len(calls) == 1
 
 
-def test_increment_get_delete_semantics(store: Store) -> None:
+def test_increment_get_delete_semantics(store: Store, api: Api) -> None:
     def body(tx: Tx) -> list[Any]:
         tx.increment("n", 2)
         tx.increment("n", 3)
@@ -324,11 +322,11 @@ def test_increment_get_delete_semantics(store: Store) -> None:
         return [seen, tx.get("gone", "default")]
 
     space = new_space()
-    assert run(atomic("items", space + "p", body), request_id="i", store=store) == [5, "default"]
+    assert api.run(atomic("items", space + "p", body), request_id="i", store=store) == [5, "default"]
     assert rows_of(store, space) == {("items", "p", "n"): 5}
 
 
-def test_long_workflow_with_loop_replays_after_crash(store: Store) -> None:
+def test_long_workflow_with_loop_replays_after_crash(store: Store, api: Api) -> None:
     space = new_space()
 
     @workflow("loop")
@@ -341,7 +339,7 @@ def test_long_workflow_with_loop_replays_after_crash(store: Store) -> None:
         return total
 
     crash = FaultyStore(store, lambda p: Fault.CRASH_AFTER if p.index in (5, 17) else None)
-    assert run_until_done(loop(20), "loop", crash) == 19
+    assert run_until_done(api, loop(20), "loop", crash) == 19
     rows = rows_of(store, space)
     assert rows[("items", "even", "evens")] == 10
     assert sum(v for (t, p, k), v in rows.items() if k == "n") == sum(range(20))  # type: ignore[misc]
@@ -362,15 +360,15 @@ def test_idempotent_handler(store: Store) -> None:
 
 @pytest.mark.exact_calls  # it counts calls: DynamoDB Local's injected conflicts would add some
 @pytest.mark.blocking_api
-def test_duplicate_of_finished_request_costs_one_round_trip(store: Store) -> None:
+def test_duplicate_of_finished_request_costs_one_round_trip(store: Store, api: Api) -> None:
     space = new_space()
     m = atomic("items", space + "a", lambda tx: tx.put("k", 1)).then(
         atomic("items", space + "b", lambda tx: tx.put("k", 2))
     )
-    run(m, request_id="dup", store=store)
+    api.run(m, request_id="dup", store=store)
     store.flush()
     before = store.round_trips
-    run(m, request_id="dup", store=store)
+    api.run(m, request_id="dup", store=store)
     store.flush()
     # One call; Azure needs a read after its failed insert to see the record.
     limit = 1 if store.capabilities.cross_partition_commit else 2
@@ -379,12 +377,12 @@ def test_duplicate_of_finished_request_costs_one_round_trip(store: Store) -> Non
 
 @pytest.mark.exact_calls
 @pytest.mark.blocking_api
-def test_first_run_costs_one_commit_per_step(store: Store) -> None:
+def test_first_run_costs_one_commit_per_step(store: Store, api: Api) -> None:
     space = new_space()
     steps = [atomic("items", space + str(i), lambda tx, i=i: tx.put("k", i)) for i in range(4)]
     m = steps[0].then(steps[1]).then(steps[2]).then(steps[3])
     before = store.round_trips
-    run(m, request_id="cost", store=store)
+    api.run(m, request_id="cost", store=store)
     store.flush()
     # The outcome rides in the last step's commit; Azure: the claim and the outcome alone.
     extra = 0 if store.capabilities.cross_partition_commit else 2
@@ -394,7 +392,9 @@ def test_first_run_costs_one_commit_per_step(store: Store) -> None:
 @pytest.mark.exact_calls
 @pytest.mark.blocking_api
 @pytest.mark.parametrize("n", [1, 2, 5])
-def test_a_workflow_costs_one_call_per_step_with_its_outcome_in_the_last(store: Store, n: int) -> None:
+def test_a_workflow_costs_one_call_per_step_with_its_outcome_in_the_last(
+    store: Store, n: int, api: Api
+) -> None:
     """The last step's commit carries the outcome, and the outcome is in the store when the
     caller has its answer: no completion write is left to a background thread."""
     space = new_space()
@@ -407,7 +407,7 @@ def test_a_workflow_costs_one_call_per_step_with_its_outcome_in_the_last(store: 
         return total
 
     before = store.round_trips
-    assert run(per_step(n), request_id=space, store=store) == sum(range(n))
+    assert api.run(per_step(n), request_id=space, store=store) == sum(range(n))
     made = store.round_trips - before
     record = run_status(store, "per-step", space)
     assert record is not None and record.status is RunStatus.COMPLETED
@@ -416,7 +416,9 @@ def test_a_workflow_costs_one_call_per_step_with_its_outcome_in_the_last(store: 
 
 
 @pytest.mark.blocking_api
-def test_a_step_whose_commit_waited_and_lost_its_data_runs_again_on_fresh_data(store: Store) -> None:
+def test_a_step_whose_commit_waited_and_lost_its_data_runs_again_on_fresh_data(
+    store: Store, api: Api
+) -> None:
     """Between a step and its commit the workflow goes on; if the rows the step read change in
     that time, the commit is refused and the request starts over from what is committed."""
     space, poked = new_space(), []
@@ -431,21 +433,21 @@ def test_a_step_whose_commit_waited_and_lost_its_data_runs_again_on_fresh_data(s
         seen = yield atomic("items", space + "p", copy)
         if not poked:  # another writer moves the row on before the step's commit
             poked.append(True)
-            run(
+            api.run(
                 atomic("items", space + "p", lambda tx: tx.increment("n", 5)),
                 request_id=space + "w",
                 store=store,
             )
         return seen
 
-    result = run(fresh("x"), request_id=space, store=store)
+    result = api.run(fresh("x"), request_id=space, store=store)
     rows = rows_of(store, space)
     assert rows[("items", "p", "copy")] == result and rows[("items", "p", "n")] == 5
-    assert run(fresh("x"), request_id=space, store=store) == result
+    assert api.run(fresh("x"), request_id=space, store=store) == result
 
 
 @pytest.mark.blocking_api
-def test_a_duplicate_that_finishes_while_the_first_waits_to_commit_wins_once(store: Store) -> None:
+def test_a_duplicate_that_finishes_while_the_first_waits_to_commit_wins_once(store: Store, api: Api) -> None:
     """A copy of the request runs to its end between the first's step and that step's commit:
     the first's commit is refused and it answers as the copy did, the step applied once."""
     space, copies, answers = new_space(), [], []
@@ -455,17 +457,17 @@ def test_a_duplicate_that_finishes_while_the_first_waits_to_commit_wins_once(sto
         n = yield atomic("items", space + "p", lambda tx: tx.increment("n") or len(copies))
         if not copies:
             copies.append(key)
-            answers.append(run(raced(key), request_id=space, store=store))  # the copy, to its end
+            answers.append(api.run(raced(key), request_id=space, store=store))  # the copy, to its end
         return n
 
-    first = run(raced("x"), request_id=space, store=store)
+    first = api.run(raced("x"), request_id=space, store=store)
     assert answers == [first] and rows_of(store, space) == {("items", "p", "n"): 1}
 
 
 # -- bad input: a typed error, nothing written ------------------------------------
 
 
-def test_non_json_value_is_refused_before_writing(store: Store) -> None:
+def test_non_json_value_is_refused_before_writing(store: Store, api: Api) -> None:
     space = new_space()
 
     def body(tx: Tx) -> None:
@@ -473,13 +475,13 @@ def test_non_json_value_is_refused_before_writing(store: Store) -> None:
         tx.put("bad", {1, 2})
 
     with pytest.raises(InvalidValueError) as caught:
-        run(atomic("items", space + "p", body), request_id="bad-value", store=store)
+        api.run(atomic("items", space + "p", body), request_id="bad-value", store=store)
     assert "items" in str(caught.value) and "bad" in str(caught.value)
     assert rows_of(store, space) == {}
 
 
 @pytest.mark.parametrize("result", [(1, 2), {1: "a"}, float("nan"), object()])
-def test_non_json_result_is_refused_before_writing(store: Store, result: object) -> None:
+def test_non_json_result_is_refused_before_writing(store: Store, result: object, api: Api) -> None:
     space = new_space()
 
     def body(tx: Tx) -> object:
@@ -487,13 +489,13 @@ def test_non_json_result_is_refused_before_writing(store: Store, result: object)
         return result
 
     with pytest.raises(InvalidValueError):
-        run(atomic("items", space + "p", body), request_id="bad-result", store=store)
+        api.run(atomic("items", space + "p", body), request_id="bad-result", store=store)
     assert rows_of(store, space) == {}
 
 
-def test_non_json_input_is_refused(store: Store) -> None:
+def test_non_json_input_is_refused(store: Store, api: Api) -> None:
     with pytest.raises(InvalidValueError):
-        run(transfer({"space": "x", "when": object()}), request_id="bad-input", store=store)
+        api.run(transfer({"space": "x", "when": object()}), request_id="bad-input", store=store)
 
 
 @pytest.mark.parametrize("table", ["", "ab", "has_underscore", "1abc", "x" * 41, 5])
@@ -509,16 +511,16 @@ def test_illegal_partitions(partition: Any) -> None:
 
 
 @pytest.mark.parametrize("request_id", ["", "x" * 256, 17, "\udfff"])
-def test_illegal_request_ids(store: Store, request_id: Any) -> None:
+def test_illegal_request_ids(store: Store, request_id: Any, api: Api) -> None:
     with pytest.raises(InvalidNameError):
-        run(pure(1), request_id=request_id, store=store)
+        api.run(pure(1), request_id=request_id, store=store)
 
 
 @pytest.mark.parametrize("key", ["", "k" * 513, 3])
-def test_illegal_keys(store: Store, key: Any) -> None:
+def test_illegal_keys(store: Store, key: Any, api: Api) -> None:
     space = new_space()
     with pytest.raises(InvalidNameError):
-        run(atomic("items", space + "p", lambda tx: tx.put(key, 1)), request_id="bad-key", store=store)
+        api.run(atomic("items", space + "p", lambda tx: tx.put(key, 1)), request_id="bad-key", store=store)
     assert rows_of(store, space) == {}
 
 
@@ -528,16 +530,16 @@ def test_illegal_workflow_names(name: str) -> None:
         workflow(name)
 
 
-def test_yielding_a_non_idem_is_refused(store: Store) -> None:
+def test_yielding_a_non_idem_is_refused(store: Store, api: Api) -> None:
     @workflow("yields-junk")
     def junk() -> Generator[Any, Any, None]:
         yield 5
 
     with pytest.raises(InvalidInputError):
-        run(junk(), request_id="junk", store=store)
+        api.run(junk(), request_id="junk", store=store)
 
 
-def test_oversize_value_is_refused_before_writing(store: Store) -> None:
+def test_oversize_value_is_refused_before_writing(store: Store, api: Api) -> None:
     space = new_space()
     limit = store.capabilities.max_value_bytes
     size = limit + 10 if limit < 50_000_000 else 100
@@ -547,16 +549,16 @@ def test_oversize_value_is_refused_before_writing(store: Store) -> None:
         tx.put("big", "x" * size)
 
     if limit >= 50_000_000:  # memory: no backend limit to exceed
-        run(atomic("items", space + "p", body), request_id="big", store=store)
+        api.run(atomic("items", space + "p", body), request_id="big", store=store)
         return
     with pytest.raises(LimitExceededError) as caught:
-        run(atomic("items", space + "p", body), request_id="big", store=store)
+        api.run(atomic("items", space + "p", body), request_id="big", store=store)
     assert "items" in str(caught.value)
     assert rows_of(store, space) == {}
 
 
 @pytest.mark.exact_calls  # a phantom transaction conflict as the last failure would be reported as such
-def test_bounded_conflicts_raise_conflict_error(store: Store) -> None:
+def test_bounded_conflicts_raise_conflict_error(store: Store, api: Api) -> None:
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_none
 
     from idemflow.policy import DataConflict as _DataConflict
@@ -579,6 +581,6 @@ def test_bounded_conflicts_raise_conflict_error(store: Store) -> None:
         )
     )
     with pytest.raises(ConflictError) as caught:
-        run(atomic("items", space + "p", body), request_id="conflict", store=store, policy=policy)
+        api.run(atomic("items", space + "p", body), request_id="conflict", store=store, policy=policy)
     assert caught.value.attempts == 4 and caught.value.partition == space + "p"
     assert ("items", "p", "w") not in rows_of(store, space)

@@ -584,7 +584,7 @@ def test_a_message_sent_twice_with_one_key_is_received_once(store: Store) -> Non
     assert run(counting_receiver("t"), request_id="m-2", store=store) == ["once", None]
 
 
-@pytest.mark.xfail(strict=True, reason=MISSING.format("set_event/get_event"))
+@pytest.mark.xfail(strict=True, raises=ImportError, reason=MISSING.format("set_event/get_event"))
 def test_an_event_set_by_a_workflow_is_read_by_its_id(store: Store) -> None:
     # peer: tests/test_dbos.py::test_set_get_events
     # peer: tests/test_dbos.py::test_get_event_timeout
@@ -598,7 +598,9 @@ def test_an_event_set_by_a_workflow_is_read_by_its_id(store: Store) -> None:
     assert get_event(store, "publisher", "ev-1", "status", timeout=1) == "ready"
 
 
-@pytest.mark.xfail(strict=True, reason="idemflow has no workflow timeout (DBOS's workflow_timeout)")
+@pytest.mark.xfail(
+    strict=True, raises=ImportError, reason="idemflow has no workflow timeout (DBOS's workflow_timeout)"
+)
 def test_a_workflow_past_its_timeout_is_cancelled(store: Store) -> None:
     # peer: tests/test_dbos.py::test_workflow_timeout
     from idemflow import SetWorkflowTimeout  # type: ignore[attr-defined]
@@ -611,7 +613,9 @@ def test_a_workflow_past_its_timeout_is_cancelled(store: Store) -> None:
         run(slow("x"), request_id="to-1", store=store)
 
 
-@pytest.mark.xfail(strict=True, reason="idemflow has no fork (rerun a finished request from step N)")
+@pytest.mark.xfail(
+    strict=True, raises=AttributeError, reason="idemflow has no fork (rerun a finished request from step N)"
+)
 def test_a_finished_workflow_is_forked_from_a_step(store: Store) -> None:
     # peer: tests/test_workflow_management.py::test_fork_steps
     ran: list[str] = []
@@ -628,7 +632,9 @@ def test_a_finished_workflow_is_forked_from_a_step(store: Store) -> None:
 
 
 @pytest.mark.xfail(
-    strict=True, reason="idemflow has no in-place step retries under run (DBOS's retries_allowed)"
+    strict=True,
+    raises=ConnectionError,
+    reason="idemflow has no in-place step retries under run (DBOS's retries_allowed)",
 )
 def test_a_step_is_retried_in_place_under_run(store: Store) -> None:
     # peer: tests/test_failures.py::test_step_retries (calling the workflow directly)
