@@ -247,6 +247,11 @@ class SqsHandler:
         """The worker's counts over this sandbox's invocations (None before the first)."""
         return None if self._worker is None else self._worker.stats
 
+    @property
+    def store(self) -> Store | None:
+        """The store this sandbox opened (None before the first invocation): one per URL, shared."""
+        return None if self._worker is None else self._worker.store
+
     def __call__(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         worker, batch = self._open()
         messages = sqs_messages(event, getattr(batch.queue, "name", None))

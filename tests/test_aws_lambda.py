@@ -274,7 +274,7 @@ def local(tmp_path: Path) -> tuple[SqliteStore, SqliteQueue]:
     return store, SqliteQueue(str(tmp_path / "queue.sqlite3"), name="jobs", visibility_timeout=30)
 
 
-def local_event(queue: SqliteQueue) -> dict[str, Any]:
+def local_event(queue: Any) -> dict[str, Any]:
     """The queue's messages as an SQS event (the fields the handler reads, with SQS's names)."""
     messages = queue.receive(max_messages=10)
     return {
@@ -370,6 +370,21 @@ def test_relay_stops_at_its_reserve_and_the_next_run_sends_the_rest(
     handler = sqs_handler(WORKFLOWS, store=store, queue=queue, signing_key=KEY)
     assert handler(local_event(queue), FixedContext(60_000)) == {"batchItemFailures": []}
     assert status(store, "survey", "p-1").status is RunStatus.COMPLETED
+
+
+def test_each_url_is_opened_once_and_shared(tmp_path: Path) -> None:
+    store_url = f"sqlite:{tmp_path / 'store.sqlite3'}"
+    queue_url = f"sqlite:{tmp_path / 'queue.sqlite3'}?name=jobs"
+    worker = sqs_handler(WORKFLOWS, store=store_url, queue=queue_url, signing_key=KEY)
+    again = sqs_handler(WORKFLOWS, store=store_url, queue=queue_url, signing_key=KEY)
+    assert worker.store is None  # nothing is opened before the first invocation
+    for handler in (worker, again, worker):
+        assert handler({"Records": []}, FixedContext(10_000)) == {"batchItemFailures": []}
+    assert worker.store is not None and worker.store is again.store
+    queue = open_queue(queue_url)
+    submit_surveys(worker.store, queue, ["p-0"])
+    assert again(local_event(queue), FixedContext(10_000)) == {"batchItemFailures": []}
+    assert status(worker.store, "survey", "p-0").status is RunStatus.COMPLETED
 
 
 def test_loading_the_module_imports_no_sdk() -> None:

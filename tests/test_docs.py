@@ -16,6 +16,7 @@ DOCS = [
     ROOT / "docs" / "migrating.md",
     ROOT / "docs" / "coordination.md",
     ROOT / "docs" / "outside-calls.md",
+    ROOT / "docs" / "serverless.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]
 
