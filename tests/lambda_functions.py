@@ -17,6 +17,7 @@ from idemflow import Idem, Tx, atomic, workflow
 from idemflow.async_worklist import checkpoint
 from idemflow.aws_lambda import schedule_handler, sqs_handler
 from idemflow.errors import StoreError
+from idemflow.runner import Workflow
 from idemflow.stores.base import Row, RowRef, Store
 from tests.async_workflows import survey
 
@@ -49,7 +50,7 @@ def gated(space: str, request: str) -> Generator[Idem[Any], Any, Any]:
     return (yield atomic("tableb", space + "effects", lambda tx: _count(tx, request), name="effect"))
 
 
-WORKFLOWS = [survey, gated]
+WORKFLOWS: list[Workflow[Any, Any]] = [survey, gated]
 
 STORE_URL = os.environ.get("IDEMFLOW_STORE_URL", "memory:")
 QUEUE_URL = os.environ.get("IDEMFLOW_QUEUE_URL", "memory:")
