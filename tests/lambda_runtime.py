@@ -113,7 +113,7 @@ class RuntimeApi:
                 payload = self.rfile.read(length) if length else b""
                 parts = self.path[len(PREFIX) :].strip("/").split("/")
                 if parts == ["init", "error"]:
-                    api.init_errors.append(json.loads(payload or b"{}"))
+                    api._init_failed(json.loads(payload or b"{}"))
                     return self._answer(202, b"{}")
                 if len(parts) == 3 and parts[0] == "invocation" and parts[2] in ("response", "error"):
                     invocation = api._by_id.get(parts[1])
@@ -150,10 +150,23 @@ class RuntimeApi:
         deadline_ms = int((time.time() + timeout) * 1000)
         invocation = Invocation(str(uuid.uuid4()), event, deadline_ms)
         with self._ready:
+            if self.init_errors:
+                invocation.error = self.init_errors[0]
+                invocation.done.set()
+                return invocation
             self._by_id[invocation.request_id] = invocation
             self._pending.append(invocation)
             self._ready.notify_all()
         return invocation
+
+    def _init_failed(self, error: dict[str, Any]) -> None:
+        """The handler did not load: every invocation of this sandbox fails with that error, as on Lambda."""
+        with self._ready:
+            self.init_errors.append(error)
+            for invocation in self._by_id.values():
+                if not invocation.done.is_set():
+                    invocation.error = error
+                    invocation.done.set()
 
     def _next(self) -> Invocation | None:
         with self._ready:

@@ -30,7 +30,7 @@ from idemflow.stores import SqliteStore
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES, dynamodb_url
 from tests.lambda_functions import WORKFLOWS, PoisonedReads, gated
-from tests.lambda_runtime import Sandbox, SandboxCounts
+from tests.lambda_runtime import InvocationFailed, Sandbox, SandboxCounts
 from tests.servers import Moto
 from tests.workflows import rows_of
 
@@ -250,6 +250,20 @@ def test_sandbox_relay_sends_what_submit_could_not(cloud: dict[str, Any]) -> Non
             event = mapping.batch()
             if event is not None:
                 assert sandbox.invoke(event) == {"batchItemFailures": []}
+
+
+@pytest.mark.cloud
+def test_sandbox_raises_for_a_wrong_event_and_takes_the_next(cloud: dict[str, Any]) -> None:
+    """Wired to the wrong trigger, the function fails the invocation (Lambda's error path) and lives on."""
+    with Sandbox("tests.lambda_functions.worker", cloud["env"]) as sandbox:
+        with pytest.raises(InvocationFailed) as failed:
+            sandbox.invoke(SCHEDULED)
+        assert failed.value.error["errorType"] == "InvalidInputError"
+        assert sandbox.invoke({"Records": []}) == {"batchItemFailures": []}
+    with Sandbox("tests.lambda_functions.no_such_handler", cloud["env"]) as sandbox:
+        with pytest.raises(InvocationFailed) as missing:
+            sandbox.invoke({"Records": []})
+        assert missing.value.error["errorType"] == "Runtime.HandlerNotFound"
 
 
 class _Down:
