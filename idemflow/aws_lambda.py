@@ -121,13 +121,20 @@ def _check_reserve(reserve: float) -> float:
     return float(reserve)
 
 
+LEASE_MARGIN = 2.0
+"""Seconds a running record's extended visibility reaches past the invocation's end. Lambda ends
+the invocation at its timeout, so the record of a sandbox that ran out of time comes back this
+soon after, not a whole visibility timeout later."""
+
+
 class _Batch:
     """The event's queue for one invocation: the worker's settlements become the batch response.
 
     An ack deletes the message at once (a sandbox killed later in the batch must not bring it
     back), a dead letter moves it to ``<name>-dlq``; a nack sets its visibility to the delay the
     worker chose and reports it as a batch item failure, so Lambda leaves it in the queue.
-    Sends (delayed continuations, waits) go to the queue itself.
+    Sends (delayed continuations, waits) go to the queue itself. The heartbeat's extensions
+    reach at most :data:`LEASE_MARGIN` past the invocation's end.
     """
 
     def __init__(self, queue: Queue) -> None:
@@ -135,6 +142,7 @@ class _Batch:
         self.visibility_timeout = queue.visibility_timeout
         self.max_body_bytes = queue.max_body_bytes
         self.settled: set[str] = set()
+        self.context: LambdaContext | None = None
 
     def send(self, body: str, *, delay: float = 0.0) -> None:
         self.queue.send(body, delay=delay)
@@ -161,6 +169,9 @@ class _Batch:
         self.queue.nack(message, delay=delay)
 
     def extend(self, message: Message, visibility_timeout: float) -> Message:
+        if self.context is not None:
+            left = _seconds_left(self.context) + LEASE_MARGIN
+            visibility_timeout = min(visibility_timeout, max(left, 1.0))
         return self.queue.extend(message, visibility_timeout)
 
     def dead_letter(self, message: Message, reason: str) -> None:
@@ -255,7 +266,7 @@ class SqsHandler:
     def __call__(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         worker, batch = self._open()
         messages = sqs_messages(event, getattr(batch.queue, "name", None))
-        batch.settled = set()
+        batch.settled, batch.context = set(), context
         handed: list[Message] = []
         try:
             for n, message in enumerate(messages):

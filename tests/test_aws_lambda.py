@@ -21,9 +21,16 @@ import boto3
 import pytest
 
 from idemflow import open_store
-from idemflow.async_worklist import SqliteQueue, open_queue, status, submit
+from idemflow.async_worklist import MemoryQueue, SqliteQueue, open_queue, status, submit
 from idemflow.async_worklist.messages import decode_pointer
-from idemflow.aws_lambda import FixedContext, schedule_handler, sqs_handler, sqs_messages
+from idemflow.aws_lambda import (
+    LEASE_MARGIN,
+    FixedContext,
+    _Batch,
+    schedule_handler,
+    sqs_handler,
+    sqs_messages,
+)
 from idemflow.errors import InvalidInputError, QueueError
 from idemflow.records import RunStatus
 from idemflow.stores import SqliteStore
@@ -399,6 +406,31 @@ def test_each_url_is_opened_once_and_shared(tmp_path: Path) -> None:
     submit_surveys(worker.store, queue, ["p-0"])
     assert again(local_event(queue), FixedContext(10_000)) == {"batchItemFailures": []}
     assert status(worker.store, "survey", "p-0").status is RunStatus.COMPLETED
+
+
+class StoppedClock:
+    """A Lambda context whose remaining time does not run down (the queue's clock is the test's)."""
+
+    def __init__(self, millis: int) -> None:
+        self.millis = millis
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.millis
+
+
+def test_a_running_record_is_hidden_only_until_shortly_after_the_invocation_ends() -> None:
+    """The heartbeat's extension is bounded by the time left: a timed-out sandbox's record returns soon."""
+    now = [0.0]
+    queue = MemoryQueue(visibility_timeout=60, clock=lambda: now[0])
+    queue.send("body")
+    [message] = queue.receive()
+    batch = _Batch(queue)
+    batch.context = StoppedClock(3_000)
+    batch.extend(message, queue.visibility_timeout)
+    now[0] = 3.0 + LEASE_MARGIN - 0.1
+    assert queue.receive() == []
+    now[0] = 3.0 + LEASE_MARGIN + 0.1  # not 60 s: the invocation was over
+    assert [m.id for m in queue.receive()] == [message.id]
 
 
 def test_loading_the_module_imports_no_sdk() -> None:
