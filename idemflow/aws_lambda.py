@@ -41,15 +41,15 @@ this module imports no SDK: a handler imports what it uses when it is built.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from idemflow._lambda_queues import Batch, OutOfTime, Timed, queue_of, seconds_left, store_of
 from idemflow.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
+    from idemflow.async_worklist.queues.base import Message, Queue
     from idemflow.async_worklist.worker import Worker, WorkerStats
     from idemflow.policy import RetryPolicy
     from idemflow.runner import Workflow
@@ -82,116 +82,10 @@ class FixedContext:
         return max(int((self._deadline - time.monotonic()) * 1000), 0)
 
 
-_OPENED: dict[tuple[str, str], Any] = {}
-"""Stores and queues opened from URLs, one per URL for the sandbox's life (its clients stay warm)."""
-_OPENING = threading.Lock()
-
-
-def _store_of(store: str | Store) -> Store:
-    if not isinstance(store, str):
-        return store
-    from idemflow.stores import open_store
-
-    with _OPENING:
-        if ("store", store) not in _OPENED:
-            _OPENED["store", store] = open_store(store)
-        opened: Store = _OPENED["store", store]
-        return opened
-
-
-def _queue_of(queue: str | Queue) -> Queue:
-    if not isinstance(queue, str):
-        return queue
-    from idemflow.async_worklist.queues import open_queue
-
-    with _OPENING:
-        if ("queue", queue) not in _OPENED:
-            _OPENED["queue", queue] = open_queue(queue)
-        opened: Queue = _OPENED["queue", queue]
-        return opened
-
-
-def _seconds_left(context: LambdaContext) -> float:
-    return context.get_remaining_time_in_millis() / 1000.0
-
-
 def _check_reserve(reserve: float) -> float:
     if isinstance(reserve, bool) or not isinstance(reserve, int | float) or not 0 <= reserve <= 900:
         raise InvalidInputError(f"reserve must be seconds between 0 and 900, not {reserve!r}")
     return float(reserve)
-
-
-LEASE_MARGIN = 2.0
-"""Seconds a running record's extended visibility reaches past the invocation's end. Lambda ends
-the invocation at its timeout, so the record of a sandbox that ran out of time comes back this
-soon after, not a whole visibility timeout later."""
-
-
-class _Batch:
-    """The event's queue for one invocation: the worker's settlements become the batch response.
-
-    An ack deletes the message at once (a sandbox killed later in the batch must not bring it
-    back), a dead letter moves it to ``<name>-dlq``; a nack sets its visibility to the delay the
-    worker chose and reports it as a batch item failure, so Lambda leaves it in the queue.
-    Sends (delayed continuations, waits) go to the queue itself. The heartbeat's extensions
-    reach at most :data:`LEASE_MARGIN` past the invocation's end.
-    """
-
-    def __init__(self, queue: Queue) -> None:
-        self.queue = queue
-        self.visibility_timeout = queue.visibility_timeout
-        self.max_body_bytes = queue.max_body_bytes
-        self.settled: set[str] = set()
-        self.context: LambdaContext | None = None
-
-    def send(self, body: str, *, delay: float = 0.0) -> None:
-        self.queue.send(body, delay=delay)
-
-    def receive(
-        self, *, max_messages: int = 1, wait: float = 0.0, visibility_timeout: float | None = None
-    ) -> list[Message]:
-        raise TypeError("a Lambda handler gets its messages from the event, it never receives")
-
-    def consume(
-        self,
-        *,
-        wait: float = 1.0,
-        visibility_timeout: float | None = None,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Message]:
-        raise TypeError("a Lambda handler gets its messages from the event, it never consumes")
-
-    def ack(self, message: Message) -> None:
-        self.queue.ack(message)
-        self.settled.add(message.id)
-
-    def nack(self, message: Message, *, delay: float = 0.0) -> None:
-        self.queue.nack(message, delay=delay)
-
-    def extend(self, message: Message, visibility_timeout: float) -> Message:
-        if self.context is not None:
-            left = _seconds_left(self.context) + LEASE_MARGIN
-            visibility_timeout = min(visibility_timeout, max(left, 1.0))
-        return self.queue.extend(message, visibility_timeout)
-
-    def dead_letter(self, message: Message, reason: str) -> None:
-        self.queue.dead_letter(message, reason)
-        self.settled.add(message.id)
-
-    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return self.queue.list_dead_letters(limit)
-
-    def dead_letters(self) -> list[tuple[str, str]]:
-        return self.queue.dead_letters()
-
-    def redrive(self, ids: Iterable[str] | None = None) -> int:
-        return self.queue.redrive(ids)
-
-    def approximate_size(self) -> int:
-        return self.queue.approximate_size()
-
-    def close(self) -> None:
-        """The queue outlives the invocation: nothing to close."""
 
 
 def sqs_messages(event: Mapping[str, Any], queue_name: str | None = None) -> list[Message]:
@@ -251,7 +145,7 @@ class SqsHandler:
         unopened = cast(Any, _Unopened())  # the options are checked now, the clients opened later
         Worker(self._flows, store=unopened, queue=unopened, relay_every=None, **options)
         self._worker: Worker | None = None
-        self._batch: _Batch | None = None
+        self._batch: Batch | None = None
 
     @property
     def stats(self) -> WorkerStats | None:
@@ -270,7 +164,7 @@ class SqsHandler:
         handed: list[Message] = []
         try:
             for n, message in enumerate(messages):
-                if _seconds_left(context) < self.reserve:  # no time to finish it: give the rest back
+                if seconds_left(context) < self.reserve:  # no time to finish it: give the rest back
                     handed = messages[n:]
                     break
                 worker.handle(message)
@@ -284,12 +178,12 @@ class SqsHandler:
         failed = [m.id for m in messages if m.id not in batch.settled]
         return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
 
-    def _open(self) -> tuple[Worker, _Batch]:
+    def _open(self) -> tuple[Worker, Batch]:
         if self._worker is None or self._batch is None:
             from idemflow.async_worklist.worker import Worker
 
-            batch = _Batch(_queue_of(self._queue))
-            store = _store_of(self._store)
+            batch = Batch(queue_of(self._queue))
+            store = store_of(self._store)
             self._worker = Worker(self._flows, store=store, queue=batch, relay_every=None, **self._options)
             self._batch = batch
         return self._worker, self._batch
@@ -337,24 +231,6 @@ def sqs_handler(
     return SqsHandler(workflows, store=store, queue=queue, reserve=reserve, options=options)
 
 
-class _OutOfTime(Exception):
-    """The invocation's reserve was reached: the relay stops between two sends."""
-
-
-class _Timed:
-    """The queue for one relay pass: refuses to send once ``reserve`` seconds are all that is left."""
-
-    def __init__(self, queue: Queue, context: LambdaContext, reserve: float) -> None:
-        self.queue, self.context, self.reserve = queue, context, reserve
-        self.sent = 0
-
-    def send(self, body: str, *, delay: float = 0.0) -> None:
-        if _seconds_left(self.context) < self.reserve:
-            raise _OutOfTime
-        self.queue.send(body, delay=delay)
-        self.sent += 1
-
-
 class RelayHandler:
     """``handler(event, context)`` for an EventBridge schedule (see :func:`schedule_handler`)."""
 
@@ -378,12 +254,12 @@ class RelayHandler:
         from idemflow.async_worklist.outbox import relay
 
         _check_scheduled(event)
-        store, queue = _store_of(self._store), _queue_of(self._queue)
-        timed = _Timed(queue, context, self.reserve)
+        store, queue = store_of(self._store), queue_of(self._queue)
+        timed = Timed(queue, context, self.reserve)
         finished = True
         try:
             relay(store, timed, signing_key=self._key, clock=self._clock)  # type: ignore[arg-type]
-        except _OutOfTime:
+        except OutOfTime:
             finished = False  # what is left stays in the outbox for the next run
         finally:
             store.flush()

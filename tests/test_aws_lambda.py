@@ -21,16 +21,10 @@ import boto3
 import pytest
 
 from idemflow import open_store
+from idemflow._lambda_queues import LEASE_MARGIN, Batch
 from idemflow.async_worklist import MemoryQueue, SqliteQueue, open_queue, status, submit
 from idemflow.async_worklist.messages import decode_pointer
-from idemflow.aws_lambda import (
-    LEASE_MARGIN,
-    FixedContext,
-    _Batch,
-    schedule_handler,
-    sqs_handler,
-    sqs_messages,
-)
+from idemflow.aws_lambda import FixedContext, schedule_handler, sqs_handler, sqs_messages
 from idemflow.errors import InvalidInputError, QueueError
 from idemflow.records import RunStatus
 from idemflow.stores import SqliteStore
@@ -424,7 +418,7 @@ def test_a_running_record_is_hidden_only_until_shortly_after_the_invocation_ends
     queue = MemoryQueue(visibility_timeout=60, clock=lambda: now[0])
     queue.send("body")
     [message] = queue.receive()
-    batch = _Batch(queue)
+    batch = Batch(queue)
     batch.context = StoppedClock(3_000)
     batch.extend(message, queue.visibility_timeout)
     now[0] = 3.0 + LEASE_MARGIN - 0.1
