@@ -56,7 +56,15 @@ if TYPE_CHECKING:
     from idemflow.step_retry import StepRetry
     from idemflow.stores.base import Store
 
-__all__ = ["FixedContext", "LambdaContext", "RelayHandler", "SqsHandler", "schedule_handler", "sqs_handler"]
+__all__ = [
+    "FixedContext",
+    "LambdaContext",
+    "RelayHandler",
+    "SqsHandler",
+    "schedule_handler",
+    "sqs_handler",
+    "sqs_messages",
+]
 
 SQS_EVENT_SOURCE = "aws:sqs"
 SCHEDULED_EVENT = "Scheduled Event"
