@@ -10,6 +10,8 @@ handler returned), thaws it (SIGCONT) and kills it mid-invocation (SIGKILL; a ne
 then takes the next events, as Lambda starts one).
 
 Each sandbox has its own server, so an event is never handed to a killed sandbox's poll.
+:class:`EventSourceMapping` plays the SQS event-source mapping: it receives messages with the
+SDK and builds the event Lambda hands the function (:func:`sqs_event`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import boto3
+
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "/2018-06-01/runtime"
-FUNCTION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:idemflow-worker"
+ACCOUNT = "123456789012"
+FUNCTION_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:idemflow-worker"
 
 
 class InvocationFailed(Exception):
@@ -275,3 +280,59 @@ class Sandbox:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+def sqs_event(raw: list[dict[str, Any]], queue: str, region: str = "us-east-1") -> dict[str, Any]:
+    """The event Lambda's SQS event-source mapping hands a function for received messages."""
+    records = []
+    for message in raw:
+        attributes = message.get("MessageAttributes", {})
+        first_receive = message["Attributes"]["ApproximateFirstReceiveTimestamp"]
+        records.append(
+            {
+                "messageId": message["MessageId"],
+                "receiptHandle": message["ReceiptHandle"],
+                "body": message["Body"],
+                "attributes": {
+                    "ApproximateReceiveCount": message["Attributes"]["ApproximateReceiveCount"],
+                    "SentTimestamp": message["Attributes"]["SentTimestamp"],
+                    "SenderId": message["Attributes"].get("SenderId", "AIDAIENQZJOLO23YVJ4VO"),
+                    "ApproximateFirstReceiveTimestamp": first_receive,
+                },
+                "messageAttributes": {
+                    name: {
+                        "stringValue": value.get("StringValue"),
+                        "stringListValues": [],
+                        "binaryListValues": [],
+                        "dataType": value["DataType"],
+                    }
+                    for name, value in attributes.items()
+                },
+                "md5OfBody": message["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:{region}:{ACCOUNT}:{queue}",
+                "awsRegion": region,
+            }
+        )
+    return {"Records": records}
+
+
+class EventSourceMapping:
+    """The event-source mapping's side: receive up to 10 messages (visibility 2 s), as one event."""
+
+    def __init__(self, endpoint: str, region: str, name: str) -> None:
+        self.client = boto3.client("sqs", endpoint_url=endpoint, region_name=region)
+        self.url = self.client.get_queue_url(QueueName=name)["QueueUrl"]
+        self.name = name
+
+    def batch(self, wait: int = 1) -> dict[str, Any] | None:
+        answer = self.client.receive_message(
+            QueueUrl=self.url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=wait,
+            VisibilityTimeout=2,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        raw = answer.get("Messages", [])
+        return sqs_event(raw, self.name) if raw else None

@@ -17,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from idemflow import open_store
@@ -31,48 +30,12 @@ from idemflow.stores import SqliteStore
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES, dynamodb_url
 from tests.lambda_functions import WORKFLOWS, PoisonedReads, gated
-from tests.lambda_runtime import InvocationFailed, Sandbox, SandboxCounts
+from tests.lambda_runtime import ACCOUNT, EventSourceMapping, InvocationFailed, Sandbox, SandboxCounts
 from tests.servers import Moto
 from tests.workflows import rows_of
 
 KEY = "lambda-test-key"
-ACCOUNT = "123456789012"
 ANSWERS = ("red", "green", "blue")
-
-
-def sqs_event(raw: list[dict[str, Any]], queue: str, region: str = "us-east-1") -> dict[str, Any]:
-    """The event Lambda's SQS event-source mapping hands a function for received messages."""
-    records = []
-    for message in raw:
-        attributes = message.get("MessageAttributes", {})
-        first_receive = message["Attributes"]["ApproximateFirstReceiveTimestamp"]
-        records.append(
-            {
-                "messageId": message["MessageId"],
-                "receiptHandle": message["ReceiptHandle"],
-                "body": message["Body"],
-                "attributes": {
-                    "ApproximateReceiveCount": message["Attributes"]["ApproximateReceiveCount"],
-                    "SentTimestamp": message["Attributes"]["SentTimestamp"],
-                    "SenderId": message["Attributes"].get("SenderId", "AIDAIENQZJOLO23YVJ4VO"),
-                    "ApproximateFirstReceiveTimestamp": first_receive,
-                },
-                "messageAttributes": {
-                    name: {
-                        "stringValue": value.get("StringValue"),
-                        "stringListValues": [],
-                        "binaryListValues": [],
-                        "dataType": value["DataType"],
-                    }
-                    for name, value in attributes.items()
-                },
-                "md5OfBody": message["MD5OfBody"],
-                "eventSource": "aws:sqs",
-                "eventSourceARN": f"arn:aws:sqs:{region}:{ACCOUNT}:{queue}",
-                "awsRegion": region,
-            }
-        )
-    return {"Records": records}
 
 
 SCHEDULED = {
@@ -86,27 +49,6 @@ SCHEDULED = {
     "resources": [f"arn:aws:events:us-east-1:{ACCOUNT}:rule/idemflow-relay"],
     "detail": {},
 }
-
-
-class Mapping:
-    """The event-source mapping's side: receive up to 10 messages (visibility 2 s), as one event."""
-
-    def __init__(self, moto: Moto, name: str) -> None:
-        self.client = boto3.client("sqs", endpoint_url=moto.endpoint, region_name=moto.region)
-        self.url = self.client.get_queue_url(QueueName=name)["QueueUrl"]
-        self.name = name
-
-    def batch(self, wait: int = 1) -> dict[str, Any] | None:
-        answer = self.client.receive_message(
-            QueueUrl=self.url,
-            MaxNumberOfMessages=10,
-            WaitTimeSeconds=wait,
-            VisibilityTimeout=2,
-            AttributeNames=["All"],
-            MessageAttributeNames=["All"],
-        )
-        raw = answer.get("Messages", [])
-        return sqs_event(raw, self.name) if raw else None
 
 
 def request_of(record: dict[str, Any]) -> tuple[str, str]:
@@ -141,7 +83,7 @@ def cloud(moto: Moto, request: pytest.FixtureRequest, tmp_path: Path) -> dict[st
         "queue": queue,
         "env": env,
         "gates": gates,
-        "mapping": Mapping(moto, prefix),
+        "mapping": EventSourceMapping(moto.endpoint, moto.region, prefix),
     }
 
 
