@@ -11,15 +11,16 @@ so the long-lived ``idemflow worker`` maps onto two functions:
   must come back: a store or queue error, or records the invocation had no
   time left to start.
 - :func:`schedule_handler` runs one outbox relay pass for an EventBridge
-  schedule: continuations that ``submit`` could not send and due wake-ups
-  (timers, children, messages), which a worker's relay thread sends between
-  messages.
+  schedule: continuations that ``submit`` could not send and wake-ups (a child
+  started, a child's outcome, a message sent) whose own send failed, which a
+  worker's relay thread sends between messages.
 
 Both return only after what the invocation wrote is durable (the store's
 deferred cache writes are flushed): no thread holds work while the sandbox is
 frozen. Stores and queues given as URLs are opened once per sandbox, on the
 first invocation, and kept in a module-level cache keyed by the URL. Loading
-this module imports no SDK: a handler imports what it uses when it is built.
+this module, or building a handler, imports no SDK: the first invocation does,
+when it opens the store and the queue.
 
 >>> from idemflow import MemoryStore, atomic, workflow
 >>> from idemflow.async_worklist import MemoryQueue, checkpoint, submit
@@ -292,8 +293,8 @@ def schedule_handler(
 ) -> RelayHandler:
     """A handler for an EventBridge schedule (``rate(1 minute)``): one outbox relay pass.
 
-    It sends the continuations that are due (a ``submit`` that died before sending, due
-    wake-ups) and returns ``{"relayed": N, "finished": bool}``; it stops sending while
+    It sends the continuations that are due (a ``submit`` that died before sending, a wake-up
+    whose own send failed) and returns ``{"relayed": N, "finished": bool}``; it stops sending while
     ``reserve`` seconds are left (``finished`` False: the next run sends the rest). An event
     that is not a ``Scheduled Event`` is an :class:`~idemflow.errors.InvalidInputError`.
 
