@@ -17,6 +17,7 @@ DOCS = [
     ROOT / "docs" / "coordination.md",
     ROOT / "docs" / "outside-calls.md",
     ROOT / "docs" / "errors.md",
+    ROOT / "docs" / "serverless.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]
 

@@ -23,6 +23,7 @@ PUBLIC_MODULES = (
     "idemflow.stores",
     "idemflow.testing",
     "idemflow.asgi",
+    "idemflow.aws_lambda",
 )
 
 DEPRECATED_MODULES = (

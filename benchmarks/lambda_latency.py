@@ -1,0 +1,106 @@
+"""``python -m benchmarks.lambda_latency [--requests N]``: one request finished by a Lambda invocation
+vs by ``idemflow worker``'s message handling, on DynamoDB and SQS (moto on loopback).
+
+Each round submits one survey request (its first step runs in ``submit``), receives its message
+with the SDK, and times what finishes it:
+
+- ``worker``: :meth:`~idemflow.async_worklist.Worker.handle` in this process (what an
+  ``idemflow worker`` thread does with a received message);
+- ``handler``: :func:`idemflow.aws_lambda.sqs_handler` called in this process with the message as
+  a one-record SQS event (the worker's handling plus the event checks and the final flush);
+- ``lambda``: the same event through AWS's runtime client in a warm sandbox
+  (:mod:`tests.lambda_runtime`): the handler plus the Runtime API round trip and JSON.
+
+The three kinds take turns within each round, so load on a shared machine hits them alike.
+Prints medians and quartiles in milliseconds; not part of ``python -m benchmarks``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+
+from idemflow.async_worklist.queues.base import Message, decode_wire
+from idemflow.aws_lambda import FixedContext, sqs_handler
+from idemflow.client import submit
+from idemflow.stores import open_store
+from idemflow.worker import Worker, open_queue
+from tests.async_workflows import survey
+from tests.lambda_functions import WORKFLOWS
+from tests.lambda_runtime import Sandbox
+from tests.servers import moto_server
+
+KEY = "bench-key"
+KINDS = ("worker", "handler", "lambda")
+
+
+def _event(raw: dict[str, Any], queue: str) -> dict[str, Any]:
+    return {
+        "Records": [
+            {
+                "messageId": raw["MessageId"],
+                "receiptHandle": raw["ReceiptHandle"],
+                "body": raw["Body"],
+                "attributes": {"ApproximateReceiveCount": raw["Attributes"]["ApproximateReceiveCount"]},
+                "messageAttributes": {},
+                "md5OfBody": raw["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{queue}",
+                "awsRegion": "us-east-1",
+            }
+        ]
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.lambda_latency")
+    parser.add_argument("--requests", type=int, default=30, help="rounds (each finishes one of each kind)")
+    args = parser.parse_args(argv)
+    with moto_server() as moto:
+        prefix = f"b{uuid.uuid4().hex[:8]}"
+        store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
+        queue_url = f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=30"
+        store = open_store(store_url)
+        store.create_tables("tablea", "tableb")
+        queue = open_queue(queue_url)
+        client = boto3.client("sqs", endpoint_url=moto.endpoint, region_name=moto.region)
+        url = client.get_queue_url(QueueName=prefix)["QueueUrl"]
+        worker = Worker(WORKFLOWS, store=store, queue=queue, signing_key=KEY, relay_every=None)
+        handler = sqs_handler(WORKFLOWS, store=store, queue=queue, signing_key=KEY)
+        env = {"IDEMFLOW_STORE_URL": store_url, "IDEMFLOW_QUEUE_URL": queue_url, "IDEMFLOW_SIGNING_KEY": KEY}
+        times: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        with Sandbox("tests.lambda_functions.worker", env) as sandbox:
+            finishers: dict[str, Callable[[dict[str, Any]], object]] = {
+                "worker": lambda raw: worker.handle(
+                    Message(raw["MessageId"], decode_wire(raw["Body"]), 1, raw["ReceiptHandle"])
+                ),
+                "handler": lambda raw: handler(_event(raw, prefix), FixedContext(60_000)),
+                "lambda": lambda raw: sandbox.invoke(_event(raw, prefix)),
+            }
+            for n in range(args.requests + 1):  # round 0 warms each kind up (clients, imports)
+                for kind in KINDS:
+                    response = {"space": "s-", "user": f"{kind}{n}", "answer": "red", "at": [1]}
+                    submit(
+                        survey(response), request_id=f"{kind}-{n}", store=store, queue=queue, signing_key=KEY
+                    )
+                    raw: dict[str, Any] = client.receive_message(  # type: ignore[assignment]
+                        QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=5, AttributeNames=["All"]
+                    )["Messages"][0]
+                    started = time.perf_counter()
+                    finishers[kind](raw)
+                    if n:
+                        times[kind].append((time.perf_counter() - started) * 1000)
+    print("| finished by | median ms | quartiles ms | rounds |\n|---|---|---|---|")
+    for kind in KINDS:
+        q1, q2, q3 = statistics.quantiles(times[kind], n=4)
+        print(f"| {kind} | {q2:.1f} | {q1:.1f}–{q3:.1f} | {len(times[kind])} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The queues a Lambda invocation hands the worker and the relay, and the clients a sandbox keeps.
+
+:mod:`idemflow.aws_lambda` builds the handlers; this module holds what they drive: the stores
+and queues opened once per sandbox (keyed by URL), the event's batch standing in for the queue
+a worker receives from, and the relay's queue that stops sending when the invocation's time is
+nearly up.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
+    from idemflow.aws_lambda import LambdaContext
+    from idemflow.stores.base import Store
+
+_OPENED: dict[tuple[str, str], Any] = {}
+"""Stores and queues opened from URLs, one per URL for the sandbox's life (its clients stay warm)."""
+_OPENING = threading.Lock()
+
+
+def store_of(store: str | Store) -> Store:
+    """``store`` itself, or the store its URL names, opened on first use and kept for the sandbox."""
+    if not isinstance(store, str):
+        return store
+    from idemflow.stores import open_store
+
+    with _OPENING:
+        if ("store", store) not in _OPENED:
+            _OPENED["store", store] = open_store(store)
+        opened: Store = _OPENED["store", store]
+        return opened
+
+
+def queue_of(queue: str | Queue) -> Queue:
+    """``queue`` itself, or the queue its URL names, opened on first use and kept for the sandbox."""
+    if not isinstance(queue, str):
+        return queue
+    from idemflow.async_worklist.queues import open_queue
+
+    with _OPENING:
+        if ("queue", queue) not in _OPENED:
+            _OPENED["queue", queue] = open_queue(queue)
+        opened: Queue = _OPENED["queue", queue]
+        return opened
+
+
+def seconds_left(context: LambdaContext) -> float:
+    """What the invocation has left, in seconds."""
+    return context.get_remaining_time_in_millis() / 1000.0
+
+
+LEASE_MARGIN = 2.0
+"""Seconds a running record's extended visibility reaches past the invocation's end. Lambda ends
+the invocation at its timeout, so the record of a sandbox that ran out of time comes back this
+soon after, not a whole visibility timeout later."""
+
+
+class Batch:
+    """The event's queue for one invocation: the worker's settlements become the batch response.
+
+    An ack deletes the message at once (a sandbox killed later in the batch must not bring it
+    back), a dead letter moves it to ``<name>-dlq``; a nack sets its visibility to the delay the
+    worker chose and reports it as a batch item failure, so Lambda leaves it in the queue.
+    Sends (delayed continuations, waits) go to the queue itself. The heartbeat's extensions
+    reach at most :data:`LEASE_MARGIN` past the invocation's end.
+    """
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.visibility_timeout = queue.visibility_timeout
+        self.max_body_bytes = queue.max_body_bytes
+        self.settled: set[str] = set()
+        self.context: LambdaContext | None = None
+
+    def send(self, body: str, *, delay: float = 0.0) -> None:
+        self.queue.send(body, delay=delay)
+
+    def receive(
+        self, *, max_messages: int = 1, wait: float = 0.0, visibility_timeout: float | None = None
+    ) -> list[Message]:
+        raise TypeError("a Lambda handler gets its messages from the event, it never receives")
+
+    def consume(
+        self,
+        *,
+        wait: float = 1.0,
+        visibility_timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Message]:
+        raise TypeError("a Lambda handler gets its messages from the event, it never consumes")
+
+    def ack(self, message: Message) -> None:
+        self.queue.ack(message)
+        self.settled.add(message.id)
+
+    def nack(self, message: Message, *, delay: float = 0.0) -> None:
+        self.queue.nack(message, delay=delay)
+
+    def extend(self, message: Message, visibility_timeout: float) -> Message:
+        if self.context is not None:
+            left = seconds_left(self.context) + LEASE_MARGIN
+            visibility_timeout = min(visibility_timeout, max(left, 1.0))
+        return self.queue.extend(message, visibility_timeout)
+
+    def dead_letter(self, message: Message, reason: str) -> None:
+        self.queue.dead_letter(message, reason)
+        self.settled.add(message.id)
+
+    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return self.queue.list_dead_letters(limit)
+
+    def dead_letters(self) -> list[tuple[str, str]]:
+        return self.queue.dead_letters()
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        return self.queue.redrive(ids)
+
+    def approximate_size(self) -> int:
+        return self.queue.approximate_size()
+
+    def close(self) -> None:
+        """The queue outlives the invocation: nothing to close."""
+
+
+class OutOfTime(Exception):
+    """The invocation's reserve was reached: the relay stops between two sends."""
+
+
+class Timed:
+    """The queue for one relay pass: refuses to send once ``reserve`` seconds are all that is left."""
+
+    def __init__(self, queue: Queue, context: LambdaContext, reserve: float) -> None:
+        self.queue, self.context, self.reserve = queue, context, reserve
+        self.sent = 0
+
+    def send(self, body: str, *, delay: float = 0.0) -> None:
+        if seconds_left(self.context) < self.reserve:
+            raise OutOfTime
+        self.queue.send(body, delay=delay)
+        self.sent += 1

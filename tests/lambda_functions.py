@@ -1,0 +1,84 @@
+"""The functions the Lambda sandbox tests deploy (``python -m awslambdaric tests.lambda_functions.X``).
+
+Configured as a Lambda function is, by environment: ``IDEMFLOW_STORE_URL``,
+``IDEMFLOW_QUEUE_URL``, ``IDEMFLOW_SIGNING_KEY``, and ``LAMBDA_GATE_DIR`` for the
+gate that holds a request inside a step until the test has killed the sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from idemflow import Idem, Tx, atomic, checkpoint, workflow
+from idemflow.aws_lambda import schedule_handler, sqs_handler
+from idemflow.errors import BackendError
+from idemflow.runner import Workflow
+from idemflow.stores.base import Row, RowRef, Store
+from tests.async_workflows import survey
+
+
+def _gate(request: str) -> None:
+    """The first time a request reaches it in any sandbox: say so, then hold until killed."""
+    folder = os.environ.get("LAMBDA_GATE_DIR")
+    if not folder:
+        return
+    entered = Path(folder) / f"{request}.entered"
+    if entered.exists():
+        return
+    entered.write_text(str(os.getpid()))
+    release = Path(folder) / f"{request}.release"
+    while not release.exists():  # the test kills this sandbox here
+        time.sleep(0.01)
+
+
+def _count(tx: Tx, request: str) -> int:
+    _gate(request)
+    count = int(tx.get(request, 0)) + 1
+    tx.put(request, count)
+    return count
+
+
+@workflow("gated")
+def gated(space: str, request: str) -> Generator[Idem[Any], Any, Any]:
+    """One effect per request, counted in ``tableb``; its step holds at the gate."""
+    yield checkpoint()
+    return (yield atomic("tableb", space + "effects", lambda tx: _count(tx, request), name="effect"))
+
+
+WORKFLOWS: list[Workflow[Any, Any]] = [survey, gated]
+
+STORE_URL = os.environ.get("IDEMFLOW_STORE_URL", "memory:")
+QUEUE_URL = os.environ.get("IDEMFLOW_QUEUE_URL", "memory:")
+"""Nothing is opened before the first invocation: importing this module (pytest does) is free."""
+
+worker = sqs_handler(WORKFLOWS, store=STORE_URL, queue=QUEUE_URL)
+relay = schedule_handler(store=STORE_URL, queue=QUEUE_URL)
+
+
+class PoisonedReads:
+    """A real store whose reads of a ``poison`` request's rows fail with an error nobody resends."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def read(self, ref: RowRef) -> Row | None:
+        if "poison" in ref.key or "poison" in ref.partition:
+            raise BackendError(f"injected failure reading {ref.key!r}")
+        return self._store.read(ref)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def _poisoned() -> Any:
+    from idemflow.stores import open_store
+
+    store: Any = PoisonedReads(open_store(STORE_URL))
+    return sqs_handler(WORKFLOWS, store=store, queue=QUEUE_URL)
+
+
+poisoned = _poisoned() if os.environ.get("LAMBDA_POISONED") else None
