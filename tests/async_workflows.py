@@ -23,7 +23,7 @@ def survey(response: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
     answer = yield atomic("tablea", space + "responses", lambda tx: record(tx, response), name="record")
     if 1 in at:
         yield checkpoint()
-    count = yield atomic("tableb", space + "summary", lambda tx: tx.increment(answer) or answer, name="count")
+    count = yield atomic("tableb", space + "summary", lambda tx: _counted(tx, answer), name="count")
     if 2 in at:
         yield checkpoint()
     if response.get("abort"):
@@ -32,3 +32,8 @@ def survey(response: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
 
 
 WORKFLOWS = [survey]
+
+
+def _counted(tx: Tx, answer: str) -> str:
+    tx.increment(answer)
+    return answer

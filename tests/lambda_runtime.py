@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -283,7 +284,7 @@ class Sandbox:
         self.stop()
 
 
-def sqs_event(raw: list[dict[str, Any]], queue: str, region: str = "us-east-1") -> dict[str, Any]:
+def sqs_event(raw: Sequence[Mapping[str, Any]], queue: str, region: str = "us-east-1") -> dict[str, Any]:
     """The event Lambda's SQS event-source mapping hands a function for received messages."""
     records = []
     for message in raw:
