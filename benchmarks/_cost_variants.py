@@ -99,7 +99,7 @@ def _async_variant(variant: Callable[..., Variant], loop: Loop, store: Any, step
 def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], DynamoMeter, Callable[[], None]]:
     import boto3
 
-    from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+    from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
 
     kind, setup = backend.kind, backend.dynamodb
     endpoint, region = setup.meta.endpoint_url, setup.meta.region_name
@@ -183,7 +183,7 @@ def azure_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], AzureMe
     from azure.data.tables import TableServiceClient
 
     from idemflow.stores.azure_tables import AzureTableStore
-    from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+    from idemflow.stores.azure_tables_async import AsyncAzureTableStore
 
     kind, connection = backend.kind, backend.connection_string
     assert connection is not None

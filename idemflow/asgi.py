@@ -51,7 +51,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from idemflow.arunner import arun
-from idemflow.async_worklist.queues.aio import AsyncQueue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.submit import astatus, asubmit
 from idemflow.errors import (

@@ -22,7 +22,7 @@ from returns.result import Result
 
 from idemflow import Idem, arun, arun_result
 from idemflow.errors import WorkflowAborted
-from idemflow.stores.aio import InlineStore, to_async
+from idemflow.stores.async_adapters import InlineStore, to_async
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.stores.memory import MemoryStore
 
@@ -66,13 +66,13 @@ def async_twin(store: Store) -> AsyncStore:
         kind = type(store).__name__
         if kind == "DynamoDBStore":
             from idemflow.stores.dynamodb import DynamoDBStore
-            from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+            from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
 
             assert isinstance(store, DynamoDBStore)
             twin = AsyncDynamoDBStore.twin_of(store)
         elif kind == "AzureTableStore":
             from idemflow.stores.azure_tables import AzureTableStore
-            from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+            from idemflow.stores.azure_tables_async import AsyncAzureTableStore
 
             assert isinstance(store, AzureTableStore)
             twin = AsyncAzureTableStore.twin_of(store)
@@ -115,15 +115,15 @@ def arun_result_blocking(
 
 def async_queue_twin(queue: Any) -> Any:
     """The queue on its SDK's asynchronous client (same queue), or on threads of its own."""
-    from idemflow.async_worklist.queues.aio import to_async_queue
+    from idemflow.async_worklist.queues.async_adapters import to_async_queue
 
     kind = type(queue).__name__
     if kind == "SqsQueue":
-        from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+        from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
 
         return AsyncSqsQueue.twin_of(queue)
     if kind == "AzureQueue":
-        from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+        from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
 
         return AsyncAzureQueue.twin_of(queue)
     return to_async_queue(queue)

@@ -208,7 +208,7 @@ os._exit(3)  # not acked
 ADIE_RIGHT_AFTER = """
 import asyncio, os, sys
 from idemflow.async_worklist import AsyncWorker, MemoryQueue, asubmit
-from idemflow.async_worklist.queues.aio import to_async_queue
+from idemflow.async_worklist.queues.async_adapters import to_async_queue
 from idemflow.stores import open_async_store
 from tests.async_workflows import WORKFLOWS, survey
 

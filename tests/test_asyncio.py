@@ -41,7 +41,7 @@ from idemflow.arunner import arun_status
 from idemflow.errors import StoreConfigError
 from idemflow.records import RunStatus
 from idemflow.stores import open_async_store
-from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
+from idemflow.stores.async_adapters import InlineStore, ThreadedStore, to_async
 from idemflow.stores.base import CommitOutcome, Op, Store
 from idemflow.testing import data_rows
 from tests.apis import AwaitedStore

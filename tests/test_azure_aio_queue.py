@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from idemflow.async_worklist.queues.aio import AsyncQueue, is_async_queue, to_async_queue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, is_async_queue, to_async_queue
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
-from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.errors import InvalidInputError, InvalidNameError, StoreConfigError, TransientStoreError
 from tests.blocking_queue import BlockingQueue

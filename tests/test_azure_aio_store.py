@@ -22,7 +22,7 @@ import pytest
 from idemflow.errors import StoreConfigError, TransientStoreError
 from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore
-from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+from idemflow.stores.azure_tables_async import AsyncAzureTableStore
 from idemflow.stores.base import Committed, Increment, Insert, RowRef
 from tests.blocking import Blocking
 from tests.conformance.test_store_contract import *  # noqa: F403 - the contract, run on the async store

@@ -145,13 +145,13 @@ async def afinish(store: Any, queue: Any, space: str, within: float = 60.0) -> A
 def asynchronous(store: Store, queue: Queue) -> tuple[Any, Any]:
     """The asyncio twins of a blocking store and queue (SQLite stays blocking, on threads)."""
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+    from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
     from idemflow.async_worklist.queues.sqs import SqsQueue
-    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+    from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
     from idemflow.stores.azure_tables import AzureTableStore
-    from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+    from idemflow.stores.azure_tables_async import AsyncAzureTableStore
     from idemflow.stores.dynamodb import DynamoDBStore
-    from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+    from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
 
     if isinstance(store, DynamoDBStore) and isinstance(queue, SqsQueue):
         return AsyncDynamoDBStore.twin_of(store), AsyncSqsQueue.twin_of(queue)

@@ -18,7 +18,7 @@ from idemflow.errors import StoreConfigError, StoreError, TransientStoreError
 from idemflow.serialization import encode
 from idemflow.stores.base import Committed, Conflict, Insert, Put, RowRef
 from idemflow.stores.dynamodb import DynamoDBStore
-from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
 from tests import conformance
 from tests.blocking import Blocking
 from tests.conformance.test_store_contract import *  # noqa: F403 - the contract, run on this module's store

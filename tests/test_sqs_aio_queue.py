@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from botocore.config import Config
 
-from idemflow.async_worklist.queues.aio import AsyncQueue, is_async_queue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, is_async_queue
 from idemflow.async_worklist.queues.base import Message
 from idemflow.async_worklist.queues.sqs import SqsQueue
-from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
 from idemflow.errors import (
     InvalidInputError,
     InvalidNameError,

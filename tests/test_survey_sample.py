@@ -14,7 +14,7 @@ import pytest
 
 from idemflow import IdempotencyKeyReuseError, RunStatus, Store, Tx, WorkflowAborted, atomic, run
 from idemflow.async_worklist import MemoryQueue, Worker, status, submit
-from idemflow.stores.aio import is_async
+from idemflow.stores.async_adapters import is_async
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from samples import _api, _harness
 from samples.survey import api as survey_api

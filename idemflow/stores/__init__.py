@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
 from idemflow._urls import parse_url
-from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
+from idemflow.stores.async_adapters import InlineStore, ThreadedStore, to_async
 from idemflow.stores.base import AsyncStore, Capabilities, Row, RowRef, Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.stores.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from idemflow.stores.azure_tables import AzureTableStore
-    from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+    from idemflow.stores.azure_tables_async import AsyncAzureTableStore
     from idemflow.stores.dynamodb import DynamoDBStore
-    from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+    from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
 
 __all__ = [
     "AsyncAzureTableStore",
@@ -47,8 +47,8 @@ __all__ = [
 _LAZY = {
     "DynamoDBStore": ("idemflow.stores.dynamodb", "aws"),
     "AzureTableStore": ("idemflow.stores.azure_tables", "azure"),
-    "AsyncDynamoDBStore": ("idemflow.stores.dynamodb_aio", "aio"),
-    "AsyncAzureTableStore": ("idemflow.stores.azure_tables_aio", "aio"),
+    "AsyncDynamoDBStore": ("idemflow.stores.dynamodb_async", "aio"),
+    "AsyncAzureTableStore": ("idemflow.stores.azure_tables_async", "aio"),
 }
 _PARAMETERS: dict[str, set[str]] = {
     "memory": set(),

@@ -7,7 +7,7 @@ generator that *yields* a :class:`Call` (one SDK call on a logical table's
 the answer, or has the SDK's exception thrown in at the ``yield``.
 :class:`~idemflow.stores.azure_tables.AzureTableStore` carries the calls out
 with the blocking ``TableClient``;
-:class:`~idemflow.stores.azure_tables_aio.AsyncAzureTableStore` awaits them
+:class:`~idemflow.stores.azure_tables_async.AsyncAzureTableStore` awaits them
 on ``azure.data.tables.aio`` clients. Retries are tenacity's (:mod:`idemflow.policy`). A call whose
 ``collect`` is set returns a query's pages: the driver answers with its
 entities as a list (the aio client's are iterated asynchronously).

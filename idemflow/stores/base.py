@@ -360,7 +360,7 @@ class AsyncStore(Protocol):
     """The same store contract for an event loop: every call that may wait is awaited.
 
     Stores on the SDKs' own asynchronous clients (aiobotocore, the Azure SDK's
-    ``aio`` clients) implement it, and :func:`idemflow.stores.aio.to_async`
+    ``aio`` clients) implement it, and :func:`idemflow.stores.async_adapters.to_async`
     gives it to any blocking :class:`Store` (SQLite, memory) on threads of
     its own. ``arun``, ``asubmit`` and the asyncio worker take one.
     """

@@ -70,7 +70,7 @@ class DynamoDBStore:
     One boto3 low-level client serves every thread (boto3 clients are
     thread-safe). Cache writes go to one background thread, off the caller's path.
     Requests and responses are built and read in :mod:`idemflow.stores._dynamodb_calls`,
-    shared with :class:`~idemflow.stores.dynamodb_aio.AsyncDynamoDBStore`.
+    shared with :class:`~idemflow.stores.dynamodb_async.AsyncDynamoDBStore`.
     """
 
     capabilities = DYNAMODB_CAPABILITIES

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
 from idemflow._urls import parse_url
-from idemflow.async_worklist.queues.aio import AsyncQueue, ThreadedQueue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, ThreadedQueue
 from idemflow.async_worklist.queues.base import DeadLetter, Message, MessageLostError, Queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+    from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
     from idemflow.async_worklist.queues.sqs import SqsQueue
-    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+    from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
 
 __all__ = [
     "AsyncAzureQueue",
@@ -47,8 +47,8 @@ __all__ = [
 _LAZY = {
     "SqsQueue": ("idemflow.async_worklist.queues.sqs", "aws"),
     "AzureQueue": ("idemflow.async_worklist.queues.azure_queue", "azure"),
-    "AsyncSqsQueue": ("idemflow.async_worklist.queues.sqs_aio", "aio"),
-    "AsyncAzureQueue": ("idemflow.async_worklist.queues.azure_queue_aio", "aio"),
+    "AsyncSqsQueue": ("idemflow.async_worklist.queues.sqs_async", "aio"),
+    "AsyncAzureQueue": ("idemflow.async_worklist.queues.azure_queue_async", "aio"),
 }
 _PARAMETERS = {
     "memory": {"visibility_timeout"},
@@ -89,7 +89,9 @@ def open_queue(url: str) -> Queue:
 
 
 def open_async_queue(url: str) -> AsyncQueue:
-    """The :class:`~idemflow.async_worklist.queues.aio.AsyncQueue` a URL names (``open_queue``'s URLs).
+    """The :class:`~idemflow.async_worklist.queues.async_adapters.AsyncQueue` a URL names.
+
+    It takes the URLs of :func:`open_queue`.
 
     SQS and Azure Queue get their SDKs' asynchronous clients (the ``aio``
     extra); SQLite and memory queues run on threads of their own. Create it on
