@@ -51,6 +51,7 @@ from idemflow.stores._azure_batch import (
     resolving,
 )
 from idemflow.stores._azure_batch import Plan as Planned
+from idemflow.stores._call_count import CallCount
 from idemflow.stores._expiring import Backlog, Schedule
 from idemflow.stores.base import (
     COMMITTED,
@@ -117,7 +118,7 @@ class AzureCalls:
             raise StoreConfigError(f"Azure table prefix must be ASCII letters and digits, not {prefix!r}")
         self.prefix = prefix
         self._lock = threading.Lock()
-        self._round_trips = 0
+        self._calls_made = CallCount()
         self._tombstones: dict[tuple[str, str, str], str] = {}  # (table, partition, key) -> ETag
         self._expiry = Schedule(expire_every)
         self._expiry_pages: dict[str, Any] = {}  # table -> where its next expiry query starts
@@ -164,17 +165,15 @@ class AzureCalls:
                     del self._tombstones[next(iter(self._tombstones))]
 
     def _count(self) -> None:
-        with self._lock:
-            self._round_trips += 1
+        self._calls_made.add()
 
     @property
     def round_trips(self) -> int:
         """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
 
-        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        Counted without a lock (:class:`~idemflow.stores._call_count.CallCount`).
         """
-        with self._lock:
-            return self._round_trips
+        return self._calls_made.value
 
     def _error(self, exc: Exception, table: str, what: str) -> StoreError:
         """The idemflow error for an SDK failure on logical ``table``."""

@@ -75,6 +75,10 @@ class ThreadedStore:
         await self._call(self.store.close)
         self.pool.shutdown(wait=False)
 
+    @property
+    def round_trips(self) -> int:
+        return self.store.round_trips
+
     def __repr__(self) -> str:
         return f"ThreadedStore({self.store!r})"
 
@@ -106,6 +110,10 @@ class InlineStore:
 
     async def close(self) -> None:
         self.store.close()
+
+    @property
+    def round_trips(self) -> int:
+        return self.store.round_trips
 
     def __repr__(self) -> str:
         return f"InlineStore({self.store!r})"

@@ -29,7 +29,6 @@ keys) are checked before sending: an oversize step fails with
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +40,7 @@ from idemflow._sdk_calls import SdkCall, drive
 from idemflow.errors import StoreConfigError
 from idemflow.policy import pause
 from idemflow.stores._cache_writer import CacheWriter
+from idemflow.stores._call_count import CallCount
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES, ITEM_LIMIT, PARTITION_LIMIT
 from idemflow.stores._dynamodb_runs import KEY_ORDER, run_page
@@ -97,8 +97,7 @@ class DynamoDBStore:
         self.url = store_url(client.meta.endpoint_url, client.meta.region_name, prefix)
         """A URL for :func:`~idemflow.stores.open_store` reaching the same tables."""
         self._calls = DynamoDBCalls(prefix, self.url)
-        self._lock = threading.Lock()
-        self._round_trips = 0
+        self._calls_made = CallCount()
         self._cache = CacheWriter("dynamodb", self.commit, log)
 
     def table_name(self, table: str) -> str:
@@ -159,9 +158,9 @@ class DynamoDBStore:
     def round_trips(self) -> int:
         """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
 
-        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        Counted without a lock (:class:`~idemflow.stores._call_count.CallCount`).
         """
-        return self._round_trips
+        return self._calls_made.value
 
     def _run(self, calls: Calls[T]) -> T:
         return drive(calls, self._invoke)
@@ -170,8 +169,7 @@ class DynamoDBStore:
         """Count one backend call and make it (its failure is mapped where it was asked for)."""
         if isinstance(call, Sleep):  # a retry's wait (idemflow.policy)
             return pause(call)
-        with self._lock:
-            self._round_trips += 1
+        self._calls_made.add()
         if call.waiter:
             return self.client.get_waiter(call.operation).wait(**call.kwargs)  # type: ignore[call-overload]
         return getattr(self.client, call.operation)(**call.kwargs)

@@ -75,7 +75,7 @@ def test_store_expires_finished_requests_by_itself(store: Store) -> None:
         assert_ttl_on_every_bookkeeping_row(store, done_id)
         return
     clock = [time.time()]
-    store.schedule_expiry(0.0, clock=lambda: clock[0])  # type: ignore[attr-defined]
+    store.schedule_expiry(0.0, clock=lambda: clock[0])
     run(transfer(req), request_id=done_id, store=store, policy=policy)
     with pytest.raises(SimulatedCrash):
         run(transfer(req), request_id=half_id, store=FaultyStore(store, before_step(2)), policy=policy)
