@@ -5,8 +5,8 @@ A conformance module that sets ``BOTH_APIS = True`` runs each test twice
 and ``run_result`` replaced by :func:`arun_blocking` / :func:`arun_result_blocking`,
 which await :func:`idemflow.arun` on one event loop shared by the session (a
 test's threads then race on that loop, as an ASGI server's requests do).
-DynamoDB and Azure stores are replaced by their twins on the SDKs' own
-asynchronous clients; a memory store is awaited without the drivers' shortcut
+Each store is replaced by the twin its backend's registry entry gives (DynamoDB and
+Azure on the SDKs' own asynchronous clients); a memory store is awaited without the drivers' shortcut
 (:class:`AwaitedStore`: bodies' reads are prefetched, as on DynamoDB and Azure);
 SQLite and wrapped stores (fault injection) run on threads.
 """
@@ -22,7 +22,8 @@ from returns.result import Result
 
 from idemflow import Idem, arun, arun_result
 from idemflow.errors import WorkflowAborted
-from idemflow.stores.async_adapters import InlineStore, to_async
+from idemflow.stores import async_twin as stores_async_twin
+from idemflow.stores.async_adapters import InlineStore, ThreadedStore
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.stores.memory import MemoryStore
 
@@ -57,31 +58,20 @@ _TWINS_LOCK = threading.Lock()
 
 
 def async_twin(store: Store) -> AsyncStore:
-    """The store on its SDK's asynchronous client (same tables), or on threads of its own."""
+    """The store on its SDK's asynchronous client (same tables), or on threads of its own:
+    whatever its backend's registry entry gives (:func:`idemflow.stores.async_twin`)."""
     with _TWINS_LOCK:
         known = _TWINS.get(id(store))
         if known is not None and known[0] is store:
             return known[1]
-        twin: AsyncStore
-        kind = type(store).__name__
-        if kind == "DynamoDBStore":
-            from idemflow.stores.dynamodb import DynamoDBStore
-            from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
-
-            assert isinstance(store, DynamoDBStore)
-            twin = AsyncDynamoDBStore.twin_of(store)
-        elif kind == "AzureTableStore":
-            from idemflow.stores.azure_tables import AzureTableStore
-            from idemflow.stores.azure_tables_async import AsyncAzureTableStore
-
-            assert isinstance(store, AzureTableStore)
-            twin = AsyncAzureTableStore.twin_of(store)
-        elif type(store) is MemoryStore:
-            twin = AwaitedStore(store)
-        else:
-            twin = to_async(store)
+        twin = AwaitedStore(store) if type(store) is MemoryStore else stores_async_twin(store)
         _TWINS[id(store)] = (store, twin)
         return twin
+
+
+def _own_clients(twin: object) -> bool:
+    """Whether a twin holds SDK clients of its own (an adapter only borrows the blocking store)."""
+    return not isinstance(twin, (InlineStore, ThreadedStore))
 
 
 def close_twins() -> None:
@@ -89,8 +79,8 @@ def close_twins() -> None:
     with _TWINS_LOCK:
         twins = list(_TWINS.values())
         _TWINS.clear()
-    for store, twin in twins:
-        if type(store).__name__ in ("DynamoDBStore", "AzureTableStore"):
+    for _, twin in twins:
+        if _own_clients(twin):
             LOOP.run(twin.close())
 
 
@@ -115,18 +105,15 @@ def arun_result_blocking(
 
 def async_queue_twin(queue: Any) -> Any:
     """The queue on its SDK's asynchronous client (same queue), or on threads of its own."""
-    from idemflow.async_worklist.queues.async_adapters import to_async_queue
+    from idemflow.async_worklist.queues import async_queue_twin as queues_async_twin
 
-    kind = type(queue).__name__
-    if kind == "SqsQueue":
-        from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
+    return queues_async_twin(queue)
 
-        return AsyncSqsQueue.twin_of(queue)
-    if kind == "AzureQueue":
-        from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
 
-        return AsyncAzureQueue.twin_of(queue)
-    return to_async_queue(queue)
+def _own_queue_clients(twin: Any) -> bool:
+    from idemflow.async_worklist.queues import ThreadedQueue
+
+    return not isinstance(twin, ThreadedQueue)
 
 
 def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any, **options: Any) -> Any:
@@ -139,7 +126,7 @@ def asubmit_blocking(m: Idem[Any], *, request_id: str, store: Store, queue: Any,
         try:
             return await asubmit(m, request_id=request_id, store=twin, queue=sink, **options)
         finally:
-            if sink is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue"):
+            if sink is not queue and _own_queue_clients(sink):
                 await sink.close()
 
     pending = LOOP.run(_flushed(twin, submitted()))
@@ -163,7 +150,7 @@ class AsyncWorkerBlocking:
         from idemflow.async_worklist import AsyncWorker
 
         self._queue = async_queue_twin(queue)
-        self._own_queue = self._queue is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue")
+        self._own_queue = self._queue is not queue and _own_queue_clients(self._queue)
         self._twin = async_twin(store)
         self.inner = AsyncWorker(workflows, store=self._twin, queue=self._queue, **options)
 

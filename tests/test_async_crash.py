@@ -28,8 +28,10 @@ import pytest
 from idemflow import Store, open_store
 from idemflow.async_worklist import Queue, RequestStatus, open_queue, status, submit
 from idemflow.records import RunStatus
+from idemflow.stores.registry import Feature
 from tests.async_workflows import survey
-from tests.conftest import TEST_TABLES, dynamodb_url
+from tests.conftest import TEST_TABLES, dynamodb_url, store_kinds
+from tests.conftest import store_url as url_of
 from tests.servers import Azurite, Moto
 from tests.workflows import rows_of
 
@@ -238,19 +240,13 @@ asyncio.run(main())
 
 @pytest.mark.parametrize("api", ["blocking", "asyncio"])
 @pytest.mark.parametrize("what", ["submit", "worker"])
-@pytest.mark.parametrize("backend", ["sqlite", "dynamodb", "dynamodb-local", "azure"])
+@pytest.mark.parametrize("backend", store_kinds(Feature.SHARED))
 def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
-    backend: str, what: str, api: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: Any
+    backend: str, what: str, api: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """On every backend other processes reach (the registry's ``shared`` test beds)."""
     prefix = f"d{uuid.uuid4().hex[:8]}"
-    if backend == "sqlite":
-        store_url = f"sqlite:{tmp_path / 'store.sqlite3'}"
-    elif backend.startswith("dynamodb"):
-        store_url = dynamodb_url(backend, request, prefix)
-    else:
-        azurite: Azurite = request.getfixturevalue("azurite")
-        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
-        store_url = f"azure:?prefix={prefix}"
+    store_url = url_of(backend, request, prefix, tmp_path, exact=False)
     store = open_store(store_url)
     store.create_tables(*TEST_TABLES)
     space = f"{prefix}-"

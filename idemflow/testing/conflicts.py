@@ -56,6 +56,8 @@ from typing import Any
 from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
 
+from idemflow._urls import Url
+
 Item = tuple[str, str]
 """(table name, canonical JSON of the item's key attributes)."""
 
@@ -206,4 +208,17 @@ def _cancelled(operation: str, met: list[bool]) -> tuple[AWSResponse, dict[str, 
     return AWSResponse("https://dynamodb.emulated", 400, HTTPHeaders(), None), parsed
 
 
-__all__ = ["DynamoDBConflicts"]
+def install_from_url(store: Any, url: Url) -> None:
+    """The ``conflicts=RATE`` parameter of a ``dynamodb:`` store URL (see the store registry):
+    ``store``'s client meets the service's transaction conflicts, phantom ones at ``RATE``.
+
+    Only for a local server (the URL names an endpoint): on the real service the
+    conflicts are real.
+    """
+    rate = url.seconds("conflicts")  # a number like seconds: the same parsing
+    if rate is None or not (url.params.get("endpoint") and 0.0 <= rate <= 1.0):
+        raise url.error("conflicts=RATE needs an endpoint (a local server) and a rate within [0, 1]")
+    DynamoDBConflicts(store.client, phantom_rate=rate).install()
+
+
+__all__ = ["DynamoDBConflicts", "install_from_url"]
