@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,10 @@ StoreFactory = Callable[[], Store]
 
 
 @pytest.fixture(scope="session")
-def backend_servers() -> Iterator[ServerPool]:
-    """Every test bed's server, started on first use and stopped at the end of the session."""
-    with ServerPool() as pool:
-        yield pool
+def backend_servers(idemflow_servers: ServerPool) -> ServerPool:
+    """Every test bed's server, started on first use and stopped at the end of the session
+    (the plugin's fixture, as users' suites get it)."""
+    return idemflow_servers
 
 
 def _server(request: pytest.FixtureRequest, kind: str) -> Any:

@@ -72,6 +72,8 @@ class QueueFactory:
     shared: bool = True
     """Whether a second handle reaches the same queue (not the in-process one)."""
     opened: list[Queue] = field(default_factory=list)
+    made: dict[int, tuple[str, float]] = field(default_factory=dict)
+    """The name and visibility timeout each queue was opened with (the protocol has no name)."""
 
     @property
     def cloud(self) -> bool:
@@ -89,11 +91,12 @@ class QueueFactory:
         """A second receiver on the same queue (the same object for the in-process queue)."""
         if not self.shared:
             return queue
-        return self._open(queue.name, queue.visibility_timeout)  # type: ignore[attr-defined]
+        return self._open(*self.made[id(queue)])
 
     def _open(self, name: str, visibility_timeout: float) -> Queue:
         queue = self.build(name, visibility_timeout)
         self.opened.append(queue)
+        self.made[id(queue)] = (name, visibility_timeout)
         return queue
 
     @property
