@@ -17,6 +17,7 @@ import pytest
 # (off in production, where it costs CPU on every call).
 os.environ.setdefault("IDEMFLOW_VALIDATE_REQUESTS", "1")
 
+from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores import Store, open_store
 from idemflow.stores.registry import STORES, Feature
@@ -80,6 +81,21 @@ def store_url(
         exact = request.node.get_closest_marker("exact_calls") is not None
     where = folder if folder is not None else Path(request.getfixturevalue("tmp_path"))
     url: str = _server(request, kind).store_url(prefix, where, exact_calls=exact)
+    return url
+
+
+def paired_queue_url(
+    kind: str, request: pytest.FixtureRequest, name: str, folder: Path, *, visibility_timeout: float
+) -> str:
+    """A queue URL for other processes beside a store of test bed ``kind``: on the same server
+    where that serves queues (Azurite, moto, files), else on the first shared queue bed with a
+    server (SQS on moto beside DynamoDB Local)."""
+    _, store_bed = STORES.bed(kind)
+    shared = [bed for _, bed in QUEUES.beds(Feature.SHARED)]
+    same = [bed for bed in shared if bed.server == store_bed.server]
+    bed = (same or [bed for bed in shared if Feature.SERVER in bed.features])[0]
+    pool: ServerPool = request.getfixturevalue("backend_servers")
+    url: str = pool.get(bed.server).queue_url(name, folder, visibility_timeout=visibility_timeout)
     return url
 
 
@@ -164,6 +180,7 @@ __all__ = [
     "dynamodb_local_store",
     "dynamodb_url",
     "make_factory",
+    "paired_queue_url",
     "store_kinds",
     "store_url",
 ]

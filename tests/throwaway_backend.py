@@ -44,6 +44,9 @@ class NoServer:
     def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
         raise NotImplementedError("a store backend only")
 
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        raise NotImplementedError("a store backend only")
+
 
 @contextmanager
 def no_server() -> Iterator[NoServer]:

@@ -112,6 +112,11 @@ class BackendServer(Protocol):
         """A queue ``name`` (``clock`` is honoured by beds with the ``fake clock`` feature)."""
         ...
 
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        """A URL of queue ``name`` for other processes (a server with no queues raises
+        :class:`NotImplementedError`)."""
+        ...
+
 
 class ServerPool(AbstractContextManager["ServerPool"]):
     """Servers started on first use by their starter's dotted path, stopped together on exit:
@@ -148,6 +153,9 @@ class InMemory:
             return MemoryQueue(visibility_timeout=visibility_timeout)
         return MemoryQueue(visibility_timeout=visibility_timeout, clock=clock.time)
 
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        raise NotImplementedError("a memory queue lives in one process")
+
 
 @contextmanager
 def in_memory() -> Iterator[InMemory]:
@@ -171,6 +179,9 @@ class OnDisk:
             path, name=name, visibility_timeout=visibility_timeout, clock=clock.time, sleep=clock.sleep
         )
 
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        return f"sqlite:{folder / 'queue.sqlite3'}?name={name}&visibility_timeout={visibility_timeout}"
+
 
 @contextmanager
 def on_disk() -> Iterator[OnDisk]:
@@ -191,6 +202,10 @@ class Moto:
         return SqsQueue(
             name, endpoint_url=self.endpoint, region_name=self.region, visibility_timeout=visibility_timeout
         )
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        where = f"endpoint={self.endpoint}&region={self.region}"
+        return f"sqs:{name}?{where}&visibility_timeout={visibility_timeout}"
 
 
 @contextmanager
@@ -238,6 +253,10 @@ class Azurite:
         return AzureQueue(
             name, connection_string=self.connection_string, visibility_timeout=visibility_timeout
         )
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        conn = quote(self.connection_string, safe="")
+        return f"azure-queue:{name}?connection_string={conn}&visibility_timeout={visibility_timeout}"
 
 
 def azurite_executable() -> str:
@@ -339,6 +358,9 @@ class DynamoDBLocal:
         return f"dynamodb:?endpoint={self.endpoint}&region={self.region}&prefix={prefix}&conflicts={rate}"
 
     def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
+        raise NotImplementedError("DynamoDB Local serves no queues")
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
         raise NotImplementedError("DynamoDB Local serves no queues")
 
 
