@@ -73,7 +73,7 @@ def _factory(kind: str, stack: contextlib.ExitStack, made: list[Any]) -> Factory
         from benchmarks._timers_flows import threaded_moto
         from idemflow.async_worklist.queues.sqs import SqsQueue
         from idemflow.stores.dynamodb import DynamoDBStore
-        from tests.servers import dynamodb_local_server
+        from idemflow.testing.servers import dynamodb_local_server
 
         dynamo = stack.enter_context(dynamodb_local_server())
         sqs = stack.enter_context(threaded_moto())
@@ -87,7 +87,7 @@ def _factory(kind: str, stack: contextlib.ExitStack, made: list[Any]) -> Factory
     if kind == "azurite":
         from idemflow.async_worklist.queues.azure_queue import AzureQueue
         from idemflow.stores.azure_tables import AzureTableStore
-        from tests.servers import azurite_server
+        from idemflow.testing.servers import azurite_server
 
         azurite = stack.enter_context(azurite_server())
 

@@ -26,7 +26,7 @@ from benchmarks._report import ratio_headline, write_record
 from benchmarks._stats import RESULTS, environment, interleave_samples, paired_ratio, summarize, write
 from benchmarks._two_step_survey import survey
 from idemflow import Store, run
-from tests.servers import azurite_server, moto_server
+from idemflow.testing.servers import azurite_server, moto_server
 
 
 class Counted:

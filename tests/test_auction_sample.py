@@ -19,6 +19,7 @@ from idemflow import RunStatus, Store, Tx, WorkflowAborted, atomic, run
 from idemflow.async_worklist import MemoryQueue, Queue, SqliteQueue, Worker, open_queue, status, submit
 from idemflow.compensation import run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.testing.servers import Azurite, Moto
 from samples.auction import api as auction_api
 from samples.auction import cli, closing, load_report, validation, views, workflows
 from samples.auction.api import AuctionService, create_app
@@ -42,7 +43,6 @@ from samples.auction.workflows import (
 )
 from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import Azurite, Moto
 
 OPENS = 1000.0
 CLOSES = OPENS + 60

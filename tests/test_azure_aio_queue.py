@@ -21,10 +21,10 @@ from idemflow.async_worklist.queues.azure_queue import AzureQueue
 from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.errors import InvalidInputError, InvalidNameError, StoreConfigError, TransientStoreError
+from idemflow.testing.servers import AZURITE_KEY, Azurite, free_port
 from tests.blocking_queue import BlockingQueue
 from tests.conformance.test_queue_contract import *  # noqa: F403 - the contract, run on the async queue
 from tests.conformance.test_queue_contract import QueueFactory
-from tests.servers import AZURITE_KEY, Azurite, free_port
 from tests.test_queues import test_a_stale_holder_cannot_ack_extend_nack_or_dead_letter  # noqa: F401 - run here
 
 pytestmark = pytest.mark.cloud

@@ -19,8 +19,8 @@ from idemflow.async_worklist import SqliteQueue, checkpoint, status, submit
 from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Insert, Put
+from idemflow.testing.servers import Moto
 from tests.expiries import expiries
-from tests.servers import Moto
 
 
 def idemflow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -30,8 +30,8 @@ from idemflow.async_worklist.queues import (
 )
 from idemflow.async_worklist.queues.base import check_reason, decode_wire, encode_wire
 from idemflow.errors import InvalidNameError, StoreConfigError, StoreError, TransientStoreError
+from idemflow.testing.servers import AZURITE_KEY, Azurite, Moto, free_port
 from tests.conformance.test_queue_contract import FakeTime
-from tests.servers import AZURITE_KEY, Azurite, Moto, free_port
 
 
 def _name() -> str:

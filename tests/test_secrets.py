@@ -21,7 +21,7 @@ from idemflow.async_worklist import (
     open_queue,
 )
 from idemflow.stores import open_store
-from tests.servers import AZURITE_KEY, Azurite, Moto
+from idemflow.testing.servers import AZURITE_KEY, Azurite, Moto
 
 # -- secrets --------------------------------------------------------------------------------------
 

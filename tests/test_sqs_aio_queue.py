@@ -29,11 +29,11 @@ from idemflow.errors import (
     StoreError,
     TransientStoreError,
 )
+from idemflow.testing.servers import Moto, free_port
 from tests import conformance
 from tests.blocking_queue import BlockingQueue
 from tests.conformance.test_queue_contract import *  # noqa: F403 - the contract, run on this module's queue
 from tests.conformance.test_queue_contract import QueueFactory
-from tests.servers import Moto, free_port
 
 pytestmark = [pytest.mark.cloud]
 

@@ -16,6 +16,7 @@ from idemflow import IdempotencyKeyReuseError, RunStatus, Store, Tx, WorkflowAbo
 from idemflow.async_worklist import MemoryQueue, Worker, status, submit
 from idemflow.stores.async_adapters import is_async
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.testing.servers import Moto
 from samples import _api, _harness
 from samples.survey import api as survey_api
 from samples.survey import cli, reads, validation, workflows
@@ -33,7 +34,6 @@ from samples.survey.workflows import (
 )
 from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import Moto
 
 LUNCH: NewSurvey = {
     "id": "lunch",

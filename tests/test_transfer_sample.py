@@ -20,6 +20,7 @@ from idemflow import Store, Tx, WorkflowAborted, atomic, run
 from idemflow.async_worklist import MemoryQueue, Worker
 from idemflow.compensation import run_result
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.testing.servers import Azurite, Moto
 from samples import _harness
 from samples.transfer import api as transfer_api
 from samples.transfer import checks, cli, workflows
@@ -37,7 +38,6 @@ from samples.transfer.workflows import (
 )
 from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import Azurite, Moto
 
 OPENING = {"alice": 100, "bob": 0}
 
