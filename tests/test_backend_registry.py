@@ -12,7 +12,7 @@ from idemflow.errors import InvalidInputError, StoreConfigError
 from idemflow.stores import async_twin, open_store
 from idemflow.stores.async_adapters import InlineStore
 from idemflow.stores.memory import MemoryStore
-from idemflow.stores.registry import STORES, Backend, Feature, TestBed
+from idemflow.stores.registry import STORES, Backend, Feature, TestBed, load
 from idemflow.testing.servers import ROOT
 
 
@@ -89,6 +89,14 @@ def test_an_entry_that_cannot_be_imported_names_its_extra() -> None:
             open_store("missing:")
     finally:
         STORES.unregister("missing")
+
+
+@pytest.mark.parametrize(
+    "entry", [entry for entry in STORES if entry.capabilities], ids=lambda entry: entry.name
+)
+def test_an_entry_states_the_capabilities_its_stores_have(entry: Backend) -> None:
+    assert entry.capabilities is not None
+    assert load(entry.capabilities) == load(entry.blocking_class).capabilities
 
 
 def test_the_twin_of_a_store_without_an_sdk_twin_is_the_store_adapted() -> None:

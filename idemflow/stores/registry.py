@@ -83,6 +83,10 @@ class Backend:
     twin: str | None = None
     extra: str | None = None
     """The extra that installs its SDK (``aws``), named when the import fails."""
+    capabilities: str | None = None
+    """(Stores) the dotted path of the :class:`~idemflow.stores.base.Capabilities` its stores
+    have, so tools and tests tell a backend's limits without opening one (None: ask an
+    opened store)."""
     test_parameters: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     test_beds: tuple[TestBed, ...] = ()
 
@@ -203,6 +207,7 @@ STORES = Registry(
         Backend(
             name="memory",
             schemes=("memory",),
+            capabilities="idemflow.stores.memory:MEMORY_CAPABILITIES",
             parameters=frozenset(),
             usage="memory:",
             opener="idemflow.stores._openers:open_memory",
@@ -212,6 +217,7 @@ STORES = Registry(
         Backend(
             name="sqlite",
             schemes=("sqlite",),
+            capabilities="idemflow.stores.sqlite:SQLITE_CAPABILITIES",
             parameters=frozenset(),
             usage="sqlite:PATH",
             opener="idemflow.stores._openers:open_sqlite",
@@ -221,6 +227,7 @@ STORES = Registry(
         Backend(
             name="dynamodb",
             schemes=("dynamodb",),
+            capabilities="idemflow.stores._dynamodb_items:DYNAMODB_CAPABILITIES",
             parameters=frozenset({"endpoint", "region", "prefix"}),
             usage="dynamodb:?region=R&endpoint=URL&prefix=P",
             opener="idemflow.stores._openers:open_dynamodb",
@@ -237,6 +244,7 @@ STORES = Registry(
         Backend(
             name="azure",
             schemes=("azure",),
+            capabilities="idemflow.stores._azure_batch:AZURE_CAPABILITIES",
             parameters=frozenset({"connection_string", "prefix"}),
             usage="azure:?connection_string=C&prefix=P",
             opener="idemflow.stores._openers:open_azure",
