@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
 from idemflow._urls import Url, parse_url
+from idemflow.stores._moved import alias
 from idemflow.stores._openers import OPTIONAL
 from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Capabilities, Row, RowRef, Store
@@ -48,6 +49,13 @@ __all__ = [
     "to_async",
 ]
 
+
+for _old, _new in (
+    ("aio", "async_adapters"),
+    ("dynamodb_aio", "dynamodb_async"),
+    ("azure_tables_aio", "azure_tables_async"),
+):
+    alias(__name__, _old, _new)
 
 _LAZY = OPTIONAL
 """The optional classes, as ``idemflow`` re-exports them."""

@@ -1,14 +1,19 @@
 """Old module paths that keep working for one minor release, with a :class:`DeprecationWarning`.
 
 Modules named for their API flavour alone (``stores.aio``, ``*_aio``) were
-renamed for what they hold; each old path is a module whose ``__getattr__``
-(PEP 562) is :func:`moved`, so ``from idemflow.stores.aio import to_async``
-still works and says where the name lives now.
+renamed for what they hold. Each old path is no file but a module object its
+package puts in ``sys.modules`` (:func:`alias`), whose ``__getattr__``
+(PEP 562) forwards every name to the new module, warning: so
+``from idemflow.stores.aio import to_async`` still works and says where the
+name lives now, and the renamed files stay plain renames in the history.
+A ``.pyi`` stub at each old path keeps type checkers finding it.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -33,4 +38,15 @@ def moved(old: str, new: str) -> Callable[[str], Any]:
     return __getattr__
 
 
-__all__ = ["REMOVED_IN", "moved"]
+def alias(package: str, old: str, new: str) -> None:
+    """Make ``package.old`` importable as a deprecated path of module ``package.new``."""
+    name = f"{package}.{old}"
+    if name in sys.modules:
+        return
+    module = types.ModuleType(name, f"Deprecated path of {package}.{new} (removed in {REMOVED_IN}).")
+    module.__getattr__ = moved(name, f"{package}.{new}")  # type: ignore[method-assign]
+    sys.modules[name] = module
+    setattr(sys.modules[package], old, module)
+
+
+__all__ = ["REMOVED_IN", "alias", "moved"]

@@ -21,6 +21,7 @@ from idemflow.async_worklist.queues.base import DeadLetter, Message, MessageLost
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
+from idemflow.stores._moved import alias
 from idemflow.stores.registry import Backend, load
 
 if TYPE_CHECKING:
@@ -46,6 +47,13 @@ __all__ = [
     "open_async_queue",
     "open_queue",
 ]
+
+for _old, _new in (
+    ("aio", "async_adapters"),
+    ("sqs_aio", "sqs_async"),
+    ("azure_queue_aio", "azure_queue_async"),
+):
+    alias(__name__, _old, _new)
 
 _LAZY = OPTIONAL
 """The optional classes, as ``idemflow.async_worklist`` re-exports them."""
