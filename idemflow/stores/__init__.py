@@ -93,10 +93,10 @@ def open_store(url: str, *, create: bool = True) -> Store:
     idemflow.errors.StoreConfigError: store URL 'dynamodb:…': unknown parameter(s) ['regoin']; dynamodb: ...
     """
     entry, parsed = _parsed(url)
+    hooks = [load(hook)(parsed) for name, hook in entry.test_parameters.items() if name in parsed.params]
     store: Store = load(entry.opener, entry.extra)(parsed, create=create)
-    for name, hook in entry.test_parameters.items():
-        if name in parsed.params:
-            load(hook)(store, parsed)
+    for install in hooks:
+        install(store)
     return store
 
 

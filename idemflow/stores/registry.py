@@ -68,7 +68,8 @@ class Backend:
     blocking one on threads of its own, or on the loop for memory); ``twin`` takes a blocking
     store of exactly ``blocking_class`` and returns the asyncio one on the same tables (None:
     the blocking one adapted). ``test_parameters`` are URL parameters only tests use, each
-    the dotted path of a hook ``(opened, url) -> None`` applied after opening; an asyncio
+    the dotted path of a hook ``(url) -> install``, called (and so checking its parameter)
+    before anything is opened, whose ``install(store)`` is applied after opening; an asyncio
     store asked for with one gets the blocking store, hooked, on threads.
     """
 

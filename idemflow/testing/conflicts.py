@@ -49,7 +49,7 @@ import json
 import random
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -208,9 +208,10 @@ def _cancelled(operation: str, met: list[bool]) -> tuple[AWSResponse, dict[str, 
     return AWSResponse("https://dynamodb.emulated", 400, HTTPHeaders(), None), parsed
 
 
-def install_from_url(store: Any, url: Url) -> None:
+def install_from_url(url: Url) -> Callable[[Any], None]:
     """The ``conflicts=RATE`` parameter of a ``dynamodb:`` store URL (see the store registry):
-    ``store``'s client meets the service's transaction conflicts, phantom ones at ``RATE``.
+    checked now, before anything is opened, and returning what makes the opened store's
+    client meet the service's transaction conflicts, phantom ones at ``RATE``.
 
     Only for a local server (the URL names an endpoint): on the real service the
     conflicts are real.
@@ -218,7 +219,11 @@ def install_from_url(store: Any, url: Url) -> None:
     rate = url.seconds("conflicts")  # a number like seconds: the same parsing
     if rate is None or not (url.params.get("endpoint") and 0.0 <= rate <= 1.0):
         raise url.error("conflicts=RATE needs an endpoint (a local server) and a rate within [0, 1]")
-    DynamoDBConflicts(store.client, phantom_rate=rate).install()
+
+    def install(store: Any) -> None:
+        DynamoDBConflicts(store.client, phantom_rate=rate).install()
+
+    return install
 
 
 __all__ = ["DynamoDBConflicts", "install_from_url"]

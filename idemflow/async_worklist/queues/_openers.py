@@ -53,12 +53,13 @@ def open_memory(url: Url, *, create: bool = True) -> Queue:
 
 
 def open_sqlite(url: Url, *, create: bool = True) -> Queue:
-    return SqliteQueue(_target(url, "path"), name=url.params.get("name", "default"), **_common(url))
+    common = _common(url)
+    return SqliteQueue(_target(url, "path"), name=url.params.get("name", "default"), **common)
 
 
 def _sqs(url: Url) -> tuple[str, dict[str, Any]]:
-    options = {"endpoint_url": url.endpoint("endpoint"), "region_name": url.params.get("region")}
-    return _target(url, "queue name"), {**options, **_common(url)}
+    common, name = _common(url), _target(url, "queue name")  # in this order: errors as before
+    return name, {"endpoint_url": url.endpoint("endpoint"), "region_name": url.params.get("region"), **common}
 
 
 def open_sqs(url: Url, *, create: bool = True) -> Queue:
@@ -74,11 +75,11 @@ def open_async_sqs(url: Url, *, create: bool = True) -> AsyncQueue:
 
 
 def _azure(url: Url) -> tuple[str, dict[str, Any]]:
-    name = _target(url, "queue name")
+    common, name = _common(url), _target(url, "queue name")
     conn = url.params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if not conn:
         raise url.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
-    return name, {"connection_string": conn, **_common(url)}
+    return name, {"connection_string": conn, **common}
 
 
 def open_azure(url: Url, *, create: bool = True) -> Queue:
