@@ -52,7 +52,7 @@ class Server:
 @contextlib.contextmanager
 def serve(variant: str, url: str) -> Iterator[Server]:
     """``benchmarks._asyncio_app`` on uvicorn in a subprocess, ready (its lifespan has opened the store)."""
-    from tests.servers import free_port, stop_process, wait_for_port
+    from idemflow.testing.servers import free_port, stop_process, wait_for_port
 
     port = free_port()
     cmd = [sys.executable, "-m", "benchmarks._asyncio_app", "--variant", variant, "--store", url]

@@ -196,7 +196,7 @@ def open_backend(kind: str) -> Iterator[Backend]:
 
 @contextlib.contextmanager
 def _moto_backend(folder: Path) -> Iterator[Backend]:
-    from tests.servers import moto_server
+    from idemflow.testing.servers import moto_server
 
     with (
         moto_server() as dynamo,
@@ -207,7 +207,7 @@ def _moto_backend(folder: Path) -> Iterator[Backend]:
 
 @contextlib.contextmanager
 def _dynamodb_local_backend(folder: Path) -> Iterator[Backend]:
-    from tests.servers import dynamodb_local_server
+    from idemflow.testing.servers import dynamodb_local_server
 
     with (
         dynamodb_local_server() as dynamo,
@@ -225,7 +225,7 @@ def _dynamodb_backend(kind: str, folder: Path, endpoint: str, region: str) -> It
 
     from idemflow.async_worklist.queues.sqs import SqsQueue
     from idemflow.stores.dynamodb import DynamoDBStore
-    from tests.servers import Moto, moto_server
+    from idemflow.testing.servers import Moto, moto_server
 
     with contextlib.ExitStack() as later:
         sqs: list[Moto] = []
@@ -262,7 +262,7 @@ def _azurite_backend(folder: Path) -> Iterator[Backend]:
 
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
     from idemflow.stores.azure_tables import AzureTableStore
-    from tests.servers import azurite_server
+    from idemflow.testing.servers import azurite_server
 
     with azurite_server() as azurite:
         conn = azurite.connection_string

@@ -72,8 +72,8 @@ def _factory(kind: str, stack: contextlib.ExitStack, made: list[Any]) -> Factory
     if kind == "dynamodb-local":
         from benchmarks._timers_flows import threaded_moto
         from idemflow.stores.dynamodb import DynamoDBStore
+        from idemflow.testing.servers import dynamodb_local_server
         from idemflow.worker import SqsQueue
-        from tests.servers import dynamodb_local_server
 
         dynamo = stack.enter_context(dynamodb_local_server())
         sqs = stack.enter_context(threaded_moto())
@@ -86,8 +86,8 @@ def _factory(kind: str, stack: contextlib.ExitStack, made: list[Any]) -> Factory
         return dynamodb
     if kind == "azurite":
         from idemflow.stores.azure_tables import AzureTableStore
+        from idemflow.testing.servers import azurite_server
         from idemflow.worker import AzureQueue
-        from tests.servers import azurite_server
 
         azurite = stack.enter_context(azurite_server())
 

@@ -102,7 +102,7 @@ def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], Dynamo
     import boto3
 
     from idemflow.stores.dynamodb import DynamoDBStore
-    from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+    from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
 
     kind, setup = backend.kind, backend.dynamodb
     endpoint, region = setup.meta.endpoint_url, setup.meta.region_name
@@ -194,7 +194,7 @@ def azure_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], AzureMe
     from azure.data.tables import TableServiceClient
 
     from idemflow.stores.azure_tables import AzureTableStore
-    from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+    from idemflow.stores.azure_tables_async import AsyncAzureTableStore
 
     kind, connection = backend.kind, backend.connection_string
     assert connection is not None

@@ -40,12 +40,12 @@ def backend_spec(kind: str) -> Iterator[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix="idemflow-bench-outbox-") as folder:
             yield {"kind": kind, "folder": folder}
     elif kind == "moto":
-        from tests.servers import moto_server
+        from idemflow.testing.servers import moto_server
 
         with moto_server() as dynamodb, moto_server() as sqs:  # SQS apart: moto serves one call at a time
             yield {"kind": kind, "dynamodb": dynamodb.endpoint, "sqs": sqs.endpoint, "region": sqs.region}
     elif kind == "azurite":
-        from tests.servers import azurite_server
+        from idemflow.testing.servers import azurite_server
 
         with azurite_server() as azurite:
             yield {"kind": kind, "connection_string": azurite.connection_string}

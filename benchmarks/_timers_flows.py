@@ -136,12 +136,12 @@ def backend_spec(kind: str) -> Iterator[dict[str, str]]:
         with tempfile.TemporaryDirectory(prefix="idemflow-bench-timers-") as folder:
             yield {"kind": kind, "folder": folder}
     elif kind == "moto":
-        from tests.servers import moto_server
+        from idemflow.testing.servers import moto_server
 
         with moto_server() as dynamodb, threaded_moto() as sqs:
             yield {"kind": kind, "dynamodb": dynamodb.endpoint, "sqs": sqs, "region": dynamodb.region}
     elif kind == "azurite":
-        from tests.servers import azurite_server
+        from idemflow.testing.servers import azurite_server
 
         with azurite_server() as azurite:
             yield {"kind": kind, "connection_string": azurite.connection_string}
@@ -154,7 +154,7 @@ def threaded_moto() -> Iterator[str]:
     """A moto server for SQS alone, serving calls concurrently (as SQS does): the suite's moto
     server serves one call at a time (DynamoDB's isolation), so every worker's one-second long
     poll on an empty queue would hold back every send behind it."""
-    from tests.servers import free_port, stop_process, wait_for_port
+    from idemflow.testing.servers import free_port, stop_process, wait_for_port
 
     port = free_port()
     code = (

@@ -27,7 +27,7 @@ from benchmarks._stats import RESULTS, environment, interleave_samples, paired_r
 from benchmarks._two_step_survey import survey
 from idemflow import run
 from idemflow.stores import Store
-from tests.servers import azurite_server, moto_server
+from idemflow.testing.servers import azurite_server, moto_server
 
 
 class Counted:

@@ -30,11 +30,11 @@ from idemflow.async_worklist.queues.base import Message, decode_wire
 from idemflow.aws_lambda import FixedContext, sqs_handler
 from idemflow.client import submit
 from idemflow.stores import open_store
+from idemflow.testing.servers import moto_server
 from idemflow.worker import Worker, open_queue
 from tests.async_workflows import survey
 from tests.lambda_functions import WORKFLOWS
 from tests.lambda_runtime import Sandbox
-from tests.servers import moto_server
 
 KEY = "bench-key"
 KINDS = ("worker", "handler", "lambda")

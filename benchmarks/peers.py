@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
         report.headline("peers.idemflow_over_dbos", versus, note="SQLite, 2-step workflow")
         print(f"  peers DBOS/plain {dbos.median:.2f}, idemflow/plain {idem.median:.2f}", flush=True)
     if "powertools" not in skip:
-        from tests.servers import moto_server
+        from idemflow.testing.servers import moto_server
 
         with moto_server() as moto:
             variants, extra = powertools_variants(moto.endpoint, moto.region)

@@ -6,7 +6,7 @@ that are plain functions run on a worker thread (they usually do blocking
 I/O); coroutine functions are awaited. A retry's wait is ``asyncio.sleep``
 unless the policy injected a sleep of its own.
 
-A blocking store adapted with :class:`~idemflow.stores.aio.ThreadedStore`
+A blocking store adapted with :class:`~idemflow.stores.async_adapters.ThreadedStore`
 (SQLite) is not called one request per thread hop: the computation itself
 runs on the store's threads, answering its store requests there, and comes
 back to the loop only for what needs the loop (an effect, a retry's wait, a
@@ -30,11 +30,11 @@ from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Sen
 from idemflow._trampoline import atrampoline
 from idemflow.errors import EffectTimeoutError
 from idemflow.policy import apause
-from idemflow.stores.aio import ThreadedStore
+from idemflow.stores.async_adapters import ThreadedStore
 from idemflow.stores.base import AsyncStore, Store
 
 if TYPE_CHECKING:
-    from idemflow.async_worklist.queues.aio import AsyncQueue
+    from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 
 T = TypeVar("T")
 

@@ -42,7 +42,7 @@ from idemflow.runner import (
     result_of,
     status_steps,
 )
-from idemflow.stores.aio import sync_reader, to_async
+from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 
 R = TypeVar("R")
@@ -82,7 +82,7 @@ async def arun(
 
     ``store`` is an :class:`~idemflow.stores.base.AsyncStore` (DynamoDB and
     Azure on their SDKs' asynchronous clients), or a blocking store, which
-    is then used from threads of its own (:func:`idemflow.stores.aio.to_async`).
+    is then used from threads of its own (:func:`idemflow.stores.async_adapters.to_async`).
     """
     record = await aexecute(
         m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions

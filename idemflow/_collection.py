@@ -39,7 +39,7 @@ from idemflow.expiry import commit_each, owner
 from idemflow.keys import RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key
 from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.records import RunRecord
-from idemflow.stores.aio import sync_reader, to_async
+from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import (
     AsyncStore,
     Capabilities,

@@ -44,7 +44,7 @@ from idemflow.records import OPEN_STATUSES, RunRecord, RunStatus
 from idemflow.runner import Workflow, describe_request, execution_steps, run_status, status_steps
 from idemflow.serialization import JSON
 from idemflow.stores._runs_order import NEWEST_FIRST, newest_first
-from idemflow.stores.aio import sync_reader, to_async
+from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, PagedRuns, RunQuery, RunRow, Store
 from idemflow.tx import Reader
 

@@ -46,7 +46,7 @@ from idemflow._io import ReadMany, Steps
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_key, check_partition, check_table, data_key
 from idemflow.policy import DEFAULT_POLICY, resent
-from idemflow.stores.aio import to_async
+from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, RowRef, Store
 from idemflow.tx import Tx
 

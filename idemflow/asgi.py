@@ -54,7 +54,7 @@ from starlette.responses import JSONResponse, Response
 from idemflow._asyncio_runner import arun
 from idemflow.async_worklist._submission import astatus, asubmit
 from idemflow.async_worklist.queues import open_async_queue
-from idemflow.async_worklist.queues.aio import AsyncQueue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.errors import (
     ConflictError,

@@ -22,7 +22,7 @@ from idemflow._io import Read, Scan, Steps
 from idemflow.keys import check_key, check_partition, check_table, data_key, user_key
 from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.serialization import JSON
-from idemflow.stores.aio import to_async
+from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, RowRef, Store
 
 

@@ -43,7 +43,7 @@ from idemflow.plan import Checkpointed, Finished, Plan, Suspended
 from idemflow.records import Memo, RunRecord, of_earlier_run
 from idemflow.runner import Workflow, describe_request, execution_steps
 from idemflow.serialization import JSON
-from idemflow.stores.aio import sync_reader, to_async
+from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 
 __all__ = ["RequestView", "StepView", "ashow", "show"]

@@ -32,9 +32,9 @@ from idemflow.async_worklist.worker import Worker
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+    from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
     from idemflow.async_worklist.queues.sqs import SqsQueue
-    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+    from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
 
 __all__ = [
     "AsyncAzureQueue",

@@ -8,8 +8,8 @@ A conformance test that runs workflows takes the ``api`` fixture
 one event loop shared by the session (a test's threads then race on that
 loop, as an ASGI server's requests do). Each counts the calls that reached
 its API, so a test that never did fails instead of passing on the other API.
-On the asyncio API, DynamoDB and Azure stores are replaced by their twins on
-the SDKs' own asynchronous clients; a memory store is awaited without the
+On the asyncio API, each store is replaced by the twin its backend's registry
+entry gives (DynamoDB and Azure on the SDKs' own asynchronous clients); a memory store is awaited without the
 drivers' shortcut (:class:`AwaitedStore`: bodies' reads are prefetched, as on
 DynamoDB and Azure); SQLite and wrapped stores (fault injection) run on
 threads.
@@ -27,7 +27,8 @@ from returns.result import Result
 import idemflow
 from idemflow import Idem
 from idemflow.errors import WorkflowAborted
-from idemflow.stores.aio import InlineStore, to_async
+from idemflow.stores import async_twin as stores_async_twin
+from idemflow.stores.async_adapters import InlineStore, ThreadedStore
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.stores.memory import MemoryStore
 
@@ -66,31 +67,20 @@ _TWINS_LOCK = threading.Lock()
 
 
 def async_twin(store: Store) -> AsyncStore:
-    """The store on its SDK's asynchronous client (same tables), or on threads of its own."""
+    """The store on its SDK's asynchronous client (same tables), or on threads of its own:
+    whatever its backend's registry entry gives (:func:`idemflow.stores.async_twin`)."""
     with _TWINS_LOCK:
         known = _TWINS.get(id(store))
         if known is not None and known[0] is store:
             return known[1]
-        twin: AsyncStore
-        kind = type(store).__name__
-        if kind == "DynamoDBStore":
-            from idemflow.stores.dynamodb import DynamoDBStore
-            from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
-
-            assert isinstance(store, DynamoDBStore)
-            twin = AsyncDynamoDBStore.twin_of(store)
-        elif kind == "AzureTableStore":
-            from idemflow.stores.azure_tables import AzureTableStore
-            from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
-
-            assert isinstance(store, AzureTableStore)
-            twin = AsyncAzureTableStore.twin_of(store)
-        elif type(store) is MemoryStore:
-            twin = AwaitedStore(store)
-        else:
-            twin = to_async(store)
+        twin = AwaitedStore(store) if type(store) is MemoryStore else stores_async_twin(store)
         _TWINS[id(store)] = (store, twin)
         return twin
+
+
+def _own_clients(twin: object) -> bool:
+    """Whether a twin holds SDK clients of its own (an adapter only borrows the blocking store)."""
+    return not isinstance(twin, (InlineStore, ThreadedStore))
 
 
 def close_twins() -> None:
@@ -98,8 +88,8 @@ def close_twins() -> None:
     with _TWINS_LOCK:
         twins = list(_TWINS.values())
         _TWINS.clear()
-    for store, twin in twins:
-        if type(store).__name__ in ("DynamoDBStore", "AzureTableStore"):
+    for _, twin in twins:
+        if _own_clients(twin):
             LOOP.run(twin.close())
 
 
@@ -112,18 +102,15 @@ async def _flushed(store: AsyncStore, coroutine: Coroutine[Any, Any, T]) -> T:
 
 def async_queue_twin(queue: Any) -> Any:
     """The queue on its SDK's asynchronous client (same queue), or on threads of its own."""
-    from idemflow.async_worklist.queues.aio import to_async_queue
+    from idemflow.async_worklist.queues import async_queue_twin as queues_async_twin
 
-    kind = type(queue).__name__
-    if kind == "SqsQueue":
-        from idemflow.worker import AsyncSqsQueue
+    return queues_async_twin(queue)
 
-        return AsyncSqsQueue.twin_of(queue)
-    if kind == "AzureQueue":
-        from idemflow.worker import AsyncAzureQueue
 
-        return AsyncAzureQueue.twin_of(queue)
-    return to_async_queue(queue)
+def _own_queue_clients(twin: Any) -> bool:
+    from idemflow.async_worklist.queues import ThreadedQueue
+
+    return not isinstance(twin, ThreadedQueue)
 
 
 ApiName = Literal["blocking", "asyncio"]
@@ -213,7 +200,7 @@ class AsyncioApi:
             try:
                 return await asubmit(m, request_id=request_id, store=twin, queue=sink, **options)
             finally:
-                if sink is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue"):
+                if sink is not queue and _own_queue_clients(sink):
                     await sink.close()
 
         pending = LOOP.run(_flushed(twin, submitted()))
@@ -255,7 +242,7 @@ class AsyncWorkerBlocking:
 
         self._calls = calls
         self._queue = async_queue_twin(queue)
-        self._own_queue = self._queue is not queue and type(queue).__name__ in ("SqsQueue", "AzureQueue")
+        self._own_queue = self._queue is not queue and _own_queue_clients(self._queue)
         self._twin = async_twin(store)
         self.inner = AsyncWorker(workflows, store=self._twin, queue=self._queue, **options)
 

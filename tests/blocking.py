@@ -66,7 +66,7 @@ class Blocking:
     @property
     def round_trips(self) -> int:
         """The asynchronous store's count (stores that keep one)."""
-        return int(getattr(self.store, "round_trips"))  # noqa: B009 - not part of the protocol
+        return self.store.round_trips
 
     def close(self) -> None:
         if self._closed:

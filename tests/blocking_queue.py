@@ -1,4 +1,4 @@
-"""A test-only blocking facade over an :class:`~idemflow.async_worklist.queues.aio.AsyncQueue`.
+"""A test-only blocking facade over an :class:`~idemflow.async_worklist.queues.async_adapters.AsyncQueue`.
 
 :class:`BlockingQueue` runs the asynchronous queue on a private event loop in a
 background thread and presents the blocking

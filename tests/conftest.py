@@ -7,8 +7,9 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,29 +17,20 @@ import pytest
 # (off in production, where it costs CPU on every call).
 os.environ.setdefault("IDEMFLOW_VALIDATE_REQUESTS", "1")
 
+from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.keys import RUNS_TABLE
-from idemflow.stores import MemoryStore, SqliteStore, Store
+from idemflow.stores import Store, open_store
+from idemflow.stores.registry import STORES, Feature
+from idemflow.testing.servers import CONFLICT_RATE, Azurite, DynamoDBLocal, Moto, ServerPool
 from tests.selection import (  # noqa: F401 - the hooks and the server guard apply by being here
     _servers_only_under_the_cloud_marker,
-    kinds,
+    backend_marks,
     pytest_addoption,
     pytest_collection_modifyitems,
-)
-from tests.servers import (
-    Azurite,
-    DynamoDBLocal,
-    Moto,
-    azurite_server,
-    dynamodb_local_server,
-    moto_server,
 )
 
 pytest_plugins = ["idemflow.testing.plugin", "pytester"]
 
-STORE_KINDS = ("memory", "sqlite", "dynamodb", "dynamodb-local", "azure")
-CLOUD_KINDS = ("dynamodb", "dynamodb-local", "azure")
-CONFLICT_RATE = 0.05
-"""How often a DynamoDB Local call meets a phantom transaction (besides the real overlaps)."""
 TEST_TABLES = ("accounts", "ledger", "tablea", "tableb", "items")
 """Logical tables the suite uses; cloud stores need them created up front."""
 
@@ -46,21 +38,31 @@ StoreFactory = Callable[[], Store]
 
 
 @pytest.fixture(scope="session")
-def moto() -> Iterator[Moto]:
-    with moto_server() as server:
-        yield server
+def backend_servers(idemflow_servers: ServerPool) -> ServerPool:
+    """Every test bed's server, started on first use and stopped at the end of the session
+    (the plugin's fixture, as users' suites get it)."""
+    return idemflow_servers
+
+
+def _server(request: pytest.FixtureRequest, kind: str) -> Any:
+    _, bed = STORES.bed(kind)
+    pool: ServerPool = request.getfixturevalue("backend_servers")
+    return pool.get(bed.server)
 
 
 @pytest.fixture(scope="session")
-def dynamodb_local() -> Iterator[DynamoDBLocal]:
-    with dynamodb_local_server() as server:
-        yield server
+def moto(request: pytest.FixtureRequest) -> Moto:
+    return _server(request, "dynamodb")  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")
-def azurite() -> Iterator[Azurite]:
-    with azurite_server() as server:
-        yield server
+def dynamodb_local(request: pytest.FixtureRequest) -> DynamoDBLocal:
+    return _server(request, "dynamodb-local")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def azurite(request: pytest.FixtureRequest) -> Azurite:
+    return _server(request, "azure")  # type: ignore[no-any-return]
 
 
 _counter = itertools.count()
@@ -71,31 +73,44 @@ def _prefix() -> str:
     return f"t{uuid.uuid4().hex[:8]}{next(_counter)}"
 
 
+def store_url(
+    kind: str,
+    request: pytest.FixtureRequest,
+    prefix: str,
+    folder: Path | None = None,
+    *,
+    exact: bool | None = None,
+) -> str:
+    """A URL of a fresh store of test bed ``kind`` (own tables: ``prefix``), for this process or
+    others; ``exact`` (default: the test's ``exact_calls`` mark) injects no phantom conflicts."""
+    if exact is None:
+        exact = request.node.get_closest_marker("exact_calls") is not None
+    where = folder if folder is not None else Path(request.getfixturevalue("tmp_path"))
+    url: str = _server(request, kind).store_url(prefix, where, exact_calls=exact)
+    return url
+
+
+def paired_queue_url(
+    kind: str, request: pytest.FixtureRequest, name: str, folder: Path, *, visibility_timeout: float
+) -> str:
+    """A queue URL for other processes beside a store of test bed ``kind``: on the same server
+    where that serves queues (Azurite, moto, files), else on the first shared queue bed with a
+    server (SQS on moto beside DynamoDB Local)."""
+    _, store_bed = STORES.bed(kind)
+    shared = [bed for _, bed in QUEUES.beds(Feature.SHARED)]
+    same = [bed for bed in shared if bed.server == store_bed.server]
+    bed = (same or [bed for bed in shared if Feature.SERVER in bed.features])[0]
+    pool: ServerPool = request.getfixturevalue("backend_servers")
+    url: str = pool.get(bed.server).queue_url(name, folder, visibility_timeout=visibility_timeout)
+    return url
+
+
 def make_factory(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
-    """A function creating fresh, empty stores of ``kind`` (own tables each time)."""
+    """A function creating fresh, empty stores of test bed ``kind`` (own tables each time)."""
     created: list[Store] = []
 
     def factory() -> Store:
-        store: Store
-        if kind == "memory":
-            store = MemoryStore()
-        elif kind == "sqlite":
-            store = SqliteStore(tmp_path / f"{_prefix()}.sqlite3")
-        elif kind == "dynamodb":
-            from idemflow.stores.dynamodb import DynamoDBStore
-
-            server: Moto = request.getfixturevalue("moto")
-            store = DynamoDBStore(endpoint_url=server.endpoint, region_name=server.region, prefix=_prefix())
-        elif kind == "dynamodb-local":
-            rate = 0.0 if request.node.get_closest_marker("exact_calls") else CONFLICT_RATE
-            store = dynamodb_local_store(request.getfixturevalue("dynamodb_local"), _prefix(), rate)
-        elif kind == "azure":
-            from idemflow.stores.azure_tables import AzureTableStore
-
-            azure: Azurite = request.getfixturevalue("azurite")
-            store = AzureTableStore(connection_string=azure.connection_string, prefix=_prefix())
-        else:  # pragma: no cover
-            raise ValueError(kind)
+        store = open_store(store_url(kind, request, _prefix(), tmp_path))
         store.create_tables(*TEST_TABLES)
         created.append(store)
         return store
@@ -107,27 +122,34 @@ def make_factory(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> S
 def dynamodb_local_store(server: DynamoDBLocal, prefix: str, phantom_rate: float = CONFLICT_RATE) -> Store:
     """A DynamoDB store on DynamoDB Local, meeting the service's transaction conflicts:
     those of overlapping calls, and phantom ones at ``phantom_rate``."""
-    from idemflow.stores.dynamodb import DynamoDBStore
-    from idemflow.testing.conflicts import DynamoDBConflicts
-
-    store = DynamoDBStore(endpoint_url=server.endpoint, region_name=server.region, prefix=prefix)
-    DynamoDBConflicts(store.client, phantom_rate=phantom_rate).install()
-    return store
+    return open_store(
+        f"dynamodb:?endpoint={server.endpoint}&region={server.region}&prefix={prefix}&conflicts={phantom_rate}"
+    )
 
 
 def dynamodb_url(kind: str, request: pytest.FixtureRequest, prefix: str) -> str:
     """A store URL for other processes: on moto (``dynamodb``), or on DynamoDB Local with every
     process meeting the service's transaction conflicts (``dynamodb-local``)."""
-    if kind == "dynamodb":
-        moto: Moto = request.getfixturevalue("moto")
-        return f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
-    local: DynamoDBLocal = request.getfixturevalue("dynamodb_local")
-    return (
-        f"dynamodb:?endpoint={local.endpoint}&region={local.region}&prefix={prefix}&conflicts={CONFLICT_RATE}"
-    )
+    return store_url(kind, request, prefix, exact=False)
 
 
-@pytest.fixture(params=kinds(*STORE_KINDS))
+def store_kinds(*needs: Feature, without: tuple[Feature, ...] = ()) -> list[Any]:
+    """The registered store test beds as parameters, each marked ``backend(kind)`` and, needing a
+    server, ``cloud`` (:mod:`tests.selection`)."""
+    return [
+        pytest.param(bed.kind, marks=backend_marks(bed.kind), id=bed.kind)
+        for _, bed in STORES.beds(*needs, without=without)
+    ]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Every registered store backend, read when tests are collected: a backend registered by a
+    # plugin (pytest -p) or an earlier conftest is picked up with no edit here.
+    if "store_kind" in metafunc.fixturenames:
+        metafunc.parametrize("store_kind", store_kinds(), indirect=True)
+
+
+@pytest.fixture
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -165,13 +187,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 __all__ = [
-    "CLOUD_KINDS",
     "CONFLICT_RATE",
     "RUNS_TABLE",
-    "STORE_KINDS",
     "TEST_TABLES",
     "StoreFactory",
     "dynamodb_local_store",
     "dynamodb_url",
     "make_factory",
+    "paired_queue_url",
+    "store_kinds",
+    "store_url",
 ]

@@ -12,6 +12,7 @@ import sqlite3
 from typing import Any
 
 from idemflow.stores import MemoryStore, SqliteStore, Store
+from idemflow.testing import StoreWrapper
 
 Where = tuple[str, str, str]
 """A row as ``(physical or logical table, partition, key)``: enough to name it in a failure."""
@@ -19,6 +20,8 @@ Where = tuple[str, str, str]
 
 def expiries(store: Store) -> dict[Where, float | None]:
     """Every row of ``store`` and its ``expires_at`` (None: kept until deleted, e.g. data rows)."""
+    if isinstance(store, StoreWrapper):  # a wrapper holds the rows of the store it wraps
+        return expiries(store.inner)
     if isinstance(store, MemoryStore):
         held: Any = store
         return {key: held._expires.get(key) for key in held._rows}

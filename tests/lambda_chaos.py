@@ -23,11 +23,11 @@ from typing import Any
 
 from idemflow.client import submit
 from idemflow.stores import open_store
+from idemflow.testing.servers import Moto, moto_server
 from idemflow.worker import open_queue
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES
 from tests.lambda_runtime import EventSourceMapping, Sandbox, SandboxCounts
-from tests.servers import Moto, moto_server
 from tests.test_aws_lambda import KEY, final, request_of
 from tests.workflows import rows_of
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import uvicorn
 from starlette.types import ASGIApp
 
-from tests.servers import free_port
+from idemflow.testing.servers import free_port
 
 
 @contextmanager

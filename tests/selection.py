@@ -19,43 +19,59 @@ from collections.abc import Iterator
 import pytest
 from _pytest.mark.structures import MarkDecorator, ParameterSet
 
-BACKENDS = ("memory", "sqlite", "dynamodb", "dynamodb-local", "azure", "sqs")
-"""What ``--backends`` accepts: the store kinds, and SQS for the queues (Azure is tables and queues)."""
-CLOUD_BACKENDS = frozenset({"dynamodb", "dynamodb-local", "azure", "sqs"})
-"""Backends whose cases start a server (moto, DynamoDB Local, Azurite)."""
 SERVERS = {"moto": ("dynamodb", "sqs"), "dynamodb_local": ("dynamodb-local",), "azurite": ("azure",)}
 """Server fixtures, and the backends each one serves."""
+
+
+def known_backends() -> tuple[str, ...]:
+    """What ``--backends`` accepts: every registered store and queue test bed's kind (read when
+    asked, so a backend a plugin registers is known too)."""
+    from idemflow.async_worklist.queues.registry import QUEUES
+    from idemflow.stores.registry import STORES
+
+    return tuple(dict.fromkeys([*STORES.kinds(), *QUEUES.kinds()]))
+
+
+def cloud_backends() -> frozenset[str]:
+    """The kinds whose test beds start a server (moto, DynamoDB Local, Azurite)."""
+    from idemflow.async_worklist.queues.registry import QUEUES
+    from idemflow.stores.registry import STORES, Feature
+
+    return frozenset([*STORES.kinds(Feature.SERVER), *QUEUES.kinds(Feature.SERVER)])
 
 
 def backend_marks(kind: str) -> list[MarkDecorator]:
     """The marks of a case on ``kind``: ``backend(kind)``, and ``cloud`` if it needs a server."""
     marks = [pytest.mark.backend(kind)]
-    if kind in CLOUD_BACKENDS:
+    if kind in cloud_backends():
         marks.append(pytest.mark.cloud)
     return marks
 
 
 def kinds(*names: str) -> list[ParameterSet]:
     """Parameters over backend kinds, each carrying its marks (ids stay the kind's name)."""
-    unknown = sorted(set(names) - set(BACKENDS))
+    known = known_backends()
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        raise ValueError(f"unknown backend kind(s) {unknown}; known: {', '.join(BACKENDS)}")
+        raise ValueError(f"unknown backend kind(s) {unknown}; known: {', '.join(known)}")
     return [pytest.param(name, marks=backend_marks(name)) for name in names]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--backends",
-        default=",".join(BACKENDS),
-        help=f"comma-separated backends to run cases of (default: all: {','.join(BACKENDS)})",
+        default="",
+        help="comma-separated backends to run cases of (default: every registered one)",
     )
 
 
 def selected_backends(config: pytest.Config) -> frozenset[str]:
-    names = [name.strip() for name in str(config.getoption("--backends")).split(",") if name.strip()]
-    unknown = sorted(set(names) - set(BACKENDS))
+    known = known_backends()
+    given = str(config.getoption("--backends"))
+    names = [name.strip() for name in given.split(",") if name.strip()] if given else list(known)
+    unknown = sorted(set(names) - set(known))
     if unknown or not names:
-        raise pytest.UsageError(f"--backends: unknown or no backend {unknown}; known: {', '.join(BACKENDS)}")
+        raise pytest.UsageError(f"--backends: unknown or no backend {unknown}; known: {', '.join(known)}")
     return frozenset(names)
 
 
@@ -69,7 +85,7 @@ def _selected(item: pytest.Item, chosen: frozenset[str]) -> bool:
         return False
     if any(chosen.isdisjoint(SERVERS[server]) for server in _servers(item)):
         return False
-    return item.get_closest_marker("cloud") is None or not chosen.isdisjoint(CLOUD_BACKENDS)
+    return item.get_closest_marker("cloud") is None or not chosen.isdisjoint(cloud_backends())
 
 
 def _loose_xfails(items: list[pytest.Item]) -> list[str]:
@@ -114,11 +130,11 @@ def _servers_only_under_the_cloud_marker(request: pytest.FixtureRequest) -> Iter
 
 
 __all__ = [
-    "BACKENDS",
-    "CLOUD_BACKENDS",
     "SERVERS",
     "backend_marks",
+    "cloud_backends",
     "kinds",
+    "known_backends",
     "pytest_addoption",
     "pytest_collection_modifyitems",
     "selected_backends",

@@ -236,7 +236,7 @@ def test_the_loop_serves_other_requests_while_a_workflow_waits_on_the_store() ->
     from tests.test_asyncio import GatedStore
 
     gated = GatedStore()
-    from idemflow.stores.aio import ThreadedStore
+    from idemflow.stores.async_adapters import ThreadedStore
 
     app = fastapi_app(Idempotency(ThreadedStore(gated)))
 

@@ -21,17 +21,16 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from idemflow.client import RequestStatus, RunStatus, status, submit
 from idemflow.stores import Store, open_store
+from idemflow.stores.registry import Feature
 from idemflow.worker import Queue, open_queue
 from tests.async_workflows import survey
-from tests.conftest import TEST_TABLES, dynamodb_url
-from tests.selection import kinds
-from tests.servers import Azurite, Moto
+from tests.conftest import TEST_TABLES, paired_queue_url, store_kinds
+from tests.conftest import store_url as url_of
 from tests.workflows import rows_of
 
 KEY = "crash-test-key"
@@ -126,26 +125,16 @@ def test_sigkilled_sqlite_workers_lose_and_double_nothing(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["dynamodb", "dynamodb-local"])
-def test_sigkilled_workers_on_dynamodb(kind: str, moto: Moto, request: pytest.FixtureRequest) -> None:
-    """On moto, and on AWS's own engine with the submitter and both workers meeting its conflicts."""
+@pytest.mark.parametrize("kind", store_kinds(Feature.SERVER, Feature.SHARED))
+def test_sigkilled_workers_on_servers(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """On every server backend (DynamoDB on moto, on AWS's own engine with the submitter and
+    both workers meeting its conflicts, Azure Tables), each beside a queue on a server."""
     prefix = f"k{uuid.uuid4().hex[:8]}"
-    store_url = dynamodb_url(kind, request, prefix)
-    queue_url = f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2"
+    store_url = url_of(kind, request, prefix, tmp_path, exact=False)
+    queue_url = paired_queue_url(kind, request, prefix, tmp_path, visibility_timeout=2)
     store = open_store(store_url)
     store.create_tables(*TEST_TABLES)
-    drain_with_kills(store, store_url, queue_url, "m-", requests=60, kills=3, seed=11)
-
-
-@pytest.mark.slow
-def test_sigkilled_workers_on_azurite(azurite: Azurite, monkeypatch: Any) -> None:
-    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
-    prefix = f"k{uuid.uuid4().hex[:8]}"
-    store_url = f"azure:?prefix={prefix}"
-    queue_url = f"azure-queue:{prefix}?visibility_timeout=2"
-    store = open_store(store_url)
-    store.create_tables(*TEST_TABLES)
-    drain_with_kills(store, store_url, queue_url, "a-", requests=60, kills=3, seed=13)
+    drain_with_kills(store, store_url, queue_url, f"{prefix}-", requests=60, kills=3, seed=11)
 
 
 def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
@@ -211,7 +200,7 @@ ADIE_RIGHT_AFTER = """
 import asyncio, os, sys
 from idemflow.client import asubmit
 from idemflow.worker import AsyncWorker, MemoryQueue
-from idemflow.async_worklist.queues.aio import to_async_queue
+from idemflow.async_worklist.queues.async_adapters import to_async_queue
 from idemflow.stores import open_async_store
 from tests.async_workflows import WORKFLOWS, survey
 
@@ -241,19 +230,13 @@ asyncio.run(main())
 
 @pytest.mark.parametrize("api", ["blocking", "asyncio"])
 @pytest.mark.parametrize("what", ["submit", "worker"])
-@pytest.mark.parametrize("backend", kinds("sqlite", "dynamodb", "dynamodb-local", "azure"))
+@pytest.mark.parametrize("backend", store_kinds(Feature.SHARED))
 def test_a_process_dying_right_after_it_reported_an_outcome_loses_nothing(
-    backend: str, what: str, api: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: Any
+    backend: str, what: str, api: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """On every backend other processes reach (the registry's ``shared`` test beds)."""
     prefix = f"d{uuid.uuid4().hex[:8]}"
-    if backend == "sqlite":
-        store_url = f"sqlite:{tmp_path / 'store.sqlite3'}"
-    elif backend.startswith("dynamodb"):
-        store_url = dynamodb_url(backend, request, prefix)
-    else:
-        azurite: Azurite = request.getfixturevalue("azurite")
-        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
-        store_url = f"azure:?prefix={prefix}"
+    store_url = url_of(backend, request, prefix, tmp_path, exact=False)
     store = open_store(store_url)
     store.create_tables(*TEST_TABLES)
     space = f"{prefix}-"

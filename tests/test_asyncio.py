@@ -38,7 +38,7 @@ from idemflow import (
 from idemflow.client import AsyncPending, RunStatus, astatus
 from idemflow.errors import ConfigurationError
 from idemflow.stores import MemoryStore, SqliteStore, open_async_store
-from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
+from idemflow.stores.async_adapters import InlineStore, ThreadedStore, to_async
 from idemflow.stores.base import CommitOutcome, Op, Store
 from idemflow.testing import data_rows
 from tests.apis import AwaitedStore

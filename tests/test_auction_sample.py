@@ -19,6 +19,7 @@ from idemflow import Tx, WorkflowAborted, atomic, run, run_result
 from idemflow.client import RunStatus, status, submit
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.testing.servers import Azurite, Moto
 from idemflow.worker import MemoryQueue, Queue, SqliteQueue, Worker, open_queue
 from samples.auction import api as auction_api
 from samples.auction import cli, closing, load_report, validation, views, workflows
@@ -43,7 +44,6 @@ from samples.auction.workflows import (
 )
 from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import Azurite, Moto
 
 OPENS = 1000.0
 CLOSES = OPENS + 60

@@ -25,12 +25,12 @@ from idemflow.aws_lambda import FixedContext, schedule_handler, sqs_handler, sqs
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import InvalidInputError, QueueError
 from idemflow.stores import SqliteStore, open_store
+from idemflow.testing.servers import Moto
 from idemflow.worker import MemoryQueue, SqliteQueue, open_queue
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES, dynamodb_url
 from tests.lambda_functions import WORKFLOWS, PoisonedReads, gated
 from tests.lambda_runtime import ACCOUNT, EventSourceMapping, InvocationFailed, Sandbox, SandboxCounts
-from tests.servers import Moto
 from tests.workflows import rows_of
 
 KEY = "lambda-test-key"

@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from idemflow.async_worklist.queues.aio import is_async_queue, to_async_queue
+from idemflow.async_worklist.queues.async_adapters import is_async_queue, to_async_queue
 from idemflow.errors import ConfigurationError, InvalidInputError, InvalidNameError, TransientError
+from idemflow.testing.servers import AZURITE_KEY, Azurite, free_port
 from idemflow.worker import AsyncAzureQueue, AsyncQueue, AzureQueue, Queue
 from tests.blocking_queue import BlockingQueue
 from tests.conformance.test_queue_contract import *  # noqa: F403 - the contract, run on the async queue
 from tests.conformance.test_queue_contract import QueueFactory
-from tests.servers import AZURITE_KEY, Azurite, free_port
 from tests.test_queues import test_a_stale_holder_cannot_ack_extend_nack_or_dead_letter  # noqa: F401 - run here
 
 pytestmark = pytest.mark.cloud

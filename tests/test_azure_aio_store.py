@@ -22,13 +22,13 @@ import pytest
 from idemflow.errors import ConfigurationError, TransientError
 from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore
-from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+from idemflow.stores.azure_tables_async import AsyncAzureTableStore
 from idemflow.stores.base import Committed, Increment, Insert, RowRef
+from idemflow.testing.servers import Azurite
 from tests.blocking import Blocking
 from tests.conformance.test_store_contract import *  # noqa: F403 - the contract, run on the async store
 from tests.conformance.test_store_contract import put
 from tests.conftest import TEST_TABLES, make_factory
-from tests.servers import Azurite
 
 pytestmark = [pytest.mark.cloud, pytest.mark.exact_calls]  # type: ignore[assignment]
 

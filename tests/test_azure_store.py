@@ -29,8 +29,8 @@ from idemflow.stores import _azure_entity as ent
 from idemflow.stores import open_store
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import Check, Committed, Cond, Conflict, Delete, Increment, Insert, Op, Put, RowRef
+from idemflow.testing.servers import AZURITE_KEY, Azurite
 from tests.conftest import TEST_TABLES, make_factory
-from tests.servers import AZURITE_KEY, Azurite
 
 pytestmark = pytest.mark.cloud
 

@@ -21,8 +21,8 @@ from idemflow.errors import ConfigurationError, ErrorCode, IdemflowError, Invali
 from idemflow.serialization import encode
 from idemflow.stores import open_async_store, open_store
 from idemflow.stores.base import Cond, Increment, Put, RowRef
+from idemflow.testing.servers import AZURITE_KEY, Azurite, DynamoDBLocal, Moto, moto_server
 from idemflow.worker import AsyncWorker, Worker, open_async_queue, open_queue
-from tests.servers import AZURITE_KEY, Azurite, DynamoDBLocal, Moto, moto_server
 from tests.workflows import transfer
 
 pytestmark = pytest.mark.cloud

@@ -21,9 +21,9 @@ from idemflow.records import run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores import SqliteStore
 from idemflow.stores.base import Committed, Insert, Put
+from idemflow.testing.servers import Moto
 from idemflow.worker import SqliteQueue
 from tests.expiries import expiries
-from tests.servers import Moto
 
 
 def idemflow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

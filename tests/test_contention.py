@@ -28,8 +28,8 @@ from idemflow.stores import Store
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.testing import Fault, FaultyStore
 from idemflow.testing.conflicts import DynamoDBConflicts
+from idemflow.testing.servers import DynamoDBLocal
 from tests.conftest import StoreFactory, dynamodb_local_store
-from tests.servers import DynamoDBLocal
 
 # -- the emulator follows AWS's rules --------------------------------------------------------------
 

@@ -147,9 +147,9 @@ async def afinish(store: Any, queue: Any, space: str, within: float = 60.0) -> A
 def asynchronous(store: Store, queue: Queue) -> tuple[Any, Any]:
     """The asyncio twins of a blocking store and queue (SQLite stays blocking, on threads)."""
     from idemflow.stores.azure_tables import AzureTableStore
-    from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+    from idemflow.stores.azure_tables_async import AsyncAzureTableStore
     from idemflow.stores.dynamodb import DynamoDBStore
-    from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+    from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
     from idemflow.worker import AsyncAzureQueue, AsyncSqsQueue, AzureQueue, SqsQueue
 
     if isinstance(store, DynamoDBStore) and isinstance(queue, SqsQueue):

@@ -27,10 +27,10 @@ from idemflow.client import RunStatus, status, submit
 from idemflow.errors import LimitExceededError
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
 from idemflow.stores import Store, open_store
+from idemflow.testing.servers import Azurite, Moto
 from idemflow.worker import Queue, open_queue
 from tests.checkout_workflows import checkout_v1, checkout_v2
 from tests.conftest import TEST_TABLES
-from tests.servers import Azurite, Moto
 from tests.workflows import rows_of
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,13 +18,13 @@ from idemflow.errors import BackendError, ConfigurationError, TransientError
 from idemflow.serialization import encode
 from idemflow.stores.base import Committed, Conflict, Insert, Put, RowRef
 from idemflow.stores.dynamodb import DynamoDBStore
-from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
+from idemflow.testing.servers import Moto, free_port
 from tests import conformance
 from tests.blocking import Blocking
 from tests.conformance.test_store_contract import *  # noqa: F403 - the contract, run on this module's store
 from tests.conftest import make_factory
 from tests.selection import kinds
-from tests.servers import Moto, free_port
 
 pytestmark = [pytest.mark.cloud, pytest.mark.exact_calls]
 

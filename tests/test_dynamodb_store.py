@@ -37,8 +37,8 @@ from idemflow.stores.base import (
     RunQuery,
 )
 from idemflow.stores.dynamodb import DynamoDBStore
+from idemflow.testing.servers import Moto
 from tests.conftest import TEST_TABLES, make_factory
-from tests.servers import Moto
 
 pytestmark = pytest.mark.cloud
 

@@ -25,8 +25,8 @@ from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import Increment, Put, RowRef
 from idemflow.stores.dynamodb import DynamoDBStore
+from idemflow.testing.servers import Azurite, Moto
 from tests.conftest import TEST_TABLES
-from tests.servers import Azurite, Moto
 
 pytestmark = pytest.mark.cloud
 

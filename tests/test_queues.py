@@ -24,10 +24,10 @@ from idemflow import MessageLostError
 from idemflow.async_worklist.queues import Message
 from idemflow.async_worklist.queues.base import check_reason, decode_wire, encode_wire
 from idemflow.errors import BackendError, ConfigurationError, InvalidNameError, TransientError
+from idemflow.testing.servers import AZURITE_KEY, Azurite, Moto, free_port
 from idemflow.worker import MemoryQueue, Queue, SqliteQueue, open_queue
 from tests.conformance.test_queue_contract import FakeTime
 from tests.selection import kinds
-from tests.servers import AZURITE_KEY, Azurite, Moto, free_port
 
 
 def _name() -> str:

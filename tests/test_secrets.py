@@ -18,8 +18,8 @@ from idemflow import (
     run,
 )
 from idemflow.stores import open_store
+from idemflow.testing.servers import AZURITE_KEY, Azurite, Moto
 from idemflow.worker import open_queue
-from tests.servers import AZURITE_KEY, Azurite, Moto
 
 # -- secrets --------------------------------------------------------------------------------------
 

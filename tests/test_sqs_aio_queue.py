@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from botocore.config import Config
 
-from idemflow.async_worklist.queues.aio import is_async_queue
+from idemflow.async_worklist.queues.async_adapters import is_async_queue
 from idemflow.async_worklist.queues.base import Message
 from idemflow.errors import (
     BackendError,
@@ -27,12 +27,12 @@ from idemflow.errors import (
     InvalidNameError,
     TransientError,
 )
+from idemflow.testing.servers import Moto, free_port
 from idemflow.worker import AsyncQueue, AsyncSqsQueue, SqsQueue
 from tests import conformance
 from tests.blocking_queue import BlockingQueue
 from tests.conformance.test_queue_contract import *  # noqa: F403 - the contract, run on this module's queue
 from tests.conformance.test_queue_contract import QueueFactory
-from tests.servers import Moto, free_port
 
 pytestmark = [pytest.mark.cloud]
 

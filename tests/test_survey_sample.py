@@ -15,8 +15,9 @@ import pytest
 from idemflow import IdempotencyKeyReuseError, Tx, WorkflowAborted, atomic, run
 from idemflow.client import RunStatus, status, submit
 from idemflow.stores import Store
-from idemflow.stores.aio import is_async
+from idemflow.stores.async_adapters import is_async
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.testing.servers import Moto
 from idemflow.worker import MemoryQueue, Worker
 from samples import _api, _harness
 from samples.survey import api as survey_api
@@ -35,7 +36,6 @@ from samples.survey.workflows import (
 )
 from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import Moto
 
 LUNCH: NewSurvey = {
     "id": "lunch",

@@ -23,8 +23,9 @@ import pytest
 
 from idemflow import Idem, Tx, atomic, checkpoint, now, run, uuid4, workflow
 from idemflow.client import rows
-from idemflow.stores import MemoryStore, SqliteStore, Store
+from idemflow.stores import MemoryStore, SqliteStore, Store, open_store
 from idemflow.stores.base import Check, Committed, Cond, Conflict, Increment, Insert, Put, RowRef
+from idemflow.stores.registry import STORES
 from idemflow.testing import (
     CheckReport,
     Fault,
@@ -33,9 +34,11 @@ from idemflow.testing import (
     SimulatedCrash,
     check_workflow,
 )
+from idemflow.testing.plugin import IdemflowCheck
 from idemflow.testing.plugin import (
-    IdemflowCheck,  # the fixture, until conftest loads the plugin
-)
+    idemflow_check as idemflow_check,
+)  # the fixture, until conftest loads the plugin
+from idemflow.testing.servers import ServerPool
 from samples.transfer.workflows import open_account, transfer
 from tests.async_workflows import survey
 from tests.conftest import make_factory
@@ -71,13 +74,22 @@ def test_the_transfer_sample_passes_every_scenario(
 
 @pytest.mark.cloud
 @pytest.mark.backend("dynamodb")
-def test_the_checker_runs_against_a_cloud_store(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    def setup(store: Store) -> None:
-        store.create_tables("accounts", "transfers")
-        open_accounts(store)
+def test_the_checker_runs_against_a_cloud_store(
+    idemflow_check: IdemflowCheck, idemflow_servers: ServerPool, tmp_path: Path
+) -> None:
+    """As docs/testing.md shows it: stores on the server of the registry's test bed, through
+    the plugin's fixtures."""
+    _, bed = STORES.bed("dynamodb")  # moto; "dynamodb-local" meets the service's conflicts
+    server = idemflow_servers.get(bed.server)
 
-    factory = make_factory("dynamodb", request, tmp_path)
-    report = check_workflow(transfer, TRANSFERS[:1], factory, setup=setup, faults=[Fault.CRASH_AFTER])
+    def fresh_store() -> Store:
+        store = open_store(server.store_url(f"chk{uuid.uuid4().hex[:8]}", tmp_path))
+        store.create_tables("accounts", "transfers")
+        return store
+
+    report = idemflow_check(
+        transfer, TRANSFERS[:1], setup=open_accounts, store_factory=fresh_store, faults=[Fault.CRASH_AFTER]
+    )
     assert report.ok, report
 
 

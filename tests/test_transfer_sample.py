@@ -19,6 +19,7 @@ from returns.result import Failure, Success
 from idemflow import Tx, WorkflowAborted, atomic, run, run_result
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
+from idemflow.testing.servers import Azurite, Moto
 from idemflow.worker import MemoryQueue, Worker
 from samples import _harness
 from samples.transfer import api as transfer_api
@@ -37,7 +38,6 @@ from samples.transfer.workflows import (
 )
 from tests.conftest import dynamodb_url, make_factory
 from tests.samples_http import running
-from tests.servers import Azurite, Moto
 
 OPENING = {"alice": 100, "bob": 0}
 

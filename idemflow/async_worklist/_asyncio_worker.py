@@ -40,13 +40,13 @@ from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
 from idemflow.async_worklist.outbox import relay_steps
-from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Message, Queue
 from idemflow.errors import MessageLostError
 from idemflow.policy import RetryPolicy
 from idemflow.runner import Workflow
 from idemflow.step_retry import StepRetry
-from idemflow.stores.aio import sync_reader, to_async
+from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 
 __all__ = ["AsyncWorker"]

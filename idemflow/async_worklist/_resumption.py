@@ -27,13 +27,13 @@ from idemflow._operator_commands import stored_arguments
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._submission import resolve_signing_key
 from idemflow.async_worklist.messages import Pointer, encode_pointer
-from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.errors import InvalidInputError
 from idemflow.policy import DEFAULT_POLICY
 from idemflow.records import RunRecord, RunStatus
 from idemflow.runner import status_steps
-from idemflow.stores.aio import to_async
+from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Store
 
 

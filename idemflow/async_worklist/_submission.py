@@ -47,7 +47,7 @@ from idemflow._io import CommitCache, Read, Send, Sleep, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
-from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
 from idemflow.errors import (
@@ -72,7 +72,7 @@ from idemflow.records import (
 )
 from idemflow.runner import Request, describe_request, execution_steps, run_status
 from idemflow.serialization import JSON
-from idemflow.stores.aio import sync_reader, to_async
+from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Delete, Store
 from idemflow.tx import Reader
 

@@ -35,7 +35,7 @@ from idemflow._adrive import adrive
 from idemflow._drive import drive
 from idemflow._io import ReadMany, Steps
 from idemflow.async_worklist._submission import announcer, resolve_signing_key
-from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.coordination import send
 from idemflow.engine import Plan
@@ -45,7 +45,7 @@ from idemflow.monad import Idem
 from idemflow.policy import DEFAULT_POLICY, kept_for
 from idemflow.records import RunRecord, run_ref
 from idemflow.runner import Workflow, describe_request, execution_steps, workflow
-from idemflow.stores.aio import sync_reader, to_async
+from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.tx import Reader
 

@@ -33,12 +33,12 @@ from idemflow._adrive import adrive
 from idemflow._drive import drive
 from idemflow._io import Commit, Read, Scan, Send, Steps
 from idemflow.async_worklist.messages import Pointer, encode_pointer
-from idemflow.async_worklist.queues.aio import AsyncQueue, to_async_queue
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_key, outbox_partitions
 from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.records import OutboxEntry, RunRecord, run_ref
-from idemflow.stores.aio import to_async
+from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Delete, Row, RowRef, Store
 
 log = logging.getLogger("idemflow.relay")

@@ -1,8 +1,10 @@
-"""Stores: the :class:`Store` protocol, its four backends and :func:`open_store`.
+"""Stores: the :class:`Store` protocol, its backends and :func:`open_store`.
 
-The cloud stores import their SDKs lazily, so ``import idemflow`` needs
-neither boto3 nor the Azure SDK; using one without its extra installed says
-which extra to install.
+Each backend is an entry of the store registry (:mod:`idemflow.stores.registry`):
+its URL schemes, how it opens, its asyncio twin and its test beds. The cloud
+stores import their SDKs lazily, so ``import idemflow`` needs neither boto3
+nor the Azure SDK; using one without its extra installed says which extra to
+install.
 
 >>> store = open_store("memory:")
 >>> type(store).__name__
@@ -11,21 +13,23 @@ which extra to install.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
-from idemflow._urls import parse_url
-from idemflow.stores.aio import InlineStore, ThreadedStore, to_async
+from idemflow._urls import Url, parse_url
+from idemflow.stores._moved import alias
+from idemflow.stores._openers import OPTIONAL
+from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Capabilities, Row, RowRef, Store
 from idemflow.stores.memory import MemoryStore
+from idemflow.stores.registry import STORES, Backend, load
 from idemflow.stores.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from idemflow.stores.azure_tables import AzureTableStore
-    from idemflow.stores.azure_tables_aio import AsyncAzureTableStore
+    from idemflow.stores.azure_tables_async import AsyncAzureTableStore
     from idemflow.stores.dynamodb import DynamoDBStore
-    from idemflow.stores.dynamodb_aio import AsyncDynamoDBStore
+    from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
 
 __all__ = [
     "AsyncAzureTableStore",
@@ -39,28 +43,32 @@ __all__ = [
     "RowRef",
     "SqliteStore",
     "Store",
+    "async_twin",
     "open_async_store",
     "open_store",
     "to_async",
 ]
 
-_LAZY = {
-    "DynamoDBStore": ("idemflow.stores.dynamodb", "aws"),
-    "AzureTableStore": ("idemflow.stores.azure_tables", "azure"),
-    "AsyncDynamoDBStore": ("idemflow.stores.dynamodb_aio", "aio"),
-    "AsyncAzureTableStore": ("idemflow.stores.azure_tables_aio", "aio"),
-}
-_PARAMETERS: dict[str, set[str]] = {
-    "memory": set(),
-    "sqlite": set(),
-    "dynamodb": {"endpoint", "region", "prefix", "conflicts", "open_runs_index"},
-    "azure": {"connection_string", "prefix"},
-}
-_USAGE = "memory:, sqlite:PATH, dynamodb:?region=R&endpoint=URL&prefix=P, azure:?connection_string=C&prefix=P"
+
+for _old, _new in (
+    ("aio", "async_adapters"),
+    ("dynamodb_aio", "dynamodb_async"),
+    ("azure_tables_aio", "azure_tables_async"),
+):
+    alias(__name__, _old, _new)
+
+_LAZY = OPTIONAL
+"""The optional classes, as ``idemflow`` re-exports them."""
 
 
 def __getattr__(name: str) -> Any:
-    return load_optional(__name__, name, _LAZY)
+    return load_optional(__name__, name, OPTIONAL)
+
+
+def _parsed(url: str) -> tuple[Backend, Url]:
+    """The registered backend a URL names, and the URL checked against it (nothing opened yet)."""
+    parsed = parse_url(url, "store", STORES.parameters(), STORES.usage())
+    return STORES.for_scheme(parsed.scheme), parsed
 
 
 def open_store(url: str, *, create: bool = True) -> Store:
@@ -69,7 +77,8 @@ def open_store(url: str, *, create: bool = True) -> Store:
     ``&conflicts=RATE`` to meet the service's transaction conflicts: see
     :mod:`idemflow.testing.conflicts`; ``&open_runs_index=0`` to create the runs table without
     its index of unfinished runs),
-    ``azure:?connection_string=...&prefix=P`` (or ``AZURE_STORAGE_CONNECTION_STRING``).
+    ``azure:?connection_string=...&prefix=P`` (or ``AZURE_STORAGE_CONNECTION_STRING``),
+    or the scheme of any backend added to :data:`~idemflow.stores.registry.STORES`.
 
     Query values are percent-decoded with ``+`` kept, as account keys contain
     it. An unknown scheme or parameter is a
@@ -84,39 +93,12 @@ def open_store(url: str, *, create: bool = True) -> Store:
     ...
     idemflow.errors.ConfigurationError: store URL 'dynamodb:…': unknown parameter(s) ['regoin']; dynamodb: ...
     """
-    parsed = parse_url(url, "store", _PARAMETERS, _USAGE)
-    params = parsed.params
-    if parsed.scheme == "memory":
-        return MemoryStore()
-    if parsed.scheme == "sqlite":
-        if not parsed.target:
-            raise parsed.error("needs a path: sqlite:PATH")
-        if not create and not os.path.exists(parsed.target):
-            hint = " (sqlite://x names the absolute path /x; a relative path is sqlite:x)"
-            raise parsed.error("no database file at that path" + (hint if parsed.target[:2] == "//" else ""))
-        return SqliteStore(parsed.target)
-    if parsed.scheme == "dynamodb":
-        endpoint = parsed.endpoint("endpoint")
-        rate = parsed.seconds("conflicts")  # a number like seconds: the same parsing
-        if rate is not None and not (endpoint and 0.0 <= rate <= 1.0):
-            raise parsed.error("conflicts=RATE needs an endpoint (a local server) and a rate within [0, 1]")
-        store_cls = __getattr__("DynamoDBStore")
-        store: Store = store_cls(
-            endpoint_url=endpoint,
-            region_name=params.get("region"),
-            prefix=params.get("prefix", ""),
-            open_runs_index=parsed.flag("open_runs_index") is not False,
-        )
-        if rate is not None:
-            from idemflow.testing.conflicts import DynamoDBConflicts
-
-            DynamoDBConflicts(store.client, phantom_rate=rate).install()  # type: ignore[attr-defined]
-        return store
-    conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-    if not conn:
-        raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
-    store_cls = __getattr__("AzureTableStore")
-    return store_cls(connection_string=conn, prefix=params.get("prefix", ""))  # type: ignore[no-any-return]
+    entry, parsed = _parsed(url)
+    hooks = [load(hook)(parsed) for name, hook in entry.test_parameters.items() if name in parsed.params]
+    store: Store = load(entry.opener, entry.extra)(parsed, create=create)
+    for install in hooks:
+        install(store)
+    return store
 
 
 def open_async_store(url: str, *, create: bool = True) -> AsyncStore:
@@ -126,25 +108,28 @@ def open_async_store(url: str, *, create: bool = True) -> AsyncStore:
     (:class:`AsyncDynamoDBStore`, :class:`AsyncAzureTableStore`, the ``aio``
     extra); SQLite runs on threads of its own, memory on the loop. Create it
     on the event loop that uses it, and ``await store.close()`` when done.
-    The test-only ``conflicts=`` emulator exists for the blocking DynamoDB client only.
+    A URL with a test-only parameter (``conflicts=``, which hooks the blocking
+    DynamoDB client) gets the blocking store on threads.
     """
-    parsed = parse_url(url, "store", _PARAMETERS, _USAGE)
-    params = parsed.params
-    if parsed.scheme == "dynamodb":
-        if "conflicts" in params:
-            return ThreadedStore(open_store(url, create=create))
-        store_cls = __getattr__("AsyncDynamoDBStore")
-        return store_cls(  # type: ignore[no-any-return]
-            endpoint_url=parsed.endpoint("endpoint"),
-            region_name=params.get("region"),
-            prefix=params.get("prefix", ""),
-            open_runs_index=parsed.flag("open_runs_index") is not False,
-        )
-    if parsed.scheme == "azure":
-        conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-        if not conn:
-            raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
-        store_cls = __getattr__("AsyncAzureTableStore")
-        return store_cls(connection_string=conn, prefix=params.get("prefix", ""))  # type: ignore[no-any-return]
-    blocking = open_store(url, create=create)
-    return InlineStore(blocking) if isinstance(blocking, MemoryStore) else ThreadedStore(blocking)
+    entry, parsed = _parsed(url)
+    if entry.async_opener is None or set(entry.test_parameters) & set(parsed.params):
+        return to_async(open_store(url, create=create))
+    store: AsyncStore = load(entry.async_opener, "aio")(parsed, create=create)
+    return store
+
+
+def async_twin(store: Store) -> AsyncStore:
+    """The asyncio store on the same tables as blocking ``store``: on its SDK's asynchronous
+    client where its backend has one (:attr:`~idemflow.stores.registry.Backend.twin`), else
+    ``store`` itself on threads of its own (or on the loop, for memory).
+
+    A twin on an SDK client has clients of its own: ``await twin.close()`` when done.
+
+    >>> async_twin(MemoryStore())  # doctest: +ELLIPSIS
+    InlineStore(<idemflow.stores.memory.MemoryStore object at ...>)
+    """
+    entry = STORES.for_blocking(store)
+    if entry is None or entry.twin is None:
+        return to_async(store)
+    twin: AsyncStore = load(entry.twin, "aio")(store)
+    return twin

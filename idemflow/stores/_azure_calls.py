@@ -7,7 +7,7 @@ generator that *yields* a :class:`Call` (one SDK call on a logical table's
 the answer, or has the SDK's exception thrown in at the ``yield``.
 :class:`~idemflow.stores.azure_tables.AzureTableStore` carries the calls out
 with the blocking ``TableClient``;
-:class:`~idemflow.stores.azure_tables_aio.AsyncAzureTableStore` awaits them
+:class:`~idemflow.stores.azure_tables_async.AsyncAzureTableStore` awaits them
 on ``azure.data.tables.aio`` clients. Retries are tenacity's (:mod:`idemflow.policy`). A call whose
 ``collect`` is set returns a query's pages: the driver answers with its
 entities as a list (the aio client's are iterated asynchronously).
@@ -56,6 +56,7 @@ from idemflow.stores._azure_batch import (
 )
 from idemflow.stores._azure_batch import Plan as Planned
 from idemflow.stores._azure_errors import RETRYABLE, classify_exception
+from idemflow.stores._call_count import CallCount
 from idemflow.stores._expiring import Backlog, Schedule
 from idemflow.stores.base import (
     COMMITTED,
@@ -123,7 +124,7 @@ class AzureCalls:
             raise ConfigurationError(f"Azure table prefix must be ASCII letters and digits, not {prefix!r}")
         self.prefix = prefix
         self._lock = threading.Lock()
-        self._round_trips = 0
+        self._calls_made = CallCount()
         self._tombstones: dict[tuple[str, str, str], str] = {}  # (table, partition, key) -> ETag
         self._expiry = Schedule(expire_every)
         self._expiry_pages: dict[str, Any] = {}  # table -> where its next expiry query starts
@@ -170,17 +171,15 @@ class AzureCalls:
                     del self._tombstones[next(iter(self._tombstones))]
 
     def _count(self) -> None:
-        with self._lock:
-            self._round_trips += 1
+        self._calls_made.add()
 
     @property
     def round_trips(self) -> int:
         """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
 
-        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        Counted without a lock (:class:`~idemflow.stores._call_count.CallCount`).
         """
-        with self._lock:
-            return self._round_trips
+        return self._calls_made.value
 
     def _error(self, exc: Exception, table: str, what: str, operation: str) -> BackendError:
         """The idemflow error for an SDK failure of ``operation`` on logical ``table``."""

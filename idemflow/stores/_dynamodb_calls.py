@@ -4,7 +4,7 @@ Each store operation is a generator that *yields* an :class:`SdkCall` (a client
 method's name and its arguments) and is sent the response, or has the SDK's
 exception thrown in at the ``yield``; it returns the operation's result.
 :class:`~idemflow.stores.dynamodb.DynamoDBStore` answers the calls on a boto3
-client (:func:`drive`), :class:`~idemflow.stores.dynamodb_aio.AsyncDynamoDBStore`
+client (:func:`drive`), :class:`~idemflow.stores.dynamodb_async.AsyncDynamoDBStore`
 awaits them on an aiobotocore client (:func:`adrive`). So requests, limits,
 responses, batching and the mapping of SDK errors onto idemflow's exist once.
 """

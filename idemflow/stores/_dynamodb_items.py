@@ -1,7 +1,7 @@
 """DynamoDB items and transactions, built from store operations and read back: no I/O here.
 
 Shared by :class:`~idemflow.stores.dynamodb.DynamoDBStore` and
-:class:`~idemflow.stores.dynamodb_aio.AsyncDynamoDBStore` (through
+:class:`~idemflow.stores.dynamodb_async.AsyncDynamoDBStore` (through
 :mod:`idemflow.stores._dynamodb_calls`); the item layout is described in
 :mod:`idemflow.stores.dynamodb`.
 """

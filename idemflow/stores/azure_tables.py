@@ -80,7 +80,7 @@ class AzureTableStore(AzureCalls):
     ``client_options`` go to ``TableServiceClient.from_connection_string``
     (``retry_total``, ``connection_timeout``, ``read_timeout``, …). Its
     per-call logic lives in :mod:`idemflow.stores._azure_calls`, shared with
-    :class:`~idemflow.stores.azure_tables_aio.AsyncAzureTableStore`; this
+    :class:`~idemflow.stores.azure_tables_async.AsyncAzureTableStore`; this
     class carries the calls out with the blocking SDK. ``expire_every``:
     seconds between two expiry sweeps (None: never; see the module docstring).
     """

@@ -20,7 +20,8 @@ hit costs no extra round trip where the backend returns the old item.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -226,6 +227,16 @@ class Store(Protocol):
         """Release connections and finish deferred writes."""
         ...
 
+    @property
+    def round_trips(self) -> int:
+        """Backend calls made so far (reads, commits, cache writes, sweeps).
+
+        The conformance suite holds every backend to its call budget with it (a
+        duplicate of a finished request costs one call) and the benchmarks report
+        it; counted off the hot path (no lock per call), read rarely.
+        """
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Expired:
@@ -282,6 +293,11 @@ class Expiring(Protocol):
     def expire(self, now: float | None = None, limit: int = 100) -> ExpiryReport:
         """Settle at most ``limit`` rows (per table) whose ``expires_at`` is before ``now``
         (wall time by default), by the rules of :mod:`idemflow.expiry`."""
+        ...
+
+    def schedule_expiry(self, every: float | None, *, clock: Callable[[], float] = time.time) -> None:
+        """Sweep from ``commit`` at most once per ``every`` seconds (None: never), rows expiring
+        by ``clock`` (wall time by default; tests pass one they move)."""
         ...
 
 
@@ -360,7 +376,7 @@ class AsyncStore(Protocol):
     """The same store contract for an event loop: every call that may wait is awaited.
 
     Stores on the SDKs' own asynchronous clients (aiobotocore, the Azure SDK's
-    ``aio`` clients) implement it, and :func:`idemflow.stores.aio.to_async`
+    ``aio`` clients) implement it, and :func:`idemflow.stores.async_adapters.to_async`
     gives it to any blocking :class:`Store` (SQLite, memory) on threads of
     its own. ``arun``, ``asubmit`` and the asyncio worker take one.
     """
@@ -393,4 +409,9 @@ class AsyncStore(Protocol):
 
     async def close(self) -> None:
         """Finish deferred writes and release connections."""
+        ...
+
+    @property
+    def round_trips(self) -> int:
+        """Backend calls made so far (see :attr:`Store.round_trips`)."""
         ...

@@ -29,7 +29,6 @@ keys) are checked before sending: an oversize step fails with
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +40,7 @@ from idemflow._sdk_calls import SdkCall, drive
 from idemflow.errors import ConfigurationError
 from idemflow.policy import pause
 from idemflow.stores._cache_writer import CacheWriter
+from idemflow.stores._call_count import CallCount
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES, ITEM_LIMIT, PARTITION_LIMIT
 from idemflow.stores._dynamodb_runs import KEY_ORDER, run_page
@@ -78,7 +78,7 @@ class DynamoDBStore:
     One boto3 low-level client serves every thread (boto3 clients are
     thread-safe). Cache writes go to one background thread, off the caller's path.
     Requests and responses are built and read in :mod:`idemflow.stores._dynamodb_calls`,
-    shared with :class:`~idemflow.stores.dynamodb_aio.AsyncDynamoDBStore`.
+    shared with :class:`~idemflow.stores.dynamodb_async.AsyncDynamoDBStore`.
     """
 
     capabilities = DYNAMODB_CAPABILITIES
@@ -112,8 +112,7 @@ class DynamoDBStore:
         self.url = store_url(client.meta.endpoint_url, client.meta.region_name, prefix, open_runs_index)
         """A URL for :func:`~idemflow.stores.open_store` reaching the same tables."""
         self._calls = DynamoDBCalls(prefix, self.url, open_runs_index=open_runs_index)
-        self._lock = threading.Lock()
-        self._round_trips = 0
+        self._calls_made = CallCount()
         self._cache = CacheWriter("dynamodb", self.commit, log)
 
     def table_name(self, table: str) -> str:
@@ -174,9 +173,9 @@ class DynamoDBStore:
     def round_trips(self) -> int:
         """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
 
-        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        Counted without a lock (:class:`~idemflow.stores._call_count.CallCount`).
         """
-        return self._round_trips
+        return self._calls_made.value
 
     def _run(self, calls: Calls[T]) -> T:
         return drive(calls, self._invoke)
@@ -185,8 +184,7 @@ class DynamoDBStore:
         """Count one backend call and make it (its failure is mapped where it was asked for)."""
         if isinstance(call, Sleep):  # a retry's wait (idemflow.policy)
             return pause(call)
-        with self._lock:
-            self._round_trips += 1
+        self._calls_made.add()
         if call.waiter:
             return self.client.get_waiter(call.operation).wait(**call.kwargs)  # type: ignore[call-overload]
         return getattr(self.client, call.operation)(**call.kwargs)

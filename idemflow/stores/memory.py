@@ -185,6 +185,6 @@ class MemoryStore:
     def round_trips(self) -> int:
         """Backend calls made so far (reads, commits, cache writes), for tests and benchmarks.
 
-        This store's own count, not part of the Store protocol: code given any Store must not use it.
+        Part of the :class:`~idemflow.stores.base.Store` protocol.
         """
         return self._round_trips

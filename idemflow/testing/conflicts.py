@@ -49,12 +49,14 @@ import json
 import random
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
+
+from idemflow._urls import Url
 
 Item = tuple[str, str]
 """(table name, canonical JSON of the item's key attributes)."""
@@ -206,4 +208,22 @@ def _cancelled(operation: str, met: list[bool]) -> tuple[AWSResponse, dict[str, 
     return AWSResponse("https://dynamodb.emulated", 400, HTTPHeaders(), None), parsed
 
 
-__all__ = ["DynamoDBConflicts"]
+def install_from_url(url: Url) -> Callable[[Any], None]:
+    """The ``conflicts=RATE`` parameter of a ``dynamodb:`` store URL (see the store registry):
+    checked now, before anything is opened, and returning what makes the opened store's
+    client meet the service's transaction conflicts, phantom ones at ``RATE``.
+
+    Only for a local server (the URL names an endpoint): on the real service the
+    conflicts are real.
+    """
+    rate = url.seconds("conflicts")  # a number like seconds: the same parsing
+    if rate is None or not (url.params.get("endpoint") and 0.0 <= rate <= 1.0):
+        raise url.error("conflicts=RATE needs an endpoint (a local server) and a rate within [0, 1]")
+
+    def install(store: Any) -> None:
+        DynamoDBConflicts(store.client, phantom_rate=rate).install()
+
+    return install
+
+
+__all__ = ["DynamoDBConflicts", "install_from_url"]

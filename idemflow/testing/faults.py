@@ -129,6 +129,10 @@ class StoreWrapper:
     def close(self) -> None:
         self.inner.close()
 
+    @property
+    def round_trips(self) -> int:
+        return self.inner.round_trips
+
 
 class FaultyStore(StoreWrapper):
     """A :class:`~idemflow.stores.base.Store` that injects faults chosen by ``plan``.

@@ -15,13 +15,15 @@ then, in a test::
 
 The check runs on a fresh :class:`~idemflow.stores.MemoryStore` per scenario, or on
 SQLite files with ``pytest --idemflow-store=sqlite``; pass ``store_factory=``
-to use another store (a cloud store against its emulator, say).
+to use another store (a cloud store against its emulator, say: the
+``idemflow_servers`` fixture starts moto, Azurite or DynamoDB Local for the
+session and gives a store URL on them).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from idemflow.stores.memory import MemoryStore
 from idemflow.stores.sqlite import SqliteStore
 from idemflow.testing.check import check_workflow
 from idemflow.testing.report import CheckReport
+from idemflow.testing.servers import ServerPool
 
 STORE_OPTION = "--idemflow-store"
 
@@ -88,6 +91,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.fixture(scope="session")
+def idemflow_servers() -> Iterator[ServerPool]:
+    """The backend servers of the registries' test beds (moto, Azurite, DynamoDB Local), each
+    started on first use and stopped at the end of the session::
+
+        def test_on_azurite(idemflow_servers, tmp_path):
+            _, bed = STORES.bed("azure")
+            url = idemflow_servers.get(bed.server).store_url("t1", tmp_path)
+            store = open_store(url)
+    """
+    with ServerPool() as pool:
+        yield pool
+
+
 @pytest.fixture
 def idemflow_check(request: pytest.FixtureRequest, tmp_path: Path) -> IdemflowCheck:
     """Check a workflow under every crash point, duplicate and conflict; fail with a trace."""
@@ -96,4 +113,4 @@ def idemflow_check(request: pytest.FixtureRequest, tmp_path: Path) -> IdemflowCh
     return IdemflowCheck(factory)
 
 
-__all__ = ["IdemflowCheck", "idemflow_check", "pytest_addoption", "sqlite_factory"]
+__all__ = ["IdemflowCheck", "idemflow_check", "idemflow_servers", "pytest_addoption", "sqlite_factory"]

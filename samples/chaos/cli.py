@@ -152,7 +152,7 @@ def _dynamodb_local(wanted: bool) -> Iterator[str | None]:
     if not wanted:
         yield None
         return
-    from tests.servers import dynamodb_local_server
+    from idemflow.testing.servers import dynamodb_local_server
 
     with dynamodb_local_server() as server:
         yield server.endpoint

@@ -22,11 +22,11 @@ from returns.result import Success
 
 from idemflow import Idem, Tx, atomic, workflow
 from idemflow.stores import Store
+from idemflow.stores.registry import Feature
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.apis import Api
 from tests.conformance.test_workflow_contract import new_space
-from tests.conftest import StoreFactory
-from tests.selection import kinds
+from tests.conftest import StoreFactory, make_factory, store_kinds
 from tests.workflows import rows_of
 
 Step = tuple[str, str, str, int]
@@ -180,17 +180,15 @@ def test_exactly_once_on_cloud_stores(cloud_store: Store, data: dict[str, Any], 
 
 
 def _make(kind: str, request: Any, tmp_path: Any) -> Store:
-    from tests.conftest import make_factory
-
     factory: StoreFactory = make_factory(kind, request, tmp_path)
     return factory()
 
 
-@pytest.fixture(params=kinds("memory", "sqlite"))
+@pytest.fixture(params=store_kinds(without=(Feature.SERVER,)))
 def local_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
     return _make(str(request.param), request, tmp_path)
 
 
-@pytest.fixture(params=kinds("dynamodb", "dynamodb-local", "azure"))
+@pytest.fixture(params=store_kinds(Feature.SERVER))
 def cloud_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
     return _make(str(request.param), request, tmp_path)

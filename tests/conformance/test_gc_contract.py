@@ -27,6 +27,7 @@ from idemflow.stores.base import Committed, Delete, Expired, Expiring, Insert, P
 from idemflow.testing import FaultyStore, SimulatedCrash
 from tests.apis import Api
 from tests.conformance.test_workflow_contract import before_step, new_space
+from tests.expiries import expiries
 from tests.workflows import rows_of, setup_accounts, transfer
 
 
@@ -80,7 +81,7 @@ def test_store_expires_finished_requests_by_itself(store: Store, api: Api) -> No
         assert_ttl_on_every_bookkeeping_row(store, done_id)
         return
     clock = [time.time()]
-    store.schedule_expiry(0.0, clock=lambda: clock[0])  # type: ignore[attr-defined]
+    store.schedule_expiry(0.0, clock=lambda: clock[0])
     api.run(transfer(req), request_id=done_id, store=store, policy=policy)
     with pytest.raises(SimulatedCrash):
         api.run(transfer(req), request_id=half_id, store=FaultyStore(store, before_step(2)), policy=policy)
@@ -200,19 +201,19 @@ def _memo_rows(store: Store, request_id: str) -> list[tuple[str, str, Row]]:
 
 
 def assert_ttl_on_every_bookkeeping_row(store: Store, request_id: str) -> None:
-    """Every memo row and the run record of ``request_id`` carry ``expires_at`` for TTL."""
+    """Every memo row and the run record of ``request_id`` carry ``expires_at`` (DynamoDB: for TTL)."""
     from idemflow.stores.dynamodb import DynamoDBStore
 
-    assert isinstance(store, DynamoDBStore)
+    if isinstance(store, DynamoDBStore):
+        for table in ("accounts", "ledger", RUNS_TABLE):
+            ttl = store.client.describe_time_to_live(TableName=store.table_name(table))
+            assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
     seen = 0
-    for table in ("accounts", "ledger", RUNS_TABLE):
-        ttl = store.client.describe_time_to_live(TableName=store.table_name(table))
-        assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
-        for item in store.client.scan(TableName=store.table_name(table), ConsistentRead=True)["Items"]:
-            parsed, partition = parse_memo_key(item["sk"]["S"]), item["pk"]["S"]
-            if (parsed and parsed[1] == request_id) or (table == RUNS_TABLE and partition == request_id):
-                assert float(item["expires_at"]["N"]) > time.time(), item
-                seen += 1
+    for (table, partition, key), expires_at in expiries(store).items():
+        parsed = parse_memo_key(key)
+        if (parsed and parsed[1] == request_id) or (table.endswith(RUNS_TABLE) and partition == request_id):
+            assert expires_at is not None and expires_at > time.time(), (table, partition, key)
+            seen += 1
     assert seen >= 4  # three step memos and the run record
 
 

@@ -21,11 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idemflow.async_worklist.queues import Message
+from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.errors import InvalidInputError, LimitExceededError
-from idemflow.worker import DeadLetter, MemoryQueue, Queue, SqliteQueue
+from idemflow.stores.registry import Feature
+from idemflow.worker import DeadLetter, Queue
 from tests.selection import kinds
 
-QUEUE_KINDS = ("memory", "sqlite", "sqs", "azure")
 CLOUD_VT = 1
 """Visibility timeout on the cloud queues: short, so redelivery tests wait about a second."""
 LOCAL_VT = 30.0
@@ -70,7 +71,11 @@ class QueueFactory:
     build: Callable[[str, float], Queue]
     clock: FakeTime | None
     names: Iterator[str]
+    shared: bool = True
+    """Whether a second handle reaches the same queue (not the in-process one)."""
     opened: list[Queue] = field(default_factory=list)
+    made: dict[int, tuple[str, float]] = field(default_factory=dict)
+    """The name and visibility timeout each queue was opened with (the protocol has no name)."""
 
     @property
     def cloud(self) -> bool:
@@ -86,13 +91,14 @@ class QueueFactory:
 
     def other(self, queue: Queue) -> Queue:
         """A second receiver on the same queue (the same object for the in-process queue)."""
-        if isinstance(queue, MemoryQueue):
+        if not self.shared:
             return queue
-        return self._open(queue.name, queue.visibility_timeout)  # type: ignore[attr-defined]
+        return self._open(*self.made[id(queue)])
 
     def _open(self, name: str, visibility_timeout: float) -> Queue:
         queue = self.build(name, visibility_timeout)
         self.opened.append(queue)
+        self.made[id(queue)] = (name, visibility_timeout)
         return queue
 
     @property
@@ -118,34 +124,18 @@ class QueueFactory:
         return got
 
 
-@pytest.fixture(params=kinds(*QUEUE_KINDS))
+@pytest.fixture(params=kinds(*QUEUES.kinds()))
 def queue_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueFactory]:
     kind = str(request.param)
+    _, bed = QUEUES.bed(kind)
+    server = request.getfixturevalue("backend_servers").get(bed.server)
     names = (f"q{uuid.uuid4().hex[:12]}" for _ in iter(int, 1))
-    clock = None if kind in ("sqs", "azure") else FakeTime()
-    build: Callable[[str, float], Queue]
-    if kind == "memory":
-        assert clock is not None
-        build = lambda name, vt: MemoryQueue(visibility_timeout=vt, clock=clock.time)  # noqa: E731
-    elif kind == "sqlite":
-        assert clock is not None
-        path = tmp_path / "queue.sqlite3"
-        build = lambda name, vt: SqliteQueue(  # noqa: E731
-            path, name=name, visibility_timeout=vt, clock=clock.time, sleep=clock.sleep
-        )
-    elif kind == "sqs":
-        from idemflow.worker import SqsQueue
+    clock = FakeTime() if Feature.FAKE_CLOCK in bed.features else None
 
-        moto = request.getfixturevalue("moto")
-        build = lambda name, vt: SqsQueue(  # noqa: E731
-            name, endpoint_url=moto.endpoint, region_name=moto.region, visibility_timeout=vt
-        )
-    else:
-        from idemflow.worker import AzureQueue
+    def build(name: str, visibility_timeout: float) -> Queue:
+        return server.queue(name, tmp_path, visibility_timeout=visibility_timeout, clock=clock)  # type: ignore[no-any-return]
 
-        conn = request.getfixturevalue("azurite").connection_string
-        build = lambda name, vt: AzureQueue(name, connection_string=conn, visibility_timeout=vt)  # noqa: E731
-    factory = QueueFactory(kind, build, clock, names)
+    factory = QueueFactory(kind, build, clock, names, shared=Feature.SHARED in bed.features)
     yield factory
     for queue in factory.opened:
         queue.close()

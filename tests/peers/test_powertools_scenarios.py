@@ -33,7 +33,7 @@ from idemflow.cli import main as idemflow_cli
 from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash, data_rows
-from tests.servers import Moto
+from idemflow.testing.servers import Moto
 
 
 @pytest.fixture(params=["memory", "sqlite"])

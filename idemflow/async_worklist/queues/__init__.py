@@ -1,4 +1,4 @@
-"""Work queues for the asynchronous worklist: the :class:`Queue` protocol, four backends, :func:`open_queue`.
+"""Work queues for the asynchronous worklist: the :class:`Queue` protocol, its backends, :func:`open_queue`.
 
 The cloud queues import their SDKs lazily, so ``import idemflow`` needs
 neither boto3 nor the Azure SDK; using one without its extra installed says
@@ -11,22 +11,25 @@ which extra to install.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
-from idemflow._urls import parse_url
-from idemflow.async_worklist.queues.aio import AsyncQueue, ThreadedQueue
+from idemflow._urls import Url, parse_url
+from idemflow.async_worklist.queues._openers import OPTIONAL
+from idemflow.async_worklist.queues.async_adapters import AsyncQueue, ThreadedQueue, to_async_queue
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
+from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.errors import MessageLostError
+from idemflow.stores._moved import alias
+from idemflow.stores.registry import Backend, load
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.azure_queue_aio import AsyncAzureQueue
+    from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
     from idemflow.async_worklist.queues.sqs import SqsQueue
-    from idemflow.async_worklist.queues.sqs_aio import AsyncSqsQueue
+    from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
 
 __all__ = [
     "AsyncAzureQueue",
@@ -41,27 +44,24 @@ __all__ = [
     "SqliteQueue",
     "SqsQueue",
     "ThreadedQueue",
+    "async_queue_twin",
     "open_async_queue",
     "open_queue",
 ]
 
-_LAZY = {
-    "SqsQueue": ("idemflow.async_worklist.queues.sqs", "aws"),
-    "AzureQueue": ("idemflow.async_worklist.queues.azure_queue", "azure"),
-    "AsyncSqsQueue": ("idemflow.async_worklist.queues.sqs_aio", "aio"),
-    "AsyncAzureQueue": ("idemflow.async_worklist.queues.azure_queue_aio", "aio"),
-}
-_PARAMETERS = {
-    "memory": {"visibility_timeout"},
-    "sqlite": {"visibility_timeout", "name"},
-    "sqs": {"visibility_timeout", "endpoint", "region", "create"},
-    "azure-queue": {"visibility_timeout", "connection_string", "create"},
-}
-_USAGE = "memory:, sqlite:PATH, sqs:NAME, azure-queue:NAME"
+for _old, _new in (
+    ("aio", "async_adapters"),
+    ("sqs_aio", "sqs_async"),
+    ("azure_queue_aio", "azure_queue_async"),
+):
+    alias(__name__, _old, _new)
+
+_LAZY = OPTIONAL
+"""The optional classes, as ``idemflow.async_worklist`` re-exports them."""
 
 
 def __getattr__(name: str) -> Any:
-    return load_optional(__name__, name, _LAZY)
+    return load_optional(__name__, name, OPTIONAL)
 
 
 def open_queue(url: str) -> Queue:
@@ -82,55 +82,41 @@ def open_queue(url: str) -> Queue:
     >>> queue.name, queue.visibility_timeout
     ('jobs', 60.0)
     """
-    kind, args, options = _parsed(url)
-    if kind in ("MemoryQueue", "SqliteQueue"):
-        return MemoryQueue(**options) if kind == "MemoryQueue" else SqliteQueue(*args, **options)
-    queue_cls = __getattr__(kind)
-    return queue_cls(*args, **options)  # type: ignore[no-any-return]
+    entry, parsed = _parsed(url)
+    queue: Queue = load(entry.opener, entry.extra)(parsed)
+    return queue
 
 
 def open_async_queue(url: str) -> AsyncQueue:
-    """The :class:`~idemflow.async_worklist.queues.aio.AsyncQueue` a URL names (``open_queue``'s URLs).
+    """The :class:`~idemflow.async_worklist.queues.async_adapters.AsyncQueue` a URL names.
+
+    It takes the URLs of :func:`open_queue`.
 
     SQS and Azure Queue get their SDKs' asynchronous clients (the ``aio``
     extra); SQLite and memory queues run on threads of their own. Create it on
     the event loop that uses it; ``await queue.close()`` when done.
     """
-    kind, args, options = _parsed(url)
-    if kind in ("MemoryQueue", "SqliteQueue"):
-        return ThreadedQueue(open_queue(url))
-    queue_cls = __getattr__("Async" + kind)
-    return queue_cls(*args, **options)  # type: ignore[no-any-return]
+    entry, parsed = _parsed(url)
+    if entry.async_opener is None:
+        return to_async_queue(open_queue(url))
+    queue: AsyncQueue = load(entry.async_opener, "aio")(parsed)
+    return queue
 
 
-def _parsed(url: str) -> tuple[str, tuple[str, ...], dict[str, Any]]:
-    """The queue class a URL names, with its arguments (checked before anything is opened)."""
-    parsed = parse_url(url, "queue", _PARAMETERS, _USAGE)
-    scheme, target, params = parsed.scheme, parsed.target, parsed.params
-    options: dict[str, Any] = {}
-    visibility_timeout = parsed.seconds("visibility_timeout")
-    if visibility_timeout is not None:
-        options["visibility_timeout"] = visibility_timeout
-    create = parsed.flag("create")
-    if create is not None:
-        options["create"] = create
-    if scheme == "memory":
-        return "MemoryQueue", (), options
-    if not target:
-        raise parsed.error(f"needs a {'path' if scheme == 'sqlite' else 'queue name'}")
-    if scheme == "sqlite":
-        return "SqliteQueue", (target,), {"name": params.get("name", "default"), **options}
-    if scheme == "sqs":
-        return (
-            "SqsQueue",
-            (target,),
-            {
-                "endpoint_url": parsed.endpoint("endpoint"),
-                "region_name": params.get("region"),
-                **options,
-            },
-        )
-    conn = params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-    if not conn:
-        raise parsed.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
-    return "AzureQueue", (target,), {"connection_string": conn, **options}
+def async_queue_twin(queue: Queue) -> AsyncQueue:
+    """The asyncio queue on the same queue as blocking ``queue``: on its SDK's asynchronous
+    client where its backend has one, else ``queue`` itself on threads of its own.
+
+    A twin on an SDK client has clients of its own: ``await twin.close()`` when done.
+    """
+    entry = QUEUES.for_blocking(queue)
+    if entry is None or entry.twin is None:
+        return to_async_queue(queue)
+    twin: AsyncQueue = load(entry.twin, "aio")(queue)
+    return twin
+
+
+def _parsed(url: str) -> tuple[Backend, Url]:
+    """The registered backend a URL names, and the URL checked against it (nothing opened yet)."""
+    parsed = parse_url(url, "queue", QUEUES.parameters(), QUEUES.usage())
+    return QUEUES.for_scheme(parsed.scheme), parsed

@@ -8,7 +8,7 @@ its ``<name>-dlq``'s ``QueueClient``) or a :class:`Pause` (a wait between
 polls) and is sent the answer, or has the SDK's exception thrown in at the
 ``yield``. :class:`~idemflow.async_worklist.queues.azure_queue.AzureQueue`
 carries the calls out with blocking clients and its ``sleep``;
-:class:`~idemflow.async_worklist.queues.azure_queue_aio.AsyncAzureQueue`
+:class:`~idemflow.async_worklist.queues.azure_queue_async.AsyncAzureQueue`
 awaits them on ``azure.storage.queue.aio`` clients and ``asyncio.sleep``. A
 call whose ``collect`` is set returns pages of messages: the driver answers
 with them as a list (the aio client's are iterated asynchronously).

@@ -7,7 +7,7 @@ the SDK's exception thrown in at the ``yield``. Two descriptions are no client
 call: :class:`Pause` (wait between short polls) and :class:`Open` (the queue's
 URL is not known yet: resolve it, then send it back).
 :class:`~idemflow.async_worklist.queues.sqs.SqsQueue` answers them on a boto3
-client, :class:`~idemflow.async_worklist.queues.sqs_aio.AsyncSqsQueue` awaits
+client, :class:`~idemflow.async_worklist.queues.sqs_async.AsyncSqsQueue` awaits
 them on an aiobotocore client. So argument checks, requests, the receive loop,
 "gone" receipts and the mapping of SDK errors onto idemflow's exist once.
 """

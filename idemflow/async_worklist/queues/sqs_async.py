@@ -1,6 +1,6 @@
 """Amazon SQS for event loops, on aiobotocore's asynchronous client.
 
-:class:`AsyncSqsQueue` is an :class:`~idemflow.async_worklist.queues.aio.AsyncQueue`:
+:class:`AsyncSqsQueue` is an :class:`~idemflow.async_worklist.queues.async_adapters.AsyncQueue`:
 the same queues, bodies, receipts, dead letters and errors as
 :class:`~idemflow.async_worklist.queues.sqs.SqsQueue` (both run the calls of
 :mod:`idemflow.async_worklist.queues._sqs_calls`), each call awaited instead of
@@ -50,7 +50,7 @@ T = TypeVar("T")
 
 
 class AsyncSqsQueue:
-    """An :class:`~idemflow.async_worklist.queues.aio.AsyncQueue` on an SQS standard queue.
+    """An :class:`~idemflow.async_worklist.queues.async_adapters.AsyncQueue` on an SQS standard queue.
 
     Created like :class:`~idemflow.async_worklist.queues.sqs.SqsQueue` (``client_options``
     go to aiobotocore's ``create_client``: credentials, say), or as :meth:`twin_of` one.

@@ -1,7 +1,7 @@
 """Asynchronous stores: the :class:`~idemflow.stores.base.AsyncStore` contract for event loops.
 
 DynamoDB and Azure have stores on their SDKs' own asynchronous clients
-(:mod:`idemflow.stores.dynamodb_aio`, :mod:`idemflow.stores.azure_tables_aio`).
+(:mod:`idemflow.stores.dynamodb_async`, :mod:`idemflow.stores.azure_tables_async`).
 Every other store is a blocking :class:`~idemflow.stores.base.Store` whose
 calls are handed to threads of its own (:class:`ThreadedStore`): SQLite's
 calls wait on the disk, and the loop must never wait. :class:`MemoryStore`'s
@@ -76,6 +76,10 @@ class ThreadedStore:
         await self._call(self.store.close)
         self.pool.shutdown(wait=False)
 
+    @property
+    def round_trips(self) -> int:
+        return self.store.round_trips
+
     def __repr__(self) -> str:
         return f"ThreadedStore({self.store!r})"
 
@@ -107,6 +111,10 @@ class InlineStore:
 
     async def close(self) -> None:
         self.store.close()
+
+    @property
+    def round_trips(self) -> int:
+        return self.store.round_trips
 
     def __repr__(self) -> str:
         return f"InlineStore({self.store!r})"

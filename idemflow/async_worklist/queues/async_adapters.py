@@ -1,8 +1,8 @@
 """Asynchronous queues: the :class:`AsyncQueue` contract for ``asubmit`` and the asyncio worker.
 
 SQS and Azure Queue have queues on their SDKs' own asynchronous clients
-(:mod:`~idemflow.async_worklist.queues.sqs_aio`,
-:mod:`~idemflow.async_worklist.queues.azure_queue_aio`). Any other queue is a
+(:mod:`~idemflow.async_worklist.queues.sqs_async`,
+:mod:`~idemflow.async_worklist.queues.azure_queue_async`). Any other queue is a
 blocking :class:`~idemflow.async_worklist.queues.base.Queue` whose calls run
 on threads of its own (:class:`ThreadedQueue`): the loop never waits.
 Operators' calls (``list_dead_letters``, ``redrive``) stay on blocking queues.

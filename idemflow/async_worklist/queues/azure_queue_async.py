@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 class AsyncAzureQueue(AzureQueueCalls):
-    """An :class:`~idemflow.async_worklist.queues.aio.AsyncQueue` on an Azure storage queue.
+    """An :class:`~idemflow.async_worklist.queues.async_adapters.AsyncQueue` on an Azure storage queue.
 
     The arguments are :class:`~idemflow.async_worklist.queues.azure_queue.AzureQueue`'s,
     ``sleep`` awaited. Use it on one event loop: its queue clients are made
