@@ -31,7 +31,6 @@ and racing executions then have the effect of one failure-free run.
 
 from __future__ import annotations
 
-from idemflow import stores as _stores  # noqa: F401 - first: the row format and the stores import each other
 from idemflow._asyncio_runner import arun, arun_result
 from idemflow._moved import Moves as _Moves
 from idemflow._moved import resolve as _resolve

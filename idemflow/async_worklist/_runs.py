@@ -139,27 +139,6 @@ def attempt_steps(
             return True
 
 
-def note_waiting(
-    store: Store, workflow: str, request_id: str, why: str, policy: RetryPolicy = DEFAULT_POLICY
-) -> None:
-    """:func:`waiting_steps` on a blocking store."""
-    drive(waiting_steps(workflow, request_id, why, policy), store)
-
-
-def mark_failed(
-    store: Store,
-    workflow: str,
-    request_id: str,
-    reason: str,
-    step: int,
-    attempts: int,
-    at: float,
-    policy: RetryPolicy = DEFAULT_POLICY,
-) -> bool:
-    """:func:`failed_steps` on a blocking store."""
-    return drive(failed_steps(workflow, request_id, reason, step, attempts, at, policy), store)
-
-
 def cancel_steps(
     workflow: str, request_id: str, reason: str, policy: RetryPolicy = DEFAULT_POLICY
 ) -> Steps[bool]:

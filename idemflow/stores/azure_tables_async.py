@@ -43,7 +43,7 @@ from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, aswept
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import NO_EXPIRY, CommitOutcome, ExpiryReport, Op, Row, RowRef
 
-logger = logging.getLogger("idemflow.stores.azure")
+logger = logging.getLogger("idemflow.stores.azure_tables")
 
 T = TypeVar("T")
 
