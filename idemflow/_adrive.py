@@ -25,9 +25,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from idemflow._drive import STORE_REQUESTS, store_answer
-from idemflow._gates import ASYNC_GATES
-from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
+from idemflow._requests import (
+    CallOut,
+    Commit,
+    CommitCache,
+    Read,
+    ReadMany,
+    Scan,
+    Send,
+    Settle,
+    Sleep,
+    Steps,
+    Turn,
+)
 from idemflow._trampoline import atrampoline
+from idemflow._turns import ASYNC_GATES
 from idemflow.errors import EffectTimeoutError
 from idemflow.policy import apause
 from idemflow.stores.async_adapters import ThreadedStore

@@ -1,6 +1,6 @@
 """Carry out the engine's requests on a blocking store, in the caller's thread (``run``).
 
-The engine (:mod:`idemflow.engine`) yields what it needs (:mod:`idemflow._io`);
+The engine (:mod:`idemflow.engine`) yields what it needs (:mod:`idemflow._requests`);
 this loop answers each request with the store's call, or throws the store's
 exception back in where the engine asked, so the engine handles it exactly
 as if it had made the call itself.
@@ -14,9 +14,21 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from idemflow._gates import GATES
-from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
+from idemflow._requests import (
+    CallOut,
+    Commit,
+    CommitCache,
+    Read,
+    ReadMany,
+    Scan,
+    Send,
+    Settle,
+    Sleep,
+    Steps,
+    Turn,
+)
 from idemflow._trampoline import trampoline
+from idemflow._turns import GATES
 from idemflow.errors import EffectTimeoutError
 from idemflow.policy import pause
 from idemflow.stores.base import Store

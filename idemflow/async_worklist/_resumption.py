@@ -22,8 +22,8 @@ from __future__ import annotations
 from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import Send, Steps
 from idemflow._operator_commands import stored_arguments
+from idemflow._requests import Send, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._submission import resolve_signing_key
 from idemflow.async_worklist.messages import Pointer, encode_pointer

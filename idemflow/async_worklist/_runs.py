@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from idemflow._drive import drive
-from idemflow._io import Commit, Read, Steps
+from idemflow._requests import Commit, Read, Steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
 from idemflow.records import Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode

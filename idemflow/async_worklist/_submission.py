@@ -43,7 +43,7 @@ from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow._asyncio_runner import arun_status
 from idemflow._drive import drive
-from idemflow._io import CommitCache, Read, Send, Sleep, Steps
+from idemflow._requests import CommitCache, Read, Send, Sleep, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE

@@ -33,7 +33,7 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import ReadMany, Steps
+from idemflow._requests import ReadMany, Steps
 from idemflow.async_worklist._submission import announcer, resolve_signing_key
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import Commit, Read, Scan, Send, Steps
+from idemflow._requests import Commit, Read, Scan, Send, Steps
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 from idemflow._adrive import adrive
-from idemflow._io import Commit
+from idemflow._requests import Commit
 from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.stores._cache_writer import CLOSE_GRACE
 from idemflow.stores.base import AsyncStore, Conflict, Op

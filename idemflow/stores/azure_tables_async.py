@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from azure.data.tables.aio import TableClient, TableServiceClient
 
-from idemflow._io import Sleep
+from idemflow._requests import Sleep
 from idemflow._trampoline import atrampoline
 from idemflow.policy import DEFAULT_POLICY, apause
 from idemflow.stores._async_cache import AsyncCacheWriter
