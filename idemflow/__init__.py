@@ -31,8 +31,8 @@ and racing executions then have the effect of one failure-free run.
 
 from __future__ import annotations
 
-from idemflow import stores as _stores  # noqa: F401 - first: the row format and the stores import each other
 from idemflow._asyncio_runner import arun, arun_result
+from idemflow._deterministic import effect, now, random, uuid4
 from idemflow._moved import Moves as _Moves
 from idemflow._moved import resolve as _resolve
 from idemflow.aggregates import ShardedCounter
@@ -70,7 +70,6 @@ from idemflow.errors import (
     deprecated_error,
 )
 from idemflow.handlers import idempotent, idempotent_function
-from idemflow.helpers import effect, now, random, uuid4
 from idemflow.monad import Idem, atomic, bind, pure
 from idemflow.policy import RetryPolicy
 from idemflow.runner import Workflow, run, run_result, workflow

@@ -21,28 +21,40 @@ import contextlib
 import contextvars
 import inspect
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from idemflow._drive import STORE_REQUESTS, store_answer
-from idemflow._gates import ASYNC_GATES
-from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
+from idemflow._requests import (
+    CallOut,
+    Commit,
+    CommitCache,
+    Read,
+    ReadMany,
+    Scan,
+    Sleep,
+    Steps,
+    Turn,
+)
 from idemflow._trampoline import atrampoline
+from idemflow._turns import ASYNC_GATES
 from idemflow.errors import EffectTimeoutError
 from idemflow.policy import apause
 from idemflow.stores.async_adapters import ThreadedStore
 from idemflow.stores.base import AsyncStore, Store
 
-if TYPE_CHECKING:
-    from idemflow.async_worklist.queues.async_adapters import AsyncQueue
-
 T = TypeVar("T")
 
 
-async def adrive(steps: Steps[T], store: AsyncStore, queue: AsyncQueue | None = None) -> T:
-    """Run ``steps`` to their value on ``store`` (and ``queue``) without blocking the loop."""
+AsyncAnswers = Callable[[object], Awaitable[Any]]
+"""Answers to the requests the driver leaves to its caller (the worklist's queue requests)."""
+
+
+async def adrive(steps: Steps[T], store: AsyncStore, more: AsyncAnswers | None = None) -> T:
+    """Run ``steps`` to their value on ``store`` without blocking the loop; ``more`` answers what
+    a store, the clock and an effect do not (see :func:`idemflow._drive.drive`)."""
     if type(store) is ThreadedStore:  # exactly, as sync_reader: its calls are bypassed there
-        return await _on_threads(steps, store, queue)
+        return await _on_threads(steps, store, more)
 
     async def answer(request: object) -> Any:
         kind = type(request)
@@ -54,7 +66,7 @@ async def adrive(steps: Steps[T], store: AsyncStore, queue: AsyncQueue | None = 
             return await store.read_many(request.refs)  # type: ignore[attr-defined]
         if kind is CommitCache:
             return await store.commit_cache(request.ops)  # type: ignore[attr-defined]
-        return await _other(request, store, queue)
+        return await _other(request, store, more)
 
     return await atrampoline(steps, answer)
 
@@ -68,7 +80,7 @@ class _Done:
         self.value = value
 
 
-async def _on_threads(steps: Steps[T], store: ThreadedStore, queue: AsyncQueue | None) -> T:
+async def _on_threads(steps: Steps[T], store: ThreadedStore, more: AsyncAnswers | None) -> T:
     """:func:`adrive` for a blocking store: run ``steps`` on its threads, come back for the rest."""
     blocking = store.store
     cancelled = threading.Event()
@@ -93,7 +105,7 @@ async def _on_threads(steps: Steps[T], store: ThreadedStore, queue: AsyncQueue |
             return result
         value = failure = None
         try:
-            value = await _other(got, store, queue)
+            value = await _other(got, store, more)
         except BaseException as exc:  # noqa: BLE001 - thrown back where the computation asked
             failure = exc
 
@@ -139,19 +151,10 @@ def _quietly(steps: Steps[Any], store: Store, cancelled: threading.Event) -> Non
         _segment(steps, store, None, asyncio.CancelledError(), cancelled)
 
 
-async def _other(request: object, store: AsyncStore, queue: AsyncQueue | None) -> Any:
+async def _other(request: object, store: AsyncStore, more: AsyncAnswers | None) -> Any:
     match request:
         case Scan(table, partition):
             return await store.scan(table, partition)
-        case Send(body, delay):
-            assert queue is not None, "a computation that sends needs a queue"
-            return await queue.send(body, delay=delay)
-        case Settle(holder, action, options):
-            assert queue is not None, "a computation that settles a message needs a queue"
-            async with holder.alock:
-                if not holder.lost:
-                    await getattr(queue, action)(holder.message, **options)
-            return None
         case Sleep():
             return await apause(request)
         case Turn(table, partition, until):
@@ -166,6 +169,8 @@ async def _other(request: object, store: AsyncStore, queue: AsyncQueue | None) -
                 if within.expired():  # not a TimeoutError the call raised itself
                     raise EffectTimeoutError(name, timeout) from None
                 raise
+    if more is not None:
+        return await more(request)
     raise TypeError(f"not an engine request: {request!r}")
 
 

@@ -1,7 +1,7 @@
 """The asyncio twins of :mod:`idemflow.runner`: ``arun``, ``arun_result``, ``arun_status``.
 
 Same semantics, same errors, same engine: the step engine is one generator
-computation (:mod:`idemflow._io`), driven here by awaiting an
+computation (:mod:`idemflow._requests`), driven here by awaiting an
 :class:`~idemflow.stores.base.AsyncStore` instead of calling a blocking one.
 Nothing blocks the event loop: reads and commits are awaited, a step body's
 reads are prefetched (the body runs again once they arrive), retry waits are

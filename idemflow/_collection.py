@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast
 
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import Request, Scan, Steps
+from idemflow._requests import Request, Scan, Steps
 from idemflow.errors import InvalidInputError
 from idemflow.expiry import commit_each, owner
 from idemflow.keys import RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key

@@ -19,7 +19,7 @@ from idemflow._deferred import DeferredCommit
 from idemflow._effect_keys import idempotency_key
 from idemflow._given import Given
 from idemflow._in_place import INFRASTRUCTURE, tried
-from idemflow._io import CallOut, Steps
+from idemflow._requests import CallOut, Steps
 from idemflow._stepper import Stepper
 from idemflow.errors import CompensationError, IdemflowError, NonDeterminismError
 from idemflow.keys import RUNS_TABLE, compensation_tag, late_undo_tag

@@ -17,10 +17,10 @@ from typing import Any, assert_never
 
 from idemflow._cursor import Cursor
 from idemflow._given import Given
-from idemflow._io import Scan, Sleep, Steps
 from idemflow._journal import Journal
 from idemflow._memos import MemoReader
 from idemflow._recording import RunRecorder
+from idemflow._requests import Scan, Sleep, Steps
 from idemflow._stepper import Extra, Stepper, constant
 from idemflow._store_calls import StoreCalls
 from idemflow._wakeups import announce, wake_row

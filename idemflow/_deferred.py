@@ -20,8 +20,8 @@ from typing import NamedTuple
 from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._given import Given
-from idemflow._io import Commit, Steps
 from idemflow._memos import MemoReader
+from idemflow._requests import Commit, Steps
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import LimitExceededError, TransientError
 from idemflow.keys import RUNS_TABLE

@@ -1,6 +1,6 @@
 """Carry out the engine's requests on a blocking store, in the caller's thread (``run``).
 
-The engine (:mod:`idemflow.engine`) yields what it needs (:mod:`idemflow._io`);
+The engine (:mod:`idemflow.engine`) yields what it needs (:mod:`idemflow._requests`);
 this loop answers each request with the store's call, or throws the store's
 exception back in where the engine asked, so the engine handles it exactly
 as if it had made the call itself.
@@ -12,17 +12,24 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from idemflow._gates import GATES
-from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Send, Settle, Sleep, Steps, Turn
+from idemflow._requests import (
+    CallOut,
+    Commit,
+    CommitCache,
+    Read,
+    ReadMany,
+    Scan,
+    Sleep,
+    Steps,
+    Turn,
+)
 from idemflow._trampoline import trampoline
+from idemflow._turns import GATES
 from idemflow.errors import EffectTimeoutError
 from idemflow.policy import pause
 from idemflow.stores.base import Store
-
-if TYPE_CHECKING:
-    from idemflow.async_worklist.queues.base import Queue
 
 T = TypeVar("T")
 
@@ -31,13 +38,18 @@ STORE_REQUESTS = frozenset({Commit, Read, ReadMany, CommitCache, Scan})
 """The requests a blocking store answers by itself (the rest need the queue, the clock or an effect)."""
 
 
-def drive(steps: Steps[T], store: Store, queue: Queue | None = None) -> T:
-    """Run ``steps`` to their value on ``store`` (and ``queue``, for ``submit`` and workers)."""
+Answers = Callable[[object], Any]
+"""Answers to the requests the driver leaves to its caller (the worklist's queue requests)."""
+
+
+def drive(steps: Steps[T], store: Store, more: Answers | None = None) -> T:
+    """Run ``steps`` to their value on ``store``; ``more`` answers what a store, the clock and an
+    effect do not (``submit`` and workers pass their queue's answers)."""
 
     def answer(request: object) -> Any:
         if type(request) in STORE_REQUESTS:
             return store_answer(store, request)
-        return _other(request, store, queue)
+        return _other(request, store, more)
 
     return trampoline(steps, answer)
 
@@ -57,23 +69,16 @@ def store_answer(store: Store, request: object) -> Any:
     return list(store.scan(request.table, request.partition))
 
 
-def _other(request: object, store: Store, queue: Queue | None) -> Any:
+def _other(request: object, store: Store, more: Answers | None) -> Any:
     match request:
-        case Send(body, delay):
-            assert queue is not None, "a computation that sends needs a queue"
-            return queue.send(body, delay=delay)
-        case Settle(holder, action, options):
-            assert queue is not None, "a computation that settles a message needs a queue"
-            with holder.lock:
-                if not holder.lost:
-                    getattr(queue, action)(holder.message, **options)
-            return None
         case Sleep():
             return pause(request)
         case Turn(table, partition, until):
             return GATES.take(store, table, partition, until)
         case CallOut(function, key, _lease, timeout, name):
             return call_out(function, key) if timeout is None else _timed(function, key, timeout, name)
+    if more is not None:
+        return more(request)
     raise TypeError(f"not an engine request: {request!r}")
 
 

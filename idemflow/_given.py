@@ -29,7 +29,7 @@ class Given(NamedTuple):
 
     ``reader`` is where step bodies read: the blocking store itself, or None
     on an event loop, where a body's reads are fetched by the driver
-    (:class:`~idemflow._io.Prefetched`) and the body runs again. A tuple, not a
+    (:class:`~idemflow._requests.Prefetched`) and the body runs again. A tuple, not a
     frozen dataclass: one is built per execution, and a one-step request feels it.
     """
 

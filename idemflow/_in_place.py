@@ -15,7 +15,7 @@ from typing import Any
 
 from idemflow._cursor import Cursor
 from idemflow._given import Given
-from idemflow._io import Sleep, Steps
+from idemflow._requests import Sleep, Steps
 from idemflow.errors import BackendError, ConflictError, NonDeterminismError
 from idemflow.step_retry import StepRetry
 

@@ -21,10 +21,10 @@ from idemflow._deferred import DeferredCommit
 from idemflow._effect_keys import digest, idempotency_key
 from idemflow._given import Given
 from idemflow._in_place import INFRASTRUCTURE, tried
-from idemflow._io import CallOut, Steps
 from idemflow._journal import Journal
 from idemflow._memos import AbortWorkflow
 from idemflow._recording import RunRecorder
+from idemflow._requests import CallOut, Steps
 from idemflow._stepper import NOT_CALLED, Stepper
 from idemflow.errors import ChildAborted, CompensationError, InvalidInputError, NonDeterminismError
 from idemflow.keys import RUNS_TABLE

@@ -23,7 +23,7 @@ from typing import Any
 
 from tenacity import wait_exponential
 
-from idemflow._io import Sleep, Steps
+from idemflow._requests import Sleep, Steps
 from idemflow.policy import backoff
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Check, CommitOutcome, Committed, Cond, Insert, Op, Put, Row, RowRef

@@ -19,8 +19,8 @@ from typing import Any
 from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._given import Given
-from idemflow._io import Steps
 from idemflow._recording import RunRecorder
+from idemflow._requests import Steps
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import NonDeterminismError
 from idemflow.keys import RUNS_TABLE, step_tag

@@ -35,7 +35,7 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import Steps
+from idemflow._requests import Steps
 from idemflow.errors import CompensationError, InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE, check_duration
 from idemflow.plan import Aborting, Plan

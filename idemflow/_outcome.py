@@ -12,8 +12,8 @@ from __future__ import annotations
 from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit
 from idemflow._given import Given, log
-from idemflow._io import CommitCache, Steps
 from idemflow._recording import RunRecorder
+from idemflow._requests import CommitCache, Steps
 from idemflow._store_calls import StoreCalls
 from idemflow._wakeups import announce, wake_row
 from idemflow.errors import BackendError, InvalidValueError

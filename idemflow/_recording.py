@@ -15,7 +15,7 @@ import dataclasses
 
 from idemflow._cursor import Cursor
 from idemflow._given import Given
-from idemflow._io import Steps
+from idemflow._requests import Steps
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import IdempotencyKeyReuseError, InvalidValueError, LimitExceededError
 from idemflow.plan import Checkpointed, Finished, OtherVersion

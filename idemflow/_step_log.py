@@ -16,8 +16,8 @@ from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit
 from idemflow._given import Given
-from idemflow._io import Steps
 from idemflow._memos import AbortWorkflow
+from idemflow._requests import Steps
 
 
 def observed(

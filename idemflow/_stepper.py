@@ -22,11 +22,11 @@ from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit, Pending
 from idemflow._given import Given
-from idemflow._io import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
 from idemflow._journal import Journal
 from idemflow._lease import acquire
 from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._recording import RunRecorder
+from idemflow._requests import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
 from idemflow._step_log import observed
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import (
@@ -236,7 +236,7 @@ class Stepper:
             ) from None
 
     def _retry(self, step: _Step) -> Steps[Any]:
-        """One more attempt, in this process's turn on the partition (see :mod:`idemflow._gates`)."""
+        """One more attempt, in this process's turn on the partition (see :mod:`idemflow._turns`)."""
         memo_ref = step.memo_ref
         self._attempts += 1
         if self._given.traced:

@@ -16,7 +16,7 @@ import time
 from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._given import Given
-from idemflow._io import Commit, Read, Steps
+from idemflow._requests import Commit, Read, Steps
 from idemflow.errors import LimitExceededError, TransientError
 from idemflow.policy import resent
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef

@@ -1,6 +1,6 @@
 """The one loop that runs a sans-I/O computation: send each answer in, or throw its error in.
 
-The step engine (:mod:`idemflow._io`), the stores' SDK calls and the queues'
+The step engine (:mod:`idemflow._requests`), the stores' SDK calls and the queues'
 SDK calls are all generators that yield what they need and are sent the
 answer. :func:`trampoline` runs one with a blocking ``answer`` function,
 :func:`atrampoline` with an awaited one; an exception raised while answering

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from idemflow._given import Given, log
-from idemflow._io import CommitCache, Send, Steps
+from idemflow._requests import CommitCache, Send, Steps
 from idemflow.errors import BackendError
 from idemflow.keys import RUNS_TABLE, outbox_partition, wake_key
 from idemflow.records import OutboxEntry

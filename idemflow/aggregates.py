@@ -42,7 +42,7 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import ReadMany, Steps
+from idemflow._requests import ReadMany, Steps
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_key, check_partition, check_table, data_key
 from idemflow.policy import DEFAULT_POLICY, resent

@@ -20,7 +20,7 @@ state. Data conflicts rerun the body with jittered exponential backoff
 (tenacity), bounded, then :class:`ConflictError`.
 
 The execution never calls a store: it is a generator that yields requests
-(:mod:`idemflow._io`) and is sent their answers. :func:`idemflow._drive.drive`
+(:mod:`idemflow._requests`) and is sent their answers. :func:`idemflow._drive.drive`
 carries them out on a blocking store (``run``), :func:`idemflow._adrive.adrive`
 on an asynchronous one (``arun``): one algorithm for both APIs.
 
@@ -49,11 +49,11 @@ from idemflow._effect_keys import idempotency_key
 from idemflow._given import Given, log
 from idemflow._in_place import INFRASTRUCTURE
 from idemflow._interpreter import Interpreter
-from idemflow._io import CommitCache, Steps
 from idemflow._journal import Journal
 from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._outcome import OutcomeWriter
 from idemflow._recording import RunRecorder
+from idemflow._requests import CommitCache, Steps
 from idemflow._stepper import Stepper
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import CompensationError, NonDeterminismError, StepFailedError

@@ -48,7 +48,7 @@ import enum
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from idemflow._io import Commit, ReadMany, Steps
+from idemflow._requests import Commit, ReadMany, Steps
 from idemflow._trampoline import atrampoline, trampoline
 from idemflow.keys import RUN, RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key
 from idemflow.records import RunRecord, run_ref

@@ -27,10 +27,10 @@ from collections.abc import Callable, Generator
 from typing import Any, ParamSpec
 
 from idemflow._asyncio_runner import aexecute
-from idemflow._picks import Pick, picker
+from idemflow._deterministic import effect
+from idemflow._pickers import Pick, picker
 from idemflow.answer_cache import AnswerCache
 from idemflow.errors import InvalidInputError
-from idemflow.helpers import effect
 from idemflow.monad import Idem
 from idemflow.plan import Plan
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy

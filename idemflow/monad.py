@@ -218,11 +218,6 @@ class Idem(BaseContainer, SupportsKind1["Idem[Any]", T], Bindable1[T], Mappable1
         """The description this computation interprets to."""
         return self._inner_value
 
-    @classmethod
-    def from_value(cls, value: U) -> Idem[U]:
-        """Unit of the monad: a computation that just yields ``value``."""
-        return Idem(Pure(value))
-
     def bind(self, function: Callable[[T], Kind1[Idem[Any], U]]) -> Idem[U]:
         """Sequence: run ``self``, feed its result to ``function``, run what it returns."""
         return Idem(Bind(self._inner_value, lambda value: dekind(function(value))))

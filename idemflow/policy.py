@@ -46,7 +46,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from idemflow._io import Request, Sleep, Steps
+from idemflow._requests import Request, Sleep, Steps
 from idemflow.errors import TransientError
 
 P = ParamSpec("P")

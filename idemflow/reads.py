@@ -18,7 +18,7 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import Read, Scan, Steps
+from idemflow._requests import Read, Scan, Steps
 from idemflow.keys import check_key, check_partition, check_table, data_key, user_key
 from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.serialization import JSON

@@ -36,9 +36,9 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Any
 
+from idemflow._row import Row, RowRef
 from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Row, RowRef
 
 FORMAT = 5
 """The revision of this format: raised whenever a row gains a field or a kind of row appears,

@@ -34,7 +34,7 @@ from returns.result import Failure, Result, Success
 
 from idemflow import records
 from idemflow._drive import drive
-from idemflow._io import Read, Steps
+from idemflow._requests import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
 from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
 from idemflow.keys import check_duration, check_request_id, check_workflow_name

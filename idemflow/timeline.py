@@ -34,8 +34,8 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import STORE_REQUESTS, drive
-from idemflow._io import CallOut, Commit, CommitCache, Read, Send, Settle, Sleep, Steps, Turn
 from idemflow._operator_commands import stored_arguments
+from idemflow._requests import CallOut, Commit, CommitCache, Read, Send, Settle, Sleep, Steps, Turn
 from idemflow.async_worklist._resumption import known_steps
 from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import parse_memo_key

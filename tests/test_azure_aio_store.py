@@ -161,7 +161,7 @@ def test_close_is_idempotent_and_later_cache_writes_are_dropped(
         await store.commit_cache([put(r, "queued before close")])
         await store.close()  # finishes the write under way
         await store.close()
-        with caplog.at_level(logging.WARNING, logger="idemflow.stores.azure"):
+        with caplog.at_level(logging.WARNING, logger="idemflow.stores.azure_tables"):
             await store.commit_cache([put(r, "after close")])  # dropped, never raises
         await store.flush()
 
@@ -176,7 +176,7 @@ def test_cache_write_to_a_missing_table_is_logged_not_raised(
 ) -> None:
     async def scenario() -> None:
         store = AsyncAzureTableStore(connection_string=azurite.connection_string, prefix="nothere")
-        with caplog.at_level(logging.WARNING, logger="idemflow.stores.azure"):
+        with caplog.at_level(logging.WARNING, logger="idemflow.stores.azure_tables"):
             await store.commit_cache([put(at("rx", table="idemflowruns"), 1)])
             await store.flush()
         await store.close()

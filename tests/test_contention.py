@@ -192,7 +192,7 @@ def test_a_sharded_counter_refuses_bad_shapes() -> None:
 
 
 def test_a_retry_waits_its_turn_on_a_partition_but_never_past_its_deadline() -> None:
-    from idemflow._gates import GATES
+    from idemflow._turns import GATES
 
     store, held, release = object(), threading.Event(), threading.Event()
     order: list[str] = []

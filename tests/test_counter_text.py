@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from idemflow.number_model import DIGITS
 from idemflow.serialization import decode, encode
-from idemflow.stores._ops import added, counted
+from idemflow.stores._op_rules import added, counted
 from idemflow.stores.base import RowRef
 
 REF = RowRef("t", "p", "d:n")

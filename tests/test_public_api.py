@@ -32,6 +32,7 @@ DEPRECATED_MODULES = (
     "idemflow.async_worklist",
     "idemflow.async_worklist.aworker",
     "idemflow.gc",
+    "idemflow.helpers",
     "idemflow.operations",
 )
 

@@ -39,6 +39,7 @@ from typing import Any
 from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
+from idemflow.async_worklist._queue_answers import on_async_queue
 from idemflow.async_worklist.outbox import relay_steps
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Message, Queue
@@ -145,7 +146,7 @@ class AsyncWorker(Handling):
 
     async def relay(self) -> int:
         """Send the continuations due in the outbox now (the relay task calls this)."""
-        sent = await adrive(relay_steps(self.key, self.clock), self.store, self.queue)
+        sent = await adrive(relay_steps(self.key, self.clock), self.store, on_async_queue(self.queue))
         self._relayed(sent)
         if sent:
             self._last_activity = time.monotonic()
@@ -160,7 +161,7 @@ class AsyncWorker(Handling):
             with telemetry.span(
                 "idemflow.queue.receive", queue_message=message.id, attempt=message.deliveries
             ):
-                return await adrive(self._settle(holder, fields), self.store, self.queue)
+                return await adrive(self._settle(holder, fields), self.store, on_async_queue(self.queue))
         except Exception as exc:  # noqa: BLE001 - redelivered after the visibility timeout
             if not self.halt(exc):
                 event(logging.WARNING, "handling-failed", error=repr(exc), **fields)

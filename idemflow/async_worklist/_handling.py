@@ -4,8 +4,8 @@ Every decision of :mod:`idemflow.async_worklist.worker` about a received
 message (reject, wait for a version, finish on the version it started with,
 retry, fail or compensate after ``max_deliveries``) is written here as the
 engine's computation: it yields store requests and the queue requests
-:class:`~idemflow._io.Settle` (ack, nack, dead-letter the held message) and
-:class:`~idemflow._io.Send`. :class:`~idemflow.worker.Worker`
+:class:`~idemflow._requests.Settle` (ack, nack, dead-letter the held message) and
+:class:`~idemflow._requests.Send`. :class:`~idemflow.worker.Worker`
 drives it with a blocking store and queue on threads,
 :class:`~idemflow.async_worklist._asyncio_worker.AsyncWorker` awaits it on the loop.
 """
@@ -26,8 +26,8 @@ from typing import Any
 from tenacity import wait_exponential
 
 from idemflow import telemetry
-from idemflow._io import Send, Settle, Steps
 from idemflow._operator_commands import abort_steps
+from idemflow._requests import Send, Settle, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._submission import announcer, hop, resolve_signing_key
 from idemflow.async_worklist.messages import Pointer, decode_pointer, encode_pointer

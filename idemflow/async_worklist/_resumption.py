@@ -22,9 +22,10 @@ from __future__ import annotations
 from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import Send, Steps
 from idemflow._operator_commands import stored_arguments
+from idemflow._requests import Send, Steps
 from idemflow.async_worklist import _runs
+from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist._submission import resolve_signing_key
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
@@ -41,7 +42,7 @@ def retry(
     store: Store, queue: Queue, workflow: str, request_id: str, *, signing_key: bytes | str | None = None
 ) -> RunStatus:
     """Resume an unfinished request through the workers; the status it had (final ones are left alone)."""
-    return drive(retry_steps(workflow, request_id, resolve_signing_key(signing_key)), store, queue)
+    return drive(retry_steps(workflow, request_id, resolve_signing_key(signing_key)), store, on_queue(queue))
 
 
 async def aretry(
@@ -63,7 +64,7 @@ async def aretry(
     idemflow.errors.InvalidInputError: no request 'o-1' of workflow 'checkout' is known to this store
     """
     steps = retry_steps(workflow, request_id, resolve_signing_key(signing_key))
-    return await adrive(steps, to_async(store), to_async_queue(queue))
+    return await adrive(steps, to_async(store), on_async_queue(to_async_queue(queue)))
 
 
 def cancel(store: Store, workflow: str, request_id: str, *, reason: str = "cancelled") -> RunStatus:

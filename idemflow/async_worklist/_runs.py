@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from idemflow._drive import drive
-from idemflow._io import Commit, Read, Steps
+from idemflow._requests import Commit, Read, Steps
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
 from idemflow.records import Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
@@ -137,27 +137,6 @@ def attempt_steps(
         updated = dataclasses.replace(record, attempts=failed, waiting=note[:500])
         if (yield from _rewrite(workflow, request_id, updated, row, policy)):
             return True
-
-
-def note_waiting(
-    store: Store, workflow: str, request_id: str, why: str, policy: RetryPolicy = DEFAULT_POLICY
-) -> None:
-    """:func:`waiting_steps` on a blocking store."""
-    drive(waiting_steps(workflow, request_id, why, policy), store)
-
-
-def mark_failed(
-    store: Store,
-    workflow: str,
-    request_id: str,
-    reason: str,
-    step: int,
-    attempts: int,
-    at: float,
-    policy: RetryPolicy = DEFAULT_POLICY,
-) -> bool:
-    """:func:`failed_steps` on a blocking store."""
-    return drive(failed_steps(workflow, request_id, reason, step, attempts, at, policy), store)
 
 
 def cancel_steps(

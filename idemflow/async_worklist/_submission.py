@@ -43,8 +43,9 @@ from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow._asyncio_runner import arun_status
 from idemflow._drive import drive
-from idemflow._io import CommitCache, Read, Send, Sleep, Steps
+from idemflow._requests import CommitCache, Read, Send, Sleep, Steps
 from idemflow.async_worklist import _runs
+from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
@@ -342,7 +343,7 @@ def submit(
         reader=store,
         deadline=deadline,
     )
-    outcome = drive(steps, store, queue)
+    outcome = drive(steps, store, on_queue(queue))
     return Pending(store, request.workflow, request_id, outcome=outcome)
 
 
@@ -379,7 +380,7 @@ async def asubmit(
         reader=sync_reader(target),
         deadline=deadline,
     )
-    outcome = await adrive(steps, target, sink)
+    outcome = await adrive(steps, target, on_async_queue(sink))
     return AsyncPending(target, request.workflow, request_id, outcome=outcome)
 
 

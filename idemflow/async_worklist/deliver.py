@@ -33,7 +33,8 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import ReadMany, Steps
+from idemflow._requests import ReadMany, Steps
+from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist._submission import announcer, resolve_signing_key
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
@@ -146,7 +147,7 @@ def send_message(
     aborted (or, with ``require_started``, was never started), before anything is written.
     """
     steps = _steps(store, workflow, request_id, topic, value, key, queue, signing_key, store, require_started)
-    drive(steps, store, queue)
+    drive(steps, store, on_queue(queue))
 
 
 async def asend_message(
@@ -168,4 +169,4 @@ async def asend_message(
     steps = _steps(
         target, workflow, request_id, topic, value, key, sink, signing_key, reader, require_started
     )
-    await adrive(steps, target, sink)
+    await adrive(steps, target, on_async_queue(sink))

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from idemflow import telemetry
 from idemflow._adrive import adrive
 from idemflow._drive import drive
-from idemflow._io import Commit, Read, Scan, Send, Steps
+from idemflow._requests import Commit, Read, Scan, Send, Steps
+from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
@@ -57,7 +58,7 @@ def relay(
     clock: Callable[[], float] = time.time,
 ) -> int:
     """Send every due continuation still in the outbox; the number sent."""
-    return drive(relay_steps(signing_key, clock), store, queue)
+    return drive(relay_steps(signing_key, clock), store, on_queue(queue))
 
 
 async def arelay(
@@ -75,7 +76,9 @@ async def arelay(
     >>> asyncio.run(arelay(MemoryStore(), MemoryQueue()))
     0
     """
-    return await adrive(relay_steps(signing_key, clock), to_async(store), to_async_queue(queue))
+    return await adrive(
+        relay_steps(signing_key, clock), to_async(store), on_async_queue(to_async_queue(queue))
+    )
 
 
 def relay_steps(signing_key: bytes | None, clock: Callable[[], float]) -> Steps[int]:

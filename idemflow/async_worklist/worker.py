@@ -51,6 +51,7 @@ from typing import Any
 from idemflow import telemetry
 from idemflow._drive import drive
 from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
+from idemflow.async_worklist._queue_answers import on_queue
 from idemflow.async_worklist.outbox import relay_steps
 from idemflow.async_worklist.queues.base import Message, Queue
 from idemflow.errors import MessageLostError
@@ -173,7 +174,7 @@ class Worker(Handling):
 
     def relay(self) -> int:
         """Send the continuations due in the outbox now (the relay thread calls this)."""
-        sent = drive(relay_steps(self.key, self.clock), self.store, self.queue)
+        sent = drive(relay_steps(self.key, self.clock), self.store, on_queue(self.queue))
         self._relayed(sent)
         if sent:
             with self._lock:
@@ -248,7 +249,7 @@ class Worker(Handling):
             with telemetry.span(
                 "idemflow.queue.receive", queue_message=message.id, attempt=message.deliveries
             ):
-                return drive(self._settle(holder, fields), self.store, self.queue)
+                return drive(self._settle(holder, fields), self.store, on_queue(self.queue))
         except Exception as exc:  # noqa: BLE001 - redelivered after the visibility timeout
             if not self.halt(exc):
                 event(logging.WARNING, "handling-failed", error=repr(exc), **fields)

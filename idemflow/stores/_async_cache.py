@@ -14,10 +14,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from idemflow._adrive import adrive
-from idemflow._io import Commit
-from idemflow.policy import DEFAULT_POLICY, resent
+from idemflow._requests import Commit, Sleep
+from idemflow._trampoline import atrampoline
+from idemflow.policy import DEFAULT_POLICY, apause, resent
 from idemflow.stores._cache_writer import CLOSE_GRACE
 from idemflow.stores.base import AsyncStore, Conflict, Op
 
@@ -67,12 +68,20 @@ class AsyncCacheWriter:
             if after is not None:
                 await asyncio.wait([after])  # an earlier write of the same row goes first
             retrying = DEFAULT_POLICY.resending(DEFAULT_POLICY.until(), give_up=self._past_grace)
-            outcome = await adrive(resent(retrying, Commit(ops)), self._store)
+            outcome = await atrampoline(resent(retrying, Commit(ops)), self._answer)
         except Exception as exc:  # noqa: BLE001 - a lost cache write only costs a later replay
             self._log.warning("dropped a cache write (%s, %d operations): %s", self._name, len(ops), exc)
             return
         if isinstance(outcome, Conflict):
             self._log.debug("a cache write (%s) not applied: %s", self._name, outcome)
+
+    async def _answer(self, request: object) -> Any:
+        """The commit and the retry waits of :func:`~idemflow.policy.resent`: answered here, not by
+        the engine's driver, which a store must not import."""
+        if isinstance(request, Sleep):
+            return await apause(request)
+        assert isinstance(request, Commit), request
+        return await self._store.commit(request.ops)
 
     def _done(self, lane: object, task: asyncio.Task[None]) -> None:
         self._pending.discard(task)

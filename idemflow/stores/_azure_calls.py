@@ -3,7 +3,7 @@
 Sans-IO: the logic of a read, a ``read_many`` group and a commit (entity
 mapping, tombstone hints, error mapping, the increment re-read loop) is a
 generator that *yields* a :class:`Call` (one SDK call on a logical table's
-``TableClient``) or a :class:`~idemflow._io.Sleep` (a retry's wait) and is sent
+``TableClient``) or a :class:`~idemflow._requests.Sleep` (a retry's wait) and is sent
 the answer, or has the SDK's exception thrown in at the ``yield``.
 :class:`~idemflow.stores.azure_tables.AzureTableStore` carries the calls out
 with the blocking ``TableClient``;
@@ -29,7 +29,7 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableTransactionError
 
-from idemflow._io import Sleep
+from idemflow._requests import Sleep
 from idemflow.errors import (
     BackendError,
     ConfigurationError,

@@ -21,7 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.useragent import UserAgentString
 
-from idemflow._io import Sleep
+from idemflow._requests import Sleep
 from idemflow._sdk_calls import SdkCall
 from idemflow.errors import ErrorCode, InvalidNameError, TransientError, backend_error
 from idemflow.keys import RUNS_TABLE, check_table
@@ -38,7 +38,7 @@ from idemflow.stores._dynamodb_errors import (
     ttl_on,
 )
 from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, key, key_bytes, row, transaction
-from idemflow.stores._ops import not_a_number
+from idemflow.stores._op_rules import not_a_number
 from idemflow.stores.base import (
     COMMITTED,
     CommitOutcome,

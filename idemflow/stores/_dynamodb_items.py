@@ -18,7 +18,7 @@ from idemflow.number_model import DIGITS, exact, is_number
 from idemflow.records import open_workflow
 from idemflow.serialization import JSON, decode
 from idemflow.stores._limits import check_commit
-from idemflow.stores._ops import expectation, fresh_version, increment_where, version_after
+from idemflow.stores._op_rules import expectation, fresh_version, increment_where, version_after
 from idemflow.stores.base import Capabilities, Cond, Delete, Expect, Increment, Insert, Op, Put, Row, RowRef
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ and applying writes is the same code over two row accessors.
 
 Why a *floor* for versions: a row's version must never repeat, not even after
 the row is deleted and created again (a body that read it before the delete
-would otherwise commit against the new row; see :mod:`idemflow.stores._ops`).
+would otherwise commit against the new row; see :mod:`idemflow.stores._op_rules`).
 These stores see every commit under one lock, so instead of a random first
 version they keep one number per store, the *floor*: the highest version any
 deleted row had. A new row starts just above it (:func:`created_version`), so
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from idemflow.number_model import Number
 from idemflow.serialization import JSON, decode
-from idemflow.stores._ops import added, counted, expectation, version_after
+from idemflow.stores._op_rules import added, counted, expectation, version_after
 from idemflow.stores.base import (
     COMMITTED,
     CommitOutcome,

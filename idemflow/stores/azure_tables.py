@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient, TableServiceClient
 
-from idemflow._io import Sleep
+from idemflow._requests import Sleep
 from idemflow._trampoline import trampoline
 from idemflow.keys import RUNS_TABLE
 from idemflow.policy import DEFAULT_POLICY, pause

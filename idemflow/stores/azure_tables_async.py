@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from azure.data.tables.aio import TableClient, TableServiceClient
 
-from idemflow._io import Sleep
+from idemflow._requests import Sleep
 from idemflow._trampoline import atrampoline
 from idemflow.policy import DEFAULT_POLICY, apause
 from idemflow.stores._async_cache import AsyncCacheWriter
@@ -43,7 +43,7 @@ from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, aswept
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import NO_EXPIRY, CommitOutcome, ExpiryReport, Op, Row, RowRef
 
-logger = logging.getLogger("idemflow.stores.azure")
+logger = logging.getLogger("idemflow.stores.azure_tables")
 
 T = TypeVar("T")
 

@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from idemflow._row import Row as Row
+from idemflow._row import RowRef as RowRef
+from idemflow._row import Version as Version
 from idemflow.number_model import Number
 from idemflow.serialization import JSON
-
-Version = int | str
-"""An opaque row version: a counter (SQLite, memory, DynamoDB) or an ETag (Azure)."""
 
 
 class Cond(enum.Enum):
@@ -42,26 +42,6 @@ class Cond(enum.Enum):
 
 
 Expect = Version | Cond
-
-
-@dataclass(frozen=True, slots=True)
-class RowRef:
-    """Where a row lives: logical table name, partition and encoded row key.
-
-    The store maps the logical table to its backend table (adding its prefix).
-    """
-
-    table: str
-    partition: str
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """A row as read: its decoded JSON value and the version to condition on."""
-
-    value: JSON
-    version: Version
 
 
 @dataclass(frozen=True, slots=True)

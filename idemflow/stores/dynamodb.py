@@ -16,7 +16,7 @@ Item layout. Physical table = ``prefix`` + logical table; one item per row:
   without a mark (all of them before 0.2) is an int when integral, else a float;
 - ``ver`` (N) the version: random on creation, +1 on every Put, Insert, Increment
   (a row deleted and created again must not repeat an old version, and DynamoDB
-  keeps nothing of a deleted item; see :mod:`idemflow.stores._ops`). A write
+  keeps nothing of a deleted item; see :mod:`idemflow.stores._op_rules`). A write
   that may create the row sends the random first version along with its ``+1``
   (``if_not_exists``), so this costs no extra request;
 - ``expires_at`` (N, epoch seconds) when set: the tables' TTL attribute.
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError
 
-from idemflow._io import Sleep
+from idemflow._requests import Sleep
 from idemflow._sdk_calls import SdkCall, drive
 from idemflow.errors import ConfigurationError
 from idemflow.policy import pause

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, NoRegionError
 
-from idemflow._io import Sleep
+from idemflow._requests import Sleep
 from idemflow._sdk_calls import SdkCall, adrive
 from idemflow.errors import BackendError, ConfigurationError, ErrorCode
 from idemflow.policy import apause

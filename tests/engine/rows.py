@@ -1,6 +1,6 @@
 """A dict of rows that answers an engine part's requests: the smallest store there is.
 
-The engine's parts never call a store; they yield requests (:mod:`idemflow._io`).
+The engine's parts never call a store; they yield requests (:mod:`idemflow._requests`).
 These tests drive one part's generator with :class:`Rows` instead of one of
 our stores, so a part is checked against the requests it makes and the rows
 they leave, and a failure can be put exactly where a test wants it
@@ -19,11 +19,11 @@ from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit
 from idemflow._given import Given
 from idemflow._interpreter import Interpreter
-from idemflow._io import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Sleep, Steps, Turn
 from idemflow._journal import Journal
 from idemflow._memos import MemoReader
 from idemflow._outcome import OutcomeWriter
 from idemflow._recording import RunRecorder
+from idemflow._requests import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Sleep, Steps, Turn
 from idemflow._stepper import Stepper
 from idemflow._store_calls import StoreCalls
 from idemflow._trampoline import trampoline

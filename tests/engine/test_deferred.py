@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from idemflow._deferred import Pending, Restart
-from idemflow._io import Commit
+from idemflow._requests import Commit
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
 from idemflow.errors import TransientError

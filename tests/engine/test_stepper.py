@@ -8,8 +8,8 @@ import pytest
 
 from idemflow import Tx
 from idemflow._deferred import Pending
-from idemflow._io import CallOut
 from idemflow._memos import AbortWorkflow
+from idemflow._requests import CallOut
 from idemflow.errors import NonDeterminismError
 from idemflow.keys import data_key
 from idemflow.plan import AtCheckpoint, Plan
