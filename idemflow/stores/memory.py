@@ -79,30 +79,28 @@ class MemoryStore:
         return [None if row is None else Row(decode(row[0]), row[1]) for row in found]
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        rows, expires = self._rows, self._expires
-
-        def lookup(ref: RowRef) -> Stored | None:
-            return rows.get((ref.table, ref.partition, ref.key))
-
-        def write(ref: RowRef, text: str, version: int, expires_at: float | None) -> None:
-            key = (ref.table, ref.partition, ref.key)
-            rows[key] = (text, version)
-            if expires_at is None:
-                expires.pop(key, None)
-            else:
-                expires[key] = expires_at
-
-        def remove(ref: RowRef) -> None:
-            key = (ref.table, ref.partition, ref.key)
-            del rows[key]
-            expires.pop(key, None)
-
         with self._lock:
             self._round_trips += 1
-            outcome, self._floor = commit_locally(ops, lookup, write, remove, self._floor)
+            outcome, self._floor = commit_locally(ops, self._lookup, self._write, self._remove, self._floor)
         if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             swept(self.expire, self._expiry, "memory store")
         return outcome
+
+    def _lookup(self, ref: RowRef) -> Stored | None:
+        return self._rows.get((ref.table, ref.partition, ref.key))
+
+    def _write(self, ref: RowRef, text: str, version: int, expires_at: float | None) -> None:
+        key = (ref.table, ref.partition, ref.key)
+        self._rows[key] = (text, version)
+        if expires_at is None:
+            self._expires.pop(key, None)
+        else:
+            self._expires[key] = expires_at
+
+    def _remove(self, ref: RowRef) -> None:
+        key = (ref.table, ref.partition, ref.key)
+        del self._rows[key]
+        self._expires.pop(key, None)
 
     def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
         """Settle the ``limit`` rows that expired first, before ``now`` (see :mod:`idemflow.expiry`)."""
