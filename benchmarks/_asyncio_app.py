@@ -38,9 +38,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from idemflow import ConflictError, TransientError, WorkflowAborted, run
+from idemflow import ConflictError, TransientError, WorkflowAborted, open_async_store, open_store, run
 from idemflow.asgi import Idempotency
-from idemflow.stores import Store, open_async_store, open_store
+from idemflow.stores import Store
 from idemflow.stores.base import AsyncStore
 from samples.survey import workflows
 

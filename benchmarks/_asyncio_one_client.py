@@ -20,8 +20,7 @@ from benchmarks._backends import Backend
 from benchmarks._report import fmt_ratio
 from benchmarks._stats import paired_ratio
 from benchmarks._workload_survey import survey_prepare, survey_request
-from idemflow import arun, run
-from idemflow.stores import open_async_store
+from idemflow import arun, open_async_store, run
 from idemflow.stores.base import AsyncStore
 from samples.survey import workflows as survey_sample
 

@@ -41,9 +41,8 @@ from benchmarks._timers_flows import (
     short_sleep,
     store_url,
 )
-from idemflow import Idem
+from idemflow import Idem, open_store
 from idemflow.client import RunStatus, status, submit
-from idemflow.stores import open_store
 from idemflow.stores.base import Row, Store
 from idemflow.worker import Worker, open_queue
 

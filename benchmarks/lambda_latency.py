@@ -26,10 +26,10 @@ from typing import Any
 
 import boto3
 
+from idemflow import open_store
 from idemflow.async_worklist.queues.base import Message, decode_wire
 from idemflow.aws_lambda import FixedContext, sqs_handler
 from idemflow.client import submit
-from idemflow.stores import open_store
 from idemflow.testing.servers import moto_server
 from idemflow.worker import Worker, open_queue
 from tests.async_workflows import survey

@@ -74,6 +74,7 @@ from idemflow.monad import Idem, atomic, bind, pure
 from idemflow.policy import RetryPolicy
 from idemflow.runner import Workflow, run, run_result, workflow
 from idemflow.step_retry import StepRetry
+from idemflow.stores._opening import open_async_store, open_store
 from idemflow.tx import Tx
 
 __all__ = [
@@ -119,6 +120,8 @@ __all__ = [
     "idempotent",
     "idempotent_function",
     "now",
+    "open_async_store",
+    "open_store",
     "pure",
     "random",
     "receive",
@@ -142,7 +145,6 @@ _MOVES: _Moves = {
     "MemoryStore": "idemflow.stores",
     "SqliteStore": "idemflow.stores",
     "Store": "idemflow.stores",
-    "open_store": "idemflow.stores",
     "RunRecord": "idemflow.admin",
     "RunStatus": "idemflow.client",
     "aget": "idemflow.client",

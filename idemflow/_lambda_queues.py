@@ -26,7 +26,7 @@ def store_of(store: str | Store) -> Store:
     """``store`` itself, or the store its URL names, opened on first use and kept for the sandbox."""
     if not isinstance(store, str):
         return store
-    from idemflow.stores import open_store
+    from idemflow.stores._opening import open_store
 
     with _OPENING:
         if ("store", store) not in _OPENED:

@@ -146,7 +146,7 @@ async def aruns(
 ) -> RunsPage:
     """:func:`runs`, awaitable: the same filters, pages and cursors.
 
-    A blocking store (or one :func:`~idemflow.stores.open_async_store` runs on threads) pages
+    A blocking store (or one :func:`~idemflow.open_async_store` runs on threads) pages
     with its own listing; an asynchronous cloud store has no paged listing yet, so it reads
     its run-record table with one awaited scan and pages it newest first.
 

@@ -72,7 +72,7 @@ from idemflow.keys import check_request_id
 from idemflow.monad import Idem
 from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
-from idemflow.stores import open_async_store
+from idemflow.stores._opening import open_async_store
 from idemflow.stores.base import AsyncStore, Store
 
 KEY_HEADER = "Idempotency-Key"
@@ -135,7 +135,7 @@ class Idempotency:
     waits seconds on an outside service needs a bound above the requests per
     second times those seconds.
 
-    ``store`` and ``queue`` may be URLs (:func:`~idemflow.stores.open_async_store`,
+    ``store`` and ``queue`` may be URLs (:func:`~idemflow.open_async_store`,
     :func:`~idemflow.worker.open_async_queue`): an asynchronous client belongs to the event
     loop that opened it, so they are opened in the app's lifespan, on the server's loop, and
     closed when it stops. Pass :meth:`lifespan` to the app (``FastAPI(lifespan=idem.lifespan)``)

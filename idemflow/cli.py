@@ -14,7 +14,7 @@
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
         [--retention SECONDS]
 
-Store URLs are those of :func:`idemflow.stores.open_store`. Errors print one
+Store URLs are those of :func:`idemflow.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
 Output cut short by its reader (``idemflow runs list | head -1``) ends quietly, with status 141.
 ``worker`` imports MODULE with the current directory first on ``sys.path``,
@@ -44,7 +44,8 @@ from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
 from idemflow.runner import Workflow
 from idemflow.step_retry import StepRetry
-from idemflow.stores import Store, open_async_store, open_store
+from idemflow.stores import Store
+from idemflow.stores._opening import open_async_store, open_store
 from idemflow.stores.base import Shrinking
 
 if TYPE_CHECKING:

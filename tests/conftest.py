@@ -17,9 +17,10 @@ import pytest
 # (off in production, where it costs CPU on every call).
 os.environ.setdefault("IDEMFLOW_VALIDATE_REQUESTS", "1")
 
+from idemflow import open_store
 from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.keys import RUNS_TABLE
-from idemflow.stores import Store, open_store
+from idemflow.stores import Store
 from idemflow.stores.registry import STORES, Feature
 from idemflow.testing.servers import CONFLICT_RATE, Azurite, DynamoDBLocal, Moto, ServerPool
 from tests.selection import (  # noqa: F401 - the hooks and the server guard apply by being here

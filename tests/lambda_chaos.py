@@ -21,8 +21,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from idemflow import open_store
 from idemflow.client import submit
-from idemflow.stores import open_store
 from idemflow.testing.servers import Moto, moto_server
 from idemflow.worker import open_queue
 from tests.async_workflows import survey

@@ -75,7 +75,7 @@ class PoisonedReads:
 
 
 def _poisoned() -> Any:
-    from idemflow.stores import open_store
+    from idemflow import open_store
 
     store: Any = PoisonedReads(open_store(STORE_URL))
     return sqs_handler(WORKFLOWS, store=store, queue=QUEUE_URL)

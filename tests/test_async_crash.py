@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from idemflow import open_store
 from idemflow.client import RequestStatus, RunStatus, status, submit
-from idemflow.stores import Store, open_store
+from idemflow.stores import Store
 from idemflow.stores.registry import Feature
 from idemflow.worker import Queue, open_queue
 from tests.async_workflows import survey
@@ -172,7 +173,7 @@ def test_sigterm_stops_a_worker_gracefully(tmp_path: Path) -> None:
 ROOT = Path(__file__).resolve().parents[1]
 DIE_RIGHT_AFTER = """
 import os, sys
-from idemflow.stores import open_store
+from idemflow import open_store
 from idemflow.client import submit
 from idemflow.worker import MemoryQueue, Worker
 from tests.async_workflows import WORKFLOWS, survey
@@ -201,7 +202,7 @@ import asyncio, os, sys
 from idemflow.client import asubmit
 from idemflow.worker import AsyncWorker, MemoryQueue
 from idemflow.async_worklist.queues.async_adapters import to_async_queue
-from idemflow.stores import open_async_store
+from idemflow import open_async_store
 from tests.async_workflows import WORKFLOWS, survey
 
 what, store_url, space = sys.argv[1:]

@@ -32,12 +32,13 @@ from idemflow import (
     effect,
     idempotent,
     now,
+    open_async_store,
     run,
     workflow,
 )
 from idemflow.client import AsyncPending, RunStatus, astatus
 from idemflow.errors import ConfigurationError
-from idemflow.stores import MemoryStore, SqliteStore, open_async_store
+from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.async_adapters import InlineStore, ThreadedStore, to_async
 from idemflow.stores.base import CommitOutcome, Op, Store
 from idemflow.testing import data_rows

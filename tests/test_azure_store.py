@@ -23,10 +23,10 @@ from azure.core.exceptions import ResourceNotFoundError, ServiceResponseError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from idemflow import open_store
 from idemflow.errors import BackendError, InvalidValueError, LimitExceededError, TransientError
 from idemflow.serialization import JSON, encode
 from idemflow.stores import _azure_entity as ent
-from idemflow.stores import open_store
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import Check, Committed, Cond, Conflict, Delete, Increment, Insert, Op, Put, RowRef
 from idemflow.testing.servers import AZURITE_KEY, Azurite

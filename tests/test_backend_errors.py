@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from idemflow import open_async_store, open_store
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.errors import ConfigurationError, ErrorCode, IdemflowError, InvalidValueError
 from idemflow.serialization import encode
-from idemflow.stores import open_async_store, open_store
 from idemflow.stores.base import Cond, Increment, Put, RowRef
 from idemflow.testing.servers import AZURITE_KEY, Azurite, DynamoDBLocal, Moto, moto_server
 from idemflow.worker import AsyncWorker, Worker, open_async_queue, open_queue

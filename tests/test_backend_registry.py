@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from idemflow import open_store
 from idemflow.errors import ConfigurationError, InvalidInputError
-from idemflow.stores import async_twin, open_store
+from idemflow.stores import async_twin
 from idemflow.stores.async_adapters import InlineStore
 from idemflow.stores.memory import MemoryStore
 from idemflow.stores.registry import STORES, Backend, Feature, TestBed, load

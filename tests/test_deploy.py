@@ -23,10 +23,11 @@ from typing import IO, Any
 
 import pytest
 
+from idemflow import open_store
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import LimitExceededError
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_partitions
-from idemflow.stores import Store, open_store
+from idemflow.stores import Store
 from idemflow.testing.servers import Azurite, Moto
 from idemflow.worker import Queue, open_queue
 from tests.checkout_workflows import checkout_v1, checkout_v2
@@ -210,7 +211,7 @@ def test_deploying_v2_while_v1_requests_are_in_flight(backend: Backend) -> None:
 
 CRASH_BETWEEN_COMMIT_AND_SEND = """
 import os, signal, sys
-from idemflow.stores import open_store
+from idemflow import open_store
 from idemflow.client import submit
 from idemflow.worker import open_queue
 from idemflow.errors import QueueError

@@ -18,11 +18,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
-from idemflow import Idem, Tx, atomic, run, workflow
+from idemflow import Idem, Tx, atomic, open_store, run, workflow
 from idemflow.errors import BackendError, InvalidValueError, LimitExceededError, TransientError
 from idemflow.keys import RUNS_TABLE
 from idemflow.serialization import JSON, encode
-from idemflow.stores import open_store
 from idemflow.stores.base import (
     Check,
     Committed,

@@ -144,8 +144,8 @@ def test_an_old_name_works_in_an_except_clause_and_new_names_do_not_warn() -> No
 
 
 def test_sqlite_store_and_queue_raise_the_same_error_for_a_file_that_cannot_open(tmp_path: Path) -> None:
+    from idemflow import open_store
     from idemflow.async_worklist.queues import open_queue
-    from idemflow.stores import open_store
 
     folder = tmp_path / "a-folder"
     folder.mkdir()

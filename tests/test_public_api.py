@@ -34,6 +34,7 @@ DEPRECATED_MODULES = (
     "idemflow.gc",
     "idemflow.helpers",
     "idemflow.operations",
+    "idemflow.stores",
 )
 
 

@@ -15,9 +15,9 @@ from idemflow import (
     ConfigurationError,
     IdemflowError,
     atomic,
+    open_store,
     run,
 )
-from idemflow.stores import open_store
 from idemflow.testing.servers import AZURITE_KEY, Azurite, Moto
 from idemflow.worker import open_queue
 

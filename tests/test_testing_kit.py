@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Tx, atomic, checkpoint, now, run, uuid4, workflow
+from idemflow import Idem, Tx, atomic, checkpoint, now, open_store, run, uuid4, workflow
 from idemflow.client import rows
-from idemflow.stores import MemoryStore, SqliteStore, Store, open_store
+from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import Check, Committed, Cond, Conflict, Increment, Insert, Put, RowRef
 from idemflow.stores.registry import STORES
 from idemflow.testing import (

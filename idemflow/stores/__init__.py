@@ -1,4 +1,5 @@
-"""Stores: the :class:`Store` protocol, its backends and :func:`open_store`.
+"""Stores: the :class:`Store` protocol and its backends (:func:`idemflow.open_store` opens one
+from a URL).
 
 Each backend is an entry of the store registry (:mod:`idemflow.stores.registry`):
 its URL schemes, how it opens, its asyncio twin and its test beds. The cloud
@@ -6,8 +7,8 @@ stores import their SDKs lazily, so ``import idemflow`` needs neither boto3
 nor the Azure SDK; using one without its extra installed says which extra to
 install.
 
->>> store = open_store("memory:")
->>> type(store).__name__
+>>> from idemflow import open_store
+>>> type(open_store("memory:")).__name__
 'MemoryStore'
 """
 
@@ -16,13 +17,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional
-from idemflow._urls import Url, parse_url
+from idemflow._moved import Moves as _Moves
+from idemflow._moved import resolve as _resolve
 from idemflow.stores._moved import alias
 from idemflow.stores._openers import OPTIONAL
 from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Capabilities, Row, RowRef, Store
 from idemflow.stores.memory import MemoryStore
-from idemflow.stores.registry import STORES, Backend, load
+from idemflow.stores.registry import STORES, load
 from idemflow.stores.sqlite import SqliteStore
 
 if TYPE_CHECKING:
@@ -44,8 +46,6 @@ __all__ = [
     "SqliteStore",
     "Store",
     "async_twin",
-    "open_async_store",
-    "open_store",
     "to_async",
 ]
 
@@ -61,61 +61,14 @@ _LAZY = OPTIONAL
 """The optional classes, as ``idemflow`` re-exports them."""
 
 
+_MOVES: _Moves = {"open_store": "idemflow", "open_async_store": "idemflow"}
+"""Names this module gave before 1.0, and where they live now (docs/upgrading.md)."""
+
+
 def __getattr__(name: str) -> Any:
+    if name in _MOVES:
+        return _resolve(__name__, name, _MOVES)
     return load_optional(__name__, name, OPTIONAL)
-
-
-def _parsed(url: str) -> tuple[Backend, Url]:
-    """The registered backend a URL names, and the URL checked against it (nothing opened yet)."""
-    parsed = parse_url(url, "store", STORES.parameters(), STORES.usage())
-    return STORES.for_scheme(parsed.scheme), parsed
-
-
-def open_store(url: str, *, create: bool = True) -> Store:
-    """A store from a URL: ``memory:``, ``sqlite:PATH``,
-    ``dynamodb:?endpoint=URL&region=R&prefix=P`` (for tests on DynamoDB Local or moto, add
-    ``&conflicts=RATE`` to meet the service's transaction conflicts: see
-    :mod:`idemflow.testing.conflicts`; ``&open_runs_index=0`` to create the runs table without
-    its index of unfinished runs),
-    ``azure:?connection_string=...&prefix=P`` (or ``AZURE_STORAGE_CONNECTION_STRING``),
-    or the scheme of any backend added to :data:`~idemflow.stores.registry.STORES`.
-
-    Query values are percent-decoded with ``+`` kept, as account keys contain
-    it. An unknown scheme or parameter is a
-    :class:`~idemflow.errors.ConfigurationError` naming the scheme and what is
-    wrong; errors never quote the URL itself (its query, a path or connection
-    string given in its place, credentials in an endpoint). With
-    ``create=False`` (read-only tools) a SQLite file that does not exist is an
-    error instead of a new empty database.
-
-    >>> open_store("dynamodb:?regoin=eu-west-1&prefix=prod")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    idemflow.errors.ConfigurationError: store URL 'dynamodb:…': unknown parameter(s) ['regoin']; dynamodb: ...
-    """
-    entry, parsed = _parsed(url)
-    hooks = [load(hook)(parsed) for name, hook in entry.test_parameters.items() if name in parsed.params]
-    store: Store = load(entry.opener, entry.extra)(parsed, create=create)
-    for install in hooks:
-        install(store)
-    return store
-
-
-def open_async_store(url: str, *, create: bool = True) -> AsyncStore:
-    """The :class:`~idemflow.stores.base.AsyncStore` a URL names (the URLs of :func:`open_store`).
-
-    DynamoDB and Azure get their SDKs' asynchronous clients
-    (:class:`AsyncDynamoDBStore`, :class:`AsyncAzureTableStore`, the ``aio``
-    extra); SQLite runs on threads of its own, memory on the loop. Create it
-    on the event loop that uses it, and ``await store.close()`` when done.
-    A URL with a test-only parameter (``conflicts=``, which hooks the blocking
-    DynamoDB client) gets the blocking store on threads.
-    """
-    entry, parsed = _parsed(url)
-    if entry.async_opener is None or set(entry.test_parameters) & set(parsed.params):
-        return to_async(open_store(url, create=create))
-    store: AsyncStore = load(entry.async_opener, "aio")(parsed, create=create)
-    return store
 
 
 def async_twin(store: Store) -> AsyncStore:

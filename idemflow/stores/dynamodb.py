@@ -61,7 +61,7 @@ _CONFIG = CONFIG
 def store_url(
     endpoint_url: str | None, region_name: str | None, prefix: str, open_runs_index: bool = True
 ) -> str:
-    """The :func:`~idemflow.stores.open_store` URL of a DynamoDB store."""
+    """The :func:`~idemflow.open_store` URL of a DynamoDB store."""
     index = None if open_runs_index else "0"
     params = (
         ("endpoint", endpoint_url),
@@ -110,7 +110,7 @@ class DynamoDBStore:
         self.client: DynamoDBClient = client
         """The boto3 client (for tools, and fault injection through its event hooks)."""
         self.url = store_url(client.meta.endpoint_url, client.meta.region_name, prefix, open_runs_index)
-        """A URL for :func:`~idemflow.stores.open_store` reaching the same tables."""
+        """A URL for :func:`~idemflow.open_store` reaching the same tables."""
         self._calls = DynamoDBCalls(prefix, self.url, open_runs_index=open_runs_index)
         self._calls_made = CallCount()
         self._cache = CacheWriter("dynamodb", self.commit, log)

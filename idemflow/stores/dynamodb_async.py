@@ -72,7 +72,7 @@ class AsyncDynamoDBStore:
             **client_options,
         }
         self.url = store_url(endpoint_url, region, prefix, open_runs_index)
-        """A URL for :func:`~idemflow.stores.open_store` reaching the same tables."""
+        """A URL for :func:`~idemflow.open_store` reaching the same tables."""
         self._calls = DynamoDBCalls(prefix, self.url, open_runs_index=open_runs_index)
         self._client: Any = None
         self._stack: AsyncExitStack | None = None

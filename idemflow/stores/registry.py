@@ -257,7 +257,7 @@ STORES = Registry(
         ),
     ],
 )
-"""The store backends: :func:`idemflow.stores.open_store` opens their URLs."""
+"""The store backends: :func:`idemflow.open_store` opens their URLs."""
 
 
 __all__ = ["STORES", "Backend", "Feature", "Registry", "TestBed", "class_path", "load"]

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from idemflow.stores import Store, open_store
+from idemflow import open_store
+from idemflow.stores import Store
 from samples._harness.clients import HttpClient
 from samples._harness.fleet import Fleet, Killer
 from samples.transfer.demo_run import reset

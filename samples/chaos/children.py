@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from idemflow import Workflow
-from idemflow.stores import open_store
+from idemflow import Workflow, open_store
 from idemflow.testing import Fault
 from samples.chaos.faults import IN_PROCESS_FAULTS, DyingStore, random_plan
 

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from idemflow import IdemflowError
-from idemflow.stores import SqliteStore, Store, open_store
+from idemflow import IdemflowError, open_store
+from idemflow.stores import SqliteStore, Store
 
 
 class Monitor:
