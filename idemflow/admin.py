@@ -1,12 +1,12 @@
 """What an operator runs against a store and a queue: list and show requests, retry, cancel or
-abort one, relay the outbox, collect finished requests' rows.
+abort one, list and redrive dead letters, relay the outbox, collect finished requests' rows.
 
 Each blocking function has its asyncio twin, named ``a`` + its name, taking the same steps on
 the event loop (asynchronous stores and queues, or blocking ones on threads of their own).
 ``retry`` also resumes a ``running`` request nothing is queued for (``idemflow resume``).
-Dead letters are the queue's: ``queue.list_dead_letters()`` and ``queue.redrive()``
-(``idemflow dead-letters list|redrive``). The operator's abort is :func:`abort_request`: it
-ends a request from outside, where :func:`idemflow.abort` is the step a workflow yields.
+Dead letters: :func:`dead_letters` and :func:`redrive` (``idemflow dead-letters list|redrive``).
+The operator's abort is :func:`abort_request`: it ends a request from outside, where
+:func:`idemflow.abort` is the step a workflow yields.
 
 >>> from idemflow import atomic, run
 >>> from idemflow.stores import MemoryStore
@@ -28,6 +28,7 @@ from idemflow._operator_commands import (
     aruns,
     runs,
 )
+from idemflow.async_worklist._dead_letters import adead_letters, aredrive, dead_letters, redrive
 from idemflow.async_worklist._resumption import acancel, aretry, cancel, retry
 from idemflow.async_worklist.outbox import arelay, relay
 from idemflow.records import RunRecord
@@ -45,14 +46,18 @@ __all__ = [
     "abort_request",
     "acancel",
     "acollect",
+    "adead_letters",
     "aexpired_stats",
+    "aredrive",
     "arelay",
     "aretry",
     "aruns",
     "ashow",
     "cancel",
     "collect",
+    "dead_letters",
     "expired_stats",
+    "redrive",
     "relay",
     "retry",
     "runs",

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._collection import parse_duration
 from idemflow._operator_commands import ABORT_WAIT
-from idemflow.admin import abort_request, cancel, collect, expired_stats, retry, runs
+from idemflow.admin import abort_request, cancel, collect, dead_letters, expired_stats, redrive, retry, runs
 from idemflow.client import status
 from idemflow.errors import IdemflowError, InvalidInputError
 from idemflow.keys import check_duration, check_table
@@ -241,11 +241,11 @@ def _dead_letters(args: argparse.Namespace) -> int:
     queue = open_queue(args.queue)
     try:
         if args.action == "redrive":
-            moved = queue.redrive(args.ids)
+            moved = redrive(queue, args.ids)
             print(f"redrove {moved} dead letter(s) onto the queue")
             return 0
         wanted = None if args.ids is None else set(args.ids)
-        for letter in queue.list_dead_letters(args.limit):
+        for letter in dead_letters(queue, limit=args.limit):
             if wanted is None or letter.id in wanted:
                 print(
                     json.dumps(

@@ -20,11 +20,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemflow.async_worklist.queues import Message
+from idemflow import admin
+from idemflow.async_worklist.queues import Message, ThreadedQueue, async_queue_twin
 from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.errors import InvalidInputError, LimitExceededError
 from idemflow.stores.registry import Feature
 from idemflow.worker import DeadLetter, Queue
+from tests.apis import LOOP
 from tests.selection import kinds
 
 CLOUD_VT = 1
@@ -481,3 +483,41 @@ def test_consume_yields_until_the_stop_event_is_set(queue_factory: QueueFactory)
     stop_idle.set()
     idle.join(10)
     assert not idle.is_alive()
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
+def test_an_operator_lists_and_redrives_dead_letters_on_either_api(
+    queue_factory: QueueFactory, flavour: str
+) -> None:
+    """``admin.dead_letters``/``redrive`` and their twins: the asyncio ones on the queue's SDK
+    client where it has one (its registry twin), else on threads."""
+    queue = queue_factory()
+    for body in ("first", "second"):
+        queue.send(body)
+    for message in queue.receive(max_messages=2, wait=2.0):
+        queue.dead_letter(message, f"reason {message.body}")
+    if flavour == "blocking":
+        listed = admin.dead_letters(queue)
+        moved = admin.redrive(queue, [dead.id for dead in listed if dead.body == "first"])
+        left = admin.dead_letters(queue)
+    else:
+        twin = async_queue_twin(queue)
+
+        async def operate() -> tuple[list[DeadLetter], int, list[DeadLetter]]:
+            try:
+                found = await admin.adead_letters(twin)
+                count = await admin.aredrive(twin, [dead.id for dead in found if dead.body == "first"])
+                return found, count, await admin.adead_letters(twin)
+            finally:
+                if not isinstance(twin, ThreadedQueue):  # an SDK twin: clients of its own
+                    await twin.close()
+
+        listed, moved, left = LOOP.run(operate())
+    assert sorted((dead.body, dead.reason) for dead in listed) == [
+        ("first", "reason first"),
+        ("second", "reason second"),
+    ]
+    assert moved == 1
+    assert [dead.body for dead in left] == ["second"]
+    back = queue.receive(wait=2.0)
+    assert [message.body for message in back] == ["first"]

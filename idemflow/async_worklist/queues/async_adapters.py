@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from idemflow.async_worklist.queues.base import Message, Queue
+from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
 
 T = TypeVar("T")
 
@@ -43,6 +43,10 @@ class AsyncQueue(Protocol):
     async def dead_letter(self, message: Message, reason: str) -> None: ...
 
     async def approximate_size(self) -> int: ...
+
+    async def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]: ...
+
+    async def redrive(self, ids: Iterable[str] | None = None) -> int: ...
 
     async def close(self) -> None: ...
 
@@ -84,6 +88,12 @@ class ThreadedQueue:
 
     async def approximate_size(self) -> int:
         return await self._call(self.queue.approximate_size)
+
+    async def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return await self._call(self.queue.list_dead_letters, limit)
+
+    async def redrive(self, ids: Iterable[str] | None = None) -> int:
+        return await self._call(self.queue.redrive, None if ids is None else list(ids))
 
     async def close(self) -> None:
         await self._call(self.queue.close)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
@@ -21,7 +21,7 @@ from azure.storage.queue.aio import QueueClient, QueueServiceClient
 from idemflow._trampoline import atrampoline
 from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls, Call, Calls, Pause, connect
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
-from idemflow.async_worklist.queues.base import Message
+from idemflow.async_worklist.queues.base import DeadLetter, Message
 
 T = TypeVar("T")
 
@@ -134,6 +134,14 @@ class AsyncAzureQueue(AzureQueueCalls):
 
     async def approximate_size(self) -> int:
         return await self._drive(self._approximate_size())
+
+    async def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """As :meth:`AzureQueue.list_dead_letters`, awaited."""
+        return await self._drive(self._list_dead_letters(limit))
+
+    async def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """As :meth:`AzureQueue.redrive`, awaited."""
+        return await self._drive(self._redrive(ids))
 
     async def close(self) -> None:
         """Close the clients (and the aiohttp session); a second call does nothing."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
@@ -40,7 +41,7 @@ from idemflow.async_worklist.queues._sqs_calls import (
     check_options,
     sqs_error,
 )
-from idemflow.async_worklist.queues.base import Message
+from idemflow.async_worklist.queues.base import DeadLetter, Message
 from idemflow.async_worklist.queues.sqs import SqsQueue
 from idemflow.errors import BackendError, ConfigurationError, ErrorCode
 
@@ -140,6 +141,14 @@ class AsyncSqsQueue:
 
     async def approximate_size(self) -> int:
         return await self._run(self._calls.approximate_size())
+
+    async def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """As :meth:`SqsQueue.list_dead_letters`, awaited."""
+        return await self._run(self._calls.list_dead_letters(limit))
+
+    async def redrive(self, ids: Iterable[str] | None = None) -> int:
+        """As :meth:`SqsQueue.redrive`, awaited."""
+        return await self._run(self._calls.redrive(ids))
 
     async def close(self) -> None:
         """Close the client (and its aiohttp session). Closing again does nothing."""
