@@ -90,6 +90,10 @@ class Backend:
     opened store)."""
     test_parameters: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     test_beds: tuple[TestBed, ...] = ()
+    row_expiries: str | None = None
+    """(Stores, test tooling) the dotted path of a function giving every row of an opened store
+    and its ``expires_at`` as the backend holds it (the store protocol never returns expiries):
+    what the retention and collection suites check (None: they cannot check this backend)."""
 
     def accepts(self) -> frozenset[str]:
         """Every URL parameter it takes, test-only ones included."""
@@ -200,6 +204,7 @@ class Registry:
 
 
 _SERVERS = "idemflow.testing.servers"
+_TOOLS = "idemflow.testing.expiries"
 _CLOUD = frozenset({Feature.SERVER, Feature.SHARED})
 
 STORES = Registry(
@@ -213,6 +218,7 @@ STORES = Registry(
             usage="memory:",
             opener="idemflow.stores._openers:open_memory",
             blocking_class="idemflow.stores.memory:MemoryStore",
+            row_expiries=f"{_TOOLS}:memory",
             test_beds=(TestBed("memory", f"{_SERVERS}:in_memory"),),
         ),
         Backend(
@@ -223,6 +229,7 @@ STORES = Registry(
             usage="sqlite:PATH",
             opener="idemflow.stores._openers:open_sqlite",
             blocking_class="idemflow.stores.sqlite:SqliteStore",
+            row_expiries=f"{_TOOLS}:sqlite",
             test_beds=(TestBed("sqlite", f"{_SERVERS}:on_disk", frozenset({Feature.SHARED})),),
         ),
         Backend(
@@ -233,6 +240,7 @@ STORES = Registry(
             usage="dynamodb:?region=R&endpoint=URL&prefix=P[&open_runs_index=0]",
             opener="idemflow.stores._openers:open_dynamodb",
             blocking_class="idemflow.stores.dynamodb:DynamoDBStore",
+            row_expiries=f"{_TOOLS}:dynamodb",
             async_opener="idemflow.stores._openers:open_async_dynamodb",
             twin="idemflow.stores.dynamodb_async:AsyncDynamoDBStore.twin_of",
             extra="aws",
@@ -250,6 +258,7 @@ STORES = Registry(
             usage="azure:?connection_string=C&prefix=P",
             opener="idemflow.stores._openers:open_azure",
             blocking_class="idemflow.stores.azure_tables:AzureTableStore",
+            row_expiries=f"{_TOOLS}:azure_tables",
             async_opener="idemflow.stores._openers:open_async_azure",
             twin="idemflow.stores.azure_tables_async:AsyncAzureTableStore.twin_of",
             extra="azure",
