@@ -275,3 +275,19 @@ def test_gc_counts_expired_rows_and_vacuums_on_sqlite(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "no file to vacuum" in refused.stderr
     nothing = idemflow("gc", "--store", url)
     assert nothing.returncode == 2 and "--older-than" in nothing.stderr
+
+
+def test_python_dash_m_idemflow_is_the_command(tmp_path: Path) -> None:
+    """Where the ``idemflow`` script is not on the PATH, ``python -m idemflow`` is the same command."""
+    url = f"sqlite:{tmp_path / 'm.sqlite3'}"
+    SqliteStore(tmp_path / "m.sqlite3").close()
+    via_module = subprocess.run(
+        [sys.executable, "-m", "idemflow", "status", "--store", url, "checkout", "r-1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert via_module.returncode == idemflow("status", "--store", url, "checkout", "r-1").returncode
+    assert via_module.stdout == idemflow("status", "--store", url, "checkout", "r-1").stdout
+    assert "unknown" in via_module.stdout
