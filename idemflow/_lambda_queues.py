@@ -9,7 +9,7 @@ nearly up.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,17 +22,22 @@ _OPENED: dict[tuple[str, str], Any] = {}
 _OPENING = threading.Lock()
 
 
+def _kept(kind: str, url: str, opener: Callable[[str], Any]) -> Any:
+    """What ``opener`` opens of ``url``, opened on first use and kept for the sandbox."""
+    with _OPENING:
+        if (kind, url) not in _OPENED:
+            _OPENED[kind, url] = opener(url)
+        return _OPENED[kind, url]
+
+
 def store_of(store: str | Store) -> Store:
     """``store`` itself, or the store its URL names, opened on first use and kept for the sandbox."""
     if not isinstance(store, str):
         return store
     from idemflow.stores._opening import open_store
 
-    with _OPENING:
-        if ("store", store) not in _OPENED:
-            _OPENED["store", store] = open_store(store)
-        opened: Store = _OPENED["store", store]
-        return opened
+    opened: Store = _kept("store", store, open_store)
+    return opened
 
 
 def queue_of(queue: str | Queue) -> Queue:
@@ -41,11 +46,8 @@ def queue_of(queue: str | Queue) -> Queue:
         return queue
     from idemflow.async_worklist.queues import open_queue
 
-    with _OPENING:
-        if ("queue", queue) not in _OPENED:
-            _OPENED["queue", queue] = open_queue(queue)
-        opened: Queue = _OPENED["queue", queue]
-        return opened
+    opened: Queue = _kept("queue", queue, open_queue)
+    return opened
 
 
 def seconds_left(context: LambdaContext) -> float:

@@ -80,12 +80,13 @@ def _servers(item: pytest.Item) -> set[str]:
     return SERVERS.keys() & set(getattr(item, "fixturenames", ()))
 
 
-def _selected(item: pytest.Item, chosen: frozenset[str]) -> bool:
+def _selected(item: pytest.Item, chosen: frozenset[str], cloud: bool) -> bool:
+    """Whether ``item`` runs when ``chosen`` backends are (``cloud``: one of them needs a server)."""
     if {str(mark.args[0]) for mark in item.iter_markers("backend")} - chosen:
         return False
     if any(chosen.isdisjoint(SERVERS[server]) for server in _servers(item)):
         return False
-    return item.get_closest_marker("cloud") is None or not chosen.isdisjoint(cloud_backends())
+    return item.get_closest_marker("cloud") is None or cloud
 
 
 def _loose_xfails(items: list[pytest.Item]) -> list[str]:
@@ -110,9 +111,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         ):
             item.add_marker(pytest.mark.cloud)
     chosen = selected_backends(config)
-    kept = [item for item in items if _selected(item, chosen)]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if not _selected(item, chosen)])
+    cloud = not chosen.isdisjoint(cloud_backends())  # the registries read once, not per item
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (kept if _selected(item, chosen, cloud) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
 

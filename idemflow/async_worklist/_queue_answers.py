@@ -7,17 +7,13 @@ queue; ``submit``, workers, the relay and deliveries hand the drivers these answ
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+from idemflow._adrive import AsyncAnswers
+from idemflow._drive import Answers
 from idemflow._requests import Send, Settle
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
-
-Answers = Callable[[object], Any]
-"""What a blocking driver calls for a request it does not answer itself."""
-AsyncAnswers = Callable[[object], Awaitable[Any]]
-"""The same, awaited, for the asyncio driver."""
 
 
 def on_queue(queue: Queue | None) -> Answers | None:
@@ -58,4 +54,4 @@ def on_async_queue(queue: AsyncQueue | None) -> AsyncAnswers | None:
     return answer
 
 
-__all__ = ["Answers", "AsyncAnswers", "on_async_queue", "on_queue"]
+__all__ = ["on_async_queue", "on_queue"]

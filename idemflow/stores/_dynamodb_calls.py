@@ -284,26 +284,24 @@ class DynamoDBCalls:
         is listed by a filtered scan, and one given it later by ``create_tables`` is seen on the
         next store)."""
         if self._index_seen is None:
-            name = self.table_name(RUNS_TABLE)
-            described = yield from self.call(
-                "describe table", [RUNS_TABLE], "describe_table", {"TableName": name}
-            )
-            indexes = described.get("Table", {}).get("GlobalSecondaryIndexes") or []
-            self._index_seen = any(
-                index.get("IndexName") == OPEN_INDEX and index.get("IndexStatus", "ACTIVE") == "ACTIVE"
-                for index in indexes
-            )
+            index = yield from self._described_open_index()
+            self._index_seen = index is not None and index.get("IndexStatus", "ACTIVE") == "ACTIVE"
         return self._index_seen
 
-    def _open_index(self) -> Calls[None]:
-        """Give a runs table created before 0.2 its index of open runs, and mark its open runs."""
+    def _described_open_index(self) -> Calls[dict[str, Any] | None]:
+        """The runs table's index of open runs as ``DescribeTable`` gives it, None if it has none."""
         name = self.table_name(RUNS_TABLE)
         described = yield from self.call(
             "describe table", [RUNS_TABLE], "describe_table", {"TableName": name}
         )
         indexes = described.get("Table", {}).get("GlobalSecondaryIndexes") or []
-        if any(index.get("IndexName") == OPEN_INDEX for index in indexes):
+        return next((index for index in indexes if index.get("IndexName") == OPEN_INDEX), None)
+
+    def _open_index(self) -> Calls[None]:
+        """Give a runs table created before 0.2 its index of open runs, and mark its open runs."""
+        if (yield from self._described_open_index()) is not None:
             return
+        name = self.table_name(RUNS_TABLE)
         update = {
             "TableName": name,
             "AttributeDefinitions": _RUNS_SCHEMA["AttributeDefinitions"],

@@ -31,10 +31,10 @@ _MAX_READ = 1000
 
 def run_page(calls: DynamoDBCalls, query: RunQuery) -> Calls[list[RunRow]]:
     """At most ``query.limit`` run records after ``query.after``, in key order."""
-    keys = ("pk", "sk", OPEN_ATTRIBUTE) if query.open_only else ("pk", "sk")
     args: dict[str, Any] = {"TableName": calls.table_name(RUNS_TABLE)}
     operation = "scan"
     indexed = query.open_only and (yield from calls.has_open_index())
+    keys = ("pk", "sk", OPEN_ATTRIBUTE) if indexed else ("pk", "sk")  # what a position resumes after
     if indexed:
         args["IndexName"] = OPEN_INDEX
         if query.workflow is not None:
@@ -43,7 +43,6 @@ def run_page(calls: DynamoDBCalls, query: RunQuery) -> Calls[list[RunRow]]:
             args["ExpressionAttributeNames"] = {"#open": OPEN_ATTRIBUTE}
             args["ExpressionAttributeValues"] = {":w": {"S": query.workflow}}
     elif query.open_only:  # a table made without the index: every record read, open ones kept
-        keys = ("pk", "sk")
         args["ExpressionAttributeNames"] = {"#open": OPEN_ATTRIBUTE}
         if query.workflow is None:
             args["FilterExpression"] = "attribute_exists(#open)"

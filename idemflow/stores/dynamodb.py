@@ -93,10 +93,6 @@ class DynamoDBStore:
         open_runs_index: bool = True,
     ) -> None:
         self.prefix = prefix
-        self.open_runs_index = open_runs_index
-        """Whether :meth:`create_tables` gives the runs table a sparse index of unfinished runs:
-        2 index write units per request that does not finish in one write, against a scan of every
-        run record when an operator lists the open ones (``open_runs_index=0`` in a URL)."""
         self._own_client = client is None
         if client is None:
             try:
@@ -160,6 +156,13 @@ class DynamoDBStore:
     def create_tables(self, *names: str) -> None:
         """Create each table and the runs table (existing ones are fine), wait until ACTIVE, enable TTL."""
         self._run(self._calls.create_tables(*names))
+
+    @property
+    def open_runs_index(self) -> bool:
+        """Whether :meth:`create_tables` gives the runs table a sparse index of unfinished runs:
+        2 index write units per request that does not finish in one write, against a scan of every
+        run record when an operator lists the open ones (``open_runs_index=0`` in a URL)."""
+        return self._calls.open_runs_index
 
     def flush(self) -> None:
         self._cache.flush()
