@@ -106,10 +106,13 @@ def test_put_replaces_number_by_text_and_back(store: DynamoDBStore) -> None:
     created = int(raw(store, r)["ver"]["N"])
     store.commit([put(r, "three")])
     item = raw(store, r)
-    assert item["v"] == {"S": '"three"'} and "n" not in item and item["ver"] == {"N": str(created + 1)}
+    assert item["v"] == {"S": '"three"'} and "n" not in item and item["ver"] != {"N": str(created)}
+    store.commit([put(r, 4.0)])
+    item = raw(store, r)
+    assert item["n"] == {"N": "4.0"} and "v" not in item and item["f"] == {"BOOL": True}
     store.commit([put(r, 4)])
     item = raw(store, r)
-    assert item["n"] == {"N": "4"} and "v" not in item and item["ver"] == {"N": str(created + 2)}
+    assert set(item) == {"pk", "sk", "n", "ver"} and item["n"] == {"N": "4"}  # the float mark went
 
 
 def test_increment_of_text_names_the_row(store: DynamoDBStore) -> None:
@@ -240,7 +243,9 @@ def test_delete_expecting_absent_is_a_condition(store: DynamoDBStore) -> None:
     assert store.commit([Check(r, Cond.ANY), put(ref("dother"), 2)]) == Committed()
 
 
-def test_blind_put_bumps_version(store: DynamoDBStore) -> None:
+def test_blind_put_replaces_the_item_with_a_new_version(store: DynamoDBStore) -> None:
+    """A blind write is a ``PutItem``: the whole item replaced, under a fresh random version that a
+    reader of the old one cannot write against, and the conditional put after it adds one."""
     r = ref("dver")
     versions = []
     for value in ("a", "b", "c"):
@@ -248,7 +253,11 @@ def test_blind_put_bumps_version(store: DynamoDBStore) -> None:
         row = store.read(r)
         assert row is not None
         versions.append(row.version)
-    assert versions == [versions[0], versions[0] + 1, versions[0] + 2]
+    assert len(set(versions)) == 3
+    assert store.commit([put(r, "d", expect=versions[0])]) != Committed()
+    assert store.commit([put(r, "d", expect=versions[2])]) == Committed()
+    row = store.read(r)
+    assert row is not None and row.value == "d" and row.version == versions[2] + 1
 
 
 def test_racing_commits_apply_once(store: DynamoDBStore) -> None:

@@ -76,8 +76,10 @@ def transaction(ops: Sequence[Op], table_name: Callable[[str], str]) -> list[Tra
 
 def _item(op: Op, table: str) -> TransactWriteItemTypeDef:
     target: dict[str, Any] = {"TableName": table, "Key": key(op.ref)}
-    if isinstance(op, (Insert, Put)) and not (isinstance(op, Put) and op.expect is Cond.ANY):
-        expect = expectation(op)  # a version (then the row holds it) or no row
+    if isinstance(op, (Insert, Put)):
+        # A blind write (Cond.ANY) is a Put too, with a fresh random version: it replaces the whole
+        # item, as an Update that removed every other attribute would, at less server work.
+        expect = expectation(op)  # a version (then the row holds it), no row, or anything
         version = version_after(expect if isinstance(expect, int) else None, fresh_version())
         put = {"TableName": target["TableName"], **_condition(expect)}
         put["Item"] = {**target["Key"], **_value(op.value, op.text, version, op.expires_at)}
@@ -87,30 +89,6 @@ def _item(op: Op, table: str) -> TransactWriteItemTypeDef:
         if isinstance(op, Insert):  # a memo hit returns the stored memo: no extra read
             put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
         return {"Put": _named(put)}
-    if isinstance(op, Put):  # a blind write: the version is unknown, so the server adds 1
-        attr, other = ("#num", "#val") if number(op.value) else ("#val", "#num")
-        values = {":x": _value(op.value, op.text, 0, None)[_NAMES[attr]], **_bump_values()}
-        sets, removes = [f"{attr} = :x", _BUMP], [other]
-        opened = open_workflow(op.ref, op.value)
-        if opened is None:
-            removes.append("#open")
-        else:
-            sets.append("#open = :open")
-            values[":open"] = {"S": opened}
-        mark = _MARKS.get(type(op.value)) if attr == "#num" else None
-        for name in _MARKS.values():
-            if name == mark:
-                sets.append(f"{name} = :t")
-                values[":t"] = _TRUE
-            else:
-                removes.append(name)
-        if op.expires_at is None:
-            removes.append("#exp")
-        else:
-            sets.append("#exp = :e")
-            values[":e"] = {"N": str(int(op.expires_at))}
-        update = f"SET {', '.join(sets)} REMOVE {', '.join(removes)}"
-        return {"Update": _named({**target, "UpdateExpression": update, "ExpressionAttributeValues": values})}
     if isinstance(op, Increment):
         delta = number(op.delta)
         if delta is None:

@@ -14,11 +14,12 @@ Item layout. Physical table = ``prefix`` + logical table; one item per row:
   ``d`` (BOOL) a ``Decimal``; an increment sets the mark of its delta, and the
   row reads back as the widest kind it holds (:mod:`idemflow.number_model`). A row
   without a mark (all of them before 0.2) is an int when integral, else a float;
-- ``ver`` (N) the version: random on creation, +1 on every Put, Insert, Increment
-  (a row deleted and created again must not repeat an old version, and DynamoDB
-  keeps nothing of a deleted item; see :mod:`idemflow.stores._op_rules`). A write
-  that may create the row sends the random first version along with its ``+1``
-  (``if_not_exists``), so this costs no extra request;
+- ``ver`` (N) the version: random on creation and on every blind write (a
+  ``PutItem`` that replaces the whole item), +1 on a conditional Put and on an
+  Increment (a row deleted and created again must not repeat an old version, and
+  DynamoDB keeps nothing of a deleted item; see :mod:`idemflow.stores._op_rules`).
+  An increment that may create the row sends the random first version along with
+  its ``+1`` (``if_not_exists``), so this costs no extra request;
 - ``expires_at`` (N, epoch seconds) when set: the tables' TTL attribute.
 
 Limits (100 operations, 400 KB per item, 4 MB per transaction, 2048/1024-byte
