@@ -160,6 +160,11 @@ class QueueFunction:
         self._opening = threading.Lock()  # the host runs a batch's first messages side by side
 
     @property
+    def max_deliveries(self) -> int:
+        """Deliveries after which a request whose workflow no function here holds ends ``failed``."""
+        return int(self._options["max_deliveries"])
+
+    @property
     def stats(self) -> WorkerStats | None:
         """The worker's counts over this process's invocations (None before the first)."""
         return None if self._worker is None else self._worker.stats
