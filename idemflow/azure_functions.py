@@ -20,9 +20,10 @@ or moves it to ``<queue>-poison`` after ``maxDequeueCount`` deliveries (``host.j
 
 Both functions flush the store before they return, so what an invocation wrote is durable when
 the host settles the message; no thread outlives an invocation. Stores and queues given as URLs
-are opened on the first invocation and kept for the process. Loading this module, or building a
-function, imports no SDK (``azure.functions`` is imported by :func:`register`, whose app already
-did).
+are opened on the first invocation and kept for the process. Loading this module imports no SDK;
+building a function imports the Azure Storage queue SDK to check the queue's name (a name Azure
+refuses would leave the host listening on nothing), and :func:`register` ``azure.functions``,
+which the app imported already.
 
 >>> import azure.functions as func
 >>> from idemflow import atomic, checkpoint, workflow
@@ -117,7 +118,9 @@ def _queue_name(queue: str | Queue) -> str:
 
         _, url = _parsed(queue)
         if url.scheme == "azure-queue" and url.target:
-            return url.target
+            from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls
+
+            return AzureQueueCalls.check_name(url.target)  # the host would listen on no queue
         raise InvalidInputError(
             f"the queue trigger reads an Azure queue: use an azure-queue: URL, not {url.scheme}:"
         )

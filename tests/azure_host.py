@@ -56,6 +56,8 @@ class Polled:
 
     outcomes: Counter[str] = field(default_factory=Counter)
     errors: list[BaseException] = field(default_factory=list)
+    deliveries: list[int] = field(default_factory=list)
+    """The dequeue count of each message received."""
 
 
 def _binding(function: Any) -> dict[str, Any]:
@@ -106,7 +108,7 @@ class FunctionsHost:
             if raws or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
-        polled = Polled()
+        polled = Polled(deliveries=sorted(raw.dequeue_count for raw in raws))
         if not raws:
             return polled
         with ThreadPoolExecutor(max_workers=len(raws)) as pool:

@@ -13,13 +13,14 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import azure.functions as func
 import pytest
 
-from idemflow import open_store
+from idemflow import Idem, atomic, checkpoint, open_store, sleep, workflow
 from idemflow.admin import dead_letters, redrive
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
 from idemflow.azure_functions import message_of, queue_function, register, timer_function
@@ -205,6 +206,33 @@ def test_an_unheld_workflow_fails_at_max_deliveries_before_the_host_poisons_it(c
     assert state(cloud, request_id) is RunStatus.FAILED
 
 
+@workflow("napper")
+def napper(space: str) -> Generator[Idem[Any], Any, Any]:
+    yield checkpoint()
+    yield sleep(1)  # a durable timer: no function waits for it
+    return (yield atomic("tablea", space + "naps", lambda tx: tx.increment("naps"), name="nap"))
+
+
+def test_a_timer_is_a_fresh_delayed_message_and_the_function_returns(cloud: dict[str, Any]) -> None:
+    request_id = cloud["space"] + "n0"
+    submit(
+        napper(cloud["space"]),
+        request_id=request_id,
+        store=cloud["store"],
+        queue=cloud["queue"],
+        signing_key=KEY,
+    )
+    app = func.FunctionApp()
+    register(app, [napper], store=cloud["store"], queue=cloud["url"], connection=SETTING, signing_key=KEY)
+    host = FunctionsHost(app)
+    assert host.poll().outcomes == Counter(deleted=1)  # suspended at the sleep: returned, not raised
+    assert status(cloud["store"], "napper", request_id).status is RunStatus.RUNNING
+    polled = host.poll(wait=10)  # the fresh message, visible once the timer is due
+    assert polled.outcomes == Counter(deleted=1) and polled.deliveries == [1]  # waiting never counts
+    assert status(cloud["store"], "napper", request_id).status is RunStatus.COMPLETED
+    assert rows_of(cloud["store"], cloud["space"])[("tablea", "naps", "naps")] == 1
+
+
 def test_a_malformed_message_is_dead_lettered_and_deleted(cloud: dict[str, Any]) -> None:
     cloud["queue"].send("not a continuation")
     app, registered = app_of(cloud)
@@ -263,6 +291,8 @@ def test_wrong_wiring_is_refused_before_anything_runs(cloud: dict[str, Any], tmp
 
     with pytest.raises(InvalidInputError, match="Azure queue"):
         attempt(queue=f"sqlite:{tmp_path / 'q.sqlite3'}?name=jobs")
+    with pytest.raises(InvalidInputError, match="Azure queue name"):
+        attempt(queue="azure-queue:Orders")  # Azure queue names are lowercase
     with pytest.raises(InvalidInputError, match="NCRONTAB"):
         attempt(schedule="*/1 * * * *")  # five fields: the host wants six
     with pytest.raises(InvalidInputError, match="name"):
