@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from idemflow._lambda_queues import OutOfTime, Timed, queue_of, store_of
 from idemflow.errors import DeliveryRetryError, InvalidInputError
@@ -67,6 +67,7 @@ __all__ = [
     "Registered",
     "TimerFunction",
     "TriggerMessage",
+    "message_of",
     "queue_function",
     "register",
     "timer_function",
@@ -150,14 +151,17 @@ class QueueFunction:
         queue: str | Queue,
         options: dict[str, Any],
     ) -> None:
+        from idemflow.async_worklist.queues.memory import MemoryQueue
         from idemflow.async_worklist.worker import Worker
+        from idemflow.stores.memory import MemoryStore
 
         self.queue_name = _queue_name(queue)
         self._flows = list(workflows)
         self._store, self._queue = store, queue
         self._options = options
-        unopened = cast(Any, _Unopened())  # the options are checked now, the clients opened later
-        Worker(self._flows, store=unopened, queue=unopened, relay_every=None, **options)
+        # The workflows and options are checked now, on throwaway local clients; the real ones
+        # are opened by the first invocation.
+        Worker(self._flows, store=MemoryStore(), queue=MemoryQueue(), relay_every=None, **options)
         self._worker: Worker | None = None
         self._held: HostHeld | None = None
         self._opening = threading.Lock()  # the host runs a batch's first messages side by side
@@ -205,12 +209,6 @@ class QueueFunction:
                 self._worker = Worker(self._flows, store=store, queue=held, relay_every=None, **self._options)
                 self._held = held
             return self._worker, self._held
-
-
-class _Unopened:
-    """Stands in for the store and queue while the worker's options are checked at build time."""
-
-    visibility_timeout = 30.0
 
 
 def queue_function(
@@ -313,7 +311,9 @@ def timer_function(
 
     The relay sends the continuations that are due (a ``submit`` that died before sending, a
     wake-up whose own send failed); what ``budget`` leaves unsent waits for the next run. Keep
-    ``budget`` under the schedule's period and ``host.json``'s ``functionTimeout``.
+    ``budget`` under the schedule's period and ``host.json``'s ``functionTimeout``::
+
+        relay = timer_function(store=os.environ["STORE_URL"], queue=os.environ["QUEUE_URL"])
     """
     return TimerFunction(store=store, queue=queue, budget=budget, signing_key=signing_key, clock=clock)
 
