@@ -17,14 +17,18 @@ settlements become what the function does before it returns:
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
+from idemflow._lambda_queues import queue_of
+from idemflow.errors import InvalidInputError
+
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.base import DeadLetter, Message
+    from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
 
 Settled = Literal["ack", "nack", "dead"]
 
@@ -36,11 +40,40 @@ POISON_REASON = (
 )
 
 
+def queue_name(queue: str | Queue) -> str:
+    """The name of the Azure queue ``queue`` is (or its URL names), read without opening it."""
+    if isinstance(queue, str):
+        from idemflow.async_worklist.queues import _parsed
+
+        _, url = _parsed(queue)
+        if url.scheme == "azure-queue" and url.target:
+            from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls
+
+            return AzureQueueCalls.check_name(url.target)  # the host would listen on no queue
+        raise InvalidInputError(
+            f"the queue trigger reads an Azure queue: use an azure-queue: URL, not {url.scheme}:"
+        )
+    module = sys.modules.get("idemflow.async_worklist.queues.azure_queue")  # loaded if queue is one
+    if module is None or not isinstance(queue, module.AzureQueue):
+        raise InvalidInputError(f"the queue trigger reads an Azure queue, not {type(queue).__name__}")
+    return str(queue.name)
+
+
+def azure_queue_of(queue: str | Queue) -> AzureQueue:
+    """``queue`` itself, or the queue its URL names (opened once per process), if an Azure queue."""
+    from idemflow.async_worklist.queues.azure_queue import AzureQueue
+
+    opened = queue_of(queue)
+    if not isinstance(opened, AzureQueue):
+        raise InvalidInputError(f"the queue trigger reads an Azure queue, not {type(opened).__name__}")
+    return opened
+
+
 class HostHeld:
     """The Azure queue as the worker sees it inside one function app process.
 
-    Settlements are kept per message id (the host runs a batch of messages on threads side by
-    side), for :meth:`settled` to hand to the function that handled the message. Sends go to the
+    Settlements are kept per delivery (the host runs a batch of messages on threads side by side),
+    for :meth:`settled` to hand to the function that handled the message. Sends go to the
     queue itself: a continuation re-sent with its delay is a fresh message the host will trigger
     on later.
     """
@@ -50,17 +83,17 @@ class HostHeld:
         self.name = queue.name
         self.visibility_timeout = queue.visibility_timeout
         self.max_body_bytes = queue.max_body_bytes
-        self._settled: dict[str, Settled] = {}
+        self._settled: dict[tuple[str, str], Settled] = {}
         self._lock = threading.Lock()
 
     def settled(self, message: Message) -> Settled | None:
         """How the worker settled ``message`` (None: it could not even nack), forgotten once read."""
         with self._lock:
-            return self._settled.pop(message.id, None)
+            return self._settled.pop((message.id, message.receipt), None)
 
     def _settle(self, message: Message, how: Settled) -> None:
-        with self._lock:
-            self._settled[message.id] = how
+        with self._lock:  # by receipt too: two deliveries of one message may run side by side
+            self._settled[message.id, message.receipt] = how
 
     def send(self, body: str, *, delay: float = 0.0) -> None:
         self.queue.send(body, delay=delay)

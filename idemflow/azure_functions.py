@@ -42,19 +42,17 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from idemflow._lambda_queues import OutOfTime, Timed, queue_of, store_of
+from idemflow._azure_host import Deadline, HostHeld, azure_queue_of, fold_poison, queue_name
+from idemflow._lambda_queues import OutOfTime, Timed, store_of
 from idemflow.errors import DeliveryRetryError, InvalidInputError
 
 if TYPE_CHECKING:
-    from idemflow._azure_host import HostHeld
-    from idemflow.async_worklist.queues.azure_queue import AzureQueue
     from idemflow.async_worklist.queues.base import Message, Queue
     from idemflow.async_worklist.worker import Worker, WorkerStats
     from idemflow.policy import RetryPolicy
@@ -101,6 +99,10 @@ def message_of(msg: TriggerMessage) -> Message:
     """
     from idemflow.async_worklist.queues.base import Message, decode_wire
 
+    if not all(hasattr(msg, name) for name in ("id", "dequeue_count", "pop_receipt", "get_body")):
+        raise InvalidInputError(
+            f"a queue trigger's function takes a func.QueueMessage, not {type(msg).__name__}"
+        )
     message_id, count, receipt = msg.id, msg.dequeue_count, msg.pop_receipt
     if not isinstance(message_id, str) or not message_id or not isinstance(receipt, str):
         raise InvalidInputError("a queue trigger's message needs its id and pop_receipt")
@@ -110,34 +112,6 @@ def message_of(msg: TriggerMessage) -> Message:
         )
     body = decode_wire(msg.get_body().decode("utf-8", "replace"))  # not UTF-8: rejected as malformed
     return Message(message_id, body, count, receipt)
-
-
-def _queue_name(queue: str | Queue) -> str:
-    """The name of the Azure queue ``queue`` is (or its URL names), read without opening it."""
-    if isinstance(queue, str):
-        from idemflow.async_worklist.queues import _parsed
-
-        _, url = _parsed(queue)
-        if url.scheme == "azure-queue" and url.target:
-            from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls
-
-            return AzureQueueCalls.check_name(url.target)  # the host would listen on no queue
-        raise InvalidInputError(
-            f"the queue trigger reads an Azure queue: use an azure-queue: URL, not {url.scheme}:"
-        )
-    module = sys.modules.get("idemflow.async_worklist.queues.azure_queue")  # loaded if queue is one
-    if module is None or not isinstance(queue, module.AzureQueue):
-        raise InvalidInputError(f"the queue trigger reads an Azure queue, not {type(queue).__name__}")
-    return str(queue.name)
-
-
-def _azure_queue_of(queue: str | Queue) -> AzureQueue:
-    from idemflow.async_worklist.queues.azure_queue import AzureQueue
-
-    opened = queue_of(queue)
-    if not isinstance(opened, AzureQueue):
-        raise InvalidInputError(f"the queue trigger reads an Azure queue, not {type(opened).__name__}")
-    return opened
 
 
 class QueueFunction:
@@ -155,7 +129,7 @@ class QueueFunction:
         from idemflow.async_worklist.worker import Worker
         from idemflow.stores.memory import MemoryStore
 
-        self.queue_name = _queue_name(queue)
+        self.queue_name = queue_name(queue)
         self._flows = list(workflows)
         self._store, self._queue = store, queue
         self._options = options
@@ -201,10 +175,9 @@ class QueueFunction:
     def _open(self) -> tuple[Worker, HostHeld]:
         with self._opening:
             if self._worker is None or self._held is None:
-                from idemflow._azure_host import HostHeld
                 from idemflow.async_worklist.worker import Worker
 
-                held = HostHeld(_azure_queue_of(self._queue))
+                held = HostHeld(azure_queue_of(self._queue))
                 store = store_of(self._store)
                 self._worker = Worker(self._flows, store=store, queue=held, relay_every=None, **self._options)
                 self._held = held
@@ -266,7 +239,7 @@ class TimerFunction:
     ) -> None:
         from idemflow.async_worklist._submission import resolve_signing_key
 
-        self.queue_name = _queue_name(queue)
+        self.queue_name = queue_name(queue)
         self.budget = _check_budget(budget)
         self._store, self._queue = store, queue
         self._key = resolve_signing_key(signing_key)
@@ -275,12 +248,11 @@ class TimerFunction:
     def __call__(self, timer: object = None) -> dict[str, Any]:
         """``{"relayed": N, "poisoned": M, "finished": bool}``: continuations sent, poison messages
         moved to the dead letters, and whether both were done within ``budget``."""
-        from idemflow._azure_host import Deadline, fold_poison
         from idemflow.async_worklist._handling import event
         from idemflow.async_worklist.outbox import relay
 
         deadline = Deadline(self.budget)
-        store, queue = store_of(self._store), _azure_queue_of(self._queue)
+        store, queue = store_of(self._store), azure_queue_of(self._queue)
         timed = Timed(queue, deadline, 0.0)
         finished = True
         try:

@@ -305,6 +305,8 @@ def test_wrong_wiring_is_refused_before_anything_runs(cloud: dict[str, Any], tmp
         queue_function([len], store=cloud["store"], queue=cloud["url"])  # type: ignore[list-item]
     with pytest.raises(InvalidInputError, match="Azure queue"):
         timer_function(store=cloud["store"], queue=object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="takes a func"):
+        message_of("a body")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="dequeue_count"):
         message_of(func.QueueMessage(id="m", body="{}", pop_receipt="r"))
 
