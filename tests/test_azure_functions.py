@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Generator
@@ -21,6 +22,7 @@ import azure.functions as func
 import pytest
 
 from idemflow import Idem, atomic, checkpoint, open_store, sleep, workflow
+from idemflow._azure_host import fold_poison
 from idemflow.admin import dead_letters, redrive
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
 from idemflow.azure_functions import message_of, queue_function, register, timer_function
@@ -178,6 +180,7 @@ def test_past_max_dequeue_count_a_message_is_poisoned_then_dead_lettered_and_red
     host = FunctionsHost(app, settings)
     assert drain(host) == Counter(DeliveryRetryError=3)  # the third failure moved it
     assert len(host.poisoned()) == 1 and state(cloud, request_id) is RunStatus.RUNNING
+    assert fold_poison(cloud["queue"], time.monotonic()) == (0, False)  # no time left: left there
     assert registered.relay() == {"relayed": 0, "poisoned": 1, "finished": True}
     assert host.poisoned() == []
     [letter] = dead_letters(cloud["queue"])
