@@ -82,6 +82,8 @@ class ErrorCode(StrEnum):
     """An effect's attempt took longer than its timeout: that attempt failed."""
     VERSION_NOT_HELD = "version_not_held"
     """The request started on a workflow version this process does not hold."""
+    DELIVERY_RETRY = "delivery_retry"
+    """A queue-triggered function asks its host to deliver the message again (it counts)."""
 
 
 _ORIGIN = ("code", "backend", "operation", "service_code")
@@ -526,6 +528,29 @@ class VersionNotHeldError(IdemflowError):
         )
 
 
+class DeliveryRetryError(IdemflowError):
+    """A queue-triggered function (Azure Functions) could not settle its message now: the host must
+    deliver it again after its ``visibilityTimeout``, counting the delivery toward ``maxDequeueCount``.
+
+    Raised for a store or queue error (the cause is chained when the worker kept one) or a
+    workflow no function of the app holds; the worker's log says which.
+
+    >>> str(DeliveryRetryError("m1", 2, "the store is down"))
+    'message m1 (delivery 2) goes back to the queue: the store is down'
+    """
+
+    code = ErrorCode.DELIVERY_RETRY
+
+    def __init__(self, message_id: str, deliveries: int, why: str) -> None:
+        super().__init__(message_id, deliveries, why)
+        self.message_id = message_id
+        self.deliveries = deliveries
+        self.why = why
+
+    def __str__(self) -> str:
+        return f"message {self.message_id} (delivery {self.deliveries}) goes back to the queue: {self.why}"
+
+
 RENAMED: dict[str, str] = {
     "StoreError": "BackendError",
     "TransientStoreError": "TransientError",
@@ -572,6 +597,7 @@ __all__ = [
     "CompensationError",
     "ConfigurationError",
     "ConflictError",
+    "DeliveryRetryError",
     "EffectTimeoutError",
     "ErrorCode",
     "IdemflowError",

@@ -24,6 +24,7 @@ PUBLIC_MODULES = (
     "idemflow.testing",
     "idemflow.asgi",
     "idemflow.aws_lambda",
+    "idemflow.azure_functions",
 )
 
 DEPRECATED_MODULES = (
