@@ -72,8 +72,7 @@ QUEUE_URL = os.environ.get("IDEMFLOW_QUEUE_URL", "memory:")
 """Nothing is opened before the first invocation: importing this module (pytest does) is free."""
 
 
-@http_handler(STORE_URL, status=201, refusals={"closed": 410})
-def orders(request: HttpRequest) -> Generator[Idem[Any], Any, Any]:
+def place_order(request: HttpRequest) -> Generator[Idem[Any], Any, Any]:
     """``POST /orders``: one effect per key, counted in ``tableb`` under the body's ``space``.
 
     ``{"gate": true}`` holds the first execution inside its step (the test kills it there);
@@ -90,6 +89,14 @@ def orders(request: HttpRequest) -> Generator[Idem[Any], Any, Any]:
         name="effect",
     )
     return {"order": request.key, "count": count, "item": body.get("item")}
+
+
+ORDER_OPTIONS: dict[str, Any] = {
+    "status": 201,
+    "refusals": {"closed": 410},
+    "name": "tests.lambda_functions.orders",
+}
+orders = http_handler(STORE_URL, **ORDER_OPTIONS)(place_order)
 
 
 worker = sqs_handler(WORKFLOWS, store=STORE_URL, queue=QUEUE_URL)
