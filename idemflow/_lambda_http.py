@@ -17,6 +17,7 @@ import decimal
 import enum
 import inspect
 import json
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -286,13 +287,14 @@ class HttpHandler:
             return refused(Refusal(413, "payload_too_large", str(exc)))
         except InvalidInputError as exc:
             return refused(refusal(exc) or Refusal(400, "invalid_input", str(exc)))
-        left = seconds_left(context) - options.reserve
+        remaining = seconds_left(context)
+        ends, left = time.time() + remaining, remaining - options.reserve
         if left <= 0:  # not even one attempt would end before the function's timeout
             detail = f"the invocation has no time left; retry with the same {options.key_header}"
             return refused(Refusal(503, "busy", detail, {"Retry-After": "1"}))
         store = self._opened = store_of(self._store)
         try:
-            answer = self._run(store, request, left)
+            answer = self._run(store, request, left, ends)
         except IdemflowError as exc:
             found = refusal(exc, options.refusals)
             if found is None:
@@ -304,21 +306,25 @@ class HttpHandler:
             return respond(options.status, answer.value, {REPLAYED_HEADER: "true"})
         return respond(options.status, answer)
 
-    def _run(self, store: Store, request: HttpRequest, seconds: float) -> Any:
-        """The request under ``@idempotent``, each step retrying no longer than ``seconds``."""
-        from idemflow.handlers import idempotent
+    def _run(self, store: Store, request: HttpRequest, seconds: float, ends: float) -> Any:
+        """The request under ``@idempotent``, each step retrying no longer than ``seconds`` and
+        no effect lease outliving the invocation's end (``ends``, epoch seconds)."""
+        from idemflow.handlers import decorated
 
         options = self.options
         policy = dataclasses.replace(options.policy, deadline=min(options.policy.deadline, seconds))
-        call = idempotent(
+        call = decorated(
             store,
-            key=_key,
-            fingerprint=_fingerprint,
-            name=self.name,
-            policy=policy,
-            on_replay=Replayed,
-            cache=options.cache,
-        )(self._function)
+            self._function,
+            _key,
+            self.name,
+            policy,
+            _fingerprint,
+            True,
+            Replayed,
+            options.cache,
+            lease_until=ends,
+        )
         return call(request)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, atomic, open_store
+from idemflow import Idem, atomic, effect, open_store
 from idemflow.aws_lambda import REPLAYED_HEADER, FixedContext, HttpRequest, http_handler
 from idemflow.client import RunStatus, status
 from idemflow.errors import InvalidInputError, TransientError
@@ -320,6 +320,35 @@ def test_the_remaining_time_bounds_the_retries(store: SqliteStore) -> None:
     answer = order(http_event("POST", "/orders", {"item": "a"}, {"Idempotency-Key": "k-1"}), context)
     assert refused(answer) == (503, "busy")
     assert context.get_remaining_time_in_millis() > 0  # answered while the invocation still ran
+
+
+class Killed(BaseException):
+    """The sandbox dies inside the effect's call: nothing after it runs, the lease stays."""
+
+
+def test_an_effect_lease_ends_with_the_invocation_that_took_it(store: SqliteStore) -> None:
+    """A sandbox killed while holding a 60 s effect lease keeps a retry waiting only until its
+    invocation would have ended (Lambda had killed it by then), not for the whole lease."""
+    calls: list[str] = []
+
+    def charge(key: str) -> dict[str, str]:
+        calls.append(key)
+        if len(calls) == 1:
+            raise Killed
+        return {"charge": key}
+
+    @http_handler(store, cache=None)
+    def pay(request: HttpRequest) -> Generator[Idem[Any], Any, Any]:
+        return (yield effect(charge, lease=60))
+
+    event = http_event("POST", "/pay", {"amount": 5}, {"Idempotency-Key": "p-1"})
+    with pytest.raises(Killed):
+        pay(event, FixedContext(1_500))  # killed inside the call, holding the lease
+    retry = FixedContext(10_000)
+    answer = pay(event, retry)
+    assert answer["statusCode"] == 200 and body_of(answer)["charge"] == calls[1]
+    assert len(calls) == 2
+    assert retry.get_remaining_time_in_millis() > 6_000  # waited about 1.5 s, not 60
 
 
 def test_results_with_codec_types_are_answered_as_json(store: SqliteStore) -> None:
