@@ -210,7 +210,7 @@ def _plain(value: object) -> Any:
 
 def respond(status: int, body: Any, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A proxy-integration response (REST and HTTP APIs, Function URLs): a JSON body."""
-    text = json.dumps(body, default=_plain, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(body, default=_plain, separators=(",", ":"))  # ASCII: no lone surrogate breaks it
     return {
         "statusCode": status,
         "headers": {"Content-Type": "application/json", **(headers or {})},
