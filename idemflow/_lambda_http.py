@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow._http_answers import Refusal
 from idemflow._lambda_queues import seconds_left, store_of
-from idemflow.errors import IdemflowError, InvalidInputError, MissingIdempotencyKeyError
+from idemflow.errors import IdemflowError, InvalidInputError, LimitExceededError, MissingIdempotencyKeyError
 from idemflow.keys import check_request_id
 
 if TYPE_CHECKING:
@@ -36,10 +36,6 @@ if TYPE_CHECKING:
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 """Set to ``true`` on an answer that was an earlier call's (no step of this call committed)."""
-
-
-class TooLarge(InvalidInputError):
-    """A body over the handler's ``max_body_bytes``: answered 413 before it is decoded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +117,11 @@ def _query(event: Mapping[str, Any], version: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in single.items()}
 
 
+def _too_large(limit: int, size: int | None = None) -> LimitExceededError:
+    """A body over the handler's ``max_body_bytes``: answered 413 before it is decoded."""
+    return LimitExceededError("the request body", f"over {limit} bytes" + (f" ({size})" if size else ""))
+
+
 def _body(event: Mapping[str, Any], limit: int) -> Any:
     raw = event.get("body")
     if raw is None or raw == "":
@@ -129,17 +130,17 @@ def _body(event: Mapping[str, Any], limit: int) -> Any:
         raise InvalidInputError(f"the event's body must be a string, not {type(raw).__name__}")
     if event.get("isBase64Encoded"):
         if len(raw) > (limit + 2) // 3 * 4 + 4:  # longer than any encoding of `limit` bytes
-            raise TooLarge(f"the body is over {limit} bytes")
+            raise _too_large(limit)
         try:
             data = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidInputError("the body is marked base64 but is not base64") from None
     else:
         if len(raw) > limit:  # every character is at least one byte
-            raise TooLarge(f"the body is over {limit} bytes")
+            raise _too_large(limit)
         data = raw.encode("utf-8", "surrogatepass")
     if len(data) > limit:
-        raise TooLarge(f"the body is over {limit} bytes ({len(data)})")
+        raise _too_large(limit, len(data))
     try:
         return json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -158,7 +159,8 @@ def read_request(
 
     A missing key is :class:`~idemflow.errors.MissingIdempotencyKeyError`; a key sent twice with
     two values, a body that is not JSON are :class:`~idemflow.errors.InvalidInputError`; a
-    body over ``max_body_bytes`` is :class:`TooLarge`. All before anything is written.
+    body over ``max_body_bytes`` is :class:`~idemflow.errors.LimitExceededError`. All before
+    anything is written.
     """
     headers = _headers(event, version)
     keys = {value.strip() for value in headers.get(key_header.lower(), []) if value.strip()}
@@ -253,20 +255,27 @@ class HttpHandler:
         options: HttpOptions,
     ) -> None:
         from idemflow.handlers import _derived_name, _refuse_a_plain_function
+        from idemflow.runner import Workflow
         from idemflow.stores.base import Store
 
-        if not callable(function) or inspect.iscoroutinefunction(function):
+        inner = function.function if isinstance(function, Workflow) else function
+        if not callable(inner) or inspect.iscoroutinefunction(inner):
             raise InvalidInputError(
                 "an HTTP handler on Lambda is a workflow (a generator, or a function returning an Idem) "
                 "run on a blocking store; an asyncio app runs on Lambda through Mangum with idemflow.asgi"
             )
-        _refuse_a_plain_function(function)
         if not isinstance(store, str | Store):
             raise InvalidInputError(f"an HTTP handler needs a blocking store or its URL, not {store!r}")
+        if isinstance(function, Workflow):  # its records keep the workflow's own name
+            if options.name not in (None, function.name):
+                raise InvalidInputError(f"@workflow {function.name!r} keeps its name; leave out name=")
+            self.name = function.name
+        else:
+            _refuse_a_plain_function(function)
+            self.name = options.name or _derived_name(function)
         self._function = function
         self._store = store
         self.options = options
-        self.name = options.name or _derived_name(function)
         self._opened: Store | None = None
 
     @property
@@ -283,7 +292,7 @@ class HttpHandler:
             request = read_request(
                 event, version, context, key_header=options.key_header, max_body_bytes=options.max_body_bytes
             )
-        except TooLarge as exc:
+        except LimitExceededError as exc:
             return refused(Refusal(413, "payload_too_large", str(exc)))
         except InvalidInputError as exc:
             return refused(refusal(exc) or Refusal(400, "invalid_input", str(exc)))

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, atomic, effect, open_store
+from idemflow import Idem, atomic, effect, open_store, workflow
 from idemflow.aws_lambda import REPLAYED_HEADER, FixedContext, HttpRequest, http_handler
 from idemflow.client import RunStatus, status
 from idemflow.errors import InvalidInputError, TransientError
@@ -349,6 +349,19 @@ def test_an_effect_lease_ends_with_the_invocation_that_took_it(store: SqliteStor
     assert answer["statusCode"] == 200 and body_of(answer)["charge"] == calls[1]
     assert len(calls) == 2
     assert retry.get_remaining_time_in_millis() > 6_000  # waited about 1.5 s, not 60
+
+
+def test_a_workflow_keeps_its_name(store: SqliteStore) -> None:
+    @http_handler(store)
+    @workflow("book")
+    def book(request: HttpRequest) -> Generator[Idem[Any], Any, Any]:
+        return (yield atomic("tablea", "p-books", lambda tx: once(tx, request.key)))
+
+    answer = book(http_event("POST", "/books", {}, {"Idempotency-Key": "b-1"}), FixedContext(10_000))
+    assert answer["statusCode"] == 200 and body_of(answer) == 1 and book.name == "book"
+    assert status(store, "book", "b-1").status is RunStatus.COMPLETED
+    with pytest.raises(InvalidInputError, match="keeps its name"):
+        http_handler(store, name="other")(workflow("book2")(lambda_returning_a_dict))
 
 
 def test_results_with_codec_types_are_answered_as_json(store: SqliteStore) -> None:
