@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, atomic, effect, open_store, workflow
+from idemflow import Idem, atomic, effect, open_store, run, workflow
 from idemflow.aws_lambda import REPLAYED_HEADER, FixedContext, HttpRequest, http_handler
 from idemflow.client import RunStatus, status
 from idemflow.errors import InvalidInputError, TransientError
 from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.testing.servers import Moto
 from samples.survey.tables import TABLES as SURVEY_TABLES
+from samples.survey.workflows import create_survey, results
 from tests.conftest import TEST_TABLES, dynamodb_url
 from tests.lambda_functions import orders
 from tests.lambda_runtime import ACCOUNT, Invocation, Sandbox, SandboxCounts
@@ -522,14 +523,47 @@ def test_sandbox_frozen_between_invocations_answers_from_durable_state(cloud: di
     assert counted(store, space) == dict.fromkeys(keys, 1)
 
 
-# -- ASGI through Mangum ---------------------------------------------------------------
-
-
 LUNCH = {
     "id": "lunch",
     "title": "Lunch",
     "questions": [{"id": "main", "text": "?", "options": ["soup", "salad"]}],
 }
+
+
+@pytest.mark.cloud
+def test_sandbox_the_templates_survey_endpoint_counts_a_response_once(cloud: dict[str, Any]) -> None:
+    """``samples.survey.lambda_handlers.respond``, the handler deploy/aws/template.yaml routes
+    ``POST /surveys/{survey}/responses`` to, configured by the template's environment."""
+    store, survey = cloud["store"], f"{cloud['space']}lunch"
+    run(create_survey({**LUNCH, "id": survey}), request_id=f"{survey}-created", store=store)
+    env = {"IDEMFLOW_STORE": cloud["env"]["IDEMFLOW_STORE_URL"], "IDEMFLOW_QUEUE": "memory:"}
+    path = f"/surveys/{survey}/responses"
+    response = {"respondent": "ada", "answers": {"main": "salad"}}
+
+    def post(body: Any, key: str) -> dict[str, Any]:
+        return http_event(
+            "POST",
+            path,
+            body,
+            {"Idempotency-Key": key},
+            route="POST /surveys/{survey}/responses",
+            path_parameters={"survey": survey},
+        )
+
+    with Sandbox("samples.survey.lambda_handlers.respond", env) as sandbox:
+        answers = [sandbox.invoke(post(response, "r-1")) for _ in range(2)]
+        sandbox.freeze()
+        sandbox.thaw()
+        second = sandbox.invoke(post(response, "r-2"))  # the same respondent, another request
+        wrong = sandbox.invoke(post({"respondent": "bo"}, "r-3"))
+    assert [a["statusCode"] for a in answers] == [200, 200] and answers[0]["body"] == answers[1]["body"]
+    assert body_of(answers[0])["counted"] is True and answers[1]["headers"][REPLAYED_HEADER] == "true"
+    assert refused(second) == (409, "already_responded")
+    assert refused(wrong) == (400, "invalid_input")
+    assert results(store, survey)["questions"] == {"main": {"soup": 0, "salad": 1}}
+
+
+# -- ASGI through Mangum ---------------------------------------------------------------
 
 
 @pytest.mark.cloud
