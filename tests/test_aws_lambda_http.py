@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Generator
@@ -599,6 +602,23 @@ def test_sandbox_survey_app_through_mangum_on_v1_and_v2_events(cloud: dict[str, 
     assert {a["body"] for a in answers} == {answers[0]["body"]}
     assert missing["statusCode"] == 400 and body_of(missing)["error"] == "missing_idempotency_key"
     assert body_of(results)["questions"] == {"main": {"soup": 1, "salad": 0}}
+
+
+def test_building_the_templates_handlers_imports_no_sdk_and_no_web_framework() -> None:
+    """A cold start of the survey's functions loads neither boto3 nor Starlette: the first
+    invocation opens the store (and imports its SDK); the HTTP handler needs no framework."""
+    code = (
+        "import sys, samples.survey.lambda_handlers\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('boto', 'azure', 'starlette', 'mangum'))))"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "IDEMFLOW_STORE": "dynamodb:?region=us-east-1&prefix=p-",
+        "IDEMFLOW_QUEUE": "sqs:q?region=us-east-1&create=false",
+    }
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_the_records_are_named_after_the_handler() -> None:
