@@ -1,5 +1,6 @@
-"""``python -m benchmarks.lambda_latency [--requests N]``: one request finished by a Lambda invocation
-vs by ``idemflow worker``'s message handling, on DynamoDB and SQS (moto on loopback).
+"""``python -m benchmarks.lambda_latency [--requests N] [--http]``: one request finished by a Lambda
+invocation vs by ``idemflow worker``'s message handling, on DynamoDB and SQS (moto on loopback);
+with ``--http``, an ``http_handler`` request's first call against its duplicates.
 
 Each round submits one survey request (its first step runs in ``submit``), receives its message
 with the SDK, and times what finishes it:
@@ -12,6 +13,12 @@ with the SDK, and times what finishes it:
   (:mod:`tests.lambda_runtime`): the handler plus the Runtime API round trip and JSON.
 
 The three kinds take turns within each round, so load on a shared machine hits them alike.
+
+``--http`` times ``POST /orders`` (``tests.lambda_functions.orders``: one step) as an HTTP API
+event: its first call, a duplicate in the same sandbox (answered from the handler's cache of
+finished answers), and a duplicate in another sandbox (no cached answer: the run record is read),
+each called in this process and through a warm ``awslambdaric`` sandbox.
+
 Prints medians and quartiles in milliseconds; not part of ``python -m benchmarks``.
 """
 
@@ -28,13 +35,14 @@ import boto3
 
 from idemflow import open_store
 from idemflow.async_worklist.queues.base import Message, decode_wire
-from idemflow.aws_lambda import FixedContext, sqs_handler
+from idemflow.aws_lambda import FixedContext, http_handler, sqs_handler
 from idemflow.client import submit
 from idemflow.testing.servers import moto_server
 from idemflow.worker import Worker, open_queue
 from tests.async_workflows import survey
-from tests.lambda_functions import WORKFLOWS
+from tests.lambda_functions import ORDER_OPTIONS, WORKFLOWS, place_order
 from tests.lambda_runtime import Sandbox
+from tests.test_aws_lambda_http import http_event
 
 KEY = "bench-key"
 KINDS = ("worker", "handler", "lambda")
@@ -58,10 +66,62 @@ def _event(raw: dict[str, Any], queue: str) -> dict[str, Any]:
     }
 
 
+HTTP_KINDS = ("first call", "duplicate, same sandbox", "duplicate, other sandbox")
+
+
+def _print(times: dict[str, list[float]], label: str) -> None:
+    print(f"| {label} | median ms | quartiles ms | rounds |\n|---|---|---|---|")
+    for kind, taken in times.items():
+        q1, q2, q3 = statistics.quantiles(taken, n=4)
+        print(f"| {kind} | {q2:.1f} | {q1:.1f}–{q3:.1f} | {len(taken)} |")
+
+
+def http(requests: int) -> None:
+    """An HTTP handler's first call against its duplicates, in this process and in sandboxes."""
+    with moto_server() as moto:
+        prefix = f"b{uuid.uuid4().hex[:8]}"
+        store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
+        store = open_store(store_url)
+        store.create_tables("tablea", "tableb")
+        here = http_handler(store, **ORDER_OPTIONS)(place_order)
+        elsewhere = http_handler(store, **{**ORDER_OPTIONS, "cache": None})(place_order)
+        times: dict[str, list[float]] = {}
+        env = {"IDEMFLOW_STORE_URL": store_url}
+        with (
+            Sandbox("tests.lambda_functions.orders", env) as one,
+            Sandbox("tests.lambda_functions.orders", env) as two,
+        ):
+            ways: dict[str, tuple[Callable[[dict[str, Any]], Any], ...]] = {
+                "in process": (
+                    lambda e: here(e, FixedContext(60_000)),
+                    lambda e: here(e, FixedContext(60_000)),
+                    lambda e: elsewhere(e, FixedContext(60_000)),
+                ),
+                "lambda": (one.invoke, one.invoke, two.invoke),
+            }
+            for n in range(requests + 1):  # round 0 warms each up (clients, imports)
+                for way, calls in ways.items():
+                    key = f"{prefix}-{way}-{n}"
+                    event = http_event("POST", "/orders", {"space": f"{prefix}-"}, {"Idempotency-Key": key})
+                    for kind, call in zip(HTTP_KINDS, calls, strict=True):
+                        started = time.perf_counter()
+                        answer = call(event)
+                        if n:
+                            times.setdefault(f"{way}: {kind}", []).append(
+                                (time.perf_counter() - started) * 1000
+                            )
+                        assert answer["statusCode"] == 201, answer
+    _print(times, "http_handler, POST /orders")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.lambda_latency")
     parser.add_argument("--requests", type=int, default=30, help="rounds (each finishes one of each kind)")
+    parser.add_argument("--http", action="store_true", help="an HTTP handler's first call against duplicates")
     args = parser.parse_args(argv)
+    if args.http:
+        http(args.requests)
+        return
     with moto_server() as moto:
         prefix = f"b{uuid.uuid4().hex[:8]}"
         store_url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix={prefix}"
@@ -96,10 +156,7 @@ def main(argv: list[str] | None = None) -> None:
                     finishers[kind](raw)
                     if n:
                         times[kind].append((time.perf_counter() - started) * 1000)
-    print("| finished by | median ms | quartiles ms | rounds |\n|---|---|---|---|")
-    for kind in KINDS:
-        q1, q2, q3 = statistics.quantiles(times[kind], n=4)
-        print(f"| {kind} | {q2:.1f} | {q1:.1f}–{q3:.1f} | {len(times[kind])} |")
+    _print(times, "finished by")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,20 @@ FIRST_PAUSE, LONGEST_PAUSE = 0.02, 1.0
 _POLLING = wait_exponential(multiplier=FIRST_PAUSE, max=LONGEST_PAUSE)
 
 
+MIN_LEASE = 0.1
+"""The shortest lease :func:`capped` gives: a holder near its end still gets to make its call."""
+
+
+def capped(seconds: float, until: float | None, wall: Callable[[], float] = time.time) -> float:
+    """``seconds``, or less when the holder's process ends at ``until`` (epoch seconds): a lease
+    must not outlive its holder, or a retry waits on a holder that is gone.
+
+    >>> capped(30.0, None), capped(30.0, 100.0, wall=lambda: 95.0)
+    (30.0, 5.0)
+    """
+    return seconds if until is None else max(min(seconds, until - wall()), MIN_LEASE)
+
+
 def held_until(row: Row) -> float:
     """When the lease in ``row`` ends (a row this version cannot read has ended)."""
     value = row.value

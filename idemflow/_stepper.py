@@ -23,7 +23,7 @@ from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit, Pending
 from idemflow._given import Given
 from idemflow._journal import Journal
-from idemflow._lease import acquire
+from idemflow._lease import acquire, capped
 from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._recording import RunRecorder
 from idemflow._requests import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
@@ -410,6 +410,7 @@ class Stepper:
     def _leased(self, memo_ref: RowRef, seconds: float) -> Steps[Row | None]:
         """Hold the effect's lease (None), or the memo of the execution that held it."""
         given, calls, memos = self._given, self._calls, self._memos
+        seconds = capped(seconds, given.plan.lease_until)
         while True:
             recorded = yield from acquire(
                 memo_ref,

@@ -52,19 +52,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from idemflow._asyncio_runner import arun
+from idemflow._http_answers import KEY_HEADER, Refusal, refusal
 from idemflow.async_worklist._submission import astatus, asubmit
 from idemflow.async_worklist.queues import open_async_queue
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.errors import (
-    ConflictError,
     IdemflowError,
-    IdempotencyKeyReuseError,
     InvalidInputError,
     MissingIdempotencyKeyError,
-    RequestFailedError,
-    TransientError,
-    VersionNotHeldError,
     WorkflowAborted,
     deprecated_error,
 )
@@ -75,16 +71,13 @@ from idemflow.records import RunStatus
 from idemflow.stores._opening import open_async_store
 from idemflow.stores.base import AsyncStore, Store
 
-KEY_HEADER = "Idempotency-Key"
-
 
 def error(status: int, code: str, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     """A JSON error answer: ``{"error": code, "detail": detail}``.
 
     A detail may quote what the client sent, a lone surrogate included (JSON can escape one),
     which no UTF-8 body can carry: it is escaped (``\\udc00``), so a 400 never becomes a 500."""
-    shown = detail if detail.isascii() else detail.encode("utf-8", "backslashreplace").decode("utf-8")
-    return JSONResponse({"error": code, "detail": shown}, status, headers=headers)
+    return JSONResponse(Refusal(status, code, detail).body(), status, headers=headers)
 
 
 def answer(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Response | None:
@@ -93,23 +86,8 @@ def answer(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Res
     ``refusals`` maps an abort reason's ``"code"`` (``tx.abort({"code": "sold_out", ...})``)
     to its status; other aborts answer 409.
     """
-    match exc:
-        case MissingIdempotencyKeyError():
-            return error(400, "missing_idempotency_key", str(exc))
-        case InvalidInputError():
-            return error(400, "invalid_input", str(exc))
-        case IdempotencyKeyReuseError():
-            return error(422, "idempotency_key_reused", str(exc))
-        case WorkflowAborted(reason=reason):
-            if isinstance(reason, dict) and isinstance(reason.get("code"), str):
-                code = reason["code"]
-                return error((refusals or {}).get(code, 409), code, str(reason.get("message", "")))
-            return error(409, "aborted", str(reason))
-        case RequestFailedError():
-            return error(500, "failed", str(exc))
-        case ConflictError() | TransientError() | VersionNotHeldError():
-            return error(503, "busy", f"{exc}; retry with the same {KEY_HEADER}", {"Retry-After": "1"})
-    return None
+    found = refusal(exc, refusals)
+    return None if found is None else error(found.status, found.code, found.detail, found.headers)
 
 
 class Idempotency:

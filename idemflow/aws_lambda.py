@@ -15,7 +15,10 @@ so the long-lived ``idemflow worker`` maps onto two functions:
   started, a child's outcome, a message sent) whose own send failed, which a
   worker's relay thread sends between messages.
 
-Both return only after what the invocation wrote is durable (the store's
+:func:`http_handler` makes a workflow an ``Idempotency-Key`` endpoint behind API
+Gateway (REST or HTTP API) or a Function URL, on the ``@idempotent`` machinery.
+
+All return only after what the invocation wrote is durable (the store's
 deferred cache writes are flushed): no thread holds work while the sandbox is
 frozen. Stores and queues given as URLs are opened once per sandbox, on the
 first invocation, and kept in a module-level cache keyed by the URL. Loading
@@ -46,12 +49,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
+from idemflow._http_answers import KEY_HEADER
+from idemflow._lambda_http import REPLAYED_HEADER, HttpHandler, HttpOptions, HttpRequest
 from idemflow._lambda_queues import Batch, OutOfTime, Timed, queue_of, seconds_left, store_of
 from idemflow.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from idemflow.answer_cache import AnswerCache
     from idemflow.async_worklist.queues.base import Message, Queue
     from idemflow.async_worklist.worker import Worker, WorkerStats
     from idemflow.policy import RetryPolicy
@@ -60,10 +66,14 @@ if TYPE_CHECKING:
     from idemflow.stores.base import Store
 
 __all__ = [
+    "REPLAYED_HEADER",
     "FixedContext",
+    "HttpHandler",
+    "HttpRequest",
     "LambdaContext",
     "RelayHandler",
     "SqsHandler",
+    "http_handler",
     "schedule_handler",
     "sqs_handler",
     "sqs_messages",
@@ -307,3 +317,70 @@ def schedule_handler(
     {'relayed': 0, 'finished': True}
     """
     return RelayHandler(store=store, queue=queue, reserve=reserve, signing_key=signing_key, clock=clock)
+
+
+def http_handler(
+    store: str | Store,
+    *,
+    key_header: str = KEY_HEADER,
+    status: int = 200,
+    refusals: Mapping[str, int] | None = None,
+    policy: RetryPolicy | None = None,
+    reserve: float = 1.0,
+    max_body_bytes: int = 1 << 20,
+    name: str | None = None,
+    cache: AnswerCache | Literal["default"] | None = "default",
+) -> Callable[[Callable[[HttpRequest], Any]], HttpHandler]:
+    """Make a workflow an exactly-once HTTP endpoint on Lambda: API Gateway REST APIs (payload
+    1.0), HTTP APIs (1.0 or 2.0) and Function URLs.
+
+    The decorated function (a ``@workflow``-style generator, or a function returning an
+    ``Idem``) gets an :class:`HttpRequest` and is run with ``@idempotent`` under the request's
+    ``key_header`` (case-insensitive); its result is the JSON body of a ``status`` answer, and
+    a duplicate gets the same body, with ``Idempotent-Replayed: true`` when no step of it
+    committed. Duplicates are compared on method, path, query and body: a key reused for
+    another request is 422. Errors answer as :mod:`idemflow.asgi` does (``{"error", "detail"}``;
+    ``refusals`` maps abort codes to statuses); no key or a body that is not JSON is 400 and a
+    body over ``max_body_bytes`` 413, before anything is written. The invocation's remaining
+    time, less ``reserve`` seconds, bounds how long each step retries (then 503 with
+    ``Retry-After``: the client retries with the same key). The store (an object, or a URL
+    opened once per sandbox) is flushed before the handler returns.
+
+    >>> from idemflow import atomic
+    >>> from idemflow.stores import MemoryStore
+    >>> @http_handler(MemoryStore())
+    ... def place(request):
+    ...     order = request.body
+    ...     yield atomic("orders", order["id"], lambda tx: tx.increment("placed"))
+    ...     return {"placed": order["id"]}
+    >>> event = {"version": "2.0", "rawPath": "/orders", "headers": {"idempotency-key": "k-1"},
+    ...          "requestContext": {"http": {"method": "POST"}}, "body": '{"id": "o-1"}',
+    ...          "isBase64Encoded": False}
+    >>> first, again = place(event, FixedContext(10_000)), place(event, FixedContext(10_000))
+    >>> first["statusCode"], first["body"], again["body"], again["headers"][REPLAYED_HEADER]
+    (200, '{"placed":"o-1"}', '{"placed":"o-1"}', 'true')
+    """
+    from idemflow.answer_cache import AnswerCache
+    from idemflow.policy import DEFAULT_POLICY
+
+    if not isinstance(key_header, str) or not key_header.strip():
+        raise InvalidInputError(f"key_header must be a header name, not {key_header!r}")
+    if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status < 300:
+        raise InvalidInputError(f"status must be a success status (200-299), not {status!r}")
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise InvalidInputError(f"max_body_bytes must be a positive int, not {max_body_bytes!r}")
+    options = HttpOptions(
+        key_header=key_header.strip(),
+        status=status,
+        refusals=dict(refusals or {}),
+        policy=policy or DEFAULT_POLICY,
+        reserve=_check_reserve(reserve),
+        max_body_bytes=max_body_bytes,
+        name=name,
+        cache=AnswerCache() if cache == "default" else cache,
+    )
+
+    def decorate(function: Callable[[HttpRequest], Any]) -> HttpHandler:
+        return HttpHandler(function, store=store, options=options)
+
+    return decorate

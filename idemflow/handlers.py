@@ -130,28 +130,48 @@ def idempotent(
     """
 
     def decorate(handler: Callable[P, Any]) -> Callable[P, Any]:
-        if isinstance(handler, Workflow):
-            function = handler.function
-        elif callable(handler):
-            function = handler
-            _refuse_a_plain_function(handler)
-        else:
-            raise InvalidInputError(f"@idempotent needs a callable, not {type(handler).__name__}")
-        basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
-        flow: Workflow[P, Any]
-        if not isinstance(handler, Workflow):
-            flow = Workflow(name or _derived_name(handler), handler, basis=basis)
-        elif basis is None:
-            flow = handler
-        else:
-            flow = Workflow(
-                handler.name, function, version=handler.version, on_failure=handler.on_failure, basis=basis
-            )
-        keyed = picker(key, function, "key")
         kept = AnswerCache() if isinstance(cache, Default) else cache
-        return _handler(store, flow, handler, function, keyed, key_required, policy, on_replay, kept)
+        return decorated(store, handler, key, name, policy, fingerprint, key_required, on_replay, kept)
 
     return decorate
+
+
+def decorated(
+    store: Store | AsyncStore,
+    handler: Callable[P, Any],
+    key: Pick,
+    name: str | None,
+    policy: RetryPolicy | None,
+    fingerprint: Pick | None,
+    key_required: bool,
+    on_replay: Callable[[Any], Any] | None,
+    cache: AnswerCache | None,
+    *,
+    lease_until: float | None = None,
+) -> Callable[P, Any]:
+    """``@idempotent(...)(handler)``; ``lease_until`` (epoch seconds) caps the effect leases its
+    calls take: the end of the Lambda invocation that runs them (:mod:`idemflow.aws_lambda`)."""
+    if isinstance(handler, Workflow):
+        function = handler.function
+    elif callable(handler):
+        function = handler
+        _refuse_a_plain_function(handler)
+    else:
+        raise InvalidInputError(f"@idempotent needs a callable, not {type(handler).__name__}")
+    basis = None if fingerprint is None else picker(fingerprint, function, "fingerprint")
+    flow: Workflow[P, Any]
+    if not isinstance(handler, Workflow):
+        flow = Workflow(name or _derived_name(handler), handler, basis=basis)
+    elif basis is None:
+        flow = handler
+    else:
+        flow = Workflow(
+            handler.name, function, version=handler.version, on_failure=handler.on_failure, basis=basis
+        )
+    keyed = picker(key, function, "key")
+    return _handler(
+        store, flow, handler, function, keyed, key_required, policy, on_replay, cache, lease_until
+    )
 
 
 def idempotent_function(
@@ -258,6 +278,7 @@ def _handler(
     policy: RetryPolicy | None,
     on_replay: Callable[[Any], Any] | None,
     cache: AnswerCache | None,
+    lease_until: float | None = None,
 ) -> Callable[P, Any]:
     """The wrapper: each call runs ``flow`` under the request id its key gives (or answers from
     ``cache``, the finished answers this process kept)."""
@@ -277,7 +298,10 @@ def _handler(
 
     def plan() -> tuple[Plan, list[bool]]:
         replayed: list[bool] = []
-        return Plan(version=flow.version, observe_replay=lambda: replayed.append(True)), replayed
+        told = Plan(
+            version=flow.version, observe_replay=lambda: replayed.append(True), lease_until=lease_until
+        )
+        return told, replayed
 
     def answer(m: Idem[Any], record: RunRecord, rid: str, replayed: list[bool]) -> Any:
         result = result_of(record, m, rid)

@@ -84,6 +84,9 @@ class Plan:
     """A step the workflow yields may commit with its next move, the last one with the outcome
     (one call fewer); off where a caller must see each commit as the step makes it (``runs
     show`` stops at the first)."""
+    lease_until: float | None = None
+    """Epoch seconds no effect lease this execution takes reaches past: a Lambda invocation's end
+    (the sandbox is gone after it), so a racing retry is not kept waiting on a dead holder."""
     in_place_for: float | None = None
     """Seconds a step may be retried here in all, whatever its policy allows: an operator waits
     at a prompt, not for a day (its abort then ends the request ``failed`` naming the undo, and

@@ -3,6 +3,8 @@
 Configured as a Lambda function is, by environment: ``IDEMFLOW_STORE_URL``,
 ``IDEMFLOW_QUEUE_URL``, ``IDEMFLOW_SIGNING_KEY``, and ``LAMBDA_GATE_DIR`` for the
 gate that holds a request inside a step until the test has killed the sandbox.
+``orders`` is an HTTP endpoint (``http_handler``); ``survey_api`` the survey sample's
+Starlette app through Mangum (built only with ``LAMBDA_ASGI`` set).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from idemflow import Idem, Tx, atomic, checkpoint, workflow
-from idemflow.aws_lambda import schedule_handler, sqs_handler
+from idemflow.aws_lambda import HttpRequest, http_handler, schedule_handler, sqs_handler
 from idemflow.errors import BackendError
 from idemflow.runner import Workflow
 from idemflow.stores.base import Row, RowRef, Store
@@ -35,8 +37,22 @@ def _gate(request: str) -> None:
         time.sleep(0.01)
 
 
-def _count(tx: Tx, request: str) -> int:
-    _gate(request)
+def _meet(request: str, parties: int) -> None:
+    """Hold each of ``parties`` racing executions of ``request`` until all of them reached here
+    (at most 10 s), so their steps overlap rather than follow each other."""
+    folder = os.environ.get("LAMBDA_GATE_DIR")
+    if not folder or parties < 2:
+        return
+    (Path(folder) / f"{request}.{os.getpid()}.met").write_text("")
+    deadline = time.monotonic() + 10
+    while len(list(Path(folder).glob(f"{request}.*.met"))) < parties and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _count(tx: Tx, request: str, *, gated: bool = True, meet: int = 0) -> int:
+    _meet(request, meet)
+    if gated:
+        _gate(request)
     count = int(tx.get(request, 0)) + 1
     tx.put(request, count)
     return count
@@ -54,6 +70,34 @@ WORKFLOWS: list[Workflow[Any, Any]] = [survey, gated]
 STORE_URL = os.environ.get("IDEMFLOW_STORE_URL", "memory:")
 QUEUE_URL = os.environ.get("IDEMFLOW_QUEUE_URL", "memory:")
 """Nothing is opened before the first invocation: importing this module (pytest does) is free."""
+
+
+def place_order(request: HttpRequest) -> Generator[Idem[Any], Any, Any]:
+    """``POST /orders``: one effect per key, counted in ``tableb`` under the body's ``space``.
+
+    ``{"gate": true}`` holds the first execution inside its step (the test kills it there);
+    ``{"meet": N}`` holds N racing executions until all reached the step; ``{"closed": true}``
+    is refused with a reason the handler maps to 410."""
+    body = request.body
+    if body.get("closed"):
+        yield atomic("tablea", body["space"] + "closed", lambda tx: tx.abort({"code": "closed"}))
+    gate, meet = bool(body.get("gate")), int(body.get("meet", 0))
+    count = yield atomic(
+        "tableb",
+        body["space"] + "orders",
+        lambda tx: _count(tx, request.key, gated=gate, meet=meet),
+        name="effect",
+    )
+    return {"order": request.key, "count": count, "item": body.get("item")}
+
+
+ORDER_OPTIONS: dict[str, Any] = {
+    "status": 201,
+    "refusals": {"closed": 410},
+    "name": "tests.lambda_functions.orders",
+}
+orders = http_handler(STORE_URL, **ORDER_OPTIONS)(place_order)
+
 
 worker = sqs_handler(WORKFLOWS, store=STORE_URL, queue=QUEUE_URL)
 relay = schedule_handler(store=STORE_URL, queue=QUEUE_URL)
@@ -82,3 +126,18 @@ def _poisoned() -> Any:
 
 
 poisoned = _poisoned() if os.environ.get("LAMBDA_POISONED") else None
+
+
+def _survey_api() -> Any:
+    """The survey sample's Starlette app (``idemflow.asgi``) as a Lambda handler, through Mangum.
+
+    Mangum runs the app's lifespan around each invocation, so the service opens its store in
+    the invocation and closes it (its completion records written) before the handler returns."""
+    from mangum import Mangum
+
+    from samples.survey.api import SurveyService, create_app
+
+    return Mangum(create_app(SurveyService(STORE_URL)), lifespan="auto")
+
+
+survey_api = _survey_api() if os.environ.get("LAMBDA_ASGI") else None

@@ -41,10 +41,8 @@ from starlette.routing import Route
 from idemflow.asgi import error
 from samples._api import Service, application, get_, post
 from samples.survey import workflows
+from samples.survey.tables import STATUSES
 from samples.survey.workflows import Invalid
-
-STATUSES = {"not_found": 404, "invalid": 422, "exists": 409, "already_responded": 409}
-"""HTTP status of each refusal code of :mod:`samples.survey.workflows`."""
 
 
 class SurveyService(Service):

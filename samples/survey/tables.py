@@ -74,6 +74,10 @@ Refusal = dict[str, Any]
 for people. (A plain dict, not a TypedDict: abort reasons are typed as JSON.)"""
 
 
+STATUSES = {"not_found": 404, "invalid": 422, "exists": 409, "already_responded": 409}
+"""HTTP status of each refusal code (:func:`refusal`): the ASGI app's and the Lambda handler's."""
+
+
 def refusal(code: str, message: str) -> Refusal:
     """An abort reason (``not_found``, ``invalid``, ``exists``, ``already_responded``)."""
     return {"code": code, "message": message}
