@@ -40,9 +40,9 @@ from idemflow.client import submit
 from idemflow.testing.servers import moto_server
 from idemflow.worker import Worker, open_queue
 from tests.async_workflows import survey
+from tests.lambda_events import http_event
 from tests.lambda_functions import ORDER_OPTIONS, WORKFLOWS, place_order
 from tests.lambda_runtime import Sandbox
-from tests.test_aws_lambda_http import http_event
 
 KEY = "bench-key"
 KINDS = ("worker", "handler", "lambda")

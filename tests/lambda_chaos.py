@@ -44,9 +44,9 @@ from idemflow.testing.servers import Moto, moto_server
 from idemflow.worker import open_queue
 from tests.async_workflows import survey
 from tests.conftest import TEST_TABLES
+from tests.lambda_events import ORDERS, http_event
 from tests.lambda_runtime import EventSourceMapping, Sandbox, SandboxCounts
 from tests.test_aws_lambda import KEY, final, request_of
-from tests.test_aws_lambda_http import ORDERS, http_event
 from tests.workflows import rows_of
 
 ANSWERS = ("red", "green", "blue")
