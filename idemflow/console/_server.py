@@ -94,8 +94,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
-    server_version = "idemflow-console"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return "idemflow-console"
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
