@@ -117,6 +117,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._cookie: str | None = None
         if path.startswith("/static/"):
             return self._static(path.removeprefix("/static/"))
+        if path == "/favicon.ico":
+            return self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
         if not console.guard.host_ok(self.headers):
             return self._refuse(api, HTTPStatus.FORBIDDEN, "this Host is not the console's (DNS rebinding?)")
         caller = console.guard.caller(self.headers)
