@@ -40,6 +40,15 @@ from idemflow.coordination import receive
 from idemflow.stores.base import Store
 from idemflow.worker import Worker
 
+READING = """Reading the numbers: a page that the store's own listing can fill (the first page, a
+cursor, a workflow on SQLite and Azure, ``running`` where an index of open runs exists) costs
+about one page of records, whatever the table holds. A filter nothing matches costs a read of
+every record it could match: ``status=failed`` with none failed reads the whole listing on SQLite
+(100,000 records in about a third of a second) and on Azure Tables (10,000 in seconds on
+Azurite), the open-runs index on DynamoDB. A request id prefix reads at most 5,000 records for a
+page (here the newest 5,000, which hold none of the ids asked for: the page is empty and offers
+the next one); an exact request id is one partition read on every store."""
+
 
 def _hold(tx: Tx) -> int:
     tx.increment("held")
@@ -153,6 +162,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS) -> Report:
                 console.close()
             print(f"{kind}: {sizes[kind]:,} run records written in {filled:.0f} s", flush=True)
     report.table(["store", "runs kept", "page", "ms (median)", "fetches", "bytes"], rows)
+    report.add("", READING)
     path = report.write()
     print(path.read_text())
     return report
