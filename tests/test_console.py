@@ -4,6 +4,8 @@ and its redaction, authentication, CSRF and Origin checks, read-only mode, once-
 from __future__ import annotations
 
 import base64
+import html
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -352,3 +354,30 @@ def test_the_command_refuses_to_listen_openly_and_serves_on_loopback(tmp_path: P
     finally:
         serving.terminate()
         serving.wait(timeout=30)
+
+
+def test_odd_request_ids_and_bodies(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "s.db"))
+    queue = SqliteQueue(str(tmp_path / "q.db"))
+    odd = ["a/b", "spaces and ?&#", "ünïcode-✓", "%2F"]
+    for request_id in odd:
+        submit(shipment("w"), request_id=request_id, store=store, queue=queue)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    with running(_settings(token=TOKEN), store, queue) as console:
+        client = Client(console.url, headers=bearer)
+        listed = client.get("/")
+        for request_id in odd:
+            href = re.search(r'href="(/runs/[^"]+)">' + re.escape(html.escape(request_id)) + "<", listed.body)
+            assert href is not None, request_id
+            page = client.get(html.unescape(href.group(1)))
+            assert page.status == 200 and f'<span class="reqid">{html.escape(request_id)}</span>' in page.body
+        assert client.get("/?after=not-a-cursor!").status == 400
+        assert client.get("/?age=banana").status == 400
+        garbage = client.send("POST", "/api/runs/a%2Fb/cancel", b"{}", {"Content-Length": "abc"})
+        assert garbage.status == 400
+        assert client.post_json("/api/runs/a%2Fb/cancel", {"reason": 5}).status == 400
+        assert client.post_json("/api/runs/a%2Fb/cancel", {"workflow": ["x"]}).status == 400
+        assert client.post_json("/api/dead-letters/redrive", {"ids": [1]}).status == 400
+        assert client.send("POST", "/api/runs/a%2Fb/cancel", b"[1]", {}).status == 400
+        assert status(store, "shipment", "a/b").status is RunStatus.RUNNING
+        assert client.post_json("/api/runs/a%2Fb/cancel", {"reason": "odd"}).json()["done"] is True

@@ -194,23 +194,24 @@ class _Handler(BaseHTTPRequestHandler):
         console = self.server.console
         data, settings = console.data, console.settings
         segments = [unquote(part) for part in path.strip("/").split("/")]
-        action_id = form.get("action_id") or self.headers.get("Idempotency-Key")
-        action_id = action_id if isinstance(action_id, str) else None
+        action_id = _text(form, "action_id") or self.headers.get("Idempotency-Key")
         if segments[-2:] == ["dead-letters", "redrive"] and len(segments) == (3 if api else 2):
             raw_ids = form.get("ids", form.get("id"))
             ids = [raw_ids] if isinstance(raw_ids, str) else raw_ids
+            if ids is not None and not (isinstance(ids, list) and all(isinstance(one, str) for one in ids)):
+                raise InvalidInputError("ids must be a list of dead-letter ids")
             outcome = console.guard.once(action_id, lambda: data.redrive(ids))
             if api:
                 return self._json(outcome)
             return self._redirect("/dead-letters")
         if len(segments) == (4 if api else 3) and segments[-3] == "runs":
             request_id, action = segments[-2], segments[-1]
-            workflow = form.get("workflow") or query.get("workflow") or None
-            reason = form.get("reason")
+            workflow = _text(form, "workflow") or query.get("workflow") or None
+            reason = _text(form, "reason")
 
             def act() -> dict[str, JSON]:
                 before = data.request(request_id, workflow) if action == "abort" else {}
-                outcome = data.act(action, request_id, workflow, reason if isinstance(reason, str) else None)
+                outcome = data.act(action, request_id, workflow, reason)
                 if action == "abort":
                     outcome["compensations"] = before.get("compensations", [])
                 return outcome
@@ -264,7 +265,10 @@ class _Handler(BaseHTTPRequestHandler):
     # -- answers -------------------------------------------------------------------------------
 
     def _form(self, api: bool) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = self.headers.get("Content-Length") or "0"
+        if not declared.isdigit():
+            raise InvalidInputError(f"Content-Length must be a number of bytes, not {declared[:20]!r}")
+        length = int(declared)
         if length > MAX_BODY:
             raise InvalidInputError(f"a request body of {length} bytes is over the console's {MAX_BODY}")
         raw = self.rfile.read(length) if length else b""
@@ -355,6 +359,14 @@ def _aborted_page(settings: ConsoleSettings, outcome: dict[str, JSON], href: str
     return pages.message_page(
         settings, "Aborted", message, more + "<p>" + pages.link(href, "back to the request", "back") + "</p>"
     )
+
+
+def _text(form: dict[str, Any], name: str) -> str | None:
+    """A form's or JSON body's text field; :class:`InvalidInputError` if it is anything else."""
+    value = form.get(name)
+    if value is not None and not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}")
+    return value or None
 
 
 def _json_bytes(value: JSON) -> bytes:
