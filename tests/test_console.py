@@ -132,7 +132,8 @@ def test_without_the_token_every_page_and_call_is_refused(backends: tuple[Sqlite
     store, queue = backends
     with running(_settings(token=TOKEN), store, queue) as console:
         stranger = Client(console.url)
-        assert stranger.get("/").status == 401
+        first = stranger.get("/")
+        assert first.status == 401 and "Set-Cookie" not in first.headers  # no session kept for it
         assert stranger.get("/api/runs").status == 401
         assert stranger.get("/runs/ship-0?workflow=shipment").status == 401
         assert stranger.get("/login?token=wrong-token-of-some-length").status == 401

@@ -71,25 +71,39 @@ class Guard:
         session_id = _cookie(headers.get("Cookie"))
         with self._lock:
             session = self._sessions.get(session_id) if session_id else None
-            new = session is None
-            if session is None:
-                session_id = secrets.token_urlsafe(24)
-                session = Session(csrf=secrets.token_urlsafe(24))
-                self._sessions[session_id] = session
-                while len(self._sessions) > MAX_SESSIONS:
-                    self._sessions.popitem(last=False)
+        new = session is None
+        if session is None:
+            session_id = secrets.token_urlsafe(24)
+            session = Session(csrf=secrets.token_urlsafe(24))
         assert session_id is not None
         by_header = self._header_ok(headers.get("Authorization"))
+        if new and not by_header and not self._settings.authenticated:
+            self._keep(session_id, session)  # its CSRF token must outlive this page
         allowed = not self._settings.authenticated or by_header or session.signed_in
         return Caller(session_id, session, new, by_header, allowed)
 
     def sign_in(self, caller: Caller, token: str) -> bool:
-        """Mark the caller's session signed in if ``token`` is the console's token."""
+        """Mark the caller's session signed in (and keep it) if ``token`` is the console's token."""
         expected = self._settings.token
         if expected is None or not hmac.compare_digest(token.encode(), expected.encode()):
             return False
         caller.session.signed_in = True
+        self._keep(caller.session_id, caller.session)
         return True
+
+    def kept(self, session_id: str) -> bool:
+        """Whether this session is one the console remembers (its cookie is worth setting)."""
+        with self._lock:
+            return session_id in self._sessions
+
+    def _keep(self, session_id: str, session: Session) -> None:
+        """Remember a session. Only sessions that need it are kept (a signed-in browser's, or any
+        browser's when no authentication is set), so requests without credentials cannot push
+        signed-in sessions out."""
+        with self._lock:
+            self._sessions[session_id] = session
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
 
     def host_ok(self, headers: Any) -> bool:
         """On loopback, the Host header must name loopback (no DNS rebinding); elsewhere any."""

@@ -211,6 +211,28 @@ def login_page(settings: ConsoleSettings, message: str, next_path: str) -> str:
     return layout(settings, "Sign in", body)
 
 
+def aborted_page(settings: ConsoleSettings, outcome: dict[str, JSON], href: str) -> str:
+    """What a confirmed abort did: the compensations it ran, or that the request had ended."""
+    compensations = outcome.get("compensations") or []
+    assert isinstance(compensations, list)
+    if outcome.get("status") == "aborted":
+        listed = "".join(f"<li>{escape(str(item))}</li>" for item in compensations)
+        more = (
+            f'<h2>Compensations run</h2><ol class="compensations" id="compensations-run">{listed}</ol>'
+            if listed
+            else ""
+        )
+        message = f"Request {outcome['request_id']} is aborted (it was {outcome['was']})."
+    else:
+        more, message = (
+            "",
+            f"Request {outcome['request_id']} had already ended {outcome.get('status')}: nothing was undone.",
+        )
+    return message_page(
+        settings, "Aborted", message, more + "<p>" + link(href, "back to the request", "back") + "</p>"
+    )
+
+
 def link(href: str, text: str, element_id: str = "") -> str:
     ident = f' id="{escape(element_id)}"' if element_id else ""
     return f'<a href="{escape(href)}"{ident}>{escape(text)}</a>'

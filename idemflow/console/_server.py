@@ -114,16 +114,14 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         path, query = parts.path, dict(parse_qsl(parts.query))
         api = path.startswith("/api/")
-        self._cookie: str | None = None
+        self._caller: Caller | None = None
         if path.startswith("/static/"):
             return self._static(path.removeprefix("/static/"))
         if path == "/favicon.ico":
             return self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
         if not console.guard.host_ok(self.headers):
             return self._refuse(api, HTTPStatus.FORBIDDEN, "this Host is not the console's (DNS rebinding?)")
-        caller = console.guard.caller(self.headers)
-        if caller.new_session:
-            self._cookie = f"{SESSION_COOKIE}={caller.session_id}; HttpOnly; SameSite=Strict; Path=/"
+        caller = self._caller = console.guard.caller(self.headers)
         try:
             if method == "POST" and not console.guard.same_origin(self.headers):
                 return self._refuse(
@@ -222,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
             name = str(outcome["workflow"])
             href = pages.request_href(name, request_id)
             if action == "abort":
-                return self._html(_aborted_page(settings, outcome, href))
+                return self._html(pages.aborted_page(settings, outcome, href))
             return self._redirect(pages.request_href(name, request_id, watch="1"))
         self._refuse(api, HTTPStatus.NOT_FOUND, "no such action")
 
@@ -332,33 +330,15 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if "Cache-Control" not in (headers or {}):
             self.send_header("Cache-Control", "no-store")
-        if self._cookie is not None:
-            self.send_header("Set-Cookie", self._cookie)
+        caller = getattr(self, "_caller", None)
+        if caller is not None and caller.new_session and self.server.console.guard.kept(caller.session_id):
+            self.send_header(
+                "Set-Cookie", f"{SESSION_COOKIE}={caller.session_id}; HttpOnly; SameSite=Strict; Path=/"
+            )
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
-
-
-def _aborted_page(settings: ConsoleSettings, outcome: dict[str, JSON], href: str) -> str:
-    compensations = outcome.get("compensations") or []
-    assert isinstance(compensations, list)
-    if outcome.get("status") == "aborted":
-        listed = "".join(f"<li>{pages.escape(str(item))}</li>" for item in compensations)
-        more = (
-            f'<h2>Compensations run</h2><ol class="compensations" id="compensations-run">{listed}</ol>'
-            if listed
-            else ""
-        )
-        message = f"Request {outcome['request_id']} is aborted (it was {outcome['was']})."
-    else:
-        more, message = (
-            "",
-            f"Request {outcome['request_id']} had already ended {outcome.get('status')}: nothing was undone.",
-        )
-    return pages.message_page(
-        settings, "Aborted", message, more + "<p>" + pages.link(href, "back to the request", "back") + "</p>"
-    )
 
 
 def _text(form: dict[str, Any], name: str) -> str | None:
