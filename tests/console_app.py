@@ -1,6 +1,6 @@
-"""Workflows and a store the console's tests click through: a booking that holds a seat, charges
-a card (both undone by an abort) and waits for a confirmation; a shipment that fails until a
-"fix" row exists, then completes once retried."""
+"""Workflows the console's tests click through: a booking that holds a seat, charges a card (both
+undone by an abort) and waits for a confirmation; a shipment that fails until a "fix" row exists,
+then completes once retried; a tour that starts a booking as its child and sends it a message."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Generator
 from typing import Any
 
 from idemflow import Idem, Tx, atomic, checkpoint, workflow
-from idemflow.coordination import receive
+from idemflow.coordination import receive, send, start, wait
 from idemflow.step_retry import StepRetry
 
 
@@ -61,4 +61,12 @@ def fix_carrier(tx: Tx) -> None:
     tx.put("fixed", True)
 
 
-WORKFLOWS = [booking, shipment]
+@workflow("tour")
+def tour(name: str) -> Generator[Idem[Any], Any, Any]:
+    """A parent: starts a booking as its child, leaves it a note, waits for it."""
+    child = yield start(booking(name, {"number": "1"}), request_id=f"{name}-seat")
+    yield send(booking, f"{name}-seat", "note", "window seat")
+    return (yield wait(child))
+
+
+WORKFLOWS = [booking, shipment, tour]

@@ -21,7 +21,7 @@ from idemflow.console._settings import ConsoleSettings, parse_basic_auth, shown_
 from idemflow.serialization import JSON
 from idemflow.stores import SqliteStore
 from idemflow.worker import SqliteQueue, Worker
-from tests.console_app import WORKFLOWS, booking, shipment
+from tests.console_app import WORKFLOWS, booking, shipment, tour
 from tests.console_http import Client, running
 
 TOKEN = "t0ken-for-the-console-tests"
@@ -382,3 +382,22 @@ def test_odd_request_ids_and_bodies(tmp_path: Path) -> None:
         assert client.send("POST", "/api/runs/a%2Fb/cancel", b"[1]", {}).status == 400
         assert status(store, "shipment", "a/b").status is RunStatus.RUNNING
         assert client.post_json("/api/runs/a%2Fb/cancel", {"reason": "odd"}).json()["done"] is True
+
+
+def test_a_parent_shows_its_child_and_message_and_the_child_its_parent(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "s.db"))
+    queue = SqliteQueue(str(tmp_path / "q.db"))
+    store.create_tables("items")
+    submit(tour("rome"), request_id="tour-rome", store=store, queue=queue)
+    Worker(WORKFLOWS, store=store, queue=queue, wait=0.05, relay_every=None).run(idle_timeout=0.5)
+    with running(_settings(), store, queue) as console:
+        client = Client(console.url)
+        parent = client.get("/api/runs/tour-rome").json()
+        assert [(step["kind"], step["name"]) for step in parent["children"]] == [("start", "booking")]
+        assert [step["kind"] for step in parent["messages"]] == ["send"]
+        assert "rome-seat" in parent["waits_for"]
+        assert parent["compensations"][-1] == "step 1 (start booking)"
+        child = client.get("/api/runs/rome-seat").json()
+        assert child["parent"] == {"workflow": "tour", "request_id": "tour-rome"}
+        page = client.get("/runs/rome-seat?workflow=booking").body
+        assert 'href="/runs/tour-rome?workflow=tour"' in page
