@@ -341,6 +341,17 @@ def test_the_command_refuses_to_listen_openly_and_serves_on_loopback(tmp_path: P
         check=False,
     )
     assert refused.returncode == 2 and "without authentication" in refused.stderr
+    with running(_settings(), SqliteStore(str(tmp_path / "s.db")), None) as taken:
+        port = taken.url.rsplit(":", 1)[1]
+        busy = subprocess.run(
+            [sys.executable, "-m", "idemflow", "console", "--store", store_url, "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    assert "Traceback" not in busy.stderr
     serving = subprocess.Popen(
         [sys.executable, "-m", "idemflow", "console", "--store", store_url, "--port", "0"],
         stdout=subprocess.PIPE,

@@ -60,7 +60,11 @@ class Console:
         self.settings = settings.check()
         self.data = ConsoleData(self.settings, store, queue, workflows)
         self.guard = Guard(self.settings)
-        self.httpd = _Server((self.settings.host, self.settings.port), _Handler)
+        try:
+            self.httpd = _Server((self.settings.host, self.settings.port), _Handler)
+        except OSError as exc:  # taken, or not an address of this machine: say which, then stop
+            where = f"{self.settings.host}:{self.settings.port}"
+            raise InvalidInputError(f"the console cannot listen on {where}: {exc.strerror or exc}") from exc
         self.httpd.console = self
         self._thread: threading.Thread | None = None
 
