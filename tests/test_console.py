@@ -412,3 +412,21 @@ def test_a_parent_shows_its_child_and_message_and_the_child_its_parent(tmp_path:
         assert child["parent"] == {"workflow": "tour", "request_id": "tour-rome"}
         page = client.get("/runs/rome-seat?workflow=booking").body
         assert 'href="/runs/tour-rome?workflow=tour"' in page
+
+
+def test_pages_reuse_the_stores_connections(backends: tuple[SqliteStore, SqliteQueue]) -> None:
+    """Each page is answered on one of a few threads, so the store's per-thread connections are
+    opened once, not once per page (SQLite keeps each until the store closes)."""
+    store, queue = backends
+    descriptors = Path("/proc/self/fd")
+    with running(_settings(), store, queue) as console:
+        client = Client(console.url)
+
+        def page(_: int) -> int:
+            return client.get("/runs/book-0?workflow=booking").status
+
+        with ThreadPoolExecutor(16) as pool:
+            assert set(pool.map(page, range(64))) == {200}  # every thread of the console has served
+            before = len(list(descriptors.iterdir()))
+            assert set(pool.map(page, range(200))) == {200}
+        assert len(list(descriptors.iterdir())) <= before + 2

@@ -11,8 +11,8 @@ Routes (pages, then the JSON API behind them; docs/console.md documents the API)
     GET  /api/runs, /api/runs/ID, /api/dead-letters, /api/session;  POST /api/runs/ID/ACTION,
          /api/dead-letters/redrive
 
-Each request runs on a thread of its own against the one store and queue the console opened (the
-stores are shared by a worker's threads the same way).
+Requests are answered on a fixed pool of threads (:data:`THREADS`), all against the one store and
+queue the console opened (the stores are shared by a worker's threads the same way).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -42,6 +43,8 @@ from idemflow.stores.base import Store
 from idemflow.worker import Queue
 
 log = logging.getLogger("idemflow.console")
+THREADS = 8
+"""Requests answered at once (and store connections held): an operator's console, not a site."""
 MAX_BODY = 64 * 1024
 """The largest POST body read (a form or an API call is far smaller)."""
 
@@ -91,13 +94,39 @@ class Console:
         self.httpd.server_close()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(HTTPServer):
+    """An HTTP server answering on a fixed pool of threads.
+
+    Not ``ThreadingHTTPServer``'s thread per request: a store keeps a connection per thread that
+    uses it (SQLite's are kept until the store closes), so a new thread per page would open a new
+    connection per page, and a day of page views would run out of file descriptors.
+    """
+
     console: Console
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="idemflow-console")
+        super().__init__(address, handler)  # closes the server (and the pool) if it cannot bind
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self._pool.submit(self._answer, request, client_address)
+
+    def _answer(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - one broken connection never stops the server
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = 30  # a client that stops sending mid-request frees its thread after this
 
     def version_string(self) -> str:
         return "idemflow-console"
