@@ -195,6 +195,12 @@ def test_the_host_header_must_be_loopback_on_loopback(backends: tuple[SqliteStor
     with running(_settings(), store, queue) as console:
         assert Client(console.url).get("/", Host="evil.example").status == 403
         assert Client(console.url).get("/", Host=f"localhost:{console.url.rsplit(':', 1)[1]}").status == 200
+    with running(_settings(token=TOKEN), store, queue) as console:  # behind a proxy passing its Host
+        proxied = Client(console.url, headers={"Authorization": f"Bearer {TOKEN}", "Host": "ops.example"})
+        assert proxied.get("/").status == 200
+        cross = proxied.post_json("/api/runs/ship-0/cancel", {}, Origin="https://evil.example")
+        assert cross.status == 403
+        assert proxied.post_json("/api/runs/nobody/cancel", {}, Origin="https://ops.example").status == 404
 
 
 def test_a_double_submit_acts_once(tmp_path: Path) -> None:
@@ -429,4 +435,4 @@ def test_pages_reuse_the_stores_connections(backends: tuple[SqliteStore, SqliteQ
             assert set(pool.map(page, range(64))) == {200}  # every thread of the console has served
             before = len(list(descriptors.iterdir()))
             assert set(pool.map(page, range(200))) == {200}
-        assert len(list(descriptors.iterdir())) <= before + 2
+        assert len(list(descriptors.iterdir())) <= before + 8  # a thread per page: +400

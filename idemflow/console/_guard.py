@@ -8,8 +8,8 @@
   to is refused, and a POST that rides on a cookie must carry its session's CSRF token (a
   per-session random secret, embedded in every form). A POST authenticated by an
   ``Authorization`` header needs no CSRF token: a browser never adds that header on its own.
-  On loopback the ``Host`` itself is checked too, so a page of another site cannot reach the
-  console by rebinding a DNS name to 127.0.0.1.
+  On loopback without authentication the ``Host`` itself is checked too, so a page of another
+  site cannot reach the console by rebinding a DNS name to 127.0.0.1.
 - **Double submits**: each form carries a one-time action id; a second POST with the same id
   (a double click, a resent form) waits for the first and gets its outcome, without acting again.
 """
@@ -106,8 +106,10 @@ class Guard:
                 self._sessions.popitem(last=False)
 
     def host_ok(self, headers: Any) -> bool:
-        """On loopback, the Host header must name loopback (no DNS rebinding); elsewhere any."""
-        if not self._settings.loopback:
+        """Without authentication (loopback only), the Host header must name loopback: a page of
+        another site whose name was rebound to 127.0.0.1 is refused. With authentication any Host
+        is accepted (a rebound page has no credentials), so a reverse proxy may pass its own."""
+        if self._settings.authenticated or not self._settings.loopback:
             return True
         host = (headers.get("Host") or "").rpartition(":")[0] or headers.get("Host") or ""
         return host.strip("[]") in ("127.0.0.1", "localhost", "::1", self._settings.host)
