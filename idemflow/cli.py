@@ -13,6 +13,8 @@
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
         [--retention SECONDS]
+    idemflow console --store URL [--queue URL] [--workflows MODULE:ATTR ...] [--host H] --port P
+        [--read-only] [--token T | --basic-auth USER:PASS] [--redact MODULE:ATTR]
 
 Store URLs are those of :func:`idemflow.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
@@ -187,7 +189,70 @@ def _parser() -> argparse.ArgumentParser:
         help="how long rows are kept for requests that carry no retention of their own (children, "
         "requests submitted before 1.0); others keep the one submit stored (default: 7 days)",
     )
+    _console_parser(commands)
     return parser
+
+
+def _console_parser(commands: Any) -> None:
+    """``idemflow console``: the operations console in the browser (docs/console.md)."""
+    console = commands.add_parser("console", help="serve the operations console (a web page) over a store")
+    console.add_argument("--store", required=True)
+    console.add_argument("--queue", help="queue URL: retry, resume and dead letters need it")
+    console.add_argument(
+        "--workflows", action="append", default=[], help="MODULE:ATTR, as for worker: timelines and abort"
+    )
+    console.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; any other needs auth")
+    console.add_argument("--port", type=int, required=True, help="0 picks a free port (printed)")
+    console.add_argument("--read-only", action="store_true", help="show only: no retry, cancel or abort")
+    console.add_argument("--token", help="a bearer token (16+ characters); IDEMFLOW_CONSOLE_TOKEN too")
+    console.add_argument("--basic-auth", metavar="USER:PASS", help="HTTP basic authentication instead")
+    console.add_argument(
+        "--redact", metavar="MODULE:ATTR", help="a function(JSON) -> JSON applied to inputs, results, steps"
+    )
+
+
+def _console(args: argparse.Namespace, store: Store) -> int:
+    from idemflow.console._server import serve
+    from idemflow.console._settings import ConsoleSettings, parse_basic_auth, redact_secrets
+
+    settings = ConsoleSettings(
+        host=args.host,
+        port=args.port,
+        read_only=args.read_only,
+        token=args.token or os.environ.get("IDEMFLOW_CONSOLE_TOKEN") or None,
+        basic_auth=None if args.basic_auth is None else parse_basic_auth(args.basic_auth),
+        redact=redact_secrets if args.redact is None else _load_callable(args.redact),
+        store_url=args.store,
+        queue_url=args.queue,
+    ).check()
+    flows = [flow for spec in args.workflows for flow in _load_workflows(spec)]
+    queue = None
+    if args.queue is not None:
+        from idemflow.worker import open_queue
+
+        queue = open_queue(args.queue)
+    try:
+        serve(settings, store, queue, flows, ready=lambda url: print(f"console: {url}", flush=True))
+    finally:
+        if queue is not None:
+            queue.close()
+    return 0
+
+
+def _load_callable(spec: str) -> Any:
+    """MODULE:ATTR naming a function (``--redact``)."""
+    module_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name) if module_name and attr else None
+    except ImportError as exc:
+        raise InvalidInputError(f"cannot import {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+    if not callable(target):
+        raise InvalidInputError(f"--redact needs MODULE:ATTR naming a function, not {spec!r}")
+    return target
 
 
 BROKEN_PIPE_STATUS = 141
@@ -270,6 +335,8 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
         return 0
     if args.command == "worker":
         return _worker(args, store)
+    if args.command == "console":
+        return _console(args, store)
     if args.command == "gc":
         return _gc(args, store)
     if args.command == "runs":

@@ -551,6 +551,34 @@ class DeliveryRetryError(IdemflowError):
         return f"message {self.message_id} (delivery {self.deliveries}) goes back to the queue: {self.why}"
 
 
+class ConsoleExposedError(InvalidInputError):
+    """``idemflow console`` was asked to listen beyond loopback without authentication.
+
+    Its pages retry, cancel and abort requests, so anyone who can reach it must prove who they
+    are: pass ``--token`` or ``--basic-auth``, or listen on ``127.0.0.1``. Nothing listened.
+    """
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host)
+        self.host = host
+
+    def __str__(self) -> str:
+        return (
+            f"the console would listen on {self.host!r} without authentication: pass --token T or "
+            "--basic-auth USER:PASS, or listen on 127.0.0.1"
+        )
+
+
+class ConsoleRefusedError(InvalidInputError):
+    """A console action this console does not carry out: it is read-only, or the action needs the
+    queue (``--queue``) or the workflow's code (``--workflows``) it was not given. Nothing was done."""
+
+
+class RequestNotFoundError(InvalidInputError):
+    """No run record of this request id (and workflow, if named) in the store: never submitted,
+    collected, or a typo."""
+
+
 RENAMED: dict[str, str] = {
     "StoreError": "BackendError",
     "TransientStoreError": "TransientError",
@@ -597,6 +625,8 @@ __all__ = [
     "CompensationError",
     "ConfigurationError",
     "ConflictError",
+    "ConsoleExposedError",
+    "ConsoleRefusedError",
     "DeliveryRetryError",
     "EffectTimeoutError",
     "ErrorCode",
@@ -613,6 +643,7 @@ __all__ = [
     "NonDeterminismError",
     "QueueError",
     "RequestFailedError",
+    "RequestNotFoundError",
     "StepFailedError",
     "TransientError",
     "VersionNotHeldError",

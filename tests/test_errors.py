@@ -33,7 +33,7 @@ OUTCOMES = {"WorkflowAborted", "ChildAborted"}
 
 
 def test_every_error_class_is_in_the_tree_with_a_code_and_a_regular_name() -> None:
-    assert len(CLASSES) == 24
+    assert len(CLASSES) == 27
     for cls in CLASSES:
         assert isinstance(cls.code, ErrorCode), cls
         assert cls.__name__.endswith("Error") or cls.__name__ in OUTCOMES, cls
@@ -61,6 +61,7 @@ MADE: list[IdemflowError] = [
     errors.StepFailedError("wf", "r", 1, "atomic a", "boom"),
     errors.VersionNotHeldError("wf", "r", 2, (1,)),
     errors.DeliveryRetryError("m1", 2, "the store is down"),
+    errors.ConsoleExposedError("0.0.0.0"),
     errors.ChildAborted("why", "child", "r-c"),
     backend_error(
         "refused", ErrorCode.CREDENTIALS_REFUSED, backend="sqs", operation="SendMessage", service_code="403"
