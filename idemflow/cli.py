@@ -449,7 +449,7 @@ def _retry(args: argparse.Namespace, store: Store) -> int:
 def _load_workflows(spec: str) -> list[Any]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise InvalidInputError(f"worker needs MODULE:ATTR naming an iterable of workflows, not {spec!r}")
+        raise InvalidInputError(f"--workflows needs MODULE:ATTR (one workflow or a list), not {spec!r}")
     # As `python -m` does: the project in the current directory is importable without installing it.
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -462,7 +462,16 @@ def _load_workflows(spec: str) -> list[Any]:
         target = getattr(target, part, None)
         if target is None:
             raise InvalidInputError(f"{module_name!r} has no attribute {attr!r}")
-    return list(target)
+    if isinstance(target, Workflow):  # one workflow named on its own
+        return [target]
+    try:
+        found = list(target)
+    except TypeError:
+        found = [target]
+    strangers = [item for item in found if not isinstance(item, Workflow)]
+    if strangers:
+        raise InvalidInputError(f"{spec} holds {strangers[0]!r}, not a @workflow")
+    return found
 
 
 def _worker(args: argparse.Namespace, store: Store) -> int:

@@ -17,6 +17,7 @@ import pytest
 from idemflow import Idem, RetryPolicy, atomic, checkpoint, run, workflow
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus, status, submit
+from idemflow.errors import InvalidInputError
 from idemflow.records import run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores import SqliteStore
@@ -291,3 +292,26 @@ def test_python_dash_m_idemflow_is_the_command(tmp_path: Path) -> None:
     assert via_module.returncode == idemflow("status", "--store", url, "checkout", "r-1").returncode
     assert via_module.stdout == idemflow("status", "--store", url, "checkout", "r-1").stdout
     assert "unknown" in via_module.stdout
+
+
+def test_workflows_name_one_workflow_or_a_list_and_nothing_else(tmp_path: Path, monkeypatch: Any) -> None:
+    """``--workflows app:book`` names one workflow as well as ``app:WORKFLOWS`` names a list (a
+    stranger's first console run named one and met a traceback); anything else is refused."""
+    from idemflow.cli import _load_workflows
+
+    (tmp_path / "oneflow.py").write_text(
+        "from idemflow import workflow, atomic\n"
+        "@workflow('book')\n"
+        "def book(seat):\n"
+        "    yield atomic('seats', 's', lambda tx: tx.put(seat, 1))\n"
+        "WORKFLOWS = [book]\n"
+        "NAMES = ['book']\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert [flow.name for flow in _load_workflows("oneflow:book")] == ["book"]
+    assert [flow.name for flow in _load_workflows("oneflow:WORKFLOWS")] == ["book"]
+    with pytest.raises(InvalidInputError, match="not a @workflow"):
+        _load_workflows("oneflow:NAMES")
+    with pytest.raises(InvalidInputError, match="MODULE:ATTR"):
+        _load_workflows("oneflow")
