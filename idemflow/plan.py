@@ -35,6 +35,9 @@ class Submission:
     outbox: OutboxEntry
     deadline: float | None = None
     """Epoch seconds by which the request must have finished, kept in its run record."""
+    held: str | None = None
+    """A delayed submission's note for its run record (``waiting until ...``): it is claimed
+    before its first step, which a worker runs once it is due; nothing runs in the submitter."""
 
 
 @dataclass(frozen=True, slots=True)
