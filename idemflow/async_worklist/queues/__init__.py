@@ -118,8 +118,11 @@ def async_queue_twin(queue: Queue) -> AsyncQueue:
 
     A twin on an SDK client has clients of its own: ``await twin.close()`` when done.
     """
-    if isinstance(queue, LanedQueue):
-        return AsyncLanedQueue({lane: async_queue_twin(inner) for lane, inner in queue.lanes.items()})
+    if isinstance(queue, LanedQueue):  # lanes on SDK clients of their own, else on threads as one
+        twins = {lane: async_queue_twin(inner) for lane, inner in queue.lanes.items()}
+        if all(isinstance(twin, ThreadedQueue) for twin in twins.values()):
+            return to_async_queue(queue)
+        return AsyncLanedQueue(twins)
     entry = QUEUES.for_blocking(queue)
     if entry is None or entry.twin is None:
         return to_async_queue(queue)

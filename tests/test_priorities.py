@@ -1,0 +1,174 @@
+"""Priorities (``submit(priority=)``): lanes of one queue, drained highest first.
+
+Every queue backend runs these, on both APIs: a :class:`LanedQueue` of three queues of the kind
+(``?lanes=true`` opens the same from a URL). The backlog test is the guarantee users rely on: with
+50 low requests queued before 5 high ones, one worker thread finishes the 5 high first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from idemflow import Tx, atomic, checkpoint, workflow
+from idemflow.async_worklist.queues.lanes import LANES, lane_of
+from idemflow.client import RunStatus, status, submit
+from idemflow.errors import InvalidValueError, QueueError
+from idemflow.stores import MemoryStore
+from idemflow.worker import LanedQueue, MemoryQueue, Worker, open_queue
+from tests.apis import Api
+from tests.conformance import conftest as api_dimension
+from tests.conformance import test_queue_contract as queue_contract
+from tests.conformance.test_queue_contract import QueueFactory
+
+api = api_dimension.api  # both APIs, as in the conformance suite
+pytest_generate_tests = api_dimension.pytest_generate_tests
+queue_factory = queue_contract.queue_factory  # every queue backend
+
+T0 = 1_800_000_000.0
+
+
+def take_turn(tx: Tx) -> int:
+    turn: int = (tx.get("turns") or 0) + 1
+    tx.put("turns", turn)
+    return turn
+
+
+@workflow("prioritised")
+def prioritised(lane: str, n: int) -> Generator[Any, Any, int]:
+    yield checkpoint()  # the turn is taken by a worker, in the order it takes the requests
+    turn: int = yield atomic("tablea", "order", take_turn)
+    return turn
+
+
+def laned(factory: QueueFactory) -> LanedQueue:
+    return LanedQueue({lane: factory() for lane in LANES})
+
+
+def test_under_a_backlog_one_worker_finishes_the_high_lane_first(
+    queue_factory: QueueFactory, api: Api
+) -> None:
+    store, queue = MemoryStore(), laned(queue_factory)
+    for n in range(50):
+        api.submit(prioritised("low", n), request_id=f"low-{n}", store=store, queue=queue, priority="low")
+    for n in range(5):
+        api.submit(prioritised("high", n), request_id=f"high-{n}", store=store, queue=queue, priority="high")
+    worker = api.worker([prioritised], store=store, queue=queue, concurrency=1, wait=0.1, relay_every=None)
+    deadline = time.monotonic() + 120
+    while any(not status(store, "prioritised", f"low-{n}").status.final for n in range(50)):
+        assert time.monotonic() < deadline, "the backlog was not drained"
+        worker.run(idle_timeout=1.0)
+    turns = {f"{lane}-{n}": status(store, "prioritised", f"{lane}-{n}").result for lane, n in _ids()}
+    assert sorted(turns[f"high-{n}"] for n in range(5)) == [1, 2, 3, 4, 5]
+    assert sorted(turns.values()) == list(range(1, 56))  # each ran once
+
+
+def _ids() -> list[tuple[str, int]]:
+    return [("low", n) for n in range(50)] + [("high", n) for n in range(5)]
+
+
+def test_dead_letters_stay_in_their_lane_and_go_back_to_it(queue_factory: QueueFactory) -> None:
+    queue = laned(queue_factory)
+    queue.lane("low").send("not a pointer")
+    [message] = queue_factory.receive_within(queue)
+    assert message.id.startswith("low:") and lane_of(message) == "low"
+    queue.dead_letter(message, "rejected: not JSON")
+    assert queue.lanes["low"].approximate_size() == 0
+    deadline = time.monotonic() + 15
+    while not (dead := queue.list_dead_letters()):
+        assert time.monotonic() < deadline
+    assert [(d.id.split(":")[0], d.body, d.reason) for d in dead] == [
+        ("low", "not a pointer", "rejected: not JSON")
+    ]
+    assert queue.redrive([dead[0].id]) == 1
+    [again] = queue_factory.receive_within(queue)
+    assert again.id.startswith("low:") and again.body == "not a pointer" and again.deliveries == 1
+    queue.ack(again)
+
+
+def test_acks_and_extensions_reach_the_lane_a_message_came_from(queue_factory: QueueFactory) -> None:
+    queue = laned(queue_factory)
+    queue.lane("high").send("h")
+    queue.send("n")  # a plain send: the normal lane, the queue itself
+    [first] = queue_factory.receive_within(queue)
+    assert first.body == "h" and lane_of(first) == "high"
+    held = queue.extend(first, queue.visibility_timeout)
+    assert lane_of(held) == "high"
+    queue.ack(held)
+    [second] = queue_factory.receive_within(queue)
+    assert second.body == "n" and second.id.startswith("normal:") and lane_of(second) is None
+    queue.ack(second)
+    with pytest.raises(InvalidValueError, match="names no lane"):
+        queue.ack(type(second)(id="nowhere", body="", deliveries=1, receipt="r"))
+
+
+@settings(max_examples=50)
+@given(st.lists(st.sampled_from(LANES), min_size=1, max_size=20))
+def test_a_receive_never_takes_a_lower_lane_while_a_higher_one_has_a_message(lanes: list[str]) -> None:
+    queue = LanedQueue({lane: MemoryQueue() for lane in LANES})
+    for n, lane in enumerate(lanes):
+        queue.lane(lane).send(str(n))
+    left = {lane: lanes.count(lane) for lane in LANES}
+    while any(left.values()):
+        [message] = queue.receive()
+        lane = message.id.split(":")[0]
+        assert lane == next(name for name in LANES if left[name]), (lane, left)
+        left[lane] -= 1
+        queue.ack(message)
+
+
+def test_the_relay_and_the_workers_keep_a_request_in_its_lane(api: Api) -> None:
+    """A request's lane is stored with it: the relay's pointer and a worker's early re-send of a
+    delayed request go to that lane, whichever lane the pointer they act on came from."""
+    now, queue_now = [T0], [T0]
+    clock = lambda: now[0]  # noqa: E731
+    store = MemoryStore()
+    queue = LanedQueue({lane: MemoryQueue(clock=lambda: queue_now[0]) for lane in LANES})
+    down = LanedQueue({lane: _Refusing() for lane in LANES})
+    options: dict[str, Any] = {"clock": clock, "priority": "high", "delay": 600}
+    api.submit(prioritised("high", 0), request_id="p-1", store=store, queue=down, **options)
+    worker = api.worker([prioritised], store=store, queue=queue, clock=clock, relay_every=None)
+    now[0] = T0 + 600
+    assert worker.relay() == 1
+    assert queue.lanes["high"].approximate_size() == 1 and queue.approximate_size() == 1
+    now[0] = T0 + 300  # a worker whose clock runs behind: the pointer is early for it
+    [message] = queue.receive()
+    assert lane_of(message) == "high"
+    worker.handle(message)
+    assert queue.lanes["high"].approximate_size() == 1 and queue.approximate_size() == 1  # re-sent there
+    now[0], queue_now[0] = T0 + 600, T0 + 300
+    [message] = queue.receive()
+    assert lane_of(message) == "high"
+    worker.handle(message)
+    assert status(store, "prioritised", "p-1").status is RunStatus.COMPLETED
+
+
+class _Refusing(MemoryQueue):
+    def send(self, body: str, *, delay: float = 0.0) -> None:
+        raise QueueError("down", backend="memory")
+
+
+def test_a_url_with_lanes_opens_three_queues_of_the_kind(tmp_path: Path) -> None:
+    queue = open_queue(f"sqlite:{tmp_path / 'q.sqlite3'}?name=jobs&lanes=true")
+    assert isinstance(queue, LanedQueue)
+    assert [inner.name for inner in queue.lanes.values()] == ["jobs-high", "jobs", "jobs-low"]  # type: ignore[attr-defined]
+    plain = open_queue(f"sqlite:{tmp_path / 'q.sqlite3'}?name=jobs")
+    plain.send("from a deployment without lanes")
+    [message] = queue.receive()
+    assert message.body == "from a deployment without lanes" and lane_of(message) is None
+    queue.close()
+    plain.close()
+
+
+def test_a_priority_on_a_queue_without_lanes_is_refused_before_anything_is_written() -> None:
+    store, queue = MemoryStore(), MemoryQueue()
+    with pytest.raises(InvalidValueError, match="lanes"):
+        submit(prioritised("high", 0), request_id="x", store=store, queue=queue, priority="low")
+    assert status(store, "prioritised", "x").status is RunStatus.UNKNOWN and queue.approximate_size() == 0
+    Worker([prioritised], store=store, queue=queue)  # a worker needs nothing to know of lanes
