@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from idemflow import atomic, checkpoint, now, workflow
-from idemflow.admin import retry, show
+from idemflow.admin import cancel, retry, show
 from idemflow.async_worklist import _submission
+from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.client import RunStatus, rows, status, submit
 from idemflow.errors import InvalidInputError, InvalidValueError, LimitExceededError, QueueError
 from idemflow.keys import RUNS_TABLE, outbox_partitions
@@ -105,14 +106,14 @@ def test_a_delayed_request_runs_nothing_inline_and_starts_no_earlier_than_due(
 def test_an_early_pointer_is_queued_again_and_not_counted_as_an_attempt(
     queue_factory: QueueFactory, api: Api
 ) -> None:
-    """A pointer that arrives before the request is due (an operator's retry here; a relay, a
-    copy or a worker whose clock runs ahead alike) is sent again with the time left."""
+    """A pointer that arrives before the request is due (a stray one here; a relay, a copy or a
+    worker whose clock runs ahead alike) is sent again with the time left."""
     store, queue, clock = MemoryStore(), queue_factory(), _clock(queue_factory)
     delay = 2.0 if queue_factory.cloud else 600.0
     api.submit(delayed("k"), request_id="d-2", store=store, queue=queue, clock=clock, delay=delay)
     not_before = _record(store, "delayed", "d-2").not_before
     assert not_before is not None
-    retry(store, queue, "delayed", "d-2")  # a pointer visible at once
+    queue.send(encode_pointer(Pointer("delayed", 1, "d-2"), None))  # a pointer visible at once
     worker = api.worker([delayed], store=store, queue=queue, clock=clock, relay_every=None)
     [early] = queue_factory.receive_within(queue)
     assert clock() < not_before
@@ -278,3 +279,27 @@ def test_a_submitter_killed_before_its_send_leaves_the_relay_a_request_it_sends_
     assert status(store, "delayed", "killed").result == due
     store.close()
     queue.close()
+
+
+def test_an_operators_resume_starts_a_delayed_request_now_and_a_cancel_keeps_it_from_running() -> None:
+    now_ = [T0]
+    clock = lambda: now_[0]  # noqa: E731
+    store, queue = MemoryStore(), MemoryQueue(clock=clock)
+    submit(delayed("a"), request_id="now", store=store, queue=queue, clock=clock, delay=3600)
+    submit(delayed("b"), request_id="never", store=store, queue=queue, clock=clock, delay=3600)
+    assert retry(store, queue, "delayed", "now") is RunStatus.RUNNING
+    assert _record(store, "delayed", "now").not_before is None
+    assert api_status_waiting(store, "now") is None
+    cancel(store, "delayed", "never")
+    worker = Worker([delayed], store=store, queue=queue, clock=clock, relay_every=None)
+    worker.run(idle_timeout=0.2)
+    assert status(store, "delayed", "now").result == T0
+    now_[0] += 3600
+    later = Worker([delayed], store=store, queue=queue, clock=clock, relay_every=None)
+    later.run(idle_timeout=0.2)
+    assert status(store, "delayed", "never").status is RunStatus.CANCELLED
+    assert ("b", "started") not in rows(store, "tablea") and later.stats.cancelled == 1
+
+
+def api_status_waiting(store: Store, request_id: str) -> str | None:
+    return status(store, "delayed", request_id).waiting
