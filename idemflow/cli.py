@@ -31,7 +31,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from idemflow._collection import parse_duration
@@ -395,6 +395,10 @@ def _load_workflows(spec: str) -> list[Any]:
         target = getattr(target, part, None)
         if target is None:
             raise InvalidInputError(f"{module_name!r} has no attribute {attr!r}")
+    if isinstance(target, Workflow):  # one workflow named alone (a stranger's first try)
+        return [target]
+    if not isinstance(target, Iterable):
+        raise InvalidInputError(f"{spec!r} is {type(target).__name__}, not a workflow or an iterable of them")
     return list(target)
 
 

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Generator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,7 @@ def test_a_delay_longer_than_the_queues_longest_hops_until_due(
         ({"delay": 8 * 86400}, LimitExceededError),  # past the default retention of 7 days
         ({"not_before": T0 + 1e12}, LimitExceededError),
         ({"delay": 60, "deadline": T0 + 30}, InvalidInputError),  # due after its deadline
+        ({"not_before": datetime(2027, 1, 1)}, InvalidValueError),  # naive: which zone?
         ({"priority": "urgent"}, InvalidValueError),
         ({"priority": "high"}, InvalidValueError),  # a queue without lanes
     ],
@@ -303,3 +305,14 @@ def test_an_operators_resume_starts_a_delayed_request_now_and_a_cancel_keeps_it_
 
 def api_status_waiting(store: Store, request_id: str) -> str | None:
     return status(store, "delayed", request_id).waiting
+
+
+def test_a_timedelta_or_an_aware_datetime_gives_the_time() -> None:
+    store, queue = MemoryStore(), MemoryQueue(clock=lambda: T0)
+    submit(
+        delayed("a"), request_id="td", store=store, queue=queue, clock=lambda: T0, delay=timedelta(minutes=2)
+    )
+    at = datetime.fromtimestamp(T0 + 300, UTC)
+    submit(delayed("b"), request_id="dt", store=store, queue=queue, clock=lambda: T0, not_before=at)
+    assert _record(store, "delayed", "td").not_before == T0 + 120
+    assert _record(store, "delayed", "dt").not_before == T0 + 300

@@ -11,6 +11,8 @@ the submission, an operator's ``retry``, a worker whose clock runs ahead) is alw
 Schedule(not_before=None, lane=None)
 >>> schedule(30, None, "high", now=100.0, retention=3600.0)
 Schedule(not_before=130.0, lane='high')
+>>> schedule(None, datetime(1970, 1, 1, 0, 3, tzinfo=UTC), "low", now=100.0, retention=3600.0)
+Schedule(not_before=180.0, lane='low')
 >>> schedule(30, 130.0, "normal", now=100.0, retention=3600.0)
 Traceback (most recent call last):
 ...
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from idemflow.errors import InvalidValueError, LimitExceededError
 
@@ -53,7 +55,7 @@ def schedule(
     if delay is None and not_before is None:
         return Schedule(None, lane)
     what = "submit delay" if delay is not None else "submit not_before"
-    given = delay if delay is not None else not_before
+    given = _seconds(what, delay if delay is not None else not_before)
     if isinstance(given, bool) or not isinstance(given, (int, float)) or not math.isfinite(given):
         unit = "a finite number of seconds" if delay is not None else "finite epoch seconds"
         raise InvalidValueError(what, f"must be {unit}, not {given!r}")
@@ -67,6 +69,17 @@ def schedule(
             "(its input would expire first): submit it later, or with a longer RetryPolicy(retention=)",
         )
     return Schedule(at if at > now else None, lane)  # a time already past: at once
+
+
+def _seconds(what: str, given: object) -> object:
+    """A ``timedelta`` delay or an aware ``datetime`` time as seconds; anything else as given."""
+    if isinstance(given, timedelta):
+        return given.total_seconds()
+    if isinstance(given, datetime):
+        if given.tzinfo is None:
+            raise InvalidValueError(what, f"{given!r} has no time zone: give an aware datetime (tzinfo=UTC)")
+        return given.timestamp()
+    return given
 
 
 def check_lanes(priority: object, laned: bool) -> None:

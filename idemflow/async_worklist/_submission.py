@@ -35,6 +35,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
@@ -302,8 +303,8 @@ def submit(
     clock: Callable[[], float] | None = None,
     grace: float = DEFAULT_GRACE,
     deadline: float | None = None,
-    delay: float | None = None,
-    not_before: float | None = None,
+    delay: float | timedelta | None = None,
+    not_before: float | datetime | None = None,
     priority: str = "normal",
 ) -> Pending:
     """Run ``m`` up to its first checkpoint, hand the rest to workers, return a :class:`Pending`.
@@ -334,7 +335,8 @@ def submit(
     afterwards, by workers and operators too, expires by it (a copy keeps
     the first one's).
 
-    ``delay`` (seconds) or ``not_before`` (epoch seconds), one of them, delays the request: it is
+    ``delay`` (seconds or a ``timedelta``) or ``not_before`` (epoch seconds or an aware
+    ``datetime``), one of them, delays the request: it is
     recorded durably at once, but no step of it runs before that time, not even those before its
     first checkpoint (a worker runs them all); ``status`` says ``waiting until <time>``. A
     ``@workflow(timeout=)`` then counts from that time. ``priority`` (``"high"``, ``"normal"``,
@@ -372,8 +374,8 @@ async def asubmit(
     clock: Callable[[], float] | None = None,
     grace: float = DEFAULT_GRACE,
     deadline: float | None = None,
-    delay: float | None = None,
-    not_before: float | None = None,
+    delay: float | timedelta | None = None,
+    not_before: float | datetime | None = None,
     priority: str = "normal",
 ) -> AsyncPending:
     """:func:`submit`, awaitable: the same steps, claim, outbox and pointer, on the event loop.
