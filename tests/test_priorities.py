@@ -8,6 +8,7 @@ Every queue backend runs these, on both APIs: a :class:`LanedQueue` of three que
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idemflow import Tx, atomic, checkpoint, workflow
-from idemflow.async_worklist.queues.lanes import LANES, lane_of
+from idemflow.async_worklist.queues.lanes import LANES, in_async_lane, lane_of
+from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import InvalidValueError, QueueError
 from idemflow.stores import MemoryStore
-from idemflow.worker import LanedQueue, MemoryQueue, Worker, open_queue
-from tests.apis import Api
+from idemflow.stores.registry import Feature
+from idemflow.worker import LanedQueue, MemoryQueue, Worker, open_async_queue, open_queue
+from tests.apis import LOOP, Api
 from tests.conformance import conftest as api_dimension
 from tests.conformance import test_queue_contract as queue_contract
 from tests.conformance.test_queue_contract import QueueFactory
@@ -172,3 +175,43 @@ def test_a_priority_on_a_queue_without_lanes_is_refused_before_anything_is_writt
         submit(prioritised("high", 0), request_id="x", store=store, queue=queue, priority="low")
     assert status(store, "prioritised", "x").status is RunStatus.UNKNOWN and queue.approximate_size() == 0
     Worker([prioritised], store=store, queue=queue)  # a worker needs nothing to know of lanes
+
+
+@pytest.mark.parametrize("kind", [bed.kind for _, bed in QUEUES.beds(Feature.SHARED)])
+def test_both_openers_give_lanes_from_the_url(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """``open_queue`` and ``open_async_queue`` (``idemflow worker`` and ``--asyncio``) read
+    ``lanes=true``: a message sent to a lane through one is taken from that lane through the other."""
+    _, bed = QUEUES.bed(kind)
+    server = request.getfixturevalue("backend_servers").get(bed.server)
+    url = server.queue_url(f"q{uuid.uuid4().hex[:12]}", tmp_path, visibility_timeout=5) + "&lanes=true"
+    blocking = open_queue(url)
+    assert isinstance(blocking, LanedQueue)
+
+    async def round_trip() -> list[str]:
+        queue = open_async_queue(url)
+        try:
+            await in_async_lane(queue, "low").send("to the low lane")
+            deadline = time.monotonic() + 15
+            while not (got := await queue.receive(wait=0.5)):
+                assert time.monotonic() < deadline
+            for message in got:
+                await queue.ack(message)
+            return [message.id.split(":")[0] + " " + message.body for message in got]
+        finally:
+            await queue.close()
+
+    assert LOOP.run(round_trip()) == ["low to the low lane"]
+    blocking.lane("high").send("to the high lane")
+    [message] = queue_contract_receive(blocking)
+    assert lane_of(message) == "high"
+    blocking.ack(message)
+    blocking.close()
+
+
+def queue_contract_receive(queue: LanedQueue) -> list[Any]:
+    deadline = time.monotonic() + 15
+    while not (got := queue.receive(wait=0.5)):
+        assert time.monotonic() < deadline
+    return got
