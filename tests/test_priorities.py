@@ -7,6 +7,7 @@ Every queue backend runs these, on both APIs: a :class:`LanedQueue` of three que
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from collections.abc import Generator
@@ -24,7 +25,7 @@ from idemflow.client import RunStatus, status, submit
 from idemflow.errors import InvalidValueError, QueueError
 from idemflow.stores import MemoryStore
 from idemflow.stores.registry import Feature
-from idemflow.worker import LanedQueue, MemoryQueue, Worker, open_async_queue, open_queue
+from idemflow.worker import LanedQueue, MemoryQueue, SqliteQueue, Worker, open_async_queue, open_queue
 from tests.apis import LOOP, Api
 from tests.conformance import conftest as api_dimension
 from tests.conformance import test_queue_contract as queue_contract
@@ -215,3 +216,39 @@ def queue_contract_receive(queue: LanedQueue) -> list[Any]:
     while not (got := queue.receive(wait=0.5)):
         assert time.monotonic() < deadline
     return got
+
+
+CONTRACT = [
+    test
+    for name, test in sorted(vars(queue_contract).items())
+    if name.startswith("test_") and list(inspect.signature(test).parameters) == ["queue_factory"]
+]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("contract", CONTRACT, ids=lambda test: test.__name__)
+def test_a_laned_queue_keeps_the_queue_contract(kind: str, contract: Any, tmp_path: Path) -> None:
+    """A :class:`LanedQueue` is a queue: the contract every backend passes, on local lanes."""
+    clock = queue_contract.FakeTime()
+
+    def build(name: str, visibility_timeout: float) -> LanedQueue:
+        if kind == "memory":
+            return LanedQueue(
+                {lane: MemoryQueue(visibility_timeout=visibility_timeout, clock=clock.time) for lane in LANES}
+            )
+        options: dict[str, Any] = {
+            "visibility_timeout": visibility_timeout,
+            "clock": clock.time,
+            "sleep": clock.sleep,
+        }
+        return LanedQueue(
+            {lane: SqliteQueue(tmp_path / "q.sqlite3", name=f"{name}-{lane}", **options) for lane in LANES}
+        )
+
+    names = (f"q{uuid.uuid4().hex[:12]}" for _ in iter(int, 1))
+    factory = QueueFactory(kind, build, clock, names, shared=kind == "sqlite")
+    try:
+        contract(factory)
+    finally:
+        for queue in factory.opened:
+            queue.close()

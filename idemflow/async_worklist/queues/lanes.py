@@ -35,7 +35,7 @@ from typing import Any
 
 from idemflow._urls import Url
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, ThreadedQueue, to_async_queue
-from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue, check_limit
+from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue, check_ids, check_limit
 from idemflow.errors import ConfigurationError, InvalidValueError
 
 LANES = ("high", "normal", "low")
@@ -159,14 +159,13 @@ class LanedQueue(Queue):
 
 
 def _by_lane(ids: Iterable[str]) -> dict[str, list[str]]:
-    if isinstance(ids, str):
-        raise InvalidValueError("ids", "must be an iterable of dead-letter ids (str), not one str")
+    """The ids by lane; ids naming no lane are no dead letters of these lanes: skipped, as unknown
+    ids are."""
     by_lane: dict[str, list[str]] = {}
-    for item in ids:
-        if not isinstance(item, str):
-            raise InvalidValueError("ids", f"must hold dead-letter ids (str), not {type(item).__name__}")
-        lane, inner = _split(item)
-        by_lane.setdefault(lane, []).append(inner)
+    for item in check_ids(ids) or ():
+        lane, sep, inner = item.partition(":")
+        if sep and lane in LANES:
+            by_lane.setdefault(lane, []).append(inner)
     return by_lane
 
 
