@@ -25,6 +25,7 @@ from idemflow import atomic, checkpoint, now, workflow
 from idemflow.admin import cancel, retry, show
 from idemflow.async_worklist import _submission
 from idemflow.async_worklist.messages import Pointer, encode_pointer
+from idemflow.aws_lambda import FixedContext, sqs_handler
 from idemflow.client import RunStatus, rows, status, submit
 from idemflow.errors import InvalidInputError, InvalidValueError, LimitExceededError, QueueError
 from idemflow.keys import RUNS_TABLE, outbox_partitions
@@ -37,6 +38,7 @@ from tests.apis import Api
 from tests.conformance import conftest as api_dimension
 from tests.conformance import test_queue_contract as queue_contract
 from tests.conformance.test_queue_contract import QueueFactory
+from tests.test_aws_lambda import local_event
 
 api = api_dimension.api  # both APIs, as in the conformance suite
 pytest_generate_tests = api_dimension.pytest_generate_tests
@@ -316,3 +318,22 @@ def test_a_timedelta_or_an_aware_datetime_gives_the_time() -> None:
     submit(delayed("b"), request_id="dt", store=store, queue=queue, clock=lambda: T0, not_before=at)
     assert _record(store, "delayed", "td").not_before == T0 + 120
     assert _record(store, "delayed", "dt").not_before == T0 + 300
+
+
+def test_a_lambda_handler_sends_an_early_record_back_with_the_time_left(tmp_path: Path) -> None:
+    """On Lambda the batch is the queue: an early record is re-sent and acked (no batch item
+    failure, no attempt), and runs once due."""
+    now_ = [T0]
+    clock = lambda: now_[0]  # noqa: E731
+    store = SqliteStore(tmp_path / "s.sqlite3")
+    queue = SqliteQueue(tmp_path / "q.sqlite3", name="jobs", clock=clock)
+    submit(delayed("k"), request_id="l-1", store=store, queue=queue, clock=clock, delay=600)
+    handler = sqs_handler([delayed], store=store, queue=queue, clock=clock)
+    queue.send(encode_pointer(Pointer("delayed", 1, "l-1"), None))  # a stray pointer, early
+    assert handler(local_event(queue), FixedContext(60_000)) == {"batchItemFailures": []}
+    assert rows(store, "tablea") == {} and queue.approximate_size() == 2  # the first's and the re-sent
+    now_[0] = T0 + 600
+    handler(local_event(queue), FixedContext(60_000))
+    assert status(store, "delayed", "l-1").result == T0 + 600
+    store.close()
+    queue.close()

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from idemflow import Tx, atomic, checkpoint, workflow
 from idemflow.async_worklist.queues.lanes import LANES, in_async_lane, lane_of
 from idemflow.async_worklist.queues.registry import QUEUES
+from idemflow.aws_lambda import FixedContext, sqs_handler
 from idemflow.client import RunStatus, status, submit
-from idemflow.errors import InvalidValueError, QueueError
+from idemflow.errors import ConfigurationError, InvalidValueError, QueueError
 from idemflow.stores import MemoryStore
 from idemflow.stores.registry import Feature
 from idemflow.worker import LanedQueue, MemoryQueue, SqliteQueue, Worker, open_async_queue, open_queue
@@ -252,3 +253,11 @@ def test_a_laned_queue_keeps_the_queue_contract(kind: str, contract: Any, tmp_pa
     finally:
         for queue in factory.opened:
             queue.close()
+
+
+def test_a_lambda_handler_refuses_a_laned_queue(tmp_path: Path) -> None:
+    queue = open_queue(f"sqlite:{tmp_path / 'q.sqlite3'}?name=jobs&lanes=true")
+    handler = sqs_handler([prioritised], store=MemoryStore(), queue=queue)
+    with pytest.raises(ConfigurationError, match="one lane's URL"):
+        handler({"Records": []}, FixedContext(60_000))
+    queue.close()
