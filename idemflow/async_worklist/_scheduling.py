@@ -24,10 +24,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from idemflow.errors import InvalidValueError, LimitExceededError
 
-PRIORITIES = ("high", "normal", "low")
+Priority = Literal["high", "normal", "low"]
+"""What ``submit(priority=)`` takes."""
+
+PRIORITIES: tuple[Priority, ...] = ("high", "normal", "low")
 """The priorities ``submit`` takes, highest first: each is a lane of the queue (see
 :mod:`idemflow.async_worklist.queues.lanes`); ``normal`` is the queue itself."""
 
@@ -100,4 +104,4 @@ def waiting_until(not_before: float) -> str:
     return "waiting until " + datetime.fromtimestamp(not_before, UTC).isoformat(timespec="milliseconds")
 
 
-__all__ = ["PRIORITIES", "Schedule", "check_lanes", "schedule", "waiting_until"]
+__all__ = ["PRIORITIES", "Priority", "Schedule", "check_lanes", "schedule", "waiting_until"]

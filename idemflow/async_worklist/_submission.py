@@ -47,7 +47,7 @@ from idemflow._drive import drive
 from idemflow._requests import CommitCache, Read, Send, Sleep, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
-from idemflow.async_worklist._scheduling import check_lanes, schedule, waiting_until
+from idemflow.async_worklist._scheduling import Priority, check_lanes, schedule, waiting_until
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
@@ -305,7 +305,7 @@ def submit(
     deadline: float | None = None,
     delay: float | timedelta | None = None,
     not_before: float | datetime | None = None,
-    priority: str = "normal",
+    priority: Priority = "normal",
 ) -> Pending:
     """Run ``m`` up to its first checkpoint, hand the rest to workers, return a :class:`Pending`.
 
@@ -376,7 +376,7 @@ async def asubmit(
     deadline: float | None = None,
     delay: float | timedelta | None = None,
     not_before: float | datetime | None = None,
-    priority: str = "normal",
+    priority: Priority = "normal",
 ) -> AsyncPending:
     """:func:`submit`, awaitable: the same steps, claim, outbox and pointer, on the event loop.
 
