@@ -45,6 +45,7 @@ import contextlib
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -52,6 +53,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from idemflow._asyncio_runner import arun
+from idemflow.async_worklist._scheduling import Priority
 from idemflow.async_worklist._submission import astatus, asubmit
 from idemflow.async_worklist.queues import open_async_queue
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
@@ -259,13 +261,21 @@ class Idempotency:
             )
 
     async def submit(
-        self, m: Idem[Any], *, request_id: str, accepted: Mapping[str, Any] | None = None
+        self,
+        m: Idem[Any],
+        *,
+        request_id: str,
+        accepted: Mapping[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        not_before: float | datetime | None = None,
+        priority: Priority = "normal",
     ) -> Any:
         """Submit ``m``: its result if it already finished, else a 202 answer with the status URL.
 
         The 202 body is ``{"request_id", "status": "running", "status_url", **accepted}``
         and its ``Location`` header the status URL. A refusal before the checkpoint
-        raises :class:`~idemflow.errors.WorkflowAborted` (answered 409).
+        raises :class:`~idemflow.errors.WorkflowAborted` (answered 409). ``delay``,
+        ``not_before`` and ``priority`` are ``submit``'s (``docs/scheduling.md``).
         """
         if self.queue is None:
             raise InvalidInputError("Idempotency.submit needs a queue: Idempotency(store, queue=...)")
@@ -278,6 +288,9 @@ class Idempotency:
                 signing_key=self.signing_key,
                 policy=self.policy,
                 clock=self.clock,
+                delay=delay,
+                not_before=not_before,
+                priority=priority,
             )
         now = pending.outcome  # final when submit saw the request finish; else workers have it
         if now is not None and now.status is RunStatus.ABORTED:

@@ -8,6 +8,7 @@ started early, a step run in the submitter, or an early pointer obeyed fails the
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 
 from idemflow import atomic, checkpoint, now, workflow
 from idemflow.admin import cancel, retry, show
+from idemflow.asgi import Idempotency
 from idemflow.async_worklist import _submission
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.aws_lambda import FixedContext, sqs_handler
@@ -337,3 +339,11 @@ def test_a_lambda_handler_sends_an_early_record_back_with_the_time_left(tmp_path
     assert status(store, "delayed", "l-1").result == T0 + 600
     store.close()
     queue.close()
+
+
+def test_an_asgi_submission_may_be_delayed() -> None:
+    store, queue = MemoryStore(), MemoryQueue(clock=lambda: T0)
+    idem = Idempotency(store, queue=queue, clock=lambda: T0)
+    answer = asyncio.run(idem.submit(delayed("k"), request_id="web-1", delay=60))
+    assert answer.status_code == 202 and rows(store, "tablea") == {}
+    assert _record(store, "delayed", "web-1").not_before == T0 + 60
