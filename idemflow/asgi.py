@@ -46,14 +46,13 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from idemflow._asyncio_runner import arun
-from idemflow.async_worklist._scheduling import Priority
 from idemflow.async_worklist._submission import astatus, asubmit
 from idemflow.async_worklist.queues import open_async_queue
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
@@ -76,6 +75,9 @@ from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
 from idemflow.stores._opening import open_async_store
 from idemflow.stores.base import AsyncStore, Store
+
+if TYPE_CHECKING:
+    from idemflow.client import Priority
 
 KEY_HEADER = "Idempotency-Key"
 
