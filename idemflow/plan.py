@@ -98,6 +98,9 @@ class Plan:
     incarnation: str | None = None
     """The run's incarnation, as the run record a resuming caller read says: the memos it replays
     must carry it (a memo of an earlier request with this id is not this run's)."""
+    lane: str | None = None
+    """The request's queue lane (``submit(priority=)``; None: normal): the children it starts
+    inherit it, and the continuations it sends to wake another request go to it."""
 
 
 DEFAULT_PLAN = Plan()

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemflow import Tx, atomic, checkpoint, workflow
+from idemflow import Tx, atomic, checkpoint, start, wait, workflow
 from idemflow.async_worklist.queues.lanes import LANES, in_async_lane, lane_of
 from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.aws_lambda import FixedContext, sqs_handler
@@ -261,3 +261,36 @@ def test_a_lambda_handler_refuses_a_laned_queue(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="one lane's URL"):
         handler({"Records": []}, FixedContext(60_000))
     queue.close()
+
+
+@workflow("lane-child")
+def lane_child(n: int) -> Generator[Any, Any, int]:
+    yield checkpoint()
+    return n
+
+
+@workflow("lane-parent")
+def lane_parent(n: int) -> Generator[Any, Any, int]:
+    yield checkpoint()
+    child = yield start(lane_child(n), request_id=f"child-{n}")
+    got: int = yield wait(child)
+    return got
+
+
+def test_a_child_inherits_its_parents_lane_and_wakes_it_there(api: Api) -> None:
+    """Every continuation of a high request's family stays in the high lane: the child's own,
+    started by the parent's step, and the parent's wake-up when the child ends."""
+    store = MemoryStore()
+    queue = LanedQueue({lane: MemoryQueue() for lane in LANES})
+    api.submit(lane_parent(7), request_id="parent", store=store, queue=queue, priority="high")
+    worker = api.worker([lane_parent, lane_child], store=store, queue=queue, relay_every=None)
+    lanes = []
+    for _ in range(20):
+        got = queue.receive()
+        if not got:
+            break
+        lanes.append(got[0].id.split(":")[0])
+        worker.handle(got[0])
+    assert status(store, "lane-parent", "parent").result == 7
+    assert set(lanes) == {"high"} and len(lanes) >= 3  # the parent, the child, the wake-up
+    assert worker.relay() == 0

@@ -255,6 +255,7 @@ class Handling:
             parent=record.parent,
             started_at=record.started_at,  # kept in the completion record
             incarnation=record.incarnation,
+            lane=record.lane,
         )
         try:
             done = yield from execution_steps(

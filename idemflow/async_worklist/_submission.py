@@ -452,6 +452,7 @@ def submission_steps(
         durable_outcome=True,  # the handle returned says final: so must the store
         suspend=True,
         announce=announcer(key),
+        lane=when.lane,
     )
     try:
         record = yield from execution_steps(
