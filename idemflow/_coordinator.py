@@ -180,7 +180,8 @@ class Coordinator:
             node.fingerprint,
             RunStatus.RUNNING,
             version=node.version,
-            input=submitted_input(node.input, given.policy.retention),  # the parent's retention
+            # the parent's retention and lane
+            input=submitted_input(node.input, given.policy.retention, lane=given.plan.lane),
             started_at=given.clock(),
             incarnation=new_incarnation(),
             # A parent a worker runs is woken by the child's outcome; one ``run`` runs polls.

@@ -290,12 +290,13 @@ class Interpreter:
             case Abort(reason):
                 return (yield from stepper.memoized("abort", lambda tx: tx.abort(reason)))
             case Checkpoint():
-                yield from self._checkpoint()
+                yield from self.checkpoint()
                 return None
             case _:
                 assert_never(node)
 
-    def _checkpoint(self) -> Steps[None]:
+    def checkpoint(self) -> Steps[None]:
+        """``yield checkpoint()``: a submission stops here (claiming the request first)."""
         given, cursor, recorder = self._given, self._cursor, self._recorder
         plan = given.plan
         if plan.observe_checkpoint is not None:

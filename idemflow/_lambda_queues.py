@@ -72,6 +72,14 @@ class Batch:
     """
 
     def __init__(self, queue: Queue) -> None:
+        from idemflow.async_worklist.queues.lanes import LanedQueue
+        from idemflow.errors import ConfigurationError
+
+        if isinstance(queue, LanedQueue):  # an event's records carry no lane to settle them in
+            raise ConfigurationError(
+                "a Lambda SQS handler drains one queue: give it one lane's URL (sqs:jobs-high, "
+                "sqs:jobs, sqs:jobs-low), one event source mapping each, not ?lanes=true"
+            )
         self.queue = queue
         self.visibility_timeout = queue.visibility_timeout
         self.max_body_bytes = queue.max_body_bytes

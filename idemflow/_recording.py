@@ -73,6 +73,7 @@ class RunRecorder:
             version=given.plan.version,
             input=None if submission is None else submission.input,
             deadline=None if submission is None else submission.deadline,
+            waiting=None if submission is None else submission.held,
             started_at=self.started_at,
             incarnation=self.incarnation,
         )
@@ -164,6 +165,8 @@ class RunRecorder:
                 yield from self._calls.commit([Delete(self.outbox_ref())], given.run_ref)
             if record.version != plan.version:  # this code cannot replay it: answer as a copy
                 raise Checkpointed((), duplicate=True, claimed_at=record.started_at, version=record.version)
+            if record.not_before is not None:  # a delayed request runs nothing in a submitter
+                raise Checkpointed((), duplicate=True, claimed_at=record.started_at)
         if record.version != plan.version:
             raise OtherVersion(record)
         self._cursor.met()

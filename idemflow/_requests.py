@@ -96,10 +96,12 @@ class Scan:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send ``body`` to the driver's queue, visible after ``delay`` seconds: answered with None."""
+    """Send ``body`` to the driver's queue, visible after ``delay`` seconds, in ``lane`` (a
+    priority: None for the normal lane, the queue itself): answered with None."""
 
     body: str
     delay: float = 0.0
+    lane: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

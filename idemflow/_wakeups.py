@@ -35,7 +35,7 @@ def announce(given: Given, entry: OutboxEntry, ref: RowRef) -> Steps[None]:
     if given.plan.announce is None:
         return
     try:
-        yield Send(given.plan.announce(entry))
+        yield Send(given.plan.announce(entry), 0.0, given.plan.lane)  # a child's is its parent's
     except BackendError as exc:
         log.warning("queue send failed; a worker's relay will send it: %s", exc)
         return

@@ -45,7 +45,8 @@ import contextlib
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from starlette.requests import Request
@@ -70,6 +71,9 @@ from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
 from idemflow.stores._opening import open_async_store
 from idemflow.stores.base import AsyncStore, Store
+
+if TYPE_CHECKING:
+    from idemflow.client import Priority
 
 
 def error(status: int, code: str, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -237,13 +241,21 @@ class Idempotency:
             )
 
     async def submit(
-        self, m: Idem[Any], *, request_id: str, accepted: Mapping[str, Any] | None = None
+        self,
+        m: Idem[Any],
+        *,
+        request_id: str,
+        accepted: Mapping[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        not_before: float | datetime | None = None,
+        priority: Priority = "normal",
     ) -> Any:
         """Submit ``m``: its result if it already finished, else a 202 answer with the status URL.
 
         The 202 body is ``{"request_id", "status": "running", "status_url", **accepted}``
         and its ``Location`` header the status URL. A refusal before the checkpoint
-        raises :class:`~idemflow.errors.WorkflowAborted` (answered 409).
+        raises :class:`~idemflow.errors.WorkflowAborted` (answered 409). ``delay``,
+        ``not_before`` and ``priority`` are ``submit``'s (``docs/scheduling.md``).
         """
         if self.queue is None:
             raise InvalidInputError("Idempotency.submit needs a queue: Idempotency(store, queue=...)")
@@ -256,6 +268,9 @@ class Idempotency:
                 signing_key=self.signing_key,
                 policy=self.policy,
                 clock=self.clock,
+                delay=delay,
+                not_before=not_before,
+                priority=priority,
             )
         now = pending.outcome  # final when submit saw the request finish; else workers have it
         if now is not None and now.status is RunStatus.ABORTED:

@@ -147,7 +147,11 @@ def _parser() -> argparse.ArgumentParser:
         "directory); several may be given, e.g. the old and new versions during a deploy",
     )
     worker.add_argument("--store", required=True)
-    worker.add_argument("--queue", required=True, help="queue URL, e.g. sqs:jobs?region=eu-west-1")
+    worker.add_argument(
+        "--queue",
+        required=True,
+        help="queue URL, e.g. sqs:jobs?region=eu-west-1 (&lanes=true: priority lanes)",
+    )
     worker.add_argument("--concurrency", type=int, default=1, help="threads, or tasks with --asyncio")
     worker.add_argument(
         "--asyncio",

@@ -20,6 +20,7 @@ Each blocking function has its asyncio twin, named ``a`` + its name (``submit``/
 
 from __future__ import annotations
 
+from idemflow.async_worklist._scheduling import Priority
 from idemflow.async_worklist._submission import (
     AsyncPending,
     Pending,
@@ -36,6 +37,7 @@ from idemflow.records import RunStatus
 __all__ = [
     "AsyncPending",
     "Pending",
+    "Priority",
     "RequestStatus",
     "RunStatus",
     "aget",

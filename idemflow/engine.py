@@ -260,6 +260,9 @@ class Execution:
 
     def _settled(self, node: Node) -> Steps[RunRecord]:
         """The workflow run to its end, compensated if it aborted, and its outcome recorded."""
+        submission = self._given.plan.submission
+        if submission is not None and submission.held is not None:
+            yield from self._interpreter.checkpoint()  # a delayed submission: claimed, nothing run
         try:
             value = yield from self._interpreter.evaluate(node)
         except AbortWorkflow as abort:

@@ -35,6 +35,9 @@ class Submission:
     outbox: OutboxEntry
     deadline: float | None = None
     """Epoch seconds by which the request must have finished, kept in its run record."""
+    held: str | None = None
+    """A delayed submission's note for its run record (``waiting until ...``): it is claimed
+    before its first step, which a worker runs once it is due; nothing runs in the submitter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,9 @@ class Plan:
     incarnation: str | None = None
     """The run's incarnation, as the run record a resuming caller read says: the memos it replays
     must carry it (a memo of an earlier request with this id is not this run's)."""
+    lane: str | None = None
+    """The request's queue lane (``submit(priority=)``; None: normal): the children it starts
+    inherit it, and the continuations it sends to wake another request go to it."""
 
 
 DEFAULT_PLAN = Plan()

@@ -62,6 +62,9 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    ``RetryPolicy.retention``), inside ``in`` beside ``args`` and ``kwargs``: it is stored with
    the submission, as long as a worker or an operator may still write rows for the request, so
    every row they write expires by it (:attr:`RunRecord.retention`).
+   Beside it, a delayed submission stores ``nb`` (epoch seconds before which no worker may start
+   it: :attr:`RunRecord.not_before`) and a prioritised one ``ln`` (its queue lane:
+   :attr:`RunRecord.lane`); a record without them is neither delayed nor prioritised.
 """
 
 MEMO_AT = 0
@@ -436,6 +439,24 @@ class RunRecord:
             return None
         return float(kept)
 
+    @property
+    def not_before(self) -> float | None:
+        """Epoch seconds before which no worker may start the request (``submit(delay=)``,
+        ``submit(not_before=)``), stored with its input (``in.nb``); None if it was not delayed."""
+        given = self.input
+        at = given.get("nb") if isinstance(given, dict) else None
+        if isinstance(at, bool) or not isinstance(at, (int, float)):
+            return None
+        return float(at)
+
+    @property
+    def lane(self) -> str | None:
+        """The queue lane of the request's continuations (``submit(priority=)``), stored with its
+        input (``in.ln``); None for the normal lane."""
+        given = self.input
+        lane = given.get("ln") if isinstance(given, dict) else None
+        return lane if isinstance(lane, str) else None
+
     def arguments(self) -> tuple[list[Any], dict[str, Any]] | None:
         """The stored input as call arguments, or None (a request ``run`` started stores none)."""
         given = self.input
@@ -509,15 +530,25 @@ class Message:
         return replace(self, value=None, taken=True)
 
 
-def submitted_input(given: JSON, retention: float) -> JSON:
-    """What a submission stores as ``in``: its input and its retention (``rn``, format 5).
+def submitted_input(
+    given: JSON, retention: float, *, not_before: float | None = None, lane: str | None = None
+) -> JSON:
+    """What a submission stores as ``in``: its input, its retention (``rn``, format 5), and where
+    given when it may start (``nb``) and its queue lane (``ln``).
 
     >>> RunRecord("fp", RunStatus.RUNNING, input=submitted_input({"args": [], "kwargs": {}}, 60.0)).retention
     60.0
+    >>> RunRecord("fp", RunStatus.RUNNING, input=submitted_input({}, 60.0, not_before=5.0)).not_before
+    5.0
     """
     if not isinstance(given, dict):
         return given
-    return {**given, "rn": retention}
+    stored: dict[str, JSON] = {**given, "rn": retention}
+    if not_before is not None:
+        stored["nb"] = not_before
+    if lane is not None:
+        stored["ln"] = lane
+    return stored
 
 
 def child_outcome(record: RunRecord) -> dict[str, JSON]:

@@ -26,6 +26,7 @@ from idemflow.async_worklist.queues import (
     open_queue,
 )
 from idemflow.async_worklist.queues.base import Message as QueueMessage
+from idemflow.async_worklist.queues.lanes import AsyncLanedQueue, LanedQueue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.async_worklist.worker import Worker
@@ -38,11 +39,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncAzureQueue",
+    "AsyncLanedQueue",
     "AsyncQueue",
     "AsyncSqsQueue",
     "AsyncWorker",
     "AzureQueue",
     "DeadLetter",
+    "LanedQueue",
     "MemoryQueue",
     "Queue",
     "QueueMessage",

@@ -32,6 +32,7 @@ from idemflow.async_worklist import _runs
 from idemflow.async_worklist._submission import announcer, hop, resolve_signing_key
 from idemflow.async_worklist.messages import Pointer, decode_pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Message, check_seconds
+from idemflow.async_worklist.queues.lanes import lane_of
 from idemflow.engine import Plan, Suspended
 from idemflow.errors import (
     CompensationError,
@@ -106,6 +107,8 @@ class Holder:
         self.lost = False
         self.seen: Attempts | None = None
         """The retry count the run record held when this delivery began (see ``_step_failed``)."""
+        self.lane = lane_of(message)
+        """The lane its request's continuations go to: the message's, then its run record's."""
         self.lock = threading.Lock()
         self.alock = asyncio.Lock()
 
@@ -209,8 +212,10 @@ class Handling:
                 f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted"
             )
         fields["version"] = record.version
-        if record.started_at is not None and message.deliveries == 1:
-            telemetry.lag(max(self.clock() - record.started_at, 0.0), pointer.workflow)
+        since = record.started_at if record.not_before is None else record.not_before
+        if since is not None and message.deliveries == 1:
+            telemetry.lag(max(self.clock() - since, 0.0), pointer.workflow)
+        holder.lane = record.lane or holder.lane
         if record.status.final or record.status is RunStatus.FAILED:
             return "duplicate"
         if record.status is RunStatus.CANCELLED:
@@ -222,8 +227,14 @@ class Handling:
         if record.deadline is not None and now >= record.deadline:
             raise DeadlinePassed(pointer.workflow, pointer.request_id, record)
         if record.attempts is not None and record.attempts.due > now:  # early: a long delay's hop
-            yield Send(message.body, hop(record.attempts.due, now))
+            yield Send(message.body, hop(record.attempts.due, now), holder.lane)
             fields["due"] = record.attempts.due
+            return "suspended"
+        if record.not_before is not None and record.not_before > now:  # a delayed request, early
+            # (a queue's longest delay, a relay, a copy, a retry, clocks apart): queued again as a
+            # fresh message, so waiting is never an attempt.
+            yield Send(message.body, hop(record.not_before, now), holder.lane)
+            fields["due"] = record.not_before
             return "suspended"
         flow = self._flow(pointer.workflow, record.version)
         policy = kept_for(self._retries, record.retention)  # the request's rows: its retention
@@ -244,6 +255,7 @@ class Handling:
             parent=record.parent,
             started_at=record.started_at,  # kept in the completion record
             incarnation=record.incarnation,
+            lane=record.lane,
         )
         try:
             done = yield from execution_steps(
@@ -269,7 +281,7 @@ class Handling:
                 return "suspended"
             continuation = Continuation.after(record.continuation, pointer.continuation)
             again = Pointer(pointer.workflow, record.version, pointer.request_id, continuation=continuation)
-            yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()))
+            yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()), holder.lane)
             yield from _runs.suspended_steps(
                 pointer.workflow, pointer.request_id, suspended.why, continuation, policy
             )
@@ -312,7 +324,7 @@ class Handling:
         elif not holder.lost:  # another worker holds it now
             # A fresh message, so waiting out a deploy never counts as a failed attempt (nor
             # against a queue's own redrive limit); a crash before the ack only duplicates it.
-            yield Send(holder.message.body, self.version_wait)
+            yield Send(holder.message.body, self.version_wait, holder.lane)
             yield Settle(holder, "ack")
         with self._lock:
             self.stats.waiting += 1
@@ -333,7 +345,7 @@ class Handling:
                 failed.workflow, failed.request_id, seen, attempts, self._retries
             )
             if counted:  # else another delivery of this request counted it: this one is a duplicate
-                yield Send(holder.message.body, hop(attempts.due, now))
+                yield Send(holder.message.body, hop(attempts.due, now), holder.lane)
             event(
                 logging.WARNING,
                 "retry",

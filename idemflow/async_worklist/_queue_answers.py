@@ -14,6 +14,7 @@ from idemflow._drive import Answers
 from idemflow._requests import Send, Settle
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
+from idemflow.async_worklist.queues.lanes import in_async_lane, in_lane
 
 
 def on_queue(queue: Queue | None) -> Answers | None:
@@ -23,8 +24,8 @@ def on_queue(queue: Queue | None) -> Answers | None:
 
     def answer(request: object) -> Any:
         match request:
-            case Send(body, delay):
-                return queue.send(body, delay=delay)
+            case Send(body, delay, lane):
+                return in_lane(queue, lane).send(body, delay=delay)
             case Settle(holder, action, options):
                 with holder.lock:
                     if not holder.lost:
@@ -42,8 +43,8 @@ def on_async_queue(queue: AsyncQueue | None) -> AsyncAnswers | None:
 
     async def answer(request: object) -> Any:
         match request:
-            case Send(body, delay):
-                return await queue.send(body, delay=delay)
+            case Send(body, delay, lane):
+                return await in_async_lane(queue, lane).send(body, delay=delay)
             case Settle(holder, action, options):
                 async with holder.alock:
                     if not holder.lost:

@@ -1,7 +1,8 @@
 """Hand a failed, cancelled or stuck submitted request back to the workers (``idemflow retry``,
 ``idemflow resume``), or stop one at its next step (``idemflow cancel``).
 
-A request ends ``failed`` when a step kept raising; after a fix is deployed,
+A delayed request (``submit(delay=)``) that ``retry`` resumes runs at once: its start time
+is cleared. A request ends ``failed`` when a step kept raising; after a fix is deployed,
 ``retry`` puts it back to ``running`` and sends a pointer, and a worker
 resumes it where it stopped (committed steps replay from their memos). A
 request ``running`` with nothing queued for it (its message was purged or
@@ -101,9 +102,11 @@ def retry_steps(workflow: str, request_id: str, key: bytes | None) -> Steps[RunS
     stored_arguments(record, request_id)  # the workers resume from it
     if record.status in (RunStatus.FAILED, RunStatus.CANCELLED):
         yield from _runs.reopen_steps(workflow, request_id)
+    if record.not_before is not None:  # a delayed request: the operator wants it run now
+        yield from _runs.start_now_steps(workflow, request_id)
     body = encode_pointer(Pointer(workflow, record.version, request_id), key)
     with telemetry.span("idemflow.queue.send", workflow=workflow, request_id=request_id):
-        yield Send(body)
+        yield Send(body, 0.0, record.lane)
     return record.status
 
 

@@ -158,3 +158,19 @@ def reopen_steps(workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_P
         "attempts": None,
     }
     return (yield from _replace_running(workflow, request_id, change, policy))
+
+
+def start_now_steps(workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY) -> Steps[bool]:
+    """Clear a delayed request's start time (``in.nb``) and its ``waiting until`` note: an
+    operator's resume runs it at once (False if it finished meanwhile)."""
+
+    def change(record: RunRecord) -> Mapping[str, object]:
+        given = record.input
+        stored = {k: v for k, v in given.items() if k != "nb"} if isinstance(given, dict) else given
+        waiting = record.waiting
+        return {
+            "input": stored,
+            "waiting": None if waiting and waiting.startswith("waiting until") else waiting,
+        }
+
+    return (yield from _replace_running(workflow, request_id, change, policy))

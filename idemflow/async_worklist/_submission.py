@@ -35,6 +35,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
@@ -46,10 +47,12 @@ from idemflow._drive import drive
 from idemflow._requests import CommitCache, Read, Send, Sleep, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
+from idemflow.async_worklist._scheduling import Priority, check_lanes, schedule, waiting_until
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
+from idemflow.async_worklist.queues.lanes import has_lanes
 from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
 from idemflow.errors import (
     BackendError,
@@ -300,6 +303,9 @@ def submit(
     clock: Callable[[], float] | None = None,
     grace: float = DEFAULT_GRACE,
     deadline: float | None = None,
+    delay: float | timedelta | None = None,
+    not_before: float | datetime | None = None,
+    priority: Priority = "normal",
 ) -> Pending:
     """Run ``m`` up to its first checkpoint, hand the rest to workers, return a :class:`Pending`.
 
@@ -328,8 +334,17 @@ def submit(
     ``policy.retention`` is stored with the request: every row written for it
     afterwards, by workers and operators too, expires by it (a copy keeps
     the first one's).
+
+    ``delay`` (seconds or a ``timedelta``) or ``not_before`` (epoch seconds or an aware
+    ``datetime``), one of them, delays the request: it is
+    recorded durably at once, but no step of it runs before that time, not even those before its
+    first checkpoint (a worker runs them all); ``status`` says ``waiting until <time>``. A
+    ``@workflow(timeout=)`` then counts from that time. ``priority`` (``"high"``, ``"normal"``,
+    ``"low"``) picks the lane of a queue opened with lanes (``?lanes=true``), which workers drain
+    highest first. A copy of a request already submitted keeps the first one's time and lane.
     """
     request = _submission(m, request_id)
+    check_lanes(priority, has_lanes(queue))
     steps = submission_steps(
         m,
         request,
@@ -342,6 +357,7 @@ def submit(
         grace,
         reader=store,
         deadline=deadline,
+        timing=(delay, not_before, priority),
     )
     outcome = drive(steps, store, on_queue(queue))
     return Pending(store, request.workflow, request_id, outcome=outcome)
@@ -358,6 +374,9 @@ async def asubmit(
     clock: Callable[[], float] | None = None,
     grace: float = DEFAULT_GRACE,
     deadline: float | None = None,
+    delay: float | timedelta | None = None,
+    not_before: float | datetime | None = None,
+    priority: Priority = "normal",
 ) -> AsyncPending:
     """:func:`submit`, awaitable: the same steps, claim, outbox and pointer, on the event loop.
 
@@ -366,6 +385,7 @@ async def asubmit(
     The :class:`AsyncPending` returned is awaited: ``await pending.result()``.
     """
     request = _submission(m, request_id)
+    check_lanes(priority, has_lanes(queue))
     target, sink = to_async(store), to_async_queue(queue)
     steps = submission_steps(
         m,
@@ -379,6 +399,7 @@ async def asubmit(
         grace,
         reader=sync_reader(target),
         deadline=deadline,
+        timing=(delay, not_before, priority),
     )
     outcome = await adrive(steps, target, on_async_queue(sink))
     return AsyncPending(target, request.workflow, request_id, outcome=outcome)
@@ -405,21 +426,33 @@ def submission_steps(
     *,
     reader: Reader | None,
     deadline: float | None = None,
+    timing: tuple[object, object, object] = (None, None, "normal"),
 ) -> Steps[RequestStatus | None]:
-    """What ``submit`` and ``asubmit`` do (one computation): the outcome, if known already."""
+    """What ``submit`` and ``asubmit`` do (one computation): the outcome, if known already.
+
+    ``timing`` is ``submit``'s ``(delay, not_before, priority)``, checked here before any write.
+    """
     wall = time.time if clock is None else clock
     started = wall()
-    entry = OutboxEntry(request.workflow, request.version, request_id, started + grace)
-    due_by = _deadline(request, deadline, started)
     retention = check_duration((policy or DEFAULT_POLICY).retention, "retention")
+    when = schedule(*timing, now=started, retention=retention)
+    start = started if when.not_before is None else when.not_before
+    # A relay sends a delayed request's pointer once it is due, never sooner than the grace.
+    entry = OutboxEntry(request.workflow, request.version, request_id, max(start, started + grace))
+    due_by = _deadline(request, deadline, start)
+    if when.not_before is not None and due_by is not None and due_by <= when.not_before:
+        raise InvalidInputError(f"submit deadline {due_by!r} is not after the request's start {start!r}")
+    stored = submitted_input(request.input(), retention, not_before=when.not_before, lane=when.lane)
+    held = None if when.not_before is None else waiting_until(when.not_before)
     key = resolve_signing_key(signing_key)
     plan = Plan(
         version=request.version,
         at_checkpoint=AtCheckpoint.STOP,
-        submission=Submission(submitted_input(request.input(), retention), entry, due_by),
+        submission=Submission(stored, entry, due_by, held),
         durable_outcome=True,  # the handle returned says final: so must the store
         suspend=True,
         announce=announcer(key),
+        lane=when.lane,
     )
     try:
         record = yield from execution_steps(
@@ -438,8 +471,13 @@ def submission_steps(
             if (yield Read(outbox_ref(request.workflow, request_id))) is None:
                 return None  # sent already
             # A retry after the first submit died before its send: send now rather than wait for
-            # the relay (a relay racing this sends a second pointer, which the memos make harmless).
-            yield from _send(pointer, key, max_body_bytes)
+            # the relay (a relay racing this sends a second pointer, which the memos make harmless),
+            # when and where the first asked.
+            found = yield Read(run_ref(request.workflow, request_id))
+            first_run = None if found is None else RunRecord.from_json(found.value)
+            due = None if first_run is None else first_run.not_before
+            lane = None if first_run is None else first_run.lane
+            yield from _send(pointer, key, max_body_bytes, 0.0 if due is None else hop(due, wall()), lane)
             return None
         if isinstance(reached, Suspended):
             reached = reached.capped(due_by)
@@ -449,12 +487,13 @@ def submission_steps(
                 return None
             continuation = Continuation.after()
             pointer = dataclasses.replace(pointer, continuation=continuation)
-            if (yield from _send(pointer, key, max_body_bytes, hop(reached.due, wall()))):
+            if (yield from _send(pointer, key, max_body_bytes, hop(reached.due, wall()), when.lane)):
                 yield from _runs.suspended_steps(request.workflow, request_id, reached.why, continuation)
             else:  # the relay's pointer, which carries none, resumes it
                 yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
             return None
-        yield from _send(pointer, key, max_body_bytes)
+        wait = 0.0 if when.not_before is None else hop(when.not_before, wall())
+        yield from _send(pointer, key, max_body_bytes, wait, when.lane)
         return None
     except VersionNotHeldError as other:  # a duplicate after a deploy: its own version finishes it
         yield from _send(Pointer(request.workflow, other.version, request_id), key, max_body_bytes)
@@ -488,7 +527,8 @@ def _first_submit(
 
 
 def _deadline(request: Request, deadline: object, now: float) -> float | None:
-    """The request's deadline: ``submit(deadline=)`` or now plus ``@workflow(timeout=)``, the earlier."""
+    """The request's deadline: ``submit(deadline=)`` or ``now`` (when it may start) plus
+    ``@workflow(timeout=)``, the earlier."""
     if deadline is not None and (
         isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not math.isfinite(deadline)
     ):
@@ -522,7 +562,9 @@ def announcer(key: bytes | None) -> Callable[[OutboxEntry], str]:
     return lambda entry: encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), key)
 
 
-def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float = 0.0) -> Steps[bool]:
+def _send(
+    pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float = 0.0, lane: str | None = None
+) -> Steps[bool]:
     """Send the pointer and clear the outbox entry; a queue that fails leaves it to the relay
     (False)."""
     body = encode_pointer(pointer, key)
@@ -530,7 +572,7 @@ def _send(pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float
         body = encode_pointer(dataclasses.replace(pointer, steps=()), key)
     try:
         with telemetry.span("idemflow.queue.send", workflow=pointer.workflow, request_id=pointer.request_id):
-            yield Send(body, delay)
+            yield Send(body, delay, lane)
     except BackendError as exc:  # QueueError, TransientError, ConfigurationError
         log.warning(
             "queue send failed; a worker's relay will send the continuation: %s",

@@ -103,10 +103,11 @@ def relay_steps(signing_key: bytes | None, clock: Callable[[], float]) -> Steps[
                 claimed = _wakeable(claimed)  # a wake-up: only for a request workers finish
             if claimed is not None:  # else its submitter died before the claim: nothing to finish
                 body = encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), signing_key)
+                lane = RunRecord.from_json(claimed.value).lane  # the request's priority
                 with telemetry.span(
                     "idemflow.queue.send", workflow=entry.workflow, request_id=entry.request_id
                 ):
-                    yield Send(body)
+                    yield Send(body, 0.0, lane)
                 sent += 1
             delete = Delete(RowRef(RUNS_TABLE, partition, key), expect=row.version)
             yield from resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), Commit([delete]))

@@ -385,6 +385,43 @@ def test_workflows_are_listed_by_status(store: Store) -> None:
     assert [r.request_id for r in running] == ["l-2"]
 
 
+def test_a_delayed_enqueue_is_listed_waiting_and_runs_no_earlier_than_its_time(store: Store) -> None:
+    # peer: tests/test_delay.py::test_delay
+    now = [1_800_000_000.0]
+    clock = lambda: now[0]  # noqa: E731
+    queue = MemoryQueue(clock=clock)
+    pending = submit(background("f"), request_id="dl-1", store=store, queue=queue, clock=clock, delay=2.0)
+    waiting = status(store, "background", "dl-1")
+    assert (waiting.status, waiting.waiting) == (
+        RunStatus.RUNNING,
+        "waiting until 2027-01-15T08:00:02.000+00:00",
+    )
+    assert [
+        r.request_id for r in admin.runs(store, workflow="background", status=RunStatus.RUNNING).runs
+    ] == ["dl-1"]
+    early = Worker([background], store=store, queue=queue, clock=clock, wait=0.02, relay_every=None)
+    early.run(idle_timeout=0.2)
+    assert data_rows(store, "accounts") == {} and pending.status() is RunStatus.RUNNING
+    now[0] += 2.0
+    Worker([background], store=store, queue=queue, clock=clock, wait=0.02, relay_every=None).run(
+        idle_timeout=0.2
+    )
+    assert pending.result(timeout=5) == "f done"
+
+
+def test_a_delayed_workflow_cancelled_never_runs_and_one_resumed_runs_at_once(store: Store) -> None:
+    # peer: tests/test_delay.py::test_delay_cancel_resume_list
+    queue = MemoryQueue()
+    submit(background("g"), request_id="dl-2", store=store, queue=queue, delay=60.0)
+    submit(background("h"), request_id="dl-3", store=store, queue=queue, delay=60.0)
+    admin.cancel(store, "background", "dl-2")
+    assert status(store, "background", "dl-2").status is RunStatus.CANCELLED
+    retry(store, queue, "background", "dl-3")  # DBOS's resume: it runs now, bypassing the delay
+    worker(store, queue, background).run(idle_timeout=0.2)
+    assert status(store, "background", "dl-3").result == "h done"
+    assert data_rows(store, "accounts") == {("accounts", "h", "started"): 1}
+
+
 def test_a_cancelled_workflow_is_undone_and_its_handle_raises(store: Store) -> None:
     """DBOS's cancel stops a workflow where it is (resumable later); idemflow's ``abort`` is final:
     the compensations of its completed steps run, and it ends ``aborted``."""

@@ -18,6 +18,7 @@ from idemflow._urls import Url, parse_url
 from idemflow.async_worklist.queues._openers import OPTIONAL
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, ThreadedQueue, to_async_queue
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
+from idemflow.async_worklist.queues.lanes import LANES, AsyncLanedQueue, LanedQueue, lane_url
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
@@ -70,7 +71,9 @@ def open_queue(url: str) -> Queue:
     ``memory:``, ``sqlite:PATH?name=N``, ``sqs:NAME?endpoint=URL&region=R``,
     ``azure-queue:NAME?connection_string=...`` (or the
     ``AZURE_STORAGE_CONNECTION_STRING`` environment variable); every scheme
-    takes ``visibility_timeout=SECONDS``, the cloud ones ``create=false`` to
+    takes ``visibility_timeout=SECONDS`` and ``lanes=true`` (priority lanes: a
+    :class:`~idemflow.async_worklist.queues.lanes.LanedQueue` of ``<name>-high``,
+    ``<name>`` and ``<name>-low``), the cloud ones ``create=false`` to
     require an existing queue. Query values are percent-decoded with ``+``
     kept, as account keys contain it. Errors name the scheme and what is
     wrong, never the URL itself (its query, a connection string given in its
@@ -83,6 +86,8 @@ def open_queue(url: str) -> Queue:
     ('jobs', 60.0)
     """
     entry, parsed = _parsed(url)
+    if parsed.flag("lanes"):  # priority lanes: <name>-high, <name>, <name>-low
+        return LanedQueue({lane: load(entry.opener, entry.extra)(lane_url(parsed, lane)) for lane in LANES})
     queue: Queue = load(entry.opener, entry.extra)(parsed)
     return queue
 
@@ -99,6 +104,10 @@ def open_async_queue(url: str) -> AsyncQueue:
     entry, parsed = _parsed(url)
     if entry.async_opener is None:
         return to_async_queue(open_queue(url))
+    if parsed.flag("lanes"):
+        return AsyncLanedQueue(
+            {lane: load(entry.async_opener, "aio")(lane_url(parsed, lane)) for lane in LANES}
+        )
     queue: AsyncQueue = load(entry.async_opener, "aio")(parsed)
     return queue
 
@@ -109,6 +118,11 @@ def async_queue_twin(queue: Queue) -> AsyncQueue:
 
     A twin on an SDK client has clients of its own: ``await twin.close()`` when done.
     """
+    if isinstance(queue, LanedQueue):  # lanes on SDK clients of their own, else on threads as one
+        twins = {lane: async_queue_twin(inner) for lane, inner in queue.lanes.items()}
+        if all(isinstance(twin, ThreadedQueue) for twin in twins.values()):
+            return to_async_queue(queue)
+        return AsyncLanedQueue(twins)
     entry = QUEUES.for_blocking(queue)
     if entry is None or entry.twin is None:
         return to_async_queue(queue)

@@ -14,7 +14,7 @@ from idemflow.stores.registry import Backend, Feature, Registry, TestBed
 
 _OPENERS = "idemflow.async_worklist.queues._openers"
 _SERVERS = "idemflow.testing.servers"
-_EVERY = frozenset({"visibility_timeout"})
+_EVERY = frozenset({"visibility_timeout", "lanes"})
 _CLOUD = frozenset({Feature.SERVER, Feature.SHARED})
 
 QUEUES = Registry(
