@@ -29,6 +29,7 @@ from returns.result import Failure, Result, Success
 
 from idemflow import records
 from idemflow._adrive import adrive
+from idemflow._limit_gate import gated
 from idemflow.engine import Plan
 from idemflow.errors import WorkflowAborted
 from idemflow.keys import check_request_id
@@ -39,6 +40,7 @@ from idemflow.runner import (
     Workflow,
     describe_request,
     execution_steps,
+    limits_of,
     result_of,
     status_steps,
 )
@@ -66,6 +68,8 @@ async def aexecute(
     steps = execution_steps(
         m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target)
     )
+    if plan is None:  # arun(): the request runs here, under its limits
+        steps = gated(steps, limits_of(request), clock, workflow=request.workflow, request_id=request_id)
     return await adrive(steps, target)
 
 

@@ -34,6 +34,8 @@ from returns.result import Failure, Result, Success
 
 from idemflow import records
 from idemflow._drive import drive
+from idemflow._limit_gate import gated
+from idemflow._limit_spec import Concurrency, Limit, LimitGroup, Rate, workflow_limits
 from idemflow._requests import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
 from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
@@ -70,8 +72,13 @@ class Workflow(Generic[P, R]):
         retry: StepRetry | None = None,
         timeout: float | None = None,
         on_abort: Callable[..., Any] | None = None,
+        concurrency: int | Concurrency | None = None,
+        rate: Rate | None = None,
+        groups: Iterable[LimitGroup] | None = None,
     ) -> None:
         self.name = check_workflow_name(name)
+        self.limits = workflow_limits(self.name, concurrency, rate, groups)
+        """The limits every request takes before it runs (docs/flow-control.md)."""
         if on_abort is not None and not callable(on_abort):
             raise InvalidInputError(f"on_abort takes a function, not {type(on_abort).__name__}")
         self.on_abort = on_abort
@@ -115,6 +122,7 @@ class Workflow(Generic[P, R]):
                     self.retry,
                     self.timeout,
                     self.on_abort,
+                    self.limits,
                 )
             )
         bound = self._signature.bind(*args, **kwargs)
@@ -131,6 +139,7 @@ class Workflow(Generic[P, R]):
                 self.retry,
                 self.timeout,
                 self.on_abort,
+                self.limits,
             )
         )
 
@@ -179,6 +188,9 @@ def workflow(
     retry: StepRetry | None = None,
     timeout: float | None = None,
     on_abort: Callable[..., Any] | None = None,
+    concurrency: int | Concurrency | None = None,
+    rate: Rate | None = None,
+    groups: Iterable[LimitGroup] | None = None,
 ) -> WorkflowDecorator:
     """Name a generator function (do-notation) or an ``Idem``-returning function.
 
@@ -205,8 +217,16 @@ def workflow(
     workflow's input, and the steps it yields (or the ``Idem`` it returns)
     run once, exactly as the workflow's own (an e-mail saying the booking
     was cancelled).
+
+    ``concurrency`` (slots, or a :class:`~idemflow.Concurrency` with its lease) and ``rate`` (a
+    :class:`~idemflow.Rate`) limit this workflow's requests across every process sharing the
+    store, and ``groups`` names :class:`~idemflow.LimitGroup` limits shared with other workflows
+    (docs/flow-control.md): under workers a request over a limit waits as a delayed
+    continuation; ``run`` raises :class:`~idemflow.errors.LimitReachedError` instead.
     """
     check_workflow_name(name)
+    groups = None if groups is None or isinstance(groups, LimitGroup) else tuple(groups)
+    workflow_limits(name, concurrency, rate, groups)
     check_version(version)
     check_retry(retry)
     check_timeout(timeout)
@@ -222,6 +242,9 @@ def workflow(
             retry=retry,
             timeout=timeout,
             on_abort=on_abort,
+            concurrency=concurrency,
+            rate=rate,
+            groups=groups,
         )
 
     return decorate
@@ -308,7 +331,14 @@ def execute(
     check_request_id(request_id)
     request = request or describe_request(m)
     steps = execution_steps(m, request, request_id, store, policy, clock, plan, versions, reader=store)
+    if plan is None:  # run(): the request runs here, under its limits
+        steps = gated(steps, limits_of(request), clock, workflow=request.workflow, request_id=request_id)
     return drive(steps, store)
+
+
+def limits_of(request: Request) -> tuple[Limit, ...]:
+    """The limits an execution of ``request`` takes before running its workflow."""
+    return () if request.call is None else request.call.limits
 
 
 def execution_steps(

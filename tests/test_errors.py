@@ -33,7 +33,7 @@ OUTCOMES = {"WorkflowAborted", "ChildAborted"}
 
 
 def test_every_error_class_is_in_the_tree_with_a_code_and_a_regular_name() -> None:
-    assert len(CLASSES) == 23
+    assert len(CLASSES) == 24
     for cls in CLASSES:
         assert isinstance(cls.code, ErrorCode), cls
         assert cls.__name__.endswith("Error") or cls.__name__ in OUTCOMES, cls
@@ -60,6 +60,7 @@ MADE: list[IdemflowError] = [
     errors.EffectTimeoutError("charge", 1.5),
     errors.StepFailedError("wf", "r", 1, "atomic a", "boom"),
     errors.VersionNotHeldError("wf", "r", 2, (1,)),
+    errors.LimitReachedError("wf", "r", "concurrency slot of workflow wf (2 at once)", 0.25),
     errors.ChildAborted("why", "child", "r-c"),
     backend_error(
         "refused", ErrorCode.CREDENTIALS_REFUSED, backend="sqs", operation="SendMessage", service_code="403"

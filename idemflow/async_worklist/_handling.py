@@ -26,6 +26,7 @@ from typing import Any
 from tenacity import wait_exponential
 
 from idemflow import telemetry
+from idemflow._limit_gate import gated
 from idemflow._operator_commands import abort_steps
 from idemflow._requests import Send, Settle, Steps
 from idemflow.async_worklist import _runs
@@ -37,6 +38,7 @@ from idemflow.errors import (
     CompensationError,
     ConfigurationError,
     InvalidInputError,
+    LimitReachedError,
     MessageRejectedError,
     NonDeterminismError,
     StepFailedError,
@@ -113,11 +115,17 @@ class Holder:
 class Wait(Exception):
     """This worker cannot run the request now (version not held, code that differs)."""
 
-    def __init__(self, why: str, *, bounded: bool = False) -> None:
+    def __init__(
+        self, why: str, *, bounded: bool = False, delay: float | None = None, recorded: bool = False
+    ) -> None:
         super().__init__(why)
         self.why = why
         self.bounded = bounded
         """Counts toward ``max_deliveries`` (a workflow nobody here holds), then fails."""
+        self.delay = delay
+        """Seconds before it is offered again (None: ``version_wait``): a full limit's estimate."""
+        self.recorded = recorded
+        """The run record says ``why`` already: a request waiting again costs no write."""
 
 
 class DeadlinePassed(Exception):
@@ -246,7 +254,7 @@ class Handling:
             incarnation=record.incarnation,
         )
         try:
-            done = yield from execution_steps(
+            steps = execution_steps(
                 m,
                 request,
                 pointer.request_id,
@@ -257,6 +265,12 @@ class Handling:
                 (),
                 reader=self._reader,
             )
+            done = yield from gated(
+                steps, flow.limits, self.clock, workflow=pointer.workflow, request_id=pointer.request_id
+            )
+        except LimitReachedError as full:  # a delayed continuation, never an attempt
+            why = f"waiting: {full.why}"
+            raise Wait(why, delay=full.retry_after, recorded=record.waiting == why) from None
         except NonDeterminismError as exc:
             raise Wait(
                 f"the code of version {record.version} differs from what the request ran: {exc}"
@@ -305,14 +319,16 @@ class Handling:
         if wait.bounded and holder.message.deliveries >= self.max_deliveries:
             yield from self._fail(holder, wait.why, 0, fields)
             return
-        yield from _runs.waiting_steps(fields["workflow"], fields["request_id"], wait.why, self._retries)
-        event(logging.WARNING, "waiting", why=wait.why, **fields)
+        if not wait.recorded:
+            yield from _runs.waiting_steps(fields["workflow"], fields["request_id"], wait.why, self._retries)
+        limited = wait.delay is not None  # a full limit: routine, not a warning
+        event(logging.INFO if limited else logging.WARNING, "waiting", why=wait.why, **fields)
         if wait.bounded:
             yield Settle(holder, "nack", {"delay": self.version_wait})
         elif not holder.lost:  # another worker holds it now
-            # A fresh message, so waiting out a deploy never counts as a failed attempt (nor
-            # against a queue's own redrive limit); a crash before the ack only duplicates it.
-            yield Send(holder.message.body, self.version_wait)
+            # A fresh message, so waiting out a deploy or a limit never counts as a failed attempt
+            # (nor against a queue's own redrive limit); a crash before the ack only duplicates it.
+            yield Send(holder.message.body, self.version_wait if wait.delay is None else wait.delay)
             yield Settle(holder, "ack")
         with self._lock:
             self.stats.waiting += 1
