@@ -29,7 +29,6 @@ from returns.result import Failure, Result, Success
 
 from idemflow import records
 from idemflow._adrive import adrive
-from idemflow._limit_gate import gated
 from idemflow.engine import Plan
 from idemflow.errors import WorkflowAborted
 from idemflow.keys import check_request_id
@@ -40,9 +39,9 @@ from idemflow.runner import (
     Workflow,
     describe_request,
     execution_steps,
-    limits_of,
     result_of,
     status_steps,
+    under_limits,
 )
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
@@ -69,7 +68,7 @@ async def aexecute(
         m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target)
     )
     if plan is None:  # arun(): the request runs here, under its limits
-        steps = gated(steps, limits_of(request), clock, workflow=request.workflow, request_id=request_id)
+        steps = under_limits(steps, request, request_id, policy, clock)
     return await adrive(steps, target)
 
 

@@ -33,8 +33,10 @@ def gated(
     *,
     workflow: str,
     request_id: str,
+    on_held: Callable[[], Steps[Any]] | None = None,
 ) -> Steps[T]:
-    """``inner`` run while holding ``limits`` (none: ``inner`` as it is)."""
+    """``inner`` run while holding ``limits`` (none: ``inner`` as it is); ``on_held`` runs first
+    once they are held (a worker clears the note saying the request waited for them)."""
     if not limits:
         return (yield from inner)
     token = secrets.token_hex(8)
@@ -42,6 +44,12 @@ def gated(
     if full is not None:
         inner.close()
         raise LimitReachedError(workflow, request_id, full.why, full.retry_after)
+    if on_held is not None:
+        try:
+            yield from on_held()
+        except BaseException:
+            yield from _give_back(limits, token, clock)
+            raise
     leases = [limit.concurrency.lease for limit in limits if limit.concurrency is not None]
     if not leases:  # rates only: a token is spent, nothing is held
         return (yield from inner)
@@ -80,8 +88,8 @@ def _renewing(
             renewed = clock()
             try:
                 kept = yield from renew(limits, token, clock)
-            except IdemflowError as exc:  # the store: tried again before the next request
-                log.warning("could not renew the limits of %s %r: %s", workflow, request_id, exc)
+            except IdemflowError as exc:  # the store: tried again a third of a lease later
+                log.warning("could not renew the limits of %s %r (next time): %s", workflow, request_id, exc)
                 kept = True
             if not kept:
                 log.warning("%s %r lost a slot: its lease ended before it was renewed", workflow, request_id)

@@ -20,15 +20,20 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from idemflow._limit_spec import Limit
-from idemflow._requests import Commit, ReadMany, Sleep, Steps
+from idemflow._requests import Commit, ReadMany, Request, Sleep, Steps
 from idemflow.keys import LIMITS_PARTITION, RUNS_TABLE, limit_key
+from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef
 
 CONFLICT_TRIES = 8
 """Reads and commits a taker tries when racing takers keep moving its rows; then it waits."""
+ROUNDING = 1e-6
+"""A bucket this close to a whole token has it: epoch seconds in floats lose the last digits of
+a refill (``1e6 + 0.2 - 1e6`` is ``0.19999999995``)."""
 SLOT_POLL = (0.1, 0.5)
 """Seconds (a uniform draw) a request waiting for a slot waits before it looks again: a slot
 given back wakes nobody, so waiters look again, spread out so they do not all look at once."""
@@ -40,6 +45,13 @@ class Full:
 
     why: str
     retry_after: float
+
+
+def _resent(request: Request) -> Steps[Any]:
+    """A read or commit resent on transient errors. A commit is safe to resend: one that applied
+    meets its own version as a conflict, and the next look finds the slot already held (a lost
+    answer to a bucket's commit spends a second token, at worst)."""
+    return resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), request)
 
 
 def slots_ref(limit: Limit) -> RowRef:
@@ -100,7 +112,7 @@ def acquire(limits: Sequence[Limit], token: str, clock: Callable[[], float]) -> 
     parts = _parts(limits)
     refs = [ref for _, ref, _ in parts]
     for _ in range(CONFLICT_TRIES):
-        rows: list[Row | None] = yield ReadMany(refs)
+        rows: list[Row | None] = yield from _resent(ReadMany(refs))
         now = clock()
         ops: list[Op] = []
         full: list[Full] = []
@@ -117,13 +129,13 @@ def acquire(limits: Sequence[Limit], token: str, clock: Callable[[], float]) -> 
             else:
                 assert limit.rate is not None
                 left = tokens(row, limit, now)
-                if left < 1.0:
+                if left < 1.0 - ROUNDING:
                     full.append(Full(limit.rate_why(), (1.0 - left) / limit.rate.per_second))
                     continue
-                ops.append(_write(ref, row, {"tokens": left - 1.0, "at": now}))
+                ops.append(_write(ref, row, {"tokens": max(left - 1.0, 0.0), "at": now}))
         if full:
             return Full(full[0].why, max(max(f.retry_after for f in full), 0.01))
-        if isinstance((yield Commit(ops)), Committed):
+        if isinstance((yield from _resent(Commit(ops))), Committed):
             return None
         yield Sleep(random.uniform(0.0, 0.02), time.sleep)  # asyncio.sleep on the event loop
     return Full(_parts_why(parts), random.uniform(*SLOT_POLL))
@@ -151,7 +163,7 @@ def _rewrite(limits: Sequence[Limit], token: str, clock: Callable[[], float], *,
         return True
     refs = [ref for _, ref in parts]
     for _ in range(CONFLICT_TRIES):
-        rows: list[Row | None] = yield ReadMany(refs)
+        rows: list[Row | None] = yield from _resent(ReadMany(refs))
         now = clock()
         ops: list[Op] = []
         kept = True
@@ -168,7 +180,7 @@ def _rewrite(limits: Sequence[Limit], token: str, clock: Callable[[], float], *,
                 continue
             held[token] = now + limit.concurrency.lease
             ops.append(_write(ref, row, {"holders": dict(held)}))
-        if not ops or isinstance((yield Commit(ops)), Committed):
+        if not ops or isinstance((yield from _resent(Commit(ops))), Committed):
             return kept
         yield Sleep(random.uniform(0.0, 0.02), time.sleep)
     return False

@@ -161,3 +161,14 @@ def workflow_limits(
                 raise InvalidInputError(f"limit group {group.limit.name!r} is named twice")
             limits.append(group.limit)
     return tuple(limits)
+
+
+def limit_whys(limits: Iterable[Limit]) -> set[str]:
+    """Every note a request held back by ``limits`` may carry in its run record."""
+    whys: set[str] = set()
+    for limit in limits:
+        if limit.concurrency is not None:
+            whys.add(limit.slots_why())
+        if limit.rate is not None:
+            whys.add(limit.rate_why())
+    return whys

@@ -18,6 +18,7 @@ submitted, workers still running it              202 ``{"status": "running", "st
 the workflow aborted (a refusal)                 409 ``aborted`` (or the status its reason's code maps to)
 a step kept failing (worklist)                   500 ``failed``
 a hot partition or the store is busy             503 ``busy`` + ``Retry-After`` (retry with the same key)
+a workflow's concurrency or rate limit is full   429 ``limit_reached`` + ``Retry-After`` (nothing ran)
 ==============================================  =====================================================
 
 Errors are ``{"error": code, "detail": message}``. Needs Starlette (the
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -61,6 +63,7 @@ from idemflow.errors import (
     IdemflowError,
     IdempotencyKeyReuseError,
     InvalidInputError,
+    LimitReachedError,
     MissingIdempotencyKeyError,
     RequestFailedError,
     TransientError,
@@ -107,6 +110,9 @@ def answer(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Res
             return error(409, "aborted", str(reason))
         case RequestFailedError():
             return error(500, "failed", str(exc))
+        case LimitReachedError(retry_after=after):
+            wait = {"Retry-After": str(max(1, math.ceil(after)))}
+            return error(429, "limit_reached", f"{exc}; retry with the same {KEY_HEADER}", wait)
         case ConflictError() | TransientError() | VersionNotHeldError():
             return error(503, "busy", f"{exc}; retry with the same {KEY_HEADER}", {"Retry-After": "1"})
     return None

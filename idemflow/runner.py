@@ -35,10 +35,10 @@ from returns.result import Failure, Result, Success
 from idemflow import records
 from idemflow._drive import drive
 from idemflow._limit_gate import gated
-from idemflow._limit_spec import Concurrency, Limit, LimitGroup, Rate, workflow_limits
+from idemflow._limit_spec import Concurrency, LimitGroup, Rate, workflow_limits
 from idemflow._requests import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
-from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
+from idemflow.errors import InvalidInputError, LimitReachedError, VersionNotHeldError, WorkflowAborted
 from idemflow.keys import check_duration, check_request_id, check_workflow_name
 from idemflow.monad import AsWritten, Basis, Bind, Call, Idem, check_retry
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
@@ -225,7 +225,8 @@ def workflow(
     continuation; ``run`` raises :class:`~idemflow.errors.LimitReachedError` instead.
     """
     check_workflow_name(name)
-    groups = None if groups is None or isinstance(groups, LimitGroup) else tuple(groups)
+    if groups is not None and not isinstance(groups, LimitGroup) and isinstance(groups, Iterable):
+        groups = tuple(groups)  # read once: a generator would be empty for the second reader
     workflow_limits(name, concurrency, rate, groups)
     check_version(version)
     check_retry(retry)
@@ -332,13 +333,30 @@ def execute(
     request = request or describe_request(m)
     steps = execution_steps(m, request, request_id, store, policy, clock, plan, versions, reader=store)
     if plan is None:  # run(): the request runs here, under its limits
-        steps = gated(steps, limits_of(request), clock, workflow=request.workflow, request_id=request_id)
+        steps = under_limits(steps, request, request_id, policy, clock)
     return drive(steps, store)
 
 
-def limits_of(request: Request) -> tuple[Limit, ...]:
-    """The limits an execution of ``request`` takes before running its workflow."""
-    return () if request.call is None else request.call.limits
+def under_limits(
+    steps: Steps[records.RunRecord],
+    request: Request,
+    request_id: str,
+    policy: RetryPolicy | None,
+    clock: Callable[[], float],
+) -> Steps[records.RunRecord]:
+    """``steps`` once the workflow's limits are held. A full limit raises
+    :class:`~idemflow.errors.LimitReachedError`, except to a duplicate of a finished request,
+    which gets its answer: the record is read only then, so a request that runs pays nothing."""
+    limits = () if request.call is None else request.call.limits
+    if not limits:
+        return (yield from steps)
+    try:
+        return (yield from gated(steps, limits, clock, workflow=request.workflow, request_id=request_id))
+    except LimitReachedError:
+        record = yield from status_steps(request.workflow, request_id, policy or DEFAULT_POLICY)
+        if record is not None and record.status.final and request.matches(record.fingerprint):
+            return record
+        raise
 
 
 def execution_steps(

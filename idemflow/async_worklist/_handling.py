@@ -27,6 +27,7 @@ from tenacity import wait_exponential
 
 from idemflow import telemetry
 from idemflow._limit_gate import gated
+from idemflow._limit_spec import limit_whys
 from idemflow._operator_commands import abort_steps
 from idemflow._requests import Send, Settle, Steps
 from idemflow.async_worklist import _runs
@@ -265,11 +266,22 @@ class Handling:
                 (),
                 reader=self._reader,
             )
+            waited = record.waiting
+
+            def no_longer_waiting() -> Steps[bool]:
+                assert waited is not None
+                return _runs.waited_steps(pointer.workflow, pointer.request_id, waited, policy)
+
             done = yield from gated(
-                steps, flow.limits, self.clock, workflow=pointer.workflow, request_id=pointer.request_id
+                steps,
+                flow.limits,
+                self.clock,
+                workflow=pointer.workflow,
+                request_id=pointer.request_id,
+                on_held=no_longer_waiting if waited in limit_whys(flow.limits) else None,
             )
         except LimitReachedError as full:  # a delayed continuation, never an attempt
-            why = f"waiting: {full.why}"
+            why = full.why
             raise Wait(why, delay=full.retry_after, recorded=record.waiting == why) from None
         except NonDeterminismError as exc:
             raise Wait(
