@@ -16,6 +16,7 @@ refill by that much, as for an effect's lease (:mod:`idemflow._lease`).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ from idemflow.keys import LIMITS_PARTITION, RUNS_TABLE, limit_key
 from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef
+
+log = logging.getLogger("idemflow.limits")
 
 CONFLICT_TRIES = 8
 """Reads and commits a taker tries when racing takers keep moving its rows; then it waits."""
@@ -178,6 +181,8 @@ def _rewrite(limits: Sequence[Limit], token: str, clock: Callable[[], float], *,
             if token not in held and len(held) >= limit.concurrency.slots:
                 kept = False
                 continue
+            if token not in held:  # its lease ended first: while it was over, others could enter
+                log.warning("a slot of %s %s was renewed after its lease ended", limit.kind, limit.name)
             held[token] = now + limit.concurrency.lease
             ops.append(_write(ref, row, {"holders": dict(held)}))
         if not ops or isinstance((yield from _resent(Commit(ops))), Committed):
