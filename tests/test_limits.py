@@ -34,7 +34,7 @@ from idemflow.errors import ErrorCode
 from idemflow.stores import MemoryStore
 from idemflow.stores.base import Store
 from idemflow.testing import data_rows
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import AsyncWorker, MemoryQueue, Worker
 from tests.conftest import StoreFactory
 
 
@@ -336,3 +336,25 @@ def test_arun_takes_and_gives_back_the_same_slots(store_factory: StoreFactory) -
         asyncio.run(arun(awaited(2), request_id="a-2", store=store, clock=clock))
     clock.at += 4
     assert asyncio.run(arun(awaited(2), request_id="a-2", store=store, clock=clock)) == 2
+
+
+def test_an_asyncio_worker_holds_the_limit_with_its_tasks(store_factory: StoreFactory) -> None:
+    store, queue = store_factory(), MemoryQueue()
+    inside, peak = [0], [0]
+
+    async def enter(key: str) -> None:
+        inside[0] += 1
+        peak[0] = max(peak[0], inside[0])
+        await asyncio.sleep(0.02)
+        inside[0] -= 1
+
+    @workflow("tasks", concurrency=Concurrency(2, lease=10))
+    async def tasks(n: int) -> int:
+        await effect(enter)
+        return n
+
+    pending = [submit(tasks(n), request_id=f"t-{n}", store=store, queue=queue) for n in range(8)]
+    worker = AsyncWorker([tasks], store=store, queue=queue, concurrency=6, wait=0.02, relay_every=None)
+    stats = asyncio.run(worker.run(idle_timeout=1.0))
+    assert sorted(p.result(timeout=5) for p in pending) == list(range(8))
+    assert stats.completed == 8 and peak[0] == 2
