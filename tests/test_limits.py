@@ -149,6 +149,34 @@ def test_a_slot_is_given_back_when_the_request_aborts_or_raises(store_factory: S
     assert row is not None and row.value == {"holders": {}}
 
 
+def test_a_holder_making_store_calls_keeps_its_slot_past_its_first_lease(store_factory: StoreFactory) -> None:
+    """Renewed between store calls: 20 s into a 10 s lease its slot is still its own; a holder
+    that stopped renewing has lost it by then (the lease is what a dead holder leaves behind)."""
+    store, clock = store_factory(), Clock()
+    lease = 10.0
+    probes: list[bool] = []
+
+    def probe() -> bool:
+        """Can another execution take a slot now?"""
+        return drive(acquire([long.limits[0]], f"probe-{len(probes)}", clock), store) is None
+
+    def later(tx: Any) -> None:
+        clock.at += 4.0  # a step that takes 4 s of the clock
+
+    @workflow("long", concurrency=Concurrency(1, lease=lease))
+    def long(n: int) -> Generator[Any, Any, int]:
+        for i in range(5):
+            yield atomic("accounts", f"l{i}", later)
+        yield atomic("accounts", "probe", lambda tx: probes.append(probe()))
+        return n
+
+    assert run(long(1), request_id="long-1", store=store, clock=clock) == 1
+    assert probes == [False]  # 20 s after it took the slot, it still held it
+    hold(store, long.limits[0], clock, "stalled")  # takes the slot, then never renews
+    clock.at += lease + 0.5
+    assert probe()  # the stalled holder's lease ended: the slot is free
+
+
 def test_racing_runs_never_hold_more_slots_than_the_limit(store_factory: StoreFactory) -> None:
     store = store_factory()
     inside, peak, lock = [0], [0], threading.Lock()
