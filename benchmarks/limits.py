@@ -167,15 +167,16 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
     )
     rows = []
     for kind in stores:
+        free = drains[kind]["no limit"]
         for variant, rate in drains[kind].items():
             limited = variant != "no limit"
             share = f"{rate / ideal:.0%} of ideal" if limited else ""
-            rows.append([LABELS[kind], variant, f"{rate:.1f}", share])
+            rows.append([LABELS[kind], variant, f"{rate:.1f}", share, f"{rate / free:.0%}"])
         report.headline(
             f"{kind}: throughput at concurrency={args.slots}, share of ideal",
             round(drains[kind][f"concurrency={args.slots}"] / ideal, 2),
         )
-    report.table(["backend", "variant", "requests/s", "at the limit"], rows)
+    report.table(["backend", "variant", "requests/s", "at the limit", "of no limit"], rows)
     report.data["costs"], report.data["throughput"] = costs, drains
     path = report.write()
     print(path.read_text(), flush=True)
