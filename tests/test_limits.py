@@ -386,3 +386,32 @@ def test_an_asyncio_worker_holds_the_limit_with_its_tasks(store_factory: StoreFa
     stats = asyncio.run(worker.run(idle_timeout=1.0))
     assert sorted(p.result(timeout=5) for p in pending) == list(range(8))
     assert stats.completed == 8 and peak[0] == 2
+
+
+class DelaysSeen(MemoryQueue):
+    """A memory queue that keeps the delay of every send (SQS refuses one over 900 s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delays: list[float] = []
+
+    def send(self, body: str, *, delay: float = 0.0) -> None:
+        self.delays.append(delay)
+        super().send(body, delay=delay)
+
+
+def test_a_wait_longer_than_a_queue_delay_is_queued_in_hops() -> None:
+    store, queue = MemoryStore(), DelaysSeen()
+
+    @workflow("hourly", rate=Rate(1, per=3600.0))
+    def hourly(n: int) -> Generator[Any, Any, int]:
+        yield tally("hourly")
+        return n
+
+    first = submit(hourly(1), request_id="h-1", store=store, queue=queue)
+    second = submit(hourly(2), request_id="h-2", store=store, queue=queue)
+    Worker([hourly], store=store, queue=queue, relay_every=None).run(idle_timeout=0.3)
+    assert first.result(timeout=1) == 1
+    assert status(store, "hourly", "h-2").waiting == "rate of workflow hourly (1 per 3600 s)"
+    assert second.status() is RunStatus.RUNNING
+    assert max(queue.delays) == 900.0  # the longest delay every queue takes; it looks again then

@@ -31,7 +31,7 @@ from idemflow._limit_spec import limit_whys
 from idemflow._operator_commands import abort_steps
 from idemflow._requests import Send, Settle, Steps
 from idemflow.async_worklist import _runs
-from idemflow.async_worklist._submission import announcer, hop, resolve_signing_key
+from idemflow.async_worklist._submission import MAX_HOP, announcer, hop, resolve_signing_key
 from idemflow.async_worklist.messages import Pointer, decode_pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Message, check_seconds
 from idemflow.engine import Plan, Suspended
@@ -340,7 +340,9 @@ class Handling:
         elif not holder.lost:  # another worker holds it now
             # A fresh message, so waiting out a deploy or a limit never counts as a failed attempt
             # (nor against a queue's own redrive limit); a crash before the ack only duplicates it.
-            yield Send(holder.message.body, self.version_wait if wait.delay is None else wait.delay)
+            yield Send(
+                holder.message.body, self.version_wait if wait.delay is None else min(wait.delay, MAX_HOP)
+            )
             yield Settle(holder, "ack")
         with self._lock:
             self.stats.waiting += 1
