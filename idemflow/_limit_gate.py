@@ -47,6 +47,8 @@ def gated(
     if on_held is not None:
         try:
             yield from on_held()
+        except GeneratorExit:
+            raise
         except BaseException:
             yield from _give_back(limits, token, clock)
             raise
