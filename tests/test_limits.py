@@ -415,3 +415,14 @@ def test_a_wait_longer_than_a_queue_delay_is_queued_in_hops() -> None:
     assert status(store, "hourly", "h-2").waiting == "rate of workflow hourly (1 per 3600 s)"
     assert second.status() is RunStatus.RUNNING
     assert max(queue.delays) == 900.0  # the longest delay every queue takes; it looks again then
+
+
+def test_an_http_caller_over_the_limit_gets_429_with_retry_after() -> None:
+    from idemflow.asgi import answer
+
+    response = answer(
+        LimitReachedError("order", "k-2", "concurrency slot of workflow order (1 at once)", 2.2)
+    )
+    assert response is not None and response.status_code == 429
+    assert response.headers["retry-after"] == "3"
+    assert b'"error":"limit_reached"' in response.body
