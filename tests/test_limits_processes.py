@@ -1,5 +1,6 @@
 """Limits across processes: 3 ``idemflow worker`` processes x 8 threads share one store.
 
+One of the three runs on an event loop (``--asyncio``).
 A workflow with ``concurrency=2`` counts itself in an outside SQLite table (entry, exit, the
 most ever inside: :mod:`tests.limit_workflows`); slot holders are SIGKILLed mid-request and
 replaced. Never more than 2 are inside, every request completes once, and a killed holder's
@@ -37,7 +38,8 @@ WORKERS, THREADS = 3, 8
 SLACK = 0.1
 
 
-def start_worker(store_url: str, queue_url: str, counter: Path) -> subprocess.Popen[bytes]:
+def start_worker(store_url: str, queue_url: str, counter: Path, asyncio: bool) -> subprocess.Popen[bytes]:
+    """An ``idemflow worker`` process of 8 threads, or of 8 tasks on an event loop."""
     env = {**os.environ, "IDEMFLOW_SIGNING_KEY": KEY, limit_workflows.FILE_ENV: str(counter)}
     command = [
         sys.executable,
@@ -53,6 +55,7 @@ def start_worker(store_url: str, queue_url: str, counter: Path) -> subprocess.Po
         str(THREADS),
         "--idle-timeout",
         "20",
+        *(["--asyncio"] if asyncio else []),
     ]
     log = open(counter.with_suffix(f".{time.monotonic_ns()}.log"), "wb")  # noqa: SIM115
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
@@ -91,7 +94,7 @@ def test_a_concurrency_of_two_holds_across_workers_and_sigkilled_holders(
     for n, rid in enumerate(ids):
         submit(pair(n), request_id=rid, store=store, queue=queue, signing_key=KEY)
     chooser = random.Random(5)
-    workers = [start_worker(store_url, queue_url, counter) for _ in range(WORKERS)]
+    workers = [start_worker(store_url, queue_url, counter, asyncio=i == 1) for i in range(WORKERS)]
     db = connect(str(counter))
     killed = 0
     try:
@@ -108,7 +111,7 @@ def test_a_concurrency_of_two_holds_across_workers_and_sigkilled_holders(
             workers[victim].wait()
             take_out(db, workers[victim].pid)
             killed += 1
-            workers[victim] = start_worker(store_url, queue_url, counter)
+            workers[victim] = start_worker(store_url, queue_url, counter, asyncio=victim == 1)
             time.sleep(chooser.uniform(0.3, 1.0))
         assert killed == 3
         wait_for(store, "pair", ids, 180)
@@ -137,7 +140,7 @@ def test_a_rate_of_five_a_second_holds_across_workers(
     ids = [f"r{n}" for n in range(requests)]
     for n, rid in enumerate(ids):
         submit(paced(n), request_id=rid, store=store, queue=queue, signing_key=KEY)
-    workers = [start_worker(store_url, queue_url, counter) for _ in range(WORKERS)]
+    workers = [start_worker(store_url, queue_url, counter, asyncio=i == 1) for i in range(WORKERS)]
     try:
         wait_for(store, "paced", ids, 120)
     finally:
