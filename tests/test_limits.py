@@ -20,6 +20,7 @@ from idemflow import (
     LimitGroup,
     LimitReachedError,
     Rate,
+    StepRetry,
     arun,
     atomic,
     effect,
@@ -31,6 +32,7 @@ from idemflow._limit_rows import acquire, bucket_ref, slots_ref
 from idemflow._limit_spec import Limit
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import ErrorCode
+from idemflow.runner import run_status
 from idemflow.stores import MemoryStore
 from idemflow.stores.base import Store
 from idemflow.testing import data_rows
@@ -302,7 +304,7 @@ def test_a_worker_requeues_a_request_over_its_limit_and_waiting_is_not_an_attemp
 ) -> None:
     store, queue = store_factory(), MemoryQueue()
 
-    @workflow("queued", concurrency=Concurrency(1, lease=1.0))
+    @workflow("queued", concurrency=Concurrency(1, lease=1.0), retry=StepRetry(maximum_attempts=1))
     def queued(n: int) -> Generator[Any, Any, int]:
         yield tally(f"q{n}")
         return n
@@ -328,6 +330,9 @@ def test_a_worker_requeues_a_request_over_its_limit_and_waiting_is_not_an_attemp
     assert stats.failed == 0 and stats.completed == 3 and stats.waiting >= 1
     assert "concurrency slot of workflow queued (1 at once)" in seen
     assert status(store, "queued", "w-0").waiting is None
+    for n in range(3):  # no attempt was counted against the one the policy allows
+        record = run_status(store, "queued", f"w-{n}")
+        assert record is not None and record.attempts is None
 
 
 def test_under_a_limit_submit_queues_the_request_and_runs_nothing_in_the_caller() -> None:
