@@ -67,7 +67,7 @@ async def aexecute(
     steps = execution_steps(
         m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target)
     )
-    if plan is None:  # arun(): the request runs here, under its limits
+    if plan is None and request.call is not None and request.call.limits:  # arun(): under its limits
         steps = under_limits(steps, request, request_id, policy, clock)
     return await adrive(steps, target)
 

@@ -332,7 +332,7 @@ def execute(
     check_request_id(request_id)
     request = request or describe_request(m)
     steps = execution_steps(m, request, request_id, store, policy, clock, plan, versions, reader=store)
-    if plan is None:  # run(): the request runs here, under its limits
+    if plan is None and request.call is not None and request.call.limits:  # run(): under its limits
         steps = under_limits(steps, request, request_id, policy, clock)
     return drive(steps, store)
 

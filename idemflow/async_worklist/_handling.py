@@ -266,20 +266,9 @@ class Handling:
                 (),
                 reader=self._reader,
             )
-            waited = record.waiting
-
-            def no_longer_waiting() -> Steps[bool]:
-                assert waited is not None
-                return _runs.waited_steps(pointer.workflow, pointer.request_id, waited, policy)
-
-            done = yield from gated(
-                steps,
-                flow.limits,
-                self.clock,
-                workflow=pointer.workflow,
-                request_id=pointer.request_id,
-                on_held=no_longer_waiting if waited in limit_whys(flow.limits) else None,
-            )
+            if flow.limits:
+                steps = self._under_limits(steps, flow, pointer.request_id, record.waiting, policy)
+            done = yield from steps
         except LimitReachedError as full:  # a delayed continuation, never an attempt
             why = full.why
             raise Wait(why, delay=full.retry_after, recorded=record.waiting == why) from None
@@ -301,6 +290,24 @@ class Handling:
             )
             return "suspended"
         return done.status.value  # its completion record is durable: the caller may ack
+
+    def _under_limits(
+        self,
+        steps: Steps[RunRecord],
+        flow: Workflow[Any, Any],
+        request_id: str,
+        waited: str | None,
+        policy: RetryPolicy,
+    ) -> Steps[RunRecord]:
+        """``steps`` once ``flow``'s limits are held (a full one raises ``LimitReachedError``);
+        the note saying the request waited for them goes then."""
+
+        def no_longer_waiting() -> Steps[bool]:
+            assert waited is not None
+            return _runs.waited_steps(flow.name, request_id, waited, policy)
+
+        held = no_longer_waiting if waited in limit_whys(flow.limits) else None
+        return gated(steps, flow.limits, self.clock, workflow=flow.name, request_id=request_id, on_held=held)
 
     def _flow(self, name: str, version: int) -> Workflow[Any, Any]:
         versions = self.registry.get(name)
