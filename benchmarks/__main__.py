@@ -7,7 +7,7 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, cost, summary; and ``soak`` (10 minutes of steady load on one SQLite
+runs_list, timers, booking, cost, limits, summary; and ``soak`` (10 minutes of steady load on one SQLite
 file: run by name only, never by default). ``--stores`` limits the store-parametrized benchmarks
 (calls, users, outbox, asyncio_api, runs_list, timers, and contention, booking and cost, which run
 sqlite,dynamodb-local,azurite unless told); ``cloud``
@@ -43,6 +43,7 @@ ORDER = (
     "timers",
     "booking",
     "cost",
+    "limits",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -63,6 +64,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "timers",
         "booking",
         "cost",
+        "limits",
         "soak",
         "summary",
     ):
@@ -121,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if name in ("calls", "users", "outbox", "asyncio_api", "runs_list", "timers")
             else []
         )
-        if name in ("contention", "booking", "cost") and (args.stores or args.no_servers):  # else their own
+        if name in ("contention", "booking", "cost", "limits") and (
+            args.stores or args.no_servers
+        ):  # else their own
             extra = ["--stores", stores]
         if name in ("cost", "soak"):
             extra += ["--library", args.library] if args.library else []

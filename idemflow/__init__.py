@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from idemflow._asyncio_runner import arun, arun_result
 from idemflow._deterministic import effect, now, random, uuid4
+from idemflow._limit_spec import Concurrency, LimitGroup, Rate
 from idemflow._moved import Moves as _Moves
 from idemflow._moved import resolve as _resolve
 from idemflow.aggregates import ShardedCounter
@@ -59,6 +60,7 @@ from idemflow.errors import (
     InvalidNameError,
     InvalidValueError,
     LimitExceededError,
+    LimitReachedError,
     MessageLostError,
     MessageNotDeliveredError,
     MessageRejectedError,
@@ -87,6 +89,7 @@ __all__ = [
     "Child",
     "ChildAborted",
     "CompensationError",
+    "Concurrency",
     "ConfigurationError",
     "ConflictError",
     "ConsoleExposedError",
@@ -101,12 +104,15 @@ __all__ = [
     "InvalidNameError",
     "InvalidValueError",
     "LimitExceededError",
+    "LimitGroup",
+    "LimitReachedError",
     "MessageLostError",
     "MessageNotDeliveredError",
     "MessageRejectedError",
     "MissingIdempotencyKeyError",
     "NonDeterminismError",
     "QueueError",
+    "Rate",
     "RequestFailedError",
     "RequestNotFoundError",
     "RetryPolicy",

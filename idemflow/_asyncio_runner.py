@@ -41,6 +41,7 @@ from idemflow.runner import (
     execution_steps,
     result_of,
     status_steps,
+    under_limits,
 )
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
@@ -66,6 +67,8 @@ async def aexecute(
     steps = execution_steps(
         m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target)
     )
+    if plan is None and request.call is not None and request.call.limits:  # arun(): under its limits
+        steps = under_limits(steps, request, request_id, policy, clock)
     return await adrive(steps, target)
 
 

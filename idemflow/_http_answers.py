@@ -7,6 +7,7 @@ client gets the same answer from either.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -15,6 +16,7 @@ from idemflow.errors import (
     IdemflowError,
     IdempotencyKeyReuseError,
     InvalidInputError,
+    LimitReachedError,
     MissingIdempotencyKeyError,
     RequestFailedError,
     TransientError,
@@ -64,6 +66,9 @@ def refusal(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Re
             return Refusal(409, "aborted", str(reason))
         case RequestFailedError():
             return Refusal(500, "failed", str(exc))
+        case LimitReachedError(retry_after=after):
+            wait = {"Retry-After": str(max(1, math.ceil(after)))}
+            return Refusal(429, "limit_reached", f"{exc}; retry with the same {KEY_HEADER}", wait)
         case ConflictError() | TransientError() | VersionNotHeldError():
             return Refusal(503, "busy", f"{exc}; retry with the same {KEY_HEADER}", {"Retry-After": "1"})
     return None

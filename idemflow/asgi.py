@@ -18,6 +18,7 @@ submitted, workers still running it              202 ``{"status": "running", "st
 the workflow aborted (a refusal)                 409 ``aborted`` (or the status its reason's code maps to)
 a step kept failing (worklist)                   500 ``failed``
 a hot partition or the store is busy             503 ``busy`` + ``Retry-After`` (retry with the same key)
+a workflow's concurrency or rate limit is full   429 ``limit_reached`` + ``Retry-After`` (nothing ran)
 ==============================================  =====================================================
 
 Errors are ``{"error": code, "detail": message}``. Needs Starlette (the

@@ -84,6 +84,8 @@ class ErrorCode(StrEnum):
     """The request started on a workflow version this process does not hold."""
     DELIVERY_RETRY = "delivery_retry"
     """A queue-triggered function asks its host to deliver the message again (it counts)."""
+    LIMIT_REACHED = "limit_reached"
+    """A concurrency or rate limit is full: try again after ``retry_after`` seconds, or submit."""
 
 
 _ORIGIN = ("code", "backend", "operation", "service_code")
@@ -579,6 +581,30 @@ class RequestNotFoundError(InvalidInputError):
     collected, or a typo."""
 
 
+class LimitReachedError(IdemflowError):
+    """A request met a full concurrency or rate limit under ``run``/``arun``: nothing of it ran.
+
+    ``run`` answers at once rather than hold an API caller for an unknown time; ``retry_after``
+    is when a slot or token is likely free (``idemflow.asgi`` sends it as ``Retry-After``).
+    Under workers the same limit makes the request wait as a delayed continuation instead.
+    """
+
+    code = ErrorCode.LIMIT_REACHED
+
+    def __init__(self, workflow: str, request_id: str, why: str, retry_after: float) -> None:
+        super().__init__(workflow, request_id, why, retry_after)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.why = why
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r} waits for the {self.why}; "
+            f"retry after {self.retry_after:.2f} s"
+        )
+
+
 RENAMED: dict[str, str] = {
     "StoreError": "BackendError",
     "TransientStoreError": "TransientError",
@@ -636,6 +662,7 @@ __all__ = [
     "InvalidNameError",
     "InvalidValueError",
     "LimitExceededError",
+    "LimitReachedError",
     "MessageLostError",
     "MessageNotDeliveredError",
     "MessageRejectedError",

@@ -19,6 +19,8 @@ reach a memo or bookkeeping row, whatever characters it holds:
 - ``q<workflow>|<request>|<topic>|<sender>`` a message sent to a request,
   beside its run record; a ``receive`` marks it taken in the same commit as
   its memo (``<sender>`` names the sending step: a resent send meets it).
+- ``l<kind>|<name>|slots`` and ``|bucket`` a concurrency or rate limit's state, in the
+  ``limits`` partition of :data:`RUNS_TABLE` (:mod:`idemflow._limit_rows`).
 
 Workflow names and request ids are escaped (``%`` → ``%25``, ``|`` → ``%7C``)
 so the ``|`` separators are unambiguous: the encoding is injective.
@@ -45,7 +47,11 @@ _WORKFLOW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,99}")
 MAX_ID_CHARS = 255
 MAX_KEY_CHARS = 512
 
-DATA, MEMO, RUN, OUTBOX, INBOX = "d", "m", "r", "o", "q"
+DATA, MEMO, RUN, OUTBOX, INBOX, LIMIT = "d", "m", "r", "o", "q", "l"
+
+LIMITS_PARTITION = "limits"
+"""The :data:`RUNS_TABLE` partition of flow-control rows (``l<kind>|<name>|<part>``): one partition,
+so a request taking several limits takes them in one atomic commit on every backend."""
 
 OUTBOX_SHARDS = 16
 """Partitions the outbox is spread over (no hot partition; a relay reads each once per pass).
@@ -114,6 +120,15 @@ def outbox_partition(request_id: str) -> str:
 def outbox_partitions() -> list[str]:
     """Every outbox partition, in the order a relay reads them."""
     return [f"outbox.{n}" for n in range(OUTBOX_SHARDS)]
+
+
+def limit_key(kind: str, name: str, part: str) -> str:
+    """Row key of a limit's ``slots`` or ``bucket`` row, in :data:`LIMITS_PARTITION`.
+
+    >>> limit_key("group", "payments", "slots")
+    'lgroup|payments|slots'
+    """
+    return f"{LIMIT}{kind}|{_escape(name)}|{part}"
 
 
 def outbox_key(workflow: str, request_id: str) -> str:

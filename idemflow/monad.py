@@ -35,6 +35,7 @@ from returns.primitives.hkt import Kind1, SupportsKind1, dekind
 from idemflow.keys import check_partition, check_table
 
 if TYPE_CHECKING:
+    from idemflow._limit_spec import Limit
     from idemflow.step_retry import StepRetry
     from idemflow.tx import Tx
 
@@ -192,6 +193,8 @@ class Call(NamedTuple):
     """Seconds a submitted request of this workflow may take (``@workflow(..., timeout=)``)."""
     on_abort: Callable[..., Any] | None = None
     """``on_abort(reason, *args, **kwargs)``: steps to run once the request is undone."""
+    limits: tuple[Limit, ...] = ()
+    """The concurrency and rate limits its requests take (``@workflow(..., concurrency=)``)."""
 
 
 TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint

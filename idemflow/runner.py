@@ -34,9 +34,11 @@ from returns.result import Failure, Result, Success
 
 from idemflow import records
 from idemflow._drive import drive
+from idemflow._limit_gate import gated
+from idemflow._limit_spec import Concurrency, LimitGroup, Rate, workflow_limits
 from idemflow._requests import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
-from idemflow.errors import InvalidInputError, VersionNotHeldError, WorkflowAborted
+from idemflow.errors import InvalidInputError, LimitReachedError, VersionNotHeldError, WorkflowAborted
 from idemflow.keys import check_duration, check_request_id, check_workflow_name
 from idemflow.monad import AsWritten, Basis, Bind, Call, Idem, check_retry
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
@@ -70,8 +72,13 @@ class Workflow(Generic[P, R]):
         retry: StepRetry | None = None,
         timeout: float | None = None,
         on_abort: Callable[..., Any] | None = None,
+        concurrency: int | Concurrency | None = None,
+        rate: Rate | None = None,
+        groups: Iterable[LimitGroup] | None = None,
     ) -> None:
         self.name = check_workflow_name(name)
+        self.limits = workflow_limits(self.name, concurrency, rate, groups)
+        """The limits every request takes before it runs (docs/flow-control.md)."""
         if on_abort is not None and not callable(on_abort):
             raise InvalidInputError(f"on_abort takes a function, not {type(on_abort).__name__}")
         self.on_abort = on_abort
@@ -115,6 +122,7 @@ class Workflow(Generic[P, R]):
                     self.retry,
                     self.timeout,
                     self.on_abort,
+                    self.limits,
                 )
             )
         bound = self._signature.bind(*args, **kwargs)
@@ -131,6 +139,7 @@ class Workflow(Generic[P, R]):
                 self.retry,
                 self.timeout,
                 self.on_abort,
+                self.limits,
             )
         )
 
@@ -179,6 +188,9 @@ def workflow(
     retry: StepRetry | None = None,
     timeout: float | None = None,
     on_abort: Callable[..., Any] | None = None,
+    concurrency: int | Concurrency | None = None,
+    rate: Rate | None = None,
+    groups: Iterable[LimitGroup] | None = None,
 ) -> WorkflowDecorator:
     """Name a generator function (do-notation) or an ``Idem``-returning function.
 
@@ -205,8 +217,17 @@ def workflow(
     workflow's input, and the steps it yields (or the ``Idem`` it returns)
     run once, exactly as the workflow's own (an e-mail saying the booking
     was cancelled).
+
+    ``concurrency`` (slots, or a :class:`~idemflow.Concurrency` with its lease) and ``rate`` (a
+    :class:`~idemflow.Rate`) limit this workflow's requests across every process sharing the
+    store, and ``groups`` names :class:`~idemflow.LimitGroup` limits shared with other workflows
+    (docs/flow-control.md): under workers a request over a limit waits as a delayed
+    continuation; ``run`` raises :class:`~idemflow.errors.LimitReachedError` instead.
     """
     check_workflow_name(name)
+    if groups is not None and not isinstance(groups, LimitGroup) and isinstance(groups, Iterable):
+        groups = tuple(groups)  # read once: a generator would be empty for the second reader
+    workflow_limits(name, concurrency, rate, groups)
     check_version(version)
     check_retry(retry)
     check_timeout(timeout)
@@ -222,6 +243,9 @@ def workflow(
             retry=retry,
             timeout=timeout,
             on_abort=on_abort,
+            concurrency=concurrency,
+            rate=rate,
+            groups=groups,
         )
 
     return decorate
@@ -308,7 +332,31 @@ def execute(
     check_request_id(request_id)
     request = request or describe_request(m)
     steps = execution_steps(m, request, request_id, store, policy, clock, plan, versions, reader=store)
+    if plan is None and request.call is not None and request.call.limits:  # run(): under its limits
+        steps = under_limits(steps, request, request_id, policy, clock)
     return drive(steps, store)
+
+
+def under_limits(
+    steps: Steps[records.RunRecord],
+    request: Request,
+    request_id: str,
+    policy: RetryPolicy | None,
+    clock: Callable[[], float],
+) -> Steps[records.RunRecord]:
+    """``steps`` once the workflow's limits are held. A full limit raises
+    :class:`~idemflow.errors.LimitReachedError`, except to a duplicate of a finished request,
+    which gets its answer: the record is read only then, so a request that runs pays nothing."""
+    limits = () if request.call is None else request.call.limits
+    if not limits:
+        return (yield from steps)
+    try:
+        return (yield from gated(steps, limits, clock, workflow=request.workflow, request_id=request_id))
+    except LimitReachedError:
+        record = yield from status_steps(request.workflow, request_id, policy or DEFAULT_POLICY)
+        if record is not None and record.status.final and request.matches(record.fingerprint):
+            return record
+        raise
 
 
 def execution_steps(

@@ -19,6 +19,7 @@ DOCS = [
     ROOT / "docs" / "errors.md",
     ROOT / "docs" / "serverless.md",
     ROOT / "docs" / "scheduling.md",
+    ROOT / "docs" / "flow-control.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]
 

@@ -33,7 +33,7 @@ OUTCOMES = {"WorkflowAborted", "ChildAborted"}
 
 
 def test_every_error_class_is_in_the_tree_with_a_code_and_a_regular_name() -> None:
-    assert len(CLASSES) == 27
+    assert len(CLASSES) == 28
     for cls in CLASSES:
         assert isinstance(cls.code, ErrorCode), cls
         assert cls.__name__.endswith("Error") or cls.__name__ in OUTCOMES, cls
@@ -62,6 +62,7 @@ MADE: list[IdemflowError] = [
     errors.VersionNotHeldError("wf", "r", 2, (1,)),
     errors.DeliveryRetryError("m1", 2, "the store is down"),
     errors.ConsoleExposedError("0.0.0.0"),
+    errors.LimitReachedError("wf", "r", "concurrency slot of workflow wf (2 at once)", 0.25),
     errors.ChildAborted("why", "child", "r-c"),
     backend_error(
         "refused", ErrorCode.CREDENTIALS_REFUSED, backend="sqs", operation="SendMessage", service_code="403"

@@ -26,10 +26,12 @@ from typing import Any
 from tenacity import wait_exponential
 
 from idemflow import telemetry
+from idemflow._limit_gate import gated
+from idemflow._limit_spec import limit_whys
 from idemflow._operator_commands import abort_steps
 from idemflow._requests import Send, Settle, Steps
 from idemflow.async_worklist import _runs
-from idemflow.async_worklist._submission import announcer, hop, resolve_signing_key
+from idemflow.async_worklist._submission import MAX_HOP, announcer, hop, resolve_signing_key
 from idemflow.async_worklist.messages import Pointer, decode_pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Message, check_seconds
 from idemflow.async_worklist.queues.lanes import lane_of
@@ -38,6 +40,7 @@ from idemflow.errors import (
     CompensationError,
     ConfigurationError,
     InvalidInputError,
+    LimitReachedError,
     MessageRejectedError,
     NonDeterminismError,
     StepFailedError,
@@ -116,11 +119,17 @@ class Holder:
 class Wait(Exception):
     """This worker cannot run the request now (version not held, code that differs)."""
 
-    def __init__(self, why: str, *, bounded: bool = False) -> None:
+    def __init__(
+        self, why: str, *, bounded: bool = False, delay: float | None = None, recorded: bool = False
+    ) -> None:
         super().__init__(why)
         self.why = why
         self.bounded = bounded
         """Counts toward ``max_deliveries`` (a workflow nobody here holds), then fails."""
+        self.delay = delay
+        """Seconds before it is offered again (None: ``version_wait``): a full limit's estimate."""
+        self.recorded = recorded
+        """The run record says ``why`` already: a request waiting again costs no write."""
 
 
 class DeadlinePassed(Exception):
@@ -258,7 +267,7 @@ class Handling:
             lane=record.lane,
         )
         try:
-            done = yield from execution_steps(
+            steps = execution_steps(
                 m,
                 request,
                 pointer.request_id,
@@ -269,6 +278,12 @@ class Handling:
                 (),
                 reader=self._reader,
             )
+            if flow.limits:
+                steps = self._under_limits(steps, flow, pointer.request_id, record.waiting, policy)
+            done = yield from steps
+        except LimitReachedError as full:  # a delayed continuation, never an attempt
+            why = full.why
+            raise Wait(why, delay=full.retry_after, recorded=record.waiting == why) from None
         except NonDeterminismError as exc:
             raise Wait(
                 f"the code of version {record.version} differs from what the request ran: {exc}"
@@ -287,6 +302,24 @@ class Handling:
             )
             return "suspended"
         return done.status.value  # its completion record is durable: the caller may ack
+
+    def _under_limits(
+        self,
+        steps: Steps[RunRecord],
+        flow: Workflow[Any, Any],
+        request_id: str,
+        waited: str | None,
+        policy: RetryPolicy,
+    ) -> Steps[RunRecord]:
+        """``steps`` once ``flow``'s limits are held (a full one raises ``LimitReachedError``);
+        the note saying the request waited for them goes then."""
+
+        def no_longer_waiting() -> Steps[bool]:
+            assert waited is not None
+            return _runs.waited_steps(flow.name, request_id, waited, policy)
+
+        held = no_longer_waiting if waited in limit_whys(flow.limits) else None
+        return gated(steps, flow.limits, self.clock, workflow=flow.name, request_id=request_id, on_held=held)
 
     def _flow(self, name: str, version: int) -> Workflow[Any, Any]:
         versions = self.registry.get(name)
@@ -317,14 +350,17 @@ class Handling:
         if wait.bounded and holder.message.deliveries >= self.max_deliveries:
             yield from self._fail(holder, wait.why, 0, fields)
             return
-        yield from _runs.waiting_steps(fields["workflow"], fields["request_id"], wait.why, self._retries)
-        event(logging.WARNING, "waiting", why=wait.why, **fields)
+        if not wait.recorded:
+            yield from _runs.waiting_steps(fields["workflow"], fields["request_id"], wait.why, self._retries)
+        limited = wait.delay is not None  # a full limit: routine, not a warning
+        event(logging.INFO if limited else logging.WARNING, "waiting", why=wait.why, **fields)
         if wait.bounded:
             yield Settle(holder, "nack", {"delay": self.version_wait})
         elif not holder.lost:  # another worker holds it now
-            # A fresh message, so waiting out a deploy never counts as a failed attempt (nor
-            # against a queue's own redrive limit); a crash before the ack only duplicates it.
-            yield Send(holder.message.body, self.version_wait, holder.lane)
+            # A fresh message, so waiting out a deploy or a limit never counts as a failed attempt
+            # (nor against a queue's own redrive limit); a crash before the ack only duplicates it.
+            delay = self.version_wait if wait.delay is None else min(wait.delay, MAX_HOP)
+            yield Send(holder.message.body, delay, holder.lane)
             yield Settle(holder, "ack")
         with self._lock:
             self.stats.waiting += 1

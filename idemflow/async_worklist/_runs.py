@@ -72,6 +72,15 @@ def waiting_steps(
     return _replace_running(workflow, request_id, {"waiting": why[:500]}, policy)
 
 
+def waited_steps(
+    workflow: str, request_id: str, why: str, policy: RetryPolicy = DEFAULT_POLICY
+) -> Steps[bool]:
+    """Clear the waiting note ``why`` once the request no longer waits for it (a limit had room)."""
+    return _replace_running(
+        workflow, request_id, lambda record: {"waiting": None} if record.waiting == why else {}, policy
+    )
+
+
 def suspended_steps(
     workflow: str,
     request_id: str,

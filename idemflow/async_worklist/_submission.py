@@ -62,7 +62,7 @@ from idemflow.errors import (
     WorkflowAborted,
 )
 from idemflow.keys import check_duration, check_request_id
-from idemflow.monad import Call, Checkpoint, Idem
+from idemflow.monad import Bind, Call, Checkpoint, Idem
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import (
     Continuation,
@@ -454,6 +454,10 @@ def submission_steps(
         announce=announcer(key),
         lane=when.lane,
     )
+    if request.call is not None and request.call.limits:
+        # Under limits nothing runs in the caller: the request is claimed and queued at once, as if
+        # it began with a checkpoint, and a worker runs it when its limits have room.
+        m = _queued_first(m)
     try:
         record = yield from execution_steps(
             m, request, request_id, store, policy, wall, plan, (), reader=reader
@@ -499,6 +503,12 @@ def submission_steps(
         yield from _send(Pointer(request.workflow, other.version, request_id), key, max_body_bytes)
         return None
     return RequestStatus.of(record)
+
+
+def _queued_first(m: Idem[Any]) -> Idem[Any]:
+    """``m`` behind a checkpoint: ``submit`` stops there, and a checkpoint is no step, so the
+    workers run ``m`` itself with nothing journaled before it."""
+    return Idem(Bind(Checkpoint(), lambda _: m))
 
 
 def _first_submit(

@@ -14,6 +14,7 @@ from samples.chaos.children import serve_main, worker_main
 from samples.chaos.coordination import coordination_killed
 from samples.chaos.demos import auction_killed, auction_on_dynamodb, survey_killed, survey_on_dynamodb
 from samples.chaos.deploy import transfer_deploy
+from samples.chaos.limits import limits_killed
 from samples.chaos.payments import payments_killed
 from samples.chaos.report import Options, Totals, render
 from samples.chaos.transfer import transfer_faulty, transfer_killed
@@ -55,6 +56,11 @@ WORKLOADS: list[tuple[str, Workload]] = [
         "payments (async, worker processes): a booking saga charging through an outside provider that "
         "goes down, declines and answers late; SIGKILLs at effect boundaries, operators' aborts",
         payments_killed,
+    ),
+    (
+        "flow control (async, worker processes): concurrency=2 across 3 processes x 8 threads, "
+        "slot holders SIGKILLed, checked continuously",
+        limits_killed,
     ),
 ]
 ON_DYNAMODB = {survey_on_dynamodb, auction_on_dynamodb}

@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 
 from idemflow import (
+    Concurrency,
     InvalidValueError,
     NonDeterminismError,
+    Rate,
     RequestFailedError,
     StepRetry,
     Tx,
@@ -31,6 +33,7 @@ from idemflow import (
     atomic,
     checkpoint,
     effect,
+    now,
     receive,
     run,
     sleep,
@@ -372,6 +375,65 @@ def test_starting_a_workflow_id_twice_runs_it_once(store: Store) -> None:
     assert first.result(timeout=5) == second.result(timeout=5) == "c done"
     assert data_rows(store, "accounts") == {("accounts", "c", "started"): 1}
     assert data_rows(store, "ledger") == {("ledger", "c", "finished"): 1}
+
+
+def test_a_concurrency_limit_holds_across_workers(store: Store) -> None:
+    # peer: tests/test_queue.py::test_queue_concurrency (Queue(concurrency=1) across workers)
+    inside, peak, lock = [0], [0], threading.Lock()
+
+    def enter(key: str) -> None:
+        with lock:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+        threading.Event().wait(0.02)
+        with lock:
+            inside[0] -= 1
+
+    @workflow("one_by_one", concurrency=Concurrency(1, lease=10))
+    def one_by_one(n: int) -> Generator[Any, Any, int]:
+        yield effect(enter)
+        return n
+
+    queue = MemoryQueue()
+    pending = [submit(one_by_one(n), request_id=f"q-{n}", store=store, queue=queue) for n in range(10)]
+    workers = [
+        Worker([one_by_one], store=store, queue=queue, concurrency=4, wait=0.02, relay_every=None)
+        for _ in range(2)
+    ]
+    threads = [threading.Thread(target=w.run, kwargs={"idle_timeout": 1.0}) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [p.result(timeout=5) for p in pending] == list(range(10))
+    assert peak[0] == 1
+
+
+def test_a_rate_limited_queue_starts_at_most_its_limit_per_period(store: Store) -> None:
+    # peer: tests/test_queue.py::test_limiter (limiter={"limit": 5, "period": 1.8})
+    # DBOS starts waves of 5 per period; a token bucket of 5 refills one token every 0.36 s:
+    # at most 5 + 5 * T / 1.8 starts in any T seconds, and 15 starts take at least 10 * 0.36 s.
+    pace = Rate(5, per=1.8)
+    starts: list[float] = []
+
+    @workflow("limited_queue", rate=pace)
+    def limited_queue(n: int) -> Generator[Any, Any, int]:
+        at = yield now()
+        yield effect(lambda key: starts.append(at))
+        return n
+
+    queue = MemoryQueue()
+    pending = [submit(limited_queue(n), request_id=f"l-{n}", store=store, queue=queue) for n in range(15)]
+    Worker([limited_queue], store=store, queue=queue, concurrency=8, wait=0.02, relay_every=None).run(
+        idle_timeout=1.0
+    )
+    assert sorted(p.result(timeout=5) for p in pending) == list(range(15))
+    starts.sort()
+    slack = 0.05  # a start is read by the first step, a moment after the token was taken
+    for i in range(len(starts)):
+        for j in range(i, len(starts)):
+            assert j - i + 1 <= pace.capacity + pace.per_second * (starts[j] - starts[i] + slack) + 1e-6
+    assert starts[-1] - starts[0] >= 10 / pace.per_second - slack
 
 
 def test_workflows_are_listed_by_status(store: Store) -> None:

@@ -1,0 +1,162 @@
+"""Limits across processes: 3 ``idemflow worker`` processes x 8 threads share one store.
+
+One of the three runs on an event loop (``--asyncio``).
+A workflow with ``concurrency=2`` counts itself in an outside SQLite table (entry, exit, the
+most ever inside: :mod:`tests.limit_workflows`); slot holders are SIGKILLed mid-request and
+replaced. Never more than 2 are inside, every request completes once, and a killed holder's
+slot comes back after its lease. A 5/s rate starts at most ``5 + 5 * T`` requests in any
+``T`` seconds, by the start times the requests' own ``now()`` steps read. On SQLite (files),
+DynamoDB on moto and on DynamoDB Local, and Azure Tables on Azurite, each beside a queue.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from idemflow import open_store
+from idemflow.client import RunStatus, status, submit
+from idemflow.stores import Store
+from idemflow.stores.registry import Feature
+from idemflow.worker import open_queue
+from tests import limit_workflows
+from tests.conftest import TEST_TABLES, paired_queue_url, store_kinds
+from tests.conftest import store_url as url_of
+from tests.limit_workflows import PACE, connect, create, paced, pair, take_out
+from tests.workflows import rows_of
+
+KEY = "limits-test-key"
+WORKERS, THREADS = 3, 8
+SLACK = 0.1
+
+
+def start_worker(store_url: str, queue_url: str, counter: Path, asyncio: bool) -> subprocess.Popen[bytes]:
+    """An ``idemflow worker`` process of 8 threads, or of 8 tasks on an event loop."""
+    env = {**os.environ, "IDEMFLOW_SIGNING_KEY": KEY, limit_workflows.FILE_ENV: str(counter)}
+    command = [
+        sys.executable,
+        "-m",
+        "idemflow.cli",
+        "worker",
+        "tests.limit_workflows:WORKFLOWS",
+        "--store",
+        store_url,
+        "--queue",
+        queue_url,
+        "--concurrency",
+        str(THREADS),
+        "--idle-timeout",
+        "20",
+        *(["--asyncio"] if asyncio else []),
+    ]
+    log = open(counter.with_suffix(f".{time.monotonic_ns()}.log"), "wb")  # noqa: SIM115
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def backends(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store, str, str]:
+    prefix = f"l{uuid.uuid4().hex[:8]}"
+    store_url = url_of(kind, request, prefix, tmp_path, exact=False)
+    queue_url = paired_queue_url(kind, request, prefix, tmp_path, visibility_timeout=2)
+    store = open_store(store_url)
+    store.create_tables(*TEST_TABLES)
+    return store, store_url, queue_url
+
+
+def wait_for(store: Store, workflow: str, ids: list[str], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done = sum(status(store, workflow, rid).status is RunStatus.COMPLETED for rid in ids)
+        if done == len(ids):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"only {done} of {len(ids)} {workflow} requests completed")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", store_kinds(Feature.SHARED))
+def test_a_concurrency_of_two_holds_across_workers_and_sigkilled_holders(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    store, store_url, queue_url = backends(kind, request, tmp_path)
+    counter = tmp_path / "inside.sqlite3"
+    create(str(counter))
+    queue = open_queue(queue_url)
+    requests = 40
+    ids = [f"p{n}" for n in range(requests)]
+    for n, rid in enumerate(ids):
+        submit(pair(n), request_id=rid, store=store, queue=queue, signing_key=KEY)
+    chooser = random.Random(5)
+    workers = [start_worker(store_url, queue_url, counter, asyncio=i == 1) for i in range(WORKERS)]
+    db = connect(str(counter))
+    killed = 0
+    try:
+        deadline = time.monotonic() + 120
+        while killed < 3 and time.monotonic() < deadline:  # kill a process while it holds a slot
+            holders = [pid for (pid,) in db.execute("SELECT pid FROM open")]
+            by_pid = {w.pid: i for i, w in enumerate(workers)}
+            victims = [by_pid[pid] for pid in holders if pid in by_pid]
+            if not victims:
+                time.sleep(0.02)
+                continue
+            victim = chooser.choice(victims)
+            workers[victim].send_signal(signal.SIGKILL)
+            workers[victim].wait()
+            take_out(db, workers[victim].pid)
+            killed += 1
+            workers[victim] = start_worker(store_url, queue_url, counter, asyncio=victim == 1)
+            time.sleep(chooser.uniform(0.3, 1.0))
+        assert killed == 3
+        wait_for(store, "pair", ids, 180)
+    finally:
+        queue.close()
+        for worker in workers:
+            worker.terminate()
+            worker.wait(timeout=30)
+    inside, peak = db.execute("SELECT inside, peak FROM stats").fetchone()
+    assert peak == 2, f"{peak} requests were inside a workflow limited to 2"
+    assert inside == 0
+    store.flush()
+    assert rows_of(store, "pair") == {("tablea", str(n), "done"): 1 for n in range(requests)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", store_kinds(Feature.SHARED))
+def test_a_rate_of_five_a_second_holds_across_workers(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    store, store_url, queue_url = backends(kind, request, tmp_path)
+    counter = tmp_path / "starts.sqlite3"
+    create(str(counter))
+    queue = open_queue(queue_url)
+    requests = 30
+    ids = [f"r{n}" for n in range(requests)]
+    for n, rid in enumerate(ids):
+        submit(paced(n), request_id=rid, store=store, queue=queue, signing_key=KEY)
+    workers = [start_worker(store_url, queue_url, counter, asyncio=i == 1) for i in range(WORKERS)]
+    try:
+        wait_for(store, "paced", ids, 120)
+    finally:
+        queue.close()
+        for worker in workers:
+            worker.terminate()
+            worker.wait(timeout=30)
+    starts = sorted(at for (at,) in connect(str(counter)).execute("SELECT at FROM starts"))
+    assert len(starts) == requests
+    burst, per_second = PACE.capacity, PACE.per_second
+    # A start is read by the request's first step, a moment after its token was taken: SLACK
+    # seconds of that moment are allowed, so a start read late does not look early.
+    worst = max(
+        (j - i + 1) - (burst + per_second * (starts[j] - starts[i] + SLACK))
+        for i in range(len(starts))
+        for j in range(i, len(starts))
+    )
+    assert worst <= 1e-6, f"{worst:.3f} starts over {burst} + {per_second}/s in some window"
+    assert starts[-1] - starts[0] >= (requests - burst) / per_second - 0.05  # it did hold them back
