@@ -12,7 +12,8 @@
     idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
-        [--retention SECONDS]
+        [--retention SECONDS] [--processes MIN:MAX [--scale-... N] [--scaling MODULE:ATTR]]
+    idemflow queue stats --queue URL [--json]
 
 Store URLs are those of :func:`idemflow.open_store`. Errors print one
 line naming what to fix (never a connection string) and exit with status 2.
@@ -34,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from idemflow import _pool_cli
 from idemflow._collection import parse_duration
 from idemflow._operator_commands import ABORT_WAIT
 from idemflow.admin import abort_request, cancel, collect, dead_letters, expired_stats, redrive, retry, runs
@@ -187,6 +189,8 @@ def _parser() -> argparse.ArgumentParser:
         help="how long rows are kept for requests that carry no retention of their own (children, "
         "requests submitted before 1.0); others keep the one submit stored (default: 7 days)",
     )
+    _pool_cli.add_pool_options(worker)
+    _pool_cli.add_queue_parser(commands)
     return parser
 
 
@@ -198,8 +202,11 @@ SIGPIPE, the status a shell shows for a command a closed pipe ended."""
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)  # its --help prints too
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.command == "dead-letters":
             code = _guarded(lambda: _dead_letters(args))
+        elif args.command == "queue":
+            code = _guarded(lambda: _pool_cli.queue_command(args))
         else:
             code = _guarded(lambda: _with_store(args))
         sys.stdout.flush()  # a reader gone shows here, not in the interpreter's flush at exit
@@ -380,9 +387,13 @@ def _retry(args: argparse.Namespace, store: Store) -> int:
 
 
 def _load_workflows(spec: str) -> list[Any]:
+    return list(_load_object(spec, "an iterable of workflows"))
+
+
+def _load_object(spec: str, what: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise InvalidInputError(f"worker needs MODULE:ATTR naming an iterable of workflows, not {spec!r}")
+        raise InvalidInputError(f"worker needs MODULE:ATTR naming {what}, not {spec!r}")
     # As `python -m` does: the project in the current directory is importable without installing it.
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -395,12 +406,16 @@ def _load_workflows(spec: str) -> list[Any]:
         target = getattr(target, part, None)
         if target is None:
             raise InvalidInputError(f"{module_name!r} has no attribute {attr!r}")
-    return list(target)
+    return target
 
 
 def _worker(args: argparse.Namespace, store: Store) -> int:
     from idemflow.worker import Worker, open_queue
 
+    if args.processes is not None:
+        return _pool_cli.run_pool(
+            args, args.argv, lambda spec: _load_object(spec, "a workflow list or policy")
+        )
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     for sdk in ("azure", "botocore", "boto3", "urllib3"):  # their INFO is one line per HTTP call
         logging.getLogger(sdk).setLevel(logging.WARNING)
