@@ -83,8 +83,9 @@ class BacklogPolicy:
     seconds the pool also grows by one (at most once per ``settle``
     seconds, so new processes get to start receiving first). It shrinks to
     the most that any sample of the last ``cooldown`` seconds wanted, and
-    only once ``cooldown`` seconds passed since the last change: a burst
-    that pauses for a moment does not stop processes it will need again.
+    only once ``cooldown`` seconds passed since the last change, and never
+    while the queue lags: a burst that pauses for a moment does not stop
+    processes it will need again.
 
     >>> BacklogPolicy(per_thread=0)
     Traceback (most recent call last):
@@ -121,7 +122,8 @@ class BacklogPolicy:
         settled = view.now - view.last_change >= self.settle
         if lagging and settled and stats.backlog > 0 and view.size < view.maximum:
             return Scaling(view.size + 1, f"lag: the oldest visible message waited {stats.lag:.1f}s")
-        if view.size > view.minimum and view.now - view.last_change >= self.cooldown:
+        quiet = not lagging and view.now - view.last_change >= self.cooldown
+        if view.size > view.minimum and quiet:
             recent = [s for at, s in view.samples if at >= view.now - self.cooldown] or [stats]
             most = view.clamp(max(self.wanted(s, view.concurrency) for s in recent))
             if most < view.size:
