@@ -104,7 +104,7 @@ def queue_stats(queue: Any) -> QueueStats:
         stats = own()
         assert isinstance(stats, QueueStats)
         return stats
-    return QueueStats(_name(queue), None, None, None, int(queue.approximate_size()))
+    return QueueStats(queue_name(queue), None, None, None, int(queue.approximate_size()))
 
 
 async def aqueue_stats(queue: Any) -> QueueStats:
@@ -130,6 +130,10 @@ def oldest_lag(oldest: float | None, now: float) -> float | None:
     return max(now - oldest, 0.0)
 
 
-def _name(queue: Any) -> str:
-    name = getattr(queue, "name", None)
-    return name if isinstance(name, str) else type(queue).__name__
+def queue_name(queue: Any) -> str:
+    """The queue's own name (a wrapped blocking queue's, for a threaded one), else its class name."""
+    for candidate in (queue, getattr(queue, "queue", None)):
+        name = getattr(candidate, "name", None)
+        if isinstance(name, str):
+            return name
+    return type(queue).__name__
