@@ -7,7 +7,7 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, cost, summary; and ``soak`` (10 minutes of steady load on one SQLite
+runs_list, timers, booking, cost, pool, summary; and ``soak`` (10 minutes of steady load on one SQLite
 file: run by name only, never by default). ``--stores`` limits the store-parametrized benchmarks
 (calls, users, outbox, asyncio_api, runs_list, timers, and contention, booking and cost, which run
 sqlite,dynamodb-local,azurite unless told); ``cloud``
@@ -43,6 +43,7 @@ ORDER = (
     "timers",
     "booking",
     "cost",
+    "pool",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -65,6 +66,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "cost",
         "soak",
         "summary",
+        "pool",
     ):
         import importlib
 

@@ -18,6 +18,7 @@ DOCS = [
     ROOT / "docs" / "outside-calls.md",
     ROOT / "docs" / "errors.md",
     ROOT / "docs" / "serverless.md",
+    ROOT / "docs" / "scaling.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]
 
