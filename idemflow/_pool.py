@@ -17,11 +17,13 @@ after it started waits, doubling up to a minute: a worker that cannot start
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -137,10 +139,21 @@ class Pool:
             self._last_change,
             tuple(self._samples),
         )
-        answer = self.policy(view)
-        if not isinstance(answer, Scaling) or isinstance(answer.target, bool):
-            raise InvalidValueError("scaling policy", f"must return a Scaling, not {answer!r}")
-        target = view.clamp(int(answer.target))
+        try:
+            answer = self.policy(view)
+        except Exception:
+            log.exception("pool: the scaling policy raised; keeping %d", self.target)
+            return
+        if (
+            not isinstance(answer, Scaling)
+            or not isinstance(answer.target, int)
+            or isinstance(answer.target, bool)
+        ):
+            log.error(
+                "pool: the scaling policy must return a Scaling, not %r; keeping %d", answer, self.target
+            )
+            return
+        target = view.clamp(answer.target)
         if target == self.target:
             return
         verb = "grow" if target > self.target else "shrink"
@@ -164,7 +177,7 @@ class Pool:
 
     def _start(self, now: float) -> None:
         env = {**os.environ, POOL_WORKER_ENV: str(os.getpid())}
-        process = subprocess.Popen(self.command, env=env)
+        process = subprocess.Popen(self.command, env=env, preexec_fn=_end_with_parent)
         self._children.append(_Child(process, now))
         log.info("pool: started worker %d (%d of %d)", process.pid, self._running(), self.target)
 
@@ -238,6 +251,18 @@ class Pool:
                 signal.signal(sig, handler)
 
         return restore
+
+
+def _end_with_parent() -> None:
+    """In the child, before it runs the worker: on Linux, SIGTERM it when the supervisor dies, so
+    a SIGKILLed supervisor leaves no workers behind (elsewhere they run until stopped)."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def parse_processes(text: str) -> tuple[int, int]:
