@@ -94,6 +94,7 @@ class Pool:
         self._restart_at = 0.0
         self._backoff = 1.0
         self._record = _Record()
+        self._policy_answered = False
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -141,18 +142,16 @@ class Pool:
         )
         try:
             answer = self.policy(view)
-        except Exception:
-            log.exception("pool: the scaling policy raised; keeping %d", self.target)
-            return
-        if (
-            not isinstance(answer, Scaling)
-            or not isinstance(answer.target, int)
-            or isinstance(answer.target, bool)
-        ):
-            log.error(
-                "pool: the scaling policy must return a Scaling, not %r; keeping %d", answer, self.target
-            )
-            return
+            if not _is_scaling(answer):
+                raise InvalidValueError("scaling policy", f"must return a Scaling, not {answer!r}")
+        except Exception as exc:
+            if self._policy_answered:  # it worked before: keep the pool, try again next sample
+                log.exception("pool: the scaling policy failed; keeping %d", self.target)
+                return
+            if isinstance(exc, InvalidValueError):  # its first answer: a wrong --scaling
+                raise
+            raise InvalidValueError("scaling policy", f"failed at its first sample: {exc!r}") from exc
+        self._policy_answered = True
         target = view.clamp(answer.target)
         if target == self.target:
             return
@@ -251,6 +250,12 @@ class Pool:
                 signal.signal(sig, handler)
 
         return restore
+
+
+def _is_scaling(answer: object) -> bool:
+    """A :class:`Scaling` with an int target (a bool is no count)."""
+    target = getattr(answer, "target", None)
+    return isinstance(answer, Scaling) and isinstance(target, int) and not isinstance(target, bool)
 
 
 def _end_with_parent() -> None:

@@ -97,8 +97,16 @@ def worker_argv(argv: Sequence[str]) -> list[str]:
     return kept
 
 
-def run_pool(args: argparse.Namespace, argv: Sequence[str], load: Callable[[str], Any]) -> int:
-    """``idemflow worker --processes``: check everything, then supervise until SIGTERM/SIGINT."""
+def run_pool(
+    args: argparse.Namespace,
+    argv: Sequence[str],
+    load: Callable[[str], Any],
+    parse: Callable[[list[str]], argparse.Namespace],
+) -> int:
+    """``idemflow worker --processes``: check everything, then supervise until SIGTERM/SIGINT.
+
+    ``load`` imports a ``MODULE:ATTR``; ``parse`` parses a command line as ``idemflow`` does
+    (to check what the workers will be given)."""
     from idemflow.worker import open_queue
 
     if os.environ.get(POOL_WORKER_ENV):
@@ -108,6 +116,11 @@ def run_pool(args: argparse.Namespace, argv: Sequence[str], load: Callable[[str]
             "--processes and --idle-timeout do not mix: the pool replaces exiting workers"
         )
     minimum, maximum = parse_processes(args.processes)
+    command = worker_argv(argv)
+    if parse(command).processes is not None:  # abbreviated (--proc): the workers would see it too
+        raise InvalidInputError(
+            "write --processes in full: the pool passes every other option on to its workers"
+        )
     for spec in args.workflows:
         load(spec)  # a bad MODULE:ATTR fails here, once, not in every worker process
     policy: ScalingPolicy
@@ -122,7 +135,7 @@ def run_pool(args: argparse.Namespace, argv: Sequence[str], load: Callable[[str]
     queue = open_queue(args.queue)
     try:
         pool = Pool(
-            [sys.executable, "-m", "idemflow", *worker_argv(argv)],
+            [sys.executable, "-m", "idemflow", *command],
             minimum=minimum,
             maximum=maximum,
             concurrency=args.concurrency,
@@ -162,10 +175,17 @@ def queue_command(args: argparse.Namespace) -> int:
     def shown(value: int | None) -> str:
         return "?" if value is None else str(value)
 
-    lag = "unknown" if stats.lag is None else f"{stats.lag:.1f}s"
+    if stats.lag is not None:
+        lag = f"lag {stats.lag:.1f}s ({stats.lag_source})"
+    elif stats.lag_source == "cloudwatch":
+        lag = "lag unknown (in CloudWatch: ApproximateAgeOfOldestMessage)"
+    elif stats.lag_source == "none":
+        lag = "lag unknown"
+    else:
+        lag = "no lag (nothing visible)"
     kind = "exact" if stats.exact else "approximate"
     print(
         f"{stats.queue}: {shown(stats.visible)} visible, {shown(stats.delayed)} delayed, "
-        f"{shown(stats.in_flight)} in flight ({stats.total} in all, {kind}); lag {lag} ({stats.lag_source})"
+        f"{shown(stats.in_flight)} in flight ({stats.total} in all, {kind}); {lag}"
     )
     return 0

@@ -52,8 +52,9 @@ class QueueStats:
     lag: float | None = None
     exact: bool = False
     lag_source: str = "none"
-    """Where ``lag`` came from: ``exact``, ``peek`` (Azure), or ``none`` (SQS: CloudWatch's
-    ``ApproximateAgeOfOldestMessage`` only; a queue without a ``stats`` method)."""
+    """Where ``lag`` came from: ``exact`` (SQLite, memory), ``peek`` (Azure); or why it is None:
+    ``cloudwatch`` (SQS: only CloudWatch's ``ApproximateAgeOfOldestMessage`` has it), ``none``
+    (a queue without a ``stats`` method)."""
 
     @property
     def backlog(self) -> int:

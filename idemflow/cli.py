@@ -413,9 +413,8 @@ def _worker(args: argparse.Namespace, store: Store) -> int:
     from idemflow.worker import Worker, open_queue
 
     if args.processes is not None:
-        return _pool_cli.run_pool(
-            args, args.argv, lambda spec: _load_object(spec, "a workflow list or policy")
-        )
+        load = lambda spec: _load_object(spec, "workflows or a policy")  # noqa: E731
+        return _pool_cli.run_pool(args, args.argv, load, _parser().parse_args)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     for sdk in ("azure", "botocore", "boto3", "urllib3"):  # their INFO is one line per HTTP call
         logging.getLogger(sdk).setLevel(logging.WARNING)

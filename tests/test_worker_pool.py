@@ -212,8 +212,20 @@ def test_the_supervisor_clamps_a_policy_replaces_the_dead_and_stops_the_youngest
 
 
 def test_a_failing_policy_keeps_the_pool_as_it_is(caplog: pytest.LogCaptureFixture) -> None:
-    """A policy that raises or answers nonsense is logged; the workers it sizes keep running."""
-    answers: list[Any] = [2, RuntimeError("policy bug")]
+    """A policy that raises or answers nonsense once it worked is logged; the workers it sizes keep
+    running. At its first sample it is a configuration error: nothing was started."""
+    first = Pool(
+        ["true"],
+        minimum=1,
+        maximum=2,
+        concurrency=1,
+        read_stats=lambda: QueueStats("q", 0, 0, 0, 0),
+        policy=lambda view: 2,  # type: ignore[arg-type,return-value]
+    )
+    with pytest.raises(InvalidValueError, match="must return a Scaling, not 2"):
+        first.tick()
+    assert first._running() == 0
+    answers: list[Any] = [Scaling(1, "fine"), 2, RuntimeError("policy bug")]
 
     def policy(view: PoolView) -> Scaling:
         answer = answers.pop(0)
@@ -230,8 +242,8 @@ def test_a_failing_policy_keeps_the_pool_as_it_is(caplog: pytest.LogCaptureFixtu
         policy=policy,
     )
     try:
-        pool.tick()
-        pool.tick()
+        for _ in answers[:]:
+            pool.tick()
         assert pool.target == 1 and pool._running() == 1
     finally:
         pool.stop()
@@ -292,7 +304,7 @@ def test_queue_stats_json_on_sqs_counts_what_was_sent(moto: Moto, tmp_path: Path
     fill(open_queue(url))
     shown = wait_for(lambda: (lambda s: s if s["total"] == 5 else None)(cli_stats(url)), "SQS's counts")
     assert (shown["visible"], shown["delayed"], shown["in_flight"]) == (2, 2, 1)
-    assert shown["lag_seconds"] is None and shown["lag_source"] == "none" and shown["exact"] is False
+    assert shown["lag_seconds"] is None and shown["lag_source"] == "cloudwatch" and shown["exact"] is False
 
 
 def test_queue_stats_json_on_azure_counts_what_was_sent(azurite: Azurite, tmp_path: Path) -> None:
@@ -310,7 +322,7 @@ def test_queue_stats_text_names_the_unknowns(tmp_path: Path) -> None:
         [sys.executable, "-m", "idemflow", "queue", "stats", "--queue", url], capture_output=True, text=True
     )
     assert done.returncode == 0 and "0 visible, 0 delayed, 0 in flight" in done.stdout
-    assert "lag unknown" in done.stdout
+    assert "no lag (nothing visible)" in done.stdout
 
 
 # -- the pool, end to end -------------------------------------------------------------------------

@@ -228,7 +228,9 @@ class SqsCalls:
         args = {"QueueUrl": url, "AttributeNames": _SIZE_ATTRIBUTES}
         found = (yield from self.call("stats", "get_queue_attributes", **args))["Attributes"]
         visible, held, delayed = (int(found.get(name, "0")) for name in _SIZE_ATTRIBUTES)
-        return QueueStats(self.name, visible, delayed, held, visible + held + delayed)
+        return QueueStats(
+            self.name, visible, delayed, held, visible + held + delayed, lag_source="cloudwatch"
+        )
 
     # -- queues ------------------------------------------------------------------------------------
 
