@@ -424,6 +424,40 @@ def test_the_pool_follows_a_load_step_on_sqs(moto: Moto, tmp_path: Path) -> None
     )
 
 
+@pytest.mark.slow
+def test_the_pool_follows_a_load_step_on_azure(azurite: Azurite, tmp_path: Path) -> None:
+    name = f"p{uuid.uuid4().hex[:10]}"
+    run_the_load_step(
+        f"sqlite:{tmp_path / 'store.sqlite3'}",
+        azurite.queue_url(name, tmp_path, visibility_timeout=2),
+        tmp_path,
+    )
+
+
+def test_asyncio_queues_report_the_same_stats(moto: Moto, azurite: Azurite, tmp_path: Path) -> None:
+    """``aqueue_stats`` on the SDKs' asynchronous clients reads what the blocking queues read."""
+    import asyncio
+
+    from idemflow.worker import open_async_queue
+
+    for server in (moto, azurite):
+        url = server.queue_url(f"a{uuid.uuid4().hex[:10]}", tmp_path, visibility_timeout=30)
+        fill(open_queue(url))
+
+        async def read(url: str = url) -> QueueStats:
+            queue = open_async_queue(url)
+            try:
+                return await aqueue_stats(queue)
+            finally:
+                await queue.close()
+
+        stats = asyncio.run(read())
+        blocking = queue_stats(open_queue(url))
+        counted = ("visible", "delayed", "in_flight", "total", "lag_source", "exact")
+        assert stats.total == 5
+        assert [getattr(stats, f) for f in counted] == [getattr(blocking, f) for f in counted]
+
+
 def test_a_pool_refuses_idle_timeout_and_a_nested_pool(tmp_path: Path) -> None:
     base = [sys.executable, "-m", "idemflow", "worker", "tests.pool_workflows:WORKFLOWS"]
     urls = ["--store", f"sqlite:{tmp_path / 's.sqlite3'}", "--queue", f"sqlite:{tmp_path / 'q.sqlite3'}"]
