@@ -128,6 +128,39 @@ def test_the_policy_never_grows_on_an_empty_queue(size: int, concurrency: int) -
     assert BacklogPolicy().__call__(view).target <= size
 
 
+@given(
+    st.integers(1, 3),
+    st.integers(0, 8),
+    st.integers(1, 8),
+    st.integers(1, 400),
+    st.floats(0.5, 120),
+    st.floats(0, 60),
+    st.floats(0.1, 5),
+)
+def test_a_load_step_moves_the_pool_up_once_and_back_down_once(
+    minimum: int, extra: int, concurrency: int, work: int, load_for: float, cooldown: float, every: float
+) -> None:
+    """Sampled as the supervisor samples (the samples kept since the last change): a steady load
+    grows the pool once, to what it needs; once it stops, one cooldown later the pool is back at
+    its minimum in one step. No flapping either way."""
+    policy = BacklogPolicy(cooldown=cooldown, lag=None)
+    maximum = minimum + extra
+    busy = QueueStats("q", visible=work, delayed=0, in_flight=0, total=work)
+    idle = QueueStats("q", visible=0, delayed=0, in_flight=0, total=0)
+    size, last_change, samples, changes, now = minimum, 0.0, [], [], 0.0
+    while now < load_for + cooldown + 2 * every:
+        samples.append((now, busy if now < load_for else idle))
+        view = PoolView(size, minimum, maximum, concurrency, now, last_change, tuple(samples))
+        target = view.clamp(policy(view).target)
+        if target != size:
+            changes.append((size, target))
+            size, last_change, samples = target, now, samples[-1:]
+        now += every
+    needed = min(max(policy.wanted(busy, concurrency), minimum), maximum)
+    assert changes == ([(minimum, needed), (needed, minimum)] if needed > minimum else [])
+    assert size == minimum
+
+
 def test_a_burst_that_pauses_within_the_cooldown_keeps_the_pool() -> None:
     busy = QueueStats("q", visible=20, delayed=0, in_flight=4, total=24)
     idle = QueueStats("q", visible=0, delayed=0, in_flight=0, total=0)
