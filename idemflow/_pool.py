@@ -81,6 +81,8 @@ class Pool:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         check_bounds(minimum, maximum)
+        if not isinstance(sample_every, (int, float)) or not 0 < sample_every <= _MAX_BACKOFF:
+            raise InvalidValueError("--scale-every", f"must be seconds > 0 and <= 60, not {sample_every!r}")
         self.command = list(command)
         self.minimum, self.maximum, self.concurrency = minimum, maximum, concurrency
         self.read_stats, self.policy = read_stats, policy

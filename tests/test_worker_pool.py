@@ -194,6 +194,17 @@ def test_bad_pool_options_are_refused_before_anything_starts() -> None:
             parse_processes(text)
     with pytest.raises(InvalidValueError):
         BacklogPolicy(cooldown=-1)
+    for every in (0, -1, 3600):
+        with pytest.raises(InvalidValueError, match="--scale-every"):
+            Pool(
+                ["true"],
+                minimum=1,
+                maximum=2,
+                concurrency=1,
+                read_stats=lambda: QueueStats("q", 0, 0, 0, 0),
+                policy=BacklogPolicy(),
+                sample_every=every,
+            )
     assert worker_argv(["worker", "a:b", "--processes=1:2", "--scaling", "m:p", "--queue", "q"]) == [
         "worker",
         "a:b",
