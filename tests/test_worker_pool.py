@@ -518,3 +518,28 @@ def test_a_pool_refuses_idle_timeout_and_a_nested_pool(tmp_path: Path) -> None:
     assert bad.returncode == 2 and b"MIN:MAX" in bad.stderr
     short = subprocess.run([*base, *urls, "--proc", "1:2"], capture_output=True)
     assert short.returncode == 2 and b"write --processes in full" in short.stderr
+
+
+def ended(pid: int) -> bool:
+    """The process exited: gone, or a zombie nobody reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_workers_of_a_sigkilled_supervisor_stop(tmp_path: Path) -> None:
+    status_path = tmp_path / "pool.json"
+    command = [sys.executable, "-m", "idemflow", "worker", "tests.pool_workflows:WORKFLOWS"]
+    urls = ["--store", f"sqlite:{tmp_path / 's.sqlite3'}", "--queue", f"sqlite:{tmp_path / 'q.sqlite3'}"]
+    options = ["--processes", "2:2", "--scale-every", "0.2", "--pool-status", str(status_path)]
+    supervisor = subprocess.Popen(
+        [*command, *urls, *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        workers = wait_for(lambda: status_path.exists() and pool_at(status_path, 2), "two workers")["workers"]
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+    wait_for(lambda: all(ended(pid) for pid in workers), "the orphaned workers to stop")
