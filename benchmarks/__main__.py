@@ -7,7 +7,7 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, cost, limits, summary; and ``soak`` (10 minutes of steady load on one SQLite
+runs_list, timers, booking, cost, limits, pool, summary; and ``soak`` (10 minutes of steady load on one SQLite
 file: run by name only, never by default). ``--stores`` limits the store-parametrized benchmarks
 (calls, users, outbox, asyncio_api, runs_list, timers, and contention, booking and cost, which run
 sqlite,dynamodb-local,azurite unless told); ``cloud``
@@ -44,6 +44,7 @@ ORDER = (
     "booking",
     "cost",
     "limits",
+    "pool",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -67,6 +68,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "limits",
         "soak",
         "summary",
+        "pool",
     ):
         import importlib
 

@@ -12,7 +12,8 @@
     idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
-        [--retention SECONDS]
+        [--retention SECONDS] [--processes MIN:MAX [--scale-... N] [--scaling MODULE:ATTR]]
+    idemflow queue stats --queue URL [--json]
     idemflow console --store URL [--queue URL] [--workflows MODULE:ATTR ...] [--host H] --port P
         [--read-only] [--token T | --basic-auth USER:PASS] [--redact MODULE:ATTR]
 
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from idemflow import _pool_cli
 from idemflow._collection import parse_duration
 from idemflow._operator_commands import ABORT_WAIT
 from idemflow.admin import abort_request, cancel, collect, dead_letters, expired_stats, redrive, retry, runs
@@ -194,6 +196,8 @@ def _parser() -> argparse.ArgumentParser:
         "requests submitted before 1.0); others keep the one submit stored (default: 7 days)",
     )
     _console_parser(commands)
+    _pool_cli.add_pool_options(worker)
+    _pool_cli.add_queue_parser(commands)
     return parser
 
 
@@ -267,8 +271,11 @@ SIGPIPE, the status a shell shows for a command a closed pipe ended."""
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)  # its --help prints too
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.command == "dead-letters":
             code = _guarded(lambda: _dead_letters(args))
+        elif args.command == "queue":
+            code = _guarded(lambda: _pool_cli.queue_command(args))
         else:
             code = _guarded(lambda: _with_store(args))
         sys.stdout.flush()  # a reader gone shows here, not in the interpreter's flush at exit
@@ -451,9 +458,24 @@ def _retry(args: argparse.Namespace, store: Store) -> int:
 
 
 def _load_workflows(spec: str) -> list[Any]:
+    """``--workflows``: one workflow or a list of them (a stranger's first try names one)."""
+    target = _load_object(spec, "one workflow or a list of them")
+    if isinstance(target, Workflow):
+        return [target]
+    try:
+        found = list(target)
+    except TypeError:
+        found = [target]
+    strangers = [item for item in found if not isinstance(item, Workflow)]
+    if strangers:
+        raise InvalidInputError(f"{spec} holds {strangers[0]!r}, not a @workflow")
+    return found
+
+
+def _load_object(spec: str, what: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise InvalidInputError(f"--workflows needs MODULE:ATTR (one workflow or a list), not {spec!r}")
+        raise InvalidInputError(f"{spec!r} must be MODULE:ATTR naming {what}")
     # As `python -m` does: the project in the current directory is importable without installing it.
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -466,21 +488,15 @@ def _load_workflows(spec: str) -> list[Any]:
         target = getattr(target, part, None)
         if target is None:
             raise InvalidInputError(f"{module_name!r} has no attribute {attr!r}")
-    if isinstance(target, Workflow):  # one workflow named on its own
-        return [target]
-    try:
-        found = list(target)
-    except TypeError:
-        found = [target]
-    strangers = [item for item in found if not isinstance(item, Workflow)]
-    if strangers:
-        raise InvalidInputError(f"{spec} holds {strangers[0]!r}, not a @workflow")
-    return found
+    return target
 
 
 def _worker(args: argparse.Namespace, store: Store) -> int:
     from idemflow.worker import Worker, open_queue
 
+    if args.processes is not None:
+        load = lambda spec: _load_object(spec, "workflows or a policy")  # noqa: E731
+        return _pool_cli.run_pool(args, args.argv, load, _parser().parse_args)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     for sdk in ("azure", "botocore", "boto3", "urllib3"):  # their INFO is one line per HTTP call
         logging.getLogger(sdk).setLevel(logging.WARNING)

@@ -18,7 +18,12 @@ running), counters by workflow; ``idemflow.queue.lag`` (seconds from a
 request's claim to a worker taking it up), a histogram; ``idemflow.expiry.backlog``
 (expired rows the last complete pass of a store's sweeps met and left in place)
 and ``idemflow.expiry.late`` (most seconds past expiry of a row that pass
-deleted), gauges by ``idemflow.store``, set as each pass ends.
+deleted), gauges by ``idemflow.store``, set as each pass ends;
+``idemflow.queue.backlog`` (messages visible, waiting for a worker) and
+``idemflow.queue.lag_seconds`` (how long the oldest visible one waited, where
+the queue can tell), observable gauges by ``idemflow.queue``, read from the
+queue of every running worker each time the metrics are collected (one
+:func:`~idemflow.worker.queue_stats` call per queue and collection).
 
 >>> enabled()  # until the application calls instrument()
 False
@@ -28,9 +33,16 @@ False
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from idemflow._queue_stats import QueueStats
 
 try:
     from opentelemetry import metrics, trace
@@ -43,6 +55,8 @@ DUPLICATES_ANSWERED = "idemflow.duplicates.answered"
 QUEUE_LAG = "idemflow.queue.lag"
 EXPIRY_BACKLOG = "idemflow.expiry.backlog"
 EXPIRY_LATE = "idemflow.expiry.late"
+QUEUE_BACKLOG = "idemflow.queue.backlog"
+QUEUE_LAG_SECONDS = "idemflow.queue.lag_seconds"
 
 _DESCRIPTIONS = {
     STEPS_COMMITTED: "steps committed (memo and data in one write)",
@@ -68,6 +82,82 @@ class _Instruments:
         self.late = meter.create_gauge(
             EXPIRY_LATE, unit="s", description="most seconds past expiry of a row the last sweep pass deleted"
         )
+        meter.create_observable_gauge(
+            QUEUE_BACKLOG,
+            callbacks=[lambda _options: _observe(lambda stats: stats.backlog)],
+            unit="{message}",
+            description="messages visible in the queue, waiting for a worker",
+        )
+        meter.create_observable_gauge(
+            QUEUE_LAG_SECONDS,
+            callbacks=[lambda _options: _observe(lambda stats: stats.lag)],
+            unit="s",
+            description="seconds the oldest visible message has waited (where the queue can tell)",
+        )
+
+
+_watched: dict[int, tuple[str, Callable[[], QueueStats]]] = {}
+"""The queues of running workers, by a token: what the queue gauges read when collected."""
+_watched_lock = threading.Lock()
+_tokens = itertools.count()
+
+
+def watch_queue(queue: Any, read: Callable[[], QueueStats] | None = None) -> Callable[[], None]:
+    """Report ``queue``'s backlog and lag on the queue gauges until the returned function is called.
+
+    ``read`` takes one reading (default: :func:`~idemflow.worker.queue_stats` of ``queue``);
+    workers call this as they start. It costs nothing until metrics are collected.
+    """
+    from idemflow._queue_stats import queue_name, queue_stats
+
+    name = queue_name(queue)
+    reader = read if read is not None else lambda: queue_stats(queue)
+    token = next(_tokens)
+    with _watched_lock:
+        _watched[token] = (name, reader)
+
+    def unwatch() -> None:
+        with _watched_lock:
+            _watched.pop(token, None)
+
+    return unwatch
+
+
+def watch_async_queue(queue: Any, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """:func:`watch_queue` for an asyncio queue whose ``loop`` runs in another thread than the
+    collector's: each reading runs on that loop (at most 10 s); none is taken on the loop's own thread."""
+    from idemflow._queue_stats import aqueue_stats
+
+    def read() -> QueueStats:
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs on the collector's thread: the usual case
+            here = None
+        if here is loop:
+            raise RuntimeError("queue stats cannot be awaited on the worker's own loop thread")
+        future = asyncio.run_coroutine_threadsafe(aqueue_stats(queue), loop)
+        return future.result(timeout=10)
+
+    return watch_queue(queue, read)
+
+
+def _observe(value: Callable[[QueueStats], float | None]) -> Iterable[Any]:
+    from opentelemetry.metrics import Observation
+
+    if not _made:  # uninstrumented since: the provider still calls back
+        return []
+    with _watched_lock:
+        watched = list(_watched.values())
+    readings: dict[str, float] = {}
+    for name, read in watched:
+        try:
+            found = value(read())
+        except Exception as exc:  # noqa: BLE001 - a gauge without this reading beats a failed export
+            logging.getLogger(__name__).debug("queue stats of %s failed: %r", name, exc)
+            continue
+        if found is not None:
+            readings[name] = float(found)  # several workers on one queue: one reading of it
+    return [Observation(found, {"idemflow.queue": name}) for name, found in readings.items()]
 
 
 _made: list[_Instruments] = []

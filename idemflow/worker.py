@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from idemflow._lazy import load_optional as _load_optional
+from idemflow._pool_policy import BacklogPolicy, PoolView, Scaling, ScalingPolicy
+from idemflow._queue_stats import QueueStats, aqueue_stats, queue_stats
 from idemflow.async_worklist._asyncio_worker import AsyncWorker
 from idemflow.async_worklist._handling import WorkerStats
 from idemflow.async_worklist.queues import (
@@ -44,18 +46,25 @@ __all__ = [
     "AsyncSqsQueue",
     "AsyncWorker",
     "AzureQueue",
+    "BacklogPolicy",
     "DeadLetter",
     "LanedQueue",
     "MemoryQueue",
+    "PoolView",
     "Queue",
     "QueueMessage",
+    "QueueStats",
+    "Scaling",
+    "ScalingPolicy",
     "SqliteQueue",
     "SqsQueue",
     "ThreadedQueue",
     "Worker",
     "WorkerStats",
+    "aqueue_stats",
     "open_async_queue",
     "open_queue",
+    "queue_stats",
 ]
 
 

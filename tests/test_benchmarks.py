@@ -223,3 +223,11 @@ def test_quick_soak_samples_expired_rows_file_and_latency(tmp_path: Path) -> Non
         assert sample["run_p50_ms"] > 0 and sample["submit_p50_ms"] > 0
     assert samples[-1]["requests"] > samples[0]["requests"] > 0
     assert samples[-1]["store_backlog"] is not None and samples[-1]["store_backlog"]["deleted"] > 0
+
+
+def test_quick_pool_measures_a_grow_and_a_shrink(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    bench(["benchmarks", "pool", "--quick", "--out", str(out)], timeout=300)
+    record = json.loads((out / "pool.json").read_text())
+    assert record["headlines"]["pool.sqlite.seconds.to_MAX_started"]["value"] > 0
+    assert record["headlines"]["pool.sqlite.seconds.to_MIN_running"]["value"] > 0

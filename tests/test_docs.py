@@ -20,6 +20,7 @@ DOCS = [
     ROOT / "docs" / "serverless.md",
     ROOT / "docs" / "scheduling.md",
     ROOT / "docs" / "flow-control.md",
+    ROOT / "docs" / "scaling.md",
     *sorted((ROOT / "samples").glob("*/README.md")),
 ]
 

@@ -117,3 +117,90 @@ def test_a_finished_sweep_pass_sets_the_expiry_gauges(telemetry: Any) -> None:
                         gauges[metric.name] = point.value
     assert gauges[telemetry_module.EXPIRY_BACKLOG] == 1
     assert gauges[telemetry_module.EXPIRY_LATE] == pytest.approx(30.0)
+
+
+def queue_gauges(reader: InMemoryMetricReader, queue: str) -> dict[str, float]:
+    gauges: dict[str, float] = {}
+    data: Any = reader.get_metrics_data()
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    if point.attributes.get("idemflow.queue") == queue:
+                        gauges[metric.name] = point.value
+    return gauges
+
+
+def test_a_watched_queue_reports_its_backlog_and_lag(telemetry: Any, tmp_path: Any) -> None:
+    """``idemflow.queue.backlog`` and ``idemflow.queue.lag_seconds`` read the queue when collected."""
+    from idemflow.worker import SqliteQueue
+
+    _, reader = telemetry
+    queue = SqliteQueue(tmp_path / "q.sqlite3", name="gauged")
+    for n in range(3):
+        queue.send(str(n))
+    queue.send("later", delay=600)
+    unwatch = telemetry_module.watch_queue(queue)
+    try:
+        gauges = queue_gauges(reader, "gauged")
+        assert gauges[telemetry_module.QUEUE_BACKLOG] == 3  # the delayed one waits for nobody yet
+        assert gauges[telemetry_module.QUEUE_LAG_SECONDS] >= 0
+    finally:
+        unwatch()
+    assert queue_gauges(reader, "gauged") == {}
+    queue.close()
+
+
+def test_a_running_worker_watches_its_queue(telemetry: Any, tmp_path: Any) -> None:
+    import threading
+
+    from idemflow.worker import SqliteQueue
+
+    _, reader = telemetry
+    queue = SqliteQueue(tmp_path / "q.sqlite3", name="worked")
+    queue.send("not yet", delay=600)
+    worker = Worker([checkout_v1], store=MemoryStore(), queue=queue, relay_every=None)
+    running = threading.Thread(target=worker.run)
+    running.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not queue_gauges(reader, "worked") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert queue_gauges(reader, "worked") == {telemetry_module.QUEUE_BACKLOG: 0}  # no lag: none visible
+    finally:
+        worker.stop()
+        running.join()
+    assert queue_gauges(reader, "worked") == {}
+    queue.close()
+
+
+def test_a_running_asyncio_worker_watches_its_queue(telemetry: Any, tmp_path: Any) -> None:
+    """The collector runs on its own thread; the reading is awaited on the worker's loop."""
+    import asyncio
+
+    from idemflow.worker import AsyncWorker, SqliteQueue
+
+    _, reader = telemetry
+    queue = SqliteQueue(tmp_path / "q.sqlite3", name="looped")
+    queue.send("now")
+    queue.send("not yet", delay=600)
+
+    async def scenario() -> tuple[dict[str, float], dict[str, float]]:
+        worker = AsyncWorker(
+            [checkout_v1], store=MemoryStore(), queue=queue, relay_every=None, max_deliveries=99
+        )
+        running = asyncio.create_task(worker.run())
+        seen: dict[str, float] = {}
+        for _ in range(600):
+            seen = await asyncio.to_thread(queue_gauges, reader, "looped")
+            if seen:
+                break
+            await asyncio.sleep(0.05)
+        on_loop = queue_gauges(reader, "looped")  # the loop's own thread: no reading, no deadlock
+        worker.stop()
+        await running
+        return seen, on_loop
+
+    seen, on_loop = asyncio.run(scenario())
+    assert telemetry_module.QUEUE_BACKLOG in seen and on_loop == {}
+    queue.close()

@@ -121,6 +121,7 @@ class AsyncWorker(Handling):
         if self._stop_asked:
             self._stop.set()
         restore = self._install_signal_handlers()
+        unwatch = telemetry.watch_async_queue(self.queue, asyncio.get_running_loop())
         tasks = [
             asyncio.create_task(self._consume(), name=f"idemflow-worker-{n}") for n in range(self.concurrency)
         ]
@@ -139,6 +140,7 @@ class AsyncWorker(Handling):
         finally:
             self._stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+            unwatch()
             restore()
         if self.halted is not None:
             raise self.halted

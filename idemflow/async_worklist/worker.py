@@ -144,6 +144,7 @@ class Worker(Handling):
         credential, a missing table or queue) stops it too: what it holds goes back to the queue
         and ``run`` raises that error, since every later message would meet it."""
         restore = self._install_signal_handlers()
+        unwatch = telemetry.watch_queue(self.queue)
         threads = [
             threading.Thread(target=self._consume, name=f"idemflow-worker-{n}", daemon=True)
             for n in range(self.concurrency)
@@ -167,6 +168,7 @@ class Worker(Handling):
             self._stop.set()
             for thread in threads:
                 thread.join()
+            unwatch()
             restore()
         if self.halted is not None:
             raise self.halted

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -26,6 +27,7 @@ from typing import Any, Literal, TypeVar
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
 from azure.storage.queue import QueueMessage
 
+from idemflow._queue_stats import QueueStats, oldest_lag
 from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
     DeadLetter,
@@ -50,6 +52,7 @@ AZURE_MAX_BODY_BYTES = 64 * 1024 - 1024
 """Azure's 64 KiB message limit less 1 KiB kept for the reason of a dead letter."""
 MAX_SECONDS = 7 * 24 * 3600  # longest visibility timeout or delay Azure accepts
 _NAME = re.compile(r"[a-z0-9](?:-?[a-z0-9])+")
+_PEEK = 32  # the most messages one Azure peek returns
 _STALE = {"MessageNotFound", "PopReceiptMismatch"}
 _GONE: Any = object()
 """What :meth:`AzureQueueCalls._on_message` answers when the message is gone or received again."""
@@ -211,6 +214,22 @@ class AzureQueueCalls:
     def _approximate_size(self) -> Calls[int]:
         properties = yield from self._call("approximate_size", Call("queue", "get_queue_properties"))
         return int(properties.approximate_message_count or 0)
+
+    def _stats(self) -> Calls[QueueStats]:
+        """Azure's one approximate total, and a peek (no side effects) at up to 32 visible messages.
+
+        Azure counts delayed and held messages together, so ``delayed`` and
+        ``in_flight`` stay None; ``visible`` is the peek's count when under
+        32, else None (at least 32). ``lag`` is the age of the first peeked
+        message, from its ``inserted_on``: time since it was sent, delay included.
+        """
+        properties = yield from self._call("stats", Call("queue", "get_queue_properties"))
+        peeked = yield from self._call("stats", Call("queue", "peek_messages", (), {"max_messages": _PEEK}))
+        total = int(properties.approximate_message_count or 0)
+        sent = [raw.inserted_on.timestamp() for raw in peeked if raw.inserted_on is not None]
+        visible = len(peeked) if len(peeked) < _PEEK else None
+        lag = oldest_lag(min(sent, default=None), time.time())
+        return QueueStats(self.name, visible, None, None, max(total, len(peeked)), lag, False, "peek")
 
     def _list_dead_letters(self, limit: int | None) -> Calls[list[DeadLetter]]:
         limit = check_limit(limit)

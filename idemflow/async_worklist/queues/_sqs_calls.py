@@ -25,6 +25,7 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from idemflow._queue_stats import QueueStats
 from idemflow._sdk_calls import Calls, SdkCall
 from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
@@ -220,6 +221,16 @@ class SqsCalls:
         args = {"QueueUrl": url, "AttributeNames": _SIZE_ATTRIBUTES}
         found = yield from self.call("approximate_size", "get_queue_attributes", **args)
         return sum(int(found["Attributes"].get(name, "0")) for name in _SIZE_ATTRIBUTES)
+
+    def stats(self) -> Calls[QueueStats]:
+        """The three ``ApproximateNumberOf*`` attributes in one call; no lag (CloudWatch has it)."""
+        url = yield from self.queue_url()
+        args = {"QueueUrl": url, "AttributeNames": _SIZE_ATTRIBUTES}
+        found = (yield from self.call("stats", "get_queue_attributes", **args))["Attributes"]
+        visible, held, delayed = (int(found.get(name, "0")) for name in _SIZE_ATTRIBUTES)
+        return QueueStats(
+            self.name, visible, delayed, held, visible + held + delayed, lag_source="cloudwatch"
+        )
 
     # -- queues ------------------------------------------------------------------------------------
 

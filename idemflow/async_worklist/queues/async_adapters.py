@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from idemflow._queue_stats import QueueStats, queue_stats
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
 
 T = TypeVar("T")
@@ -88,6 +89,10 @@ class ThreadedQueue:
 
     async def approximate_size(self) -> int:
         return await self._call(self.queue.approximate_size)
+
+    async def stats(self) -> QueueStats:
+        """The wrapped queue's :func:`~idemflow.worker.queue_stats`, read on a thread."""
+        return await self._call(queue_stats, self.queue)
 
     async def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
         return await self._call(self.queue.list_dead_letters, limit)

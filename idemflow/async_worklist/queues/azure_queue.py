@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from azure.storage.queue import QueueClient
 
+from idemflow._queue_stats import QueueStats
 from idemflow._trampoline import trampoline
 from idemflow.async_worklist.queues._azure_queue_calls import (
     AZURE_MAX_BODY_BYTES,
@@ -149,6 +150,10 @@ class AzureQueue(AzureQueueCalls, Queue):
 
     def approximate_size(self) -> int:
         return self._drive(self._approximate_size())
+
+    def stats(self) -> QueueStats:
+        """Azure's approximate total and a peek at the visible front (see ``_stats``)."""
+        return self._drive(self._stats())
 
     def close(self) -> None:
         self._client.close()

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
+from idemflow._queue_stats import QueueStats
 from idemflow._trampoline import atrampoline
 from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls, Call, Calls, Pause, connect
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -134,6 +135,10 @@ class AsyncAzureQueue(AzureQueueCalls):
 
     async def approximate_size(self) -> int:
         return await self._drive(self._approximate_size())
+
+    async def stats(self) -> QueueStats:
+        """As :meth:`AzureQueue.stats`, awaited."""
+        return await self._drive(self._stats())
 
     async def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
         """As :meth:`AzureQueue.list_dead_letters`, awaited."""

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from idemflow._queue_stats import QueueStats, oldest_lag
 from idemflow.async_worklist.queues.base import (
     DEFAULT_MAX_BODY_BYTES,
     DeadLetter,
@@ -167,6 +168,16 @@ class MemoryQueue(Queue):
     def approximate_size(self) -> int:
         with self._cond:
             return len(self._messages)
+
+    def stats(self) -> QueueStats:
+        """Exact counts; ``lag`` since the oldest visible message became visible."""
+        with self._cond:
+            now = self._clock()
+            ready = [held.visible_at for held in self._messages.values() if held.visible_at <= now]
+            held = sum(1 for h in self._messages.values() if h.visible_at > now and h.receipt is not None)
+            delayed = len(self._messages) - len(ready) - held
+            lag = oldest_lag(min(ready, default=None), now)
+            return QueueStats("memory", len(ready), delayed, held, len(self._messages), lag, True, "exact")
 
     def close(self) -> None:
         """Nothing to release; the messages stay for other users of this object."""

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+from idemflow._queue_stats import QueueStats, oldest_lag
 from idemflow.async_worklist.queues.base import (
     DEFAULT_MAX_BODY_BYTES,
     DeadLetter,
@@ -76,6 +77,12 @@ CREATE TABLE IF NOT EXISTS idemflow_queue_dead (
 """
 _READY = "SELECT seq, id, body, deliveries FROM idemflow_queue WHERE name = ? AND visible_at <= ?"
 _ORDER = " ORDER BY visible_at, seq LIMIT ?"
+_STATS = (
+    "SELECT SUM(visible_at <= ?), SUM(visible_at > ? AND receipt IS NULL),"
+    " SUM(visible_at > ? AND receipt IS NOT NULL), COUNT(*),"
+    " MIN(CASE WHEN visible_at <= ? THEN visible_at END)"
+    " FROM idemflow_queue WHERE name = ?"
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -234,6 +241,15 @@ class SqliteQueue(Queue):
                 .fetchone()
             )
         return int(row[0])
+
+    def stats(self) -> QueueStats:
+        """Exact counts from one read; ``lag`` since the oldest visible message became visible."""
+        now = self._clock()
+        with self._errors("stats"):
+            row = self._connection().execute(_STATS, (now, now, now, now, self.name)).fetchone()
+        visible, delayed, held, total, oldest = (row[0] or 0), (row[1] or 0), (row[2] or 0), row[3], row[4]
+        lag = oldest_lag(oldest, now)
+        return QueueStats(self.name, visible, delayed, held, int(total), lag, True, "exact")
 
     def close(self) -> None:
         with self._connections_lock:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError
 
+from idemflow._queue_stats import QueueStats
 from idemflow._sdk_calls import drive
 from idemflow.async_worklist.queues._sqs_calls import (
     CONFIG,
@@ -147,6 +148,10 @@ class SqsQueue(Queue):
 
     def approximate_size(self) -> int:
         return self._run(self._calls.approximate_size())
+
+    def stats(self) -> QueueStats:
+        """SQS's approximate visible, delayed and in-flight counts (seconds behind, one call)."""
+        return self._run(self._calls.stats())
 
     def close(self) -> None:
         if self._owns_client:

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, NoRegionError
 
+from idemflow._queue_stats import QueueStats
 from idemflow._sdk_calls import adrive
 from idemflow.async_worklist.queues._sqs_calls import (
     CONFIG,
@@ -141,6 +142,10 @@ class AsyncSqsQueue:
 
     async def approximate_size(self) -> int:
         return await self._run(self._calls.approximate_size())
+
+    async def stats(self) -> QueueStats:
+        """As :meth:`SqsQueue.stats`, awaited."""
+        return await self._run(self._calls.stats())
 
     async def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
         """As :meth:`SqsQueue.list_dead_letters`, awaited."""
