@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["QueueStats", "aqueue_stats", "queue_stats"]
+__all__ = ["QueueStats", "aqueue_stats", "combined", "queue_stats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +122,33 @@ async def aqueue_stats(queue: Any) -> QueueStats:
     stats = await own()
     assert isinstance(stats, QueueStats)
     return stats
+
+
+def combined(name: str, readings: list[QueueStats]) -> QueueStats:
+    """One reading of several queues a worker drains as one (a laned queue's lanes): counts
+    summed (None if any lane cannot tell), the longest lag, exact only if every lane is.
+
+    >>> combined("jobs", [QueueStats("jobs-high", 1, 0, 0, 1, 2.0, True, "exact"),
+    ...                   QueueStats("jobs", 4, 1, 2, 7, 9.5, True, "exact")]).to_json()["lag_seconds"]
+    9.5
+    """
+
+    def total(field: str) -> int | None:
+        values = [getattr(reading, field) for reading in readings]
+        return None if None in values else sum(values)
+
+    lags = [reading.lag for reading in readings if reading.lag is not None]
+    sources = {reading.lag_source for reading in readings}
+    return QueueStats(
+        name,
+        total("visible"),
+        total("delayed"),
+        total("in_flight"),
+        sum(reading.total for reading in readings),
+        max(lags) if lags else None,
+        all(reading.exact for reading in readings),
+        sources.pop() if len(sources) == 1 else "mixed",
+    )
 
 
 def oldest_lag(oldest: float | None, now: float) -> float | None:

@@ -294,3 +294,26 @@ def test_a_child_inherits_its_parents_lane_and_wakes_it_there(api: Api) -> None:
     assert status(store, "lane-parent", "parent").result == 7
     assert set(lanes) == {"high"} and len(lanes) >= 3  # the parent, the child, the wake-up
     assert worker.relay() == 0
+
+
+def test_a_laned_queue_reports_its_lanes_backlog_as_one(queue_factory: QueueFactory) -> None:
+    """``idemflow queue stats``, the pool and the gauges read a laned queue as the one queue its
+    workers drain: every lane's messages counted, on every queue, blocking and asyncio."""
+    from idemflow.async_worklist.queues.lanes import AsyncLanedQueue
+    from idemflow.worker import aqueue_stats, queue_stats
+    from tests.apis import async_queue_twin
+
+    queue = laned(queue_factory)
+    queue.lane("high").send("h")
+    queue.lane("low").send("l1")
+    queue.lane("low").send("l2", delay=600)
+    queue.send("n")
+    twin = AsyncLanedQueue({lane: async_queue_twin(lane_queue) for lane, lane_queue in queue.lanes.items()})
+    try:
+        readings = [queue_stats(queue), LOOP.run(aqueue_stats(twin))]
+    finally:
+        for lane_twin in twin.lanes.values():
+            LOOP.run(lane_twin.close())
+    for reading in readings:
+        assert reading.total == 4
+        assert reading.visible in (None, 3) and reading.delayed in (None, 1), reading
