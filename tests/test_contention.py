@@ -22,6 +22,7 @@ from idemflow import ConflictError, Idem, RetryPolicy, ShardedCounter, Tx, atomi
 from idemflow.aggregates import totals
 from idemflow.client import RunStatus, get
 from idemflow.errors import InvalidInputError, TransientError
+from idemflow.keys import RUNS_TABLE
 from idemflow.policy import resend
 from idemflow.runner import run_status
 from idemflow.stores import Store
@@ -311,7 +312,8 @@ def test_a_completion_record_that_meets_a_conflict_is_not_lost(dynamodb_local: D
 
     def conflict_on_completion(params: Any, **_: Any) -> Any:  # the service cancels a blind write
         items = json.loads(params["body"])["TransactItems"]
-        if len(cancelled) < 2 and any("Update" in item for item in items):
+        completion = [item for item in items if item.get("Put", {}).get("TableName", "").endswith(RUNS_TABLE)]
+        if len(cancelled) < 2 and any("ConditionExpression" not in item["Put"] for item in completion):
             cancelled.append("completion")
             from idemflow.testing.conflicts import _cancelled
 

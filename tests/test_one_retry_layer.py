@@ -76,7 +76,7 @@ def dynamodb(moto: Moto) -> Iterator[DynamoDBStore]:
 
 
 @pytest.mark.parametrize(
-    ("rows", "operation"), [(2, "TransactWriteItems"), (1, "UpdateItem")], ids=["transaction", "one row"]
+    ("rows", "operation"), [(2, "TransactWriteItems"), (1, "PutItem")], ids=["transaction", "one row"]
 )
 def test_a_dynamodb_commit_is_sent_once_and_its_failure_reported(
     dynamodb: DynamoDBStore, rows: int, operation: str
