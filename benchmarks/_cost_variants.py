@@ -151,13 +151,13 @@ def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], Dynamo
         store: Any = backend.store(backend.tag(f"kw{steps}"), *TABLES)
         meter.attach(store.client)
         variants.append(_workflow_variant(variant, store, steps))
-    bare_runs = DynamoDBStore(
-        endpoint_url=endpoint, region_name=region, prefix=backend.tag("kn"), open_runs_index=False
+    indexed_runs = DynamoDBStore(
+        endpoint_url=endpoint, region_name=region, prefix=backend.tag("kn"), open_runs_index=True
     )
-    bare_runs.create_tables(*TABLES)
-    meter.attach(bare_runs.client)
-    no_index = _workflow_variant(variant, bare_runs, 2)
-    variants.append(replace(no_index, name="idemflow 2 steps, no open-runs index"))
+    indexed_runs.create_tables(*TABLES)
+    meter.attach(indexed_runs.client)
+    indexed = _workflow_variant(variant, indexed_runs, 2)
+    variants.append(replace(indexed, name="idemflow 2 steps, open-runs index"))
     tag = backend.tag("ka")
     backend.store(tag, *TABLES)  # creates the asynchronous store's tables
     aio = AsyncDynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=tag)
@@ -180,7 +180,7 @@ def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], Dynamo
 
     def close() -> None:
         loop.run(aio.close())
-        bare_runs.close()
+        indexed_runs.close()
         for made in clients:
             made.close()
 

@@ -143,7 +143,9 @@ def test_integral_float_reads_back_as_a_float(store: DynamoDBStore) -> None:
 def test_a_runs_table_from_before_the_index_gets_it_with_its_open_runs_marked(moto: Moto) -> None:
     """Upgrading: ``create_tables`` (``idemflow tables create``) adds the sparse index of open runs
     to a runs table 0.1 created, and marks the run records of unfinished requests already there."""
-    store = DynamoDBStore(endpoint_url=moto.endpoint, region_name=moto.region, prefix="upgrade")
+    store = DynamoDBStore(
+        endpoint_url=moto.endpoint, region_name=moto.region, prefix="upgrade", open_runs_index=True
+    )
     client, name = store.client, store.table_name(RUNS_TABLE)
     client.create_table(
         TableName=name,
@@ -170,12 +172,15 @@ def test_a_runs_table_from_before_the_index_gets_it_with_its_open_runs_marked(mo
 
 
 def test_a_runs_table_made_without_the_index_lists_its_open_runs_by_a_scan(moto: Moto) -> None:
-    """``open_runs_index=0``: no index writes on the request path; the open runs are still listed
-    (a filtered scan), the URL says so, and a later store that wants the index adds it."""
+    """By default (and with ``open_runs_index=0``) no index writes on the request path; the open
+    runs are still listed (a filtered scan), and a later store that wants the index adds it to the
+    same table (``open_runs_index=1``, which its URL says) and finds the open runs already marked."""
     url = f"dynamodb:?endpoint={moto.endpoint}&region={moto.region}&prefix=noindex&open_runs_index=0"
     store = open_store(url)
     assert isinstance(store, DynamoDBStore) and not store.open_runs_index
     assert open_store(store.url).open_runs_index is False  # type: ignore[attr-defined]
+    default = DynamoDBStore(endpoint_url=moto.endpoint, region_name=moto.region, prefix="noindex")
+    assert not default.open_runs_index and "open_runs_index" not in default.url
     store.create_tables("accounts")
     client, name = store.client, store.table_name(RUNS_TABLE)
     assert not client.describe_table(TableName=name)["Table"].get("GlobalSecondaryIndexes")
@@ -193,7 +198,9 @@ def test_a_runs_table_made_without_the_index_lists_its_open_runs_by_a_scan(moto:
         run(half(True), request_id="r-failed", store=store)
     for query in (RunQuery(limit=10, workflow="half", open_only=True), RunQuery(limit=10, open_only=True)):
         assert [found.partition for found in store.run_page(query)] == ["r-failed"]
-    indexed = DynamoDBStore(endpoint_url=moto.endpoint, region_name=moto.region, prefix="noindex")
+    indexed = open_store(url.replace("open_runs_index=0", "open_runs_index=1"))
+    assert isinstance(indexed, DynamoDBStore) and indexed.open_runs_index
+    assert open_store(indexed.url).open_runs_index is True  # type: ignore[attr-defined]
     indexed.create_tables()
     indexes = client.describe_table(TableName=name)["Table"]["GlobalSecondaryIndexes"]
     assert [index["IndexName"] for index in indexes] == ["open"]

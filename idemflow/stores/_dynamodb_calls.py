@@ -126,7 +126,7 @@ class DynamoDBCalls:
     ``url`` is the store's URL, named in the advice of a missing table's error.
     """
 
-    def __init__(self, prefix: str, url: str, *, open_runs_index: bool = True) -> None:
+    def __init__(self, prefix: str, url: str, *, open_runs_index: bool = False) -> None:
         self.prefix = prefix
         self.url = url
         self.open_runs_index = open_runs_index

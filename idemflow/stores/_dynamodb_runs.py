@@ -6,8 +6,9 @@ claim and outcome) or a scan of its shards merged in memory. So pages come in th
 order, each resuming after the key of the last row it gave (``ExclusiveStartKey``, kept in the
 position), and cost what they read: about ``limit`` run records, not the table. Unfinished
 requests are read from the sparse index of open runs (a ``Query`` for one workflow), or, on a
-table made without that index (``open_runs_index=0``), by a scan that keeps the records carrying
-the index's attribute (every record read: cheap on writes, dear on listings). Both are
+table made without that index (the default; ``open_runs_index=1`` adds it), by a scan that
+keeps the records carrying the index's attribute (every record read: cheap on writes, dear on
+listings). Both are
 stable under inserts: a page never repeats or skips a record that existed through the listing.
 """
 

@@ -48,7 +48,7 @@ def _dynamodb_options(url: Url) -> dict[str, Any]:
         "endpoint_url": url.endpoint("endpoint"),
         "region_name": url.params.get("region"),
         "prefix": url.params.get("prefix", ""),
-        "open_runs_index": url.flag("open_runs_index") is not False,
+        "open_runs_index": url.flag("open_runs_index") is True,
     }
 
 

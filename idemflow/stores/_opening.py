@@ -22,8 +22,8 @@ def open_store(url: str, *, create: bool = True) -> Store:
     """A store from a URL: ``memory:``, ``sqlite:PATH``,
     ``dynamodb:?endpoint=URL&region=R&prefix=P`` (for tests on DynamoDB Local or moto, add
     ``&conflicts=RATE`` to meet the service's transaction conflicts: see
-    :mod:`idemflow.testing.conflicts`; ``&open_runs_index=0`` to create the runs table without
-    its index of unfinished runs),
+    :mod:`idemflow.testing.conflicts`; ``&open_runs_index=1`` to create the runs table with
+    an index of unfinished runs),
     ``azure:?connection_string=...&prefix=P`` (or ``AZURE_STORAGE_CONNECTION_STRING``),
     or the scheme of any backend added to :data:`~idemflow.stores.registry.STORES`.
 

@@ -60,10 +60,10 @@ _CONFIG = CONFIG
 
 
 def store_url(
-    endpoint_url: str | None, region_name: str | None, prefix: str, open_runs_index: bool = True
+    endpoint_url: str | None, region_name: str | None, prefix: str, open_runs_index: bool = False
 ) -> str:
     """The :func:`~idemflow.open_store` URL of a DynamoDB store."""
-    index = None if open_runs_index else "0"
+    index = "1" if open_runs_index else None
     params = (
         ("endpoint", endpoint_url),
         ("region", region_name),
@@ -91,7 +91,7 @@ class DynamoDBStore:
         region_name: str | None = None,
         prefix: str = "",
         client: Any | None = None,
-        open_runs_index: bool = True,
+        open_runs_index: bool = False,
     ) -> None:
         self.prefix = prefix
         self._own_client = client is None
@@ -160,9 +160,10 @@ class DynamoDBStore:
 
     @property
     def open_runs_index(self) -> bool:
-        """Whether :meth:`create_tables` gives the runs table a sparse index of unfinished runs:
-        2 index write units per request that does not finish in one write, against a scan of every
-        run record when an operator lists the open ones (``open_runs_index=0`` in a URL)."""
+        """Whether :meth:`create_tables` gives the runs table a sparse index of unfinished runs
+        (``open_runs_index=1`` in a URL; off by default): 2 index write units per request that
+        does not finish in one write, against a scan of every run record when an operator lists
+        the open ones. A table that has the index is read through it whatever this says."""
         return self._calls.open_runs_index
 
     def flush(self) -> None:

@@ -55,7 +55,7 @@ class AsyncDynamoDBStore:
         endpoint_url: str | None = None,
         region_name: str | None = None,
         prefix: str = "",
-        open_runs_index: bool = True,
+        open_runs_index: bool = False,
         **client_options: Any,
     ) -> None:
         self.prefix = prefix

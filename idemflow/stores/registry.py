@@ -237,7 +237,7 @@ STORES = Registry(
             schemes=("dynamodb",),
             capabilities="idemflow.stores._dynamodb_items:DYNAMODB_CAPABILITIES",
             parameters=frozenset({"endpoint", "region", "prefix", "open_runs_index"}),
-            usage="dynamodb:?region=R&endpoint=URL&prefix=P[&open_runs_index=0]",
+            usage="dynamodb:?region=R&endpoint=URL&prefix=P[&open_runs_index=1]",
             opener="idemflow.stores._openers:open_dynamodb",
             blocking_class="idemflow.stores.dynamodb:DynamoDBStore",
             row_expiries=f"{_TOOLS}:dynamodb",
