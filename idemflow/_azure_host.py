@@ -20,15 +20,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from idemflow._lambda_queues import queue_of
+from idemflow._lambda_queues import Pushed, queue_of
 from idemflow.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
-    from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
+    from idemflow.async_worklist.queues.base import Message, Queue
 
 Settled = Literal["ack", "nack", "dead"]
 
@@ -69,7 +69,7 @@ def azure_queue_of(queue: str | Queue) -> AzureQueue:
     return opened
 
 
-class HostHeld:
+class HostHeld(Pushed):
     """The Azure queue as the worker sees it inside one function app process.
 
     Settlements are kept per delivery (the host runs a batch of messages on threads side by side),
@@ -78,11 +78,12 @@ class HostHeld:
     on later.
     """
 
+    pushed_by = "a queue-triggered function"
+    queue: AzureQueue
+
     def __init__(self, queue: AzureQueue) -> None:
-        self.queue = queue
+        super().__init__(queue)
         self.name = queue.name
-        self.visibility_timeout = queue.visibility_timeout
-        self.max_body_bytes = queue.max_body_bytes
         self._settled: dict[tuple[str, str], Settled] = {}
         self._lock = threading.Lock()
 
@@ -94,23 +95,6 @@ class HostHeld:
     def _settle(self, message: Message, how: Settled) -> None:
         with self._lock:  # by receipt too: two deliveries of one message may run side by side
             self._settled[message.id, message.receipt] = how
-
-    def send(self, body: str, *, delay: float = 0.0) -> None:
-        self.queue.send(body, delay=delay)
-
-    def receive(
-        self, *, max_messages: int = 1, wait: float = 0.0, visibility_timeout: float | None = None
-    ) -> list[Message]:
-        raise TypeError("a queue-triggered function gets its message from the host, it never receives")
-
-    def consume(
-        self,
-        *,
-        wait: float = 1.0,
-        visibility_timeout: float | None = None,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Message]:
-        raise TypeError("a queue-triggered function gets its message from the host, it never consumes")
 
     def ack(self, message: Message) -> None:
         self._settle(message, "ack")  # the host deletes it when the function returns
@@ -124,21 +108,6 @@ class HostHeld:
     def dead_letter(self, message: Message, reason: str) -> None:
         bury(self.queue, [(message.body, reason)])
         self._settle(message, "dead")
-
-    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return self.queue.list_dead_letters(limit)
-
-    def dead_letters(self) -> list[tuple[str, str]]:
-        return self.queue.dead_letters()
-
-    def redrive(self, ids: Iterable[str] | None = None) -> int:
-        return self.queue.redrive(ids)
-
-    def approximate_size(self) -> int:
-        return self.queue.approximate_size()
-
-    def close(self) -> None:
-        """The queue outlives the invocation: nothing to close."""
 
 
 def bury(queue: AzureQueue, letters: Iterable[tuple[str, str]]) -> None:

@@ -61,7 +61,56 @@ the invocation at its timeout, so the record of a sandbox that ran out of time c
 soon after, not a whole visibility timeout later."""
 
 
-class Batch:
+class Pushed:
+    """A queue as a worker sees it inside a function a platform triggers with its messages (an
+    SQS event, an Azure Functions queue trigger): sends go to the queue itself, the dead-letter
+    commands reach it, and receiving is refused, since the platform does it.
+
+    Subclasses say how the worker's settlements (ack, nack, extend, dead letter) reach the
+    platform."""
+
+    pushed_by = "the platform"
+    """Who gets the messages, for the error a receive meets."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.visibility_timeout = queue.visibility_timeout
+        self.max_body_bytes = queue.max_body_bytes
+
+    def send(self, body: str, *, delay: float = 0.0) -> None:
+        self.queue.send(body, delay=delay)
+
+    def receive(
+        self, *, max_messages: int = 1, wait: float = 0.0, visibility_timeout: float | None = None
+    ) -> list[Message]:
+        raise TypeError(f"{self.pushed_by} gets its messages from the platform, it never receives")
+
+    def consume(
+        self,
+        *,
+        wait: float = 1.0,
+        visibility_timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Message]:
+        raise TypeError(f"{self.pushed_by} gets its messages from the platform, it never consumes")
+
+    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        return self.queue.list_dead_letters(limit)
+
+    def dead_letters(self) -> list[tuple[str, str]]:
+        return self.queue.dead_letters()
+
+    def redrive(self, ids: Iterable[str] | None = None) -> int:
+        return self.queue.redrive(ids)
+
+    def approximate_size(self) -> int:
+        return self.queue.approximate_size()
+
+    def close(self) -> None:
+        """The queue outlives the invocation: nothing to close."""
+
+
+class Batch(Pushed):
     """The event's queue for one invocation: the worker's settlements become the batch response.
 
     An ack deletes the message at once (a sandbox killed later in the batch must not bring it
@@ -70,6 +119,8 @@ class Batch:
     Sends (delayed continuations, waits) go to the queue itself. The heartbeat's extensions
     reach at most :data:`LEASE_MARGIN` past the invocation's end.
     """
+
+    pushed_by = "a Lambda handler"
 
     def __init__(self, queue: Queue) -> None:
         from idemflow.async_worklist.queues.lanes import LanedQueue
@@ -80,28 +131,9 @@ class Batch:
                 "a Lambda SQS handler drains one queue: give it one lane's URL (sqs:jobs-high, "
                 "sqs:jobs, sqs:jobs-low), one event source mapping each, not ?lanes=true"
             )
-        self.queue = queue
-        self.visibility_timeout = queue.visibility_timeout
-        self.max_body_bytes = queue.max_body_bytes
+        super().__init__(queue)
         self.settled: set[str] = set()
         self.context: LambdaContext | None = None
-
-    def send(self, body: str, *, delay: float = 0.0) -> None:
-        self.queue.send(body, delay=delay)
-
-    def receive(
-        self, *, max_messages: int = 1, wait: float = 0.0, visibility_timeout: float | None = None
-    ) -> list[Message]:
-        raise TypeError("a Lambda handler gets its messages from the event, it never receives")
-
-    def consume(
-        self,
-        *,
-        wait: float = 1.0,
-        visibility_timeout: float | None = None,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Message]:
-        raise TypeError("a Lambda handler gets its messages from the event, it never consumes")
 
     def ack(self, message: Message) -> None:
         self.queue.ack(message)
@@ -120,21 +152,6 @@ class Batch:
         self.queue.dead_letter(message, reason)
         self.settled.add(message.id)
 
-    def list_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
-        return self.queue.list_dead_letters(limit)
-
-    def dead_letters(self) -> list[tuple[str, str]]:
-        return self.queue.dead_letters()
-
-    def redrive(self, ids: Iterable[str] | None = None) -> int:
-        return self.queue.redrive(ids)
-
-    def approximate_size(self) -> int:
-        return self.queue.approximate_size()
-
-    def close(self) -> None:
-        """The queue outlives the invocation: nothing to close."""
-
 
 class OutOfTime(Exception):
     """The invocation's reserve was reached: the relay stops between two sends."""
@@ -152,3 +169,18 @@ class Timed:
             raise OutOfTime
         self.queue.send(body, delay=delay)
         self.sent += 1
+
+
+def relay_once(store: Store, timed: Any, signing_key: bytes | None, clock: Callable[[], float]) -> bool:
+    """One outbox relay pass through ``timed`` (a :class:`Timed` or alike): False when the time
+    ran out, what is left staying in the outbox for the next run. The store is flushed either way:
+    nothing is left to a thread when the sandbox freezes."""
+    from idemflow.async_worklist.outbox import relay
+
+    try:
+        relay(store, timed, signing_key=signing_key, clock=clock)
+    except OutOfTime:
+        return False
+    finally:
+        store.flush()
+    return True

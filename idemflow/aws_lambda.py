@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from idemflow._http_answers import KEY_HEADER
 from idemflow._lambda_http import REPLAYED_HEADER, HttpHandler, HttpOptions, HttpRequest
-from idemflow._lambda_queues import Batch, OutOfTime, Timed, queue_of, seconds_left, store_of
+from idemflow._lambda_queues import Batch, Timed, queue_of, relay_once, seconds_left, store_of
 from idemflow.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -272,18 +272,10 @@ class RelayHandler:
         self._clock = time.time if clock is None else clock
 
     def __call__(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
-        from idemflow.async_worklist.outbox import relay
-
         _check_scheduled(event)
         store, queue = store_of(self._store), queue_of(self._queue)
         timed = Timed(queue, context, self.reserve)
-        finished = True
-        try:
-            relay(store, timed, signing_key=self._key, clock=self._clock)  # type: ignore[arg-type]
-        except OutOfTime:
-            finished = False  # what is left stays in the outbox for the next run
-        finally:
-            store.flush()
+        finished = relay_once(store, timed, self._key, self._clock)
         return {"relayed": timed.sent, "finished": finished}
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from idemflow._azure_host import Deadline, HostHeld, azure_queue_of, fold_poison, queue_name
-from idemflow._lambda_queues import OutOfTime, Timed, store_of
+from idemflow._lambda_queues import Timed, relay_once, store_of
 from idemflow.errors import DeliveryRetryError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -249,18 +249,11 @@ class TimerFunction:
         """``{"relayed": N, "poisoned": M, "finished": bool}``: continuations sent, poison messages
         moved to the dead letters, and whether both were done within ``budget``."""
         from idemflow.async_worklist._handling import event
-        from idemflow.async_worklist.outbox import relay
 
         deadline = Deadline(self.budget)
         store, queue = store_of(self._store), azure_queue_of(self._queue)
         timed = Timed(queue, deadline, 0.0)
-        finished = True
-        try:
-            relay(store, timed, signing_key=self._key, clock=self._clock)  # type: ignore[arg-type]
-        except OutOfTime:
-            finished = False  # what is left stays in the outbox for the next run
-        finally:
-            store.flush()
+        finished = relay_once(store, timed, self._key, self._clock)
         poisoned = 0
         if finished:
             poisoned, finished = fold_poison(queue, deadline.at)
