@@ -32,6 +32,7 @@ from typing import Any
 
 from idemflow._pool_policy import PoolView, Scaling, ScalingPolicy
 from idemflow._queue_stats import QueueStats
+from idemflow._signals import stop_on_signals
 from idemflow.errors import InvalidValueError
 
 log = logging.getLogger("idemflow.pool")
@@ -236,22 +237,11 @@ class Pool:
         os.replace(partial, self.status_path)
 
     def _install_signal_handlers(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-        def graceful(signum: int, _frame: object) -> None:
-            log.info("pool: %s: stopping", signal.Signals(signum).name)
+        def stopping(sig: signal.Signals) -> None:
+            log.info("pool: %s: stopping", sig.name)
             self.stop()
 
-        for sig in previous:
-            signal.signal(sig, graceful)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
+        return stop_on_signals(stopping)
 
 
 def _is_scaling(answer: object) -> bool:

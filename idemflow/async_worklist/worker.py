@@ -50,6 +50,7 @@ from typing import Any
 
 from idemflow import telemetry
 from idemflow._drive import drive
+from idemflow._signals import stop_on_signals
 from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
 from idemflow.async_worklist._queue_answers import on_queue
 from idemflow.async_worklist.outbox import relay_steps
@@ -196,22 +197,11 @@ class Worker(Handling):
                 return
 
     def _install_signal_handlers(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-        def graceful(signum: int, _frame: object) -> None:
-            event(logging.INFO, "stopping", signal=signal.Signals(signum).name)
+        def stopping(sig: signal.Signals) -> None:
+            event(logging.INFO, "stopping", signal=sig.name)
             self.stop()
 
-        for sig in previous:
-            signal.signal(sig, graceful)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
+        return stop_on_signals(stopping)
 
     def _consume(self) -> None:
         while not self._stop.is_set():

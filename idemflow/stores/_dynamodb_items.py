@@ -44,10 +44,8 @@ _NAMES = {
     "#val": "v",
     "#num": "n",
     "#ver": "ver",
-    "#exp": "expires_at",
     "#f": "f",
     "#d": "d",
-    "#open": OPEN_ATTRIBUTE,
 }
 _MARKS = {float: "#f", Decimal: "#d"}
 """The attribute that says a number row holds that kind (N itself has none)."""
