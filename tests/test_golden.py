@@ -5,7 +5,9 @@
 the message; ``make_golden.py`` made them. ``tests/golden/coordination/<release>.json`` holds
 requests caught waiting on a timer, a child and a message (``make_coordination_golden.py``),
 ``retrying/`` requests a worker was retrying (``make_retrying_golden.py``), ``retention/``
-requests submitted with a retention of their own (``make_retention_golden.py``).
+requests submitted with a retention of their own (``make_retention_golden.py``), ``scheduled/``
+delayed and prioritised requests waiting, with their messages' lanes and visible times
+(``make_scheduled_golden.py``).
 Loaded into each store, this version must answer the finished ones from their records, finish the
 others exactly once, and read the old messages.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +24,13 @@ import pytest
 
 from idemflow import RetryPolicy, WorkflowAborted, run
 from idemflow.admin import retry
+from idemflow.async_worklist.queues.lanes import LANES, lane_of
 from idemflow.client import RunStatus, rows, status
 from idemflow.records import FORMAT
 from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Insert, RowRef
-from idemflow.worker import MemoryQueue, Worker
+from idemflow.worker import LanedQueue, MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.golden.make_golden import golden
 
@@ -34,10 +38,15 @@ GOLDEN = sorted(Path(__file__).with_name("golden").glob("*.json"))
 
 
 def load(store: Store, path: Path) -> list[str]:
+    return list(load_rows(store, path)["messages"])
+
+
+def load_rows(store: Store, path: Path) -> dict[str, Any]:
+    """Commit the rows of ``path`` to ``store``; the recorded file, for its messages and clock."""
     recorded: dict[str, Any] = json.loads(path.read_text())
     for table, partition, key, value in recorded["rows"]:
         store.commit([Insert(RowRef(table, partition, key), value, encode(value))])
-    return list(recorded["messages"])
+    return recorded
 
 
 def balances(store: Store) -> dict[str, Any]:
@@ -204,11 +213,107 @@ def test_requests_submitted_with_a_retention_keep_it_on_every_row_written_later(
     assert not late, late
 
 
+SCHEDULED = sorted(Path(__file__).with_name("golden").joinpath("scheduled").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", SCHEDULED, ids=lambda path: path.stem)
+def test_delayed_and_prioritised_requests_of_every_release_start_on_time_in_their_lane(
+    store: Store, path: Path
+) -> None:
+    """Delayed and prioritised requests waiting as an earlier release left them
+    (``make_scheduled_golden.py``), their messages back in their lanes at their visible times:
+    none starts before its time (their early pointers hop, in their lanes), each then runs once,
+    the high lane is taken first whenever several are visible, the relay sends the lost one to
+    the lane its record names, and the sleeper's timer stays in its lane."""
+    from tests.golden import make_scheduled_golden as g
+
+    recorded = load_rows(store, path)
+    clock = Clock()
+    clock.now = g.NOW + 60  # the undelayed are visible, the outbox entry is due, nothing else
+    queue = LanedQueue({lane: MemoryQueue(clock=clock) for lane in LANES})
+    for message in recorded["messages"]:
+        queue.lane(message["lane"]).send(message["body"], delay=max(0.0, message["visible_at"] - clock.now))
+    worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    assert worker.relay() == 1
+    taken = _taken_in_order(worker, queue)
+    assert taken == [("high-hal", "high"), ("lost-lia", "high"), ("low-lou", "low"), ("nap-nia", "low")]
+    _assert_waiting(store, g.DUE)
+    clock.now = g.NOW + 1000  # the delayed ones' first pointers and the sleeper's timer arrive early
+    hopped = _taken_in_order(worker, queue)
+    assert hopped == [("soon-sue", "high"), ("later-lea", "normal"), ("at-ned", "normal"), ("nap-nia", "low")]
+    _assert_waiting(store, g.DUE)
+    assert {lane: queue.lane(lane).approximate_size() for lane in LANES} == {"high": 1, "normal": 2, "low": 1}
+    clock.now = g.NOW + 4000  # every one due, all visible together
+    last = _taken_in_order(worker, queue)
+    assert last == [
+        ("soon-sue", "high"),
+        ("at-ned", "normal"),
+        ("later-lea", "normal"),
+        ("nap-nia", "low"),
+    ]
+    taken += hopped + last
+    assert queue.approximate_size() == 0 and worker.stats.dead_lettered == 0
+    results = {rid: status(store, flow, rid).result for flow, rid in _REQUESTS}
+    assert results == {
+        "high-hal": 1,
+        "lost-lia": 2,
+        "low-lou": 3,
+        "soon-sue": 5,
+        "at-ned": 6,
+        "later-lea": 7,
+        "nap-nia": [4, 8],
+    }
+    ran = {partition: value for (partition, key), value in rows(store, "tablea").items() if key == "ran"}
+    assert ran == {who: 1 for who in ["hal", "lia", "lou", "sue", "ned", "lea", "nia"]}  # each once
+    lanes = {rid: {lane for taken_id, lane in taken if taken_id == rid} for _, rid in _REQUESTS}
+    assert lanes == {
+        "high-hal": {"high"},
+        "lost-lia": {"high"},
+        "low-lou": {"low"},
+        "soon-sue": {"high"},
+        "at-ned": {"normal"},
+        "later-lea": {"normal"},
+        "nap-nia": {"low"},
+    }
+
+
+_REQUESTS = [
+    ("g-sched", "high-hal"),
+    ("g-sched", "lost-lia"),
+    ("g-sched", "low-lou"),
+    ("g-sched", "soon-sue"),
+    ("g-sched", "at-ned"),
+    ("g-sched", "later-lea"),
+    ("g-nap", "nap-nia"),
+]
+
+
+def _taken_in_order(worker: Worker, queue: LanedQueue) -> list[tuple[str, str]]:
+    """Hand ``worker`` every visible message, one at a time as one worker thread takes them:
+    each as (request id, the lane it came from)."""
+    taken = []
+    while received := queue.receive():
+        [message] = received
+        taken.append((json.loads(message.body)["request_id"], lane_of(message) or "normal"))
+        worker.handle(message)
+    return taken
+
+
+def _assert_waiting(store: Store, due: dict[str, float]) -> None:
+    """The delayed requests have committed no step and say until when they wait."""
+    for rid, at in due.items():
+        waiting = status(store, "g-sched", rid)
+        until = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+        assert (waiting.status, waiting.waiting) == (RunStatus.RUNNING, f"waiting until {until}")
+    assert not {partition for (partition, _) in rows(store, "tablea")} & {"sue", "ned", "lea"}
+
+
 RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5}
 """The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
 
 
 def test_every_format_revision_has_golden_rows() -> None:
     """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
-    releases = {path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION]}
+    releases = {path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED]}
     assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))
