@@ -64,8 +64,12 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    every row they write expires by it (:attr:`RunRecord.retention`).
    Beside it, a delayed submission stores ``nb`` (epoch seconds before which no worker may start
    it: :attr:`RunRecord.not_before`) and a prioritised one ``ln`` (its queue lane:
-   :attr:`RunRecord.lane`); a record without them is neither delayed nor prioritised.
+   :attr:`RunRecord.lane`, one of :data:`STORED_LANES`); a record without them is neither delayed
+   nor prioritised, and a lane this release does not know is the normal lane.
 """
+
+STORED_LANES = ("high", "low")
+"""The lanes a run record names (``in.ln``); the normal lane is stored as no ``ln``."""
 
 MEMO_AT = 0
 """Position of the memo insert in a step's commit (its failure carries the existing memo)."""
@@ -452,10 +456,18 @@ class RunRecord:
     @property
     def lane(self) -> str | None:
         """The queue lane of the request's continuations (``submit(priority=)``), stored with its
-        input (``in.ln``); None for the normal lane."""
+        input (``in.ln``); None for the normal lane.
+
+        A lane this release does not know (one a later release added, before a rollback) reads
+        as the normal lane: the request still runs, where a lane lookup that failed would stop
+        the relay pass at its entry and retry its early pointers as errors.
+
+        >>> RunRecord("fp", RunStatus.RUNNING, input={"ln": "critical"}).lane is None
+        True
+        """
         given = self.input
         lane = given.get("ln") if isinstance(given, dict) else None
-        return lane if isinstance(lane, str) else None
+        return lane if lane in STORED_LANES else None
 
     def arguments(self) -> tuple[list[Any], dict[str, Any]] | None:
         """The stored input as call arguments, or None (a request ``run`` started stores none)."""

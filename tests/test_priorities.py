@@ -24,7 +24,10 @@ from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.aws_lambda import FixedContext, sqs_handler
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import ConfigurationError, InvalidValueError, QueueError
+from idemflow.keys import RUNS_TABLE, run_key
+from idemflow.serialization import encode
 from idemflow.stores import MemoryStore
+from idemflow.stores.base import Put, RowRef
 from idemflow.stores.registry import Feature
 from idemflow.worker import LanedQueue, MemoryQueue, SqliteQueue, Worker, open_async_queue, open_queue
 from tests.apis import LOOP, Api
@@ -152,6 +155,40 @@ def test_the_relay_and_the_workers_keep_a_request_in_its_lane(api: Api) -> None:
     assert lane_of(message) == "high"
     worker.handle(message)
     assert status(store, "prioritised", "p-1").status is RunStatus.COMPLETED
+
+
+def test_a_lane_this_release_does_not_know_is_the_normal_lane() -> None:
+    """A run record naming a lane a later release added (read after a rollback) runs in the normal
+    lane: the relay sends it there and goes on to the next entry, and its early pointer hops
+    there, instead of a failed lane lookup stopping the relay pass or counting as an error."""
+    now, queue_now = [T0], [T0 + 600]
+    clock = lambda: now[0]  # noqa: E731
+    store = MemoryStore()
+    queue = LanedQueue({lane: MemoryQueue(clock=lambda: queue_now[0]) for lane in LANES})
+    down = LanedQueue({lane: _Refusing() for lane in LANES})
+    options: dict[str, Any] = {"clock": clock, "priority": "high", "delay": 600}
+    for n in range(2):
+        submit(prioritised("high", n), request_id=f"p-{n}", store=store, queue=down, **options)
+    ref = RowRef(RUNS_TABLE, "p-0", run_key("prioritised"))
+    record = store.read(ref)
+    assert record is not None and isinstance(record.value, dict) and isinstance(record.value["in"], dict)
+    stored: dict[str, Any] = {**record.value, "in": {**record.value["in"], "ln": "critical"}}
+    store.commit([Put(ref, stored, encode(stored))])
+    worker = Worker([prioritised], store=store, queue=queue, clock=clock, relay_every=None)
+    now[0] = T0 + 600
+    assert worker.relay() == 2
+    sizes = {lane: queue.lane(lane).approximate_size() for lane in LANES}
+    assert sizes == {"high": 1, "normal": 1, "low": 0}  # p-1 stays high
+    now[0] = T0 + 300  # a worker whose clock runs behind: both pointers are early for it
+    for _ in range(2):
+        [message] = queue.receive()
+        worker.handle(message)
+    assert {lane: queue.lane(lane).approximate_size() for lane in LANES} == sizes
+    assert worker.stats.retried == 0
+    now[0] = queue_now[0] = T0 + 900
+    while received := queue.receive():
+        worker.handle(received[0])
+    assert [status(store, "prioritised", f"p-{n}").status for n in range(2)] == [RunStatus.COMPLETED] * 2
 
 
 class _Refusing(MemoryQueue):
