@@ -225,7 +225,7 @@ def test_delayed_and_prioritised_requests_of_every_release_start_on_time_in_thei
     (``make_scheduled_golden.py``), their messages back in their lanes at their visible times:
     none starts before its time (their early pointers hop, in their lanes), each then runs once,
     the high lane is taken first whenever several are visible, the relay sends the lost one to
-    the lane its record names, and the sleeper's timer stays in its lane."""
+    the lane its record names, and the sleeper's timer, the child and its wake-up keep their lane."""
     from tests.golden import make_scheduled_golden as g
 
     recorded = load_rows(store, path)
@@ -237,7 +237,15 @@ def test_delayed_and_prioritised_requests_of_every_release_start_on_time_in_thei
     worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
     assert worker.relay() == 1
     taken = _taken_in_order(worker, queue)
-    assert taken == [("high-hal", "high"), ("lost-lia", "high"), ("low-lou", "low"), ("nap-nia", "low")]
+    assert taken == [
+        ("high-hal", "high"),
+        ("lost-lia", "high"),
+        ("low-lou", "low"),
+        ("nap-nia", "low"),
+        ("parent-pam", "low"),
+        ("kid-pam", "low"),  # the child, started in its parent's lane
+        ("parent-pam", "low"),  # woken by its child, in its lane
+    ]
     _assert_waiting(store, g.DUE)
     clock.now = g.NOW + 1000  # the delayed ones' first pointers and the sleeper's timer arrive early
     hopped = _taken_in_order(worker, queue)
@@ -259,13 +267,15 @@ def test_delayed_and_prioritised_requests_of_every_release_start_on_time_in_thei
         "high-hal": 1,
         "lost-lia": 2,
         "low-lou": 3,
-        "soon-sue": 5,
-        "at-ned": 6,
-        "later-lea": 7,
-        "nap-nia": [4, 8],
+        "kid-pam": 5,
+        "parent-pam": 5,
+        "soon-sue": 6,
+        "at-ned": 7,
+        "later-lea": 8,
+        "nap-nia": [4, 9],
     }
     ran = {partition: value for (partition, key), value in rows(store, "tablea").items() if key == "ran"}
-    assert ran == {who: 1 for who in ["hal", "lia", "lou", "sue", "ned", "lea", "nia"]}  # each once
+    assert ran == {who: 1 for who in ["hal", "lia", "lou", "pam", "sue", "ned", "lea", "nia"]}  # each once
     lanes = {rid: {lane for taken_id, lane in taken if taken_id == rid} for _, rid in _REQUESTS}
     assert lanes == {
         "high-hal": {"high"},
@@ -275,6 +285,8 @@ def test_delayed_and_prioritised_requests_of_every_release_start_on_time_in_thei
         "at-ned": {"normal"},
         "later-lea": {"normal"},
         "nap-nia": {"low"},
+        "parent-pam": {"low"},
+        "kid-pam": {"low"},
     }
 
 
@@ -286,6 +298,8 @@ _REQUESTS = [
     ("g-sched", "at-ned"),
     ("g-sched", "later-lea"),
     ("g-nap", "nap-nia"),
+    ("g-parent", "parent-pam"),
+    ("g-sched", "kid-pam"),
 ]
 
 

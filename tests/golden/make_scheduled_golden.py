@@ -4,9 +4,10 @@ Format revision 5 stores when a delayed request may start (``in.nb``) and the la
 prioritised one (``in.ln``) with its input. Such requests wait in the store and the queue across
 a deploy, so their rows are pinned as this release leaves them, none started: ``later-lea``
 submitted with ``delay=3600``, ``at-ned`` with ``not_before=`` half an hour on, ``high-hal`` and
-``low-lou`` with ``priority="high"`` and ``"low"``, ``soon-sue`` delayed 1200 s *and* high, and
-``nap-nia``, low, whose workflow sleeps after its first step (its timer must go back to its lane),
-and ``lost-lia``, high, whose submitter met its queue down: only its outbox entry says it is due,
+``low-lou`` with ``priority="high"`` and ``"low"``, ``soon-sue`` delayed 1200 s *and* high;
+``nap-nia``, low, whose workflow sleeps after its first step (its timer must go back to its
+lane); ``parent-pam``, low, whose child and the child's wake-up must take its lane; and
+``lost-lia``, high, whose submitter met its queue down: only its outbox entry says it is due,
 and the relay learns its lane from ``in.ln`` alone. Every message is kept with its lane and the
 time it becomes visible, as the queue holds it.
 ``tests/test_golden.py`` loads them into every store and finishes them on this version.
@@ -18,7 +19,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from idemflow import Tx, atomic, checkpoint, sleep, workflow
+from idemflow import Tx, atomic, checkpoint, sleep, start, wait, workflow
 from idemflow.client import submit
 from idemflow.errors import QueueError
 from idemflow.stores import MemoryStore
@@ -60,7 +61,14 @@ def napping(who: str) -> Any:
     return [first, second]
 
 
-WORKFLOWS = [scheduled, napping]
+@workflow("g-parent")
+def parent(who: str) -> Any:
+    yield checkpoint()
+    child = yield start(scheduled(who), request_id="kid-" + who)
+    return (yield wait(child))
+
+
+WORKFLOWS = [scheduled, napping, parent]
 
 
 class Lane(MemoryQueue):
@@ -95,6 +103,7 @@ def main(out: str) -> None:
     submit(scheduled("lou"), request_id="low-lou", priority="low", **given)
     submit(scheduled("sue"), request_id="soon-sue", delay=1200, priority="high", **given)
     submit(napping("nia"), request_id="nap-nia", priority="low", **given)
+    submit(parent("pam"), request_id="parent-pam", priority="low", **given)
     down = LanedQueue({lane: Down() for lane in ("high", "normal", "low")})
     submit(scheduled("lia"), request_id="lost-lia", priority="high", **{**given, "queue": down})
     store.flush()
