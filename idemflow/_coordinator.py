@@ -27,7 +27,6 @@ from idemflow._wakeups import announce, wake_row
 from idemflow.errors import ChildAborted, IdempotencyKeyReuseError, InvalidInputError, RequestFailedError
 from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix
 from idemflow.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
-from idemflow.plan import Suspended
 from idemflow.records import (
     Message,
     OutboxEntry,
@@ -127,13 +126,9 @@ class Coordinator:
     def _suspend(self, due: float | None, poll: float | None, why: str) -> Steps[None]:
         """Hand the request to a worker until ``due`` (or a wake-up), or wait here: ``run`` sleeps
         until ``due`` or for ``poll`` seconds, then the caller looks again."""
-        given, recorder = self._given, self._recorder
+        given = self._given
         if given.plan.suspend:
-            if not self._cursor.run_known:
-                yield from recorder.claim()  # a worker accepts only requests that were submitted
-            raise Suspended(
-                self._journal.entries(), due, why, duplicate=recorder.copy, claimed_at=recorder.started_at
-            )
+            yield from self._recorder.hand_over(self._journal.entries(), due, why)
         left = float("inf") if due is None else due - given.clock()
         yield Sleep(max(min(left, poll if poll is not None else left), 0.0), time.sleep)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from idemflow._limit_spec import LimitGroup, effect_group
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_duration
 from idemflow.monad import Effect, Idem, Now, Random, Uuid4, check_retry
@@ -59,6 +60,7 @@ def effect(
     compensate: Callable[[str, T], object] | None = None,
     retry: StepRetry | None = None,
     timeout: float | None = None,
+    group: LimitGroup | None = None,
 ) -> Idem[T]:
     """Call ``fn(idempotency_key)`` outside the store: at least once, result memoized.
 
@@ -86,6 +88,16 @@ def effect(
     made again; ``timeout=seconds`` fails an attempt that takes longer
     (:class:`~idemflow.errors.EffectTimeoutError`).
 
+    ``group=`` (a :class:`~idemflow.LimitGroup`) holds the group's limits
+    around the call alone: a slot taken just before ``fn`` is called and
+    given back when it returns or raises, and a token spent per call, across
+    every process sharing the store. A call whose group is full waits: under
+    workers (and ``submit``) as a delayed continuation, never an attempt;
+    under ``run`` in place, for up to 30 seconds, then
+    :class:`~idemflow.errors.LimitReachedError`. A replayed call takes
+    nothing. The group's lease must outlast the call: a ``timeout=`` longer
+    than it is refused.
+
     >>> from idemflow import run, workflow, WorkflowAborted
     >>> from idemflow.stores import MemoryStore
     >>> from idemflow import abort
@@ -108,13 +120,5 @@ def effect(
     if compensate is not None and not callable(compensate):
         raise InvalidInputError(f"effect compensate= takes a callable, not {type(compensate).__name__}")
     label = name if name is not None else getattr(fn, "__qualname__", type(fn).__qualname__)
-    return Idem(
-        Effect(
-            label,
-            fn,
-            lease,
-            compensate,
-            check_retry(retry),
-            timeout,
-        )
-    )
+    group_limit = effect_group(group, timeout)
+    return Idem(Effect(label, fn, lease, compensate, check_retry(retry), timeout, group_limit))

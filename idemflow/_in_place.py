@@ -16,7 +16,7 @@ from typing import Any
 from idemflow._cursor import Cursor
 from idemflow._given import Given
 from idemflow._requests import Sleep, Steps
-from idemflow.errors import BackendError, ConflictError, NonDeterminismError
+from idemflow.errors import BackendError, ConflictError, LimitReachedError, NonDeterminismError
 from idemflow.step_retry import StepRetry
 
 INFRASTRUCTURE = (BackendError, ConflictError)
@@ -44,7 +44,7 @@ def _in_place(
         cursor.revisit(step)
         try:
             return (yield from attempt(failures > 0))
-        except (NonDeterminismError, *INFRASTRUCTURE):
+        except (NonDeterminismError, LimitReachedError, *INFRASTRUCTURE):  # not the step's failure
             raise
         except Exception as exc:
             failures += 1

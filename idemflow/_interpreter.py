@@ -243,7 +243,10 @@ class Interpreter:
         label, compensate = node.label, node.compensate
         step = cursor.advance()
         key = idempotency_key(given.workflow, given.request_id, step)
-        call = CallOut(node.function, key, node.lease, node.timeout, label)
+        group = node.group
+        if group is not None and self._workflow_call is not None and group in self._workflow_call.limits:
+            group = None  # the execution holds the group already, for the whole workflow
+        call = CallOut(node.function, key, node.lease, node.timeout, label, group)
         identity = "effect " + label
         retry = node.retry if node.retry is not None else self.workflow_retry
         cursor.retry = retry

@@ -50,7 +50,7 @@ def gated(
         except GeneratorExit:
             raise
         except BaseException:
-            yield from _give_back(limits, token, clock)
+            yield from give_back(limits, token, clock)
             raise
     leases = [limit.concurrency.lease for limit in limits if limit.concurrency is not None]
     if not leases:  # rates only: a token is spent, nothing is held
@@ -61,9 +61,9 @@ def gated(
     except GeneratorExit:  # the driver dropped us: the lease gives the slots back
         raise
     except BaseException:
-        yield from _give_back(limits, token, clock)
+        yield from give_back(limits, token, clock)
         raise
-    yield from _give_back(limits, token, clock)
+    yield from give_back(limits, token, clock)
     return result
 
 
@@ -104,7 +104,8 @@ def _renewing(
             answer, thrown = None, exc
 
 
-def _give_back(limits: Sequence[Limit], token: str, clock: Callable[[], float]) -> Steps[None]:
+def give_back(limits: Sequence[Limit], token: str, clock: Callable[[], float]) -> Steps[None]:
+    """Give ``token``'s slots back; if the store cannot be reached, their leases will."""
     try:
         yield from release(limits, token, clock)
     except IdemflowError as exc:  # the lease gives them back

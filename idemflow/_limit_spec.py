@@ -172,3 +172,24 @@ def limit_whys(limits: Iterable[Limit]) -> set[str]:
         if limit.rate is not None:
             whys.add(limit.rate_why())
     return whys
+
+
+def effect_group(group: object, timeout: float | None) -> Limit | None:
+    """``effect(..., group=)``: a :class:`LimitGroup` whose slot lease outlasts the call.
+
+    The slot is held around the call alone, where no store call renews its lease: a call may
+    take up to ``timeout``, so a lease shorter than that would let the slot go while the call
+    is still at the provider (one over the limit).
+    """
+    if group is None:
+        return None
+    if not isinstance(group, LimitGroup):
+        raise InvalidInputError(f"effect group= takes a LimitGroup, not {group!r}")
+    slots = group.limit.concurrency
+    if slots is not None and timeout is not None and timeout > slots.lease:
+        raise InvalidInputError(
+            f"effect timeout {timeout:g} s outlasts limit group {group.limit.name!r}'s lease "
+            f"({slots.lease:g} s): the slot would be free while the call is still made; "
+            "give the group Concurrency(N, lease=) longer than the timeout"
+        )
+    return group.limit

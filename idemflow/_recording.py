@@ -18,7 +18,7 @@ from idemflow._given import Given
 from idemflow._requests import Steps
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import IdempotencyKeyReuseError, InvalidValueError, LimitExceededError
-from idemflow.plan import Checkpointed, Finished, OtherVersion
+from idemflow.plan import Checkpointed, Finished, JournalEntry, OtherVersion, Suspended
 from idemflow.records import OutboxEntry, RunRecord, RunStatus, new_incarnation, outbox_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
@@ -127,6 +127,13 @@ class RunRecorder:
             yield from self.meet(outcome.failures[0].existing)
             return
         self._cursor.known()
+
+    def hand_over(self, entries: tuple[JournalEntry, ...], due: float | None, why: str) -> Steps[None]:
+        """Hand the rest of the request to a worker, from a continuation due at ``due`` (or a
+        wake-up's): claimed first, since a worker accepts only requests that were submitted."""
+        if not self._cursor.run_known:
+            yield from self.claim()
+        raise Suspended(entries, due, why, duplicate=self.copy, claimed_at=self.started_at)
 
     def meet(self, existing: Row | None) -> Steps[None]:
         """Another execution of this request id came first: check, then replay or return.

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from idemflow.stores.base import Op, Row, RowRef
+
+if TYPE_CHECKING:
+    from idemflow._limit_spec import Limit
 
 T = TypeVar("T")
 
@@ -84,6 +87,8 @@ class CallOut:
     """Seconds the call may take: the drivers raise :class:`~idemflow.errors.EffectTimeoutError` after."""
     name: str = ""
     """The effect's name, for that error."""
+    group: Limit | None = None
+    """The limit group the stepper holds around the call (the drivers only make the call)."""
 
 
 @dataclass(frozen=True, slots=True)

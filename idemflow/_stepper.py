@@ -15,15 +15,18 @@ to pick up. A commit that waits is handed to :mod:`idemflow._deferred`.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from idemflow import telemetry
+from idemflow._call_limits import room
 from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit, Pending
 from idemflow._given import Given
 from idemflow._journal import Journal
 from idemflow._lease import acquire, capped
+from idemflow._limit_gate import give_back
 from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._recording import RunRecorder
 from idemflow._requests import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
@@ -33,6 +36,7 @@ from idemflow.errors import (
     ConflictError,
     InvalidValueError,
     LimitExceededError,
+    LimitReachedError,
     TransientError,
 )
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
@@ -63,6 +67,7 @@ def _stop_if_present(row: Row | None) -> None:
 
 
 _RETRY = object()
+_LOOK_AGAIN: Any = object()
 
 
 class _Unreachable:
@@ -269,7 +274,8 @@ class Stepper:
             self._recorder,
             self._memos,
         )
-        while True:  # loops only when the commit revealed an existing run record
+        since = time.monotonic()  # when an effect first asked for its limit group's room
+        while True:  # loops when the commit revealed an existing run record, or after a wait
             if cursor.replaying:
                 row = yield from calls.read(memo_ref)
                 if row is not None and memos.of_earlier_run(row):
@@ -296,21 +302,22 @@ class Stepper:
                     reader.add(wanted, (yield ReadMany(wanted)))
                     tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
                 if call_out is not None:
-                    if call_out.lease is None:
+                    if call_out.lease is None and call_out.group is None:
                         result = self.called = yield call_out
                     else:
-                        recorded = yield from self._leased(memo_ref, call_out.lease)
-                        if recorded is not None:  # another execution made the call
-                            return memos.answer(recorded, identity)
-                        try:
-                            result = self.called = yield call_out
-                        except Exception:  # a call that failed gives the lease up: a retry need not wait
-                            with contextlib.suppress(TransientError):  # else it ends by itself
-                                yield from calls.commit([Delete(self._lease_ref(memo_ref))], memo_ref)
-                            raise
+                        if call_out.lease is not None:
+                            recorded = yield from self._leased(memo_ref, call_out.lease)
+                            if recorded is not None:  # another execution made the call
+                                return memos.answer(recorded, identity)
+                        called = yield from self._guarded(memo_ref, call_out, since)
+                        if called is _LOOK_AGAIN:  # waited here for its limit group: look again
+                            continue
+                        result = self.called = called
             except _RunRecordSeen as seen:
                 yield from recorder.meet(seen.row)  # returns only to replay
                 continue
+            except LimitReachedError:  # the call was not made: nothing to look for
+                raise
             except StepAborted as abort:
                 if not abortable:
                     raise
@@ -400,7 +407,39 @@ class Stepper:
                 continue  # replaying now: read the memo first
             return _RETRY
 
-    # -- replay, leases, stale reads -------------------------------------------
+    # -- replay, leases, limits, stale reads -----------------------------------
+
+    def _guarded(self, memo_ref: RowRef, call_out: CallOut, since: float) -> Steps[Any]:
+        """The call made under its effect lease (held already) and inside its limit group: the
+        call's answer, or ``_LOOK_AGAIN`` once this execution waited for the group here. A call
+        that did not happen (it failed, its group was full) gives the lease up, so a retry or a
+        racing execution need not wait for it to end."""
+        given, group = self._given, call_out.group
+        token = None
+        try:
+            if group is not None:
+                token = yield from room(given, self._recorder, self._journal.entries, group, since)
+                if token is None:
+                    yield from self._lease_given_up(memo_ref, call_out)
+                    return _LOOK_AGAIN
+            answer = yield call_out
+        except GeneratorExit:  # the driver dropped the execution: the leases end by themselves
+            raise
+        except BaseException:
+            if token is not None:
+                assert group is not None
+                yield from give_back((group,), token, given.clock)
+            yield from self._lease_given_up(memo_ref, call_out)
+            raise
+        if token is not None:
+            assert group is not None
+            yield from give_back((group,), token, given.clock)
+        return answer
+
+    def _lease_given_up(self, memo_ref: RowRef, call_out: CallOut) -> Steps[None]:
+        if call_out.lease is not None:
+            with contextlib.suppress(TransientError):  # else it ends by itself
+                yield from self._calls.commit([Delete(self._lease_ref(memo_ref))], memo_ref)
 
     def _lease_ref(self, memo_ref: RowRef) -> RowRef:
         return RowRef(

@@ -56,7 +56,7 @@ from idemflow._recording import RunRecorder
 from idemflow._requests import CommitCache, Steps
 from idemflow._stepper import Stepper
 from idemflow._store_calls import StoreCalls
-from idemflow.errors import CompensationError, NonDeterminismError, StepFailedError
+from idemflow.errors import CompensationError, LimitReachedError, NonDeterminismError, StepFailedError
 from idemflow.keys import memo_prefix
 from idemflow.monad import Call, Node, Start
 from idemflow.plan import (
@@ -246,7 +246,7 @@ class Execution:
             if given.plan.submission is not None and not given.capabilities.cross_partition_commit:
                 yield CommitCache([Delete(self._recorder.outbox_ref())])  # written before the claim
             return finished.record
-        except (NonDeterminismError, *INFRASTRUCTURE):
+        except (NonDeterminismError, LimitReachedError, *INFRASTRUCTURE):
             raise
         except Exception as exc:
             if not given.plan.step_errors:

@@ -89,6 +89,8 @@ class Effect(NamedTuple):
     """How a call that raised is made again (None: the workflow's policy)."""
     timeout: float | None = None
     """Seconds an attempt may take before it counts as failed."""
+    group: Limit | None = None
+    """The limit group held around the call alone (``effect(..., group=)``)."""
 
 
 class Abort(NamedTuple):

@@ -8,8 +8,9 @@ an execution's state. The signals below unwind an execution to its caller.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 from idemflow.records import OutboxEntry, RunRecord
 from idemflow.serialization import JSON
@@ -101,6 +102,11 @@ class Plan:
     incarnation: str | None = None
     """The run's incarnation, as the run record a resuming caller read says: the memos it replays
     must carry it (a memo of an earlier request with this id is not this run's)."""
+    waiting: str | None = None
+    """What the run record said the request waited for when this execution began (a worker's)."""
+    clear_waiting: Callable[[], Generator[Any, Any, object]] | None = None
+    """Clears that note from the run record, if it still says it: called once the request no
+    longer waits for it (an effect's limit group had room)."""
     lane: str | None = None
     """The request's queue lane (``submit(priority=)``; None: normal): the children it starts
     inherit it, and the continuations it sends to wake another request go to it."""

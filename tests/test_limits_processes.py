@@ -1,10 +1,11 @@
 """Limits across processes: 3 ``idemflow worker`` processes x 8 threads share one store.
 
 One of the three runs on an event loop (``--asyncio``).
-A workflow with ``concurrency=2`` counts itself in an outside SQLite table (entry, exit, the
-most ever inside: :mod:`tests.limit_workflows`); slot holders are SIGKILLed mid-request and
-replaced. Never more than 2 are inside, every request completes once, and a killed holder's
-slot comes back after its lease. A 5/s rate starts at most ``5 + 5 * T`` requests in any
+A workflow with ``concurrency=2``, and a provider call that two other workflows make under a
+limit group of 2 (``effect(..., group=)``), count themselves in an outside SQLite table (entry,
+exit, the most ever inside: :mod:`tests.limit_workflows`); slot holders of both are SIGKILLed
+mid-call and replaced. Never more than 2 are inside either, every request completes once, and a
+killed holder's slot comes back after its lease. A 5/s rate starts at most ``5 + 5 * T`` requests in any
 ``T`` seconds, by the start times the requests' own ``now()`` steps read. On SQLite (files),
 DynamoDB on moto and on DynamoDB Local, and Azure Tables on Azurite, each beside a queue.
 """
@@ -30,7 +31,7 @@ from idemflow.worker import open_queue
 from tests import limit_workflows
 from tests.conftest import TEST_TABLES, paired_queue_url, store_kinds
 from tests.conftest import store_url as url_of
-from tests.limit_workflows import PACE, connect, create, paced, pair, take_out
+from tests.limit_workflows import PACE, booking, connect, create, paced, pair, peaks, refunding, take_out
 from tests.workflows import rows_of
 
 KEY = "limits-test-key"
@@ -89,42 +90,56 @@ def test_a_concurrency_of_two_holds_across_workers_and_sigkilled_holders(
     counter = tmp_path / "inside.sqlite3"
     create(str(counter))
     queue = open_queue(queue_url)
-    requests = 40
+    requests = 30
     ids = [f"p{n}" for n in range(requests)]
     for n, rid in enumerate(ids):
         submit(pair(n), request_id=rid, store=store, queue=queue, signing_key=KEY)
+    calls = 15  # each of booking and refunding: 30 calls to the provider
+    for n in range(calls):
+        submit(booking(n), request_id=f"b{n}", store=store, queue=queue, signing_key=KEY)
+        submit(refunding(n), request_id=f"r{n}", store=store, queue=queue, signing_key=KEY)
     chooser = random.Random(5)
     workers = [start_worker(store_url, queue_url, counter, asyncio=i == 1) for i in range(WORKERS)]
     db = connect(str(counter))
-    killed = 0
+    killed: dict[str, int] = {"pair": 0, "provider": 0}
     try:
         deadline = time.monotonic() + 120
-        while killed < 3 and time.monotonic() < deadline:  # kill a process while it holds a slot
-            holders = [pid for (pid,) in db.execute("SELECT pid FROM open")]
+        while sum(killed.values()) < 4 and time.monotonic() < deadline:  # kill holders of both
             by_pid = {w.pid: i for i, w in enumerate(workers)}
-            victims = [by_pid[pid] for pid in holders if pid in by_pid]
-            if not victims:
+            holders = [  # the kind killed less first: both kinds' holders die while they hold
+                (killed[kind], kind, by_pid[pid])
+                for pid, kind in db.execute("SELECT pid, kind FROM open")
+                if pid in by_pid and killed[kind] < 2
+            ]
+            if not holders:
                 time.sleep(0.02)
                 continue
-            victim = chooser.choice(victims)
+            fewest = min(count for count, _, _ in holders)
+            _, wanted, victim = chooser.choice([holder for holder in holders if holder[0] == fewest])
             workers[victim].send_signal(signal.SIGKILL)
             workers[victim].wait()
             take_out(db, workers[victim].pid)
-            killed += 1
+            killed[wanted] += 1
             workers[victim] = start_worker(store_url, queue_url, counter, asyncio=victim == 1)
             time.sleep(chooser.uniform(0.3, 1.0))
-        assert killed == 3
+        assert killed == {"pair": 2, "provider": 2}
         wait_for(store, "pair", ids, 180)
+        wait_for(store, "booking", [f"b{n}" for n in range(calls)], 120)
+        wait_for(store, "refunding", [f"r{n}" for n in range(calls)], 120)
     finally:
         queue.close()
         for worker in workers:
             worker.terminate()
             worker.wait(timeout=30)
-    inside, peak = db.execute("SELECT inside, peak FROM stats").fetchone()
-    assert peak == 2, f"{peak} requests were inside a workflow limited to 2"
-    assert inside == 0
+    counted = peaks(db)
+    assert counted["pair"] == (0, 2), f"inside, peak of a workflow limited to 2: {counted['pair']}"
+    assert counted["provider"] == (0, 2), f"inside, peak of a call limited to 2: {counted['provider']}"
     store.flush()
     assert rows_of(store, "pair") == {("tablea", str(n), "done"): 1 for n in range(requests)}
+    assert rows_of(store, "booking") == {
+        ("tablea", str(n), key): 1 for n in range(calls) for key in ("held", "done")
+    }
+    assert rows_of(store, "refunding") == {("tablea", str(n), "done"): 1 for n in range(calls)}
 
 
 @pytest.mark.slow

@@ -265,6 +265,8 @@ class Handling:
             started_at=record.started_at,  # kept in the completion record
             incarnation=record.incarnation,
             lane=record.lane,
+            waiting=record.waiting,
+            clear_waiting=None if record.waiting is None else _clearing(pointer, record.waiting, policy),
         )
         try:
             steps = execution_steps(
@@ -493,3 +495,8 @@ def _input_of(pointer: Pointer, record: RunRecord) -> tuple[list[Any], dict[str,
     if arguments is None:
         raise MessageRejectedError(f"request {pointer.request_id!r} has no stored input to resume from")
     return arguments
+
+
+def _clearing(pointer: Pointer, why: str, policy: RetryPolicy) -> Callable[[], Steps[bool]]:
+    """Clears the run record's note ``why`` once the request no longer waits for it."""
+    return lambda: _runs.waited_steps(pointer.workflow, pointer.request_id, why, policy)

@@ -1,0 +1,66 @@
+"""An effect's limit group, held around its outside call alone (``effect(..., group=)``).
+
+A workflow's limits are held for a whole execution; a provider's contract is about calls, so
+a group named by an effect is taken just before the call is made and given back as soon as it
+returns or raises. Only a call that is really made takes it: a replay answered by the memo, or
+a racing execution answered by the holder of the effect's lease, takes nothing (the stepper
+asks for room only after both). No store call happens while the provider works, so the slot's
+lease is not renewed during the call: the group's lease must outlast it (``effect`` refuses a
+``timeout=`` longer than the lease).
+
+A full group is waited out as the execution waits for time: under workers and ``submit`` the
+rest of the request becomes a continuation due when the group may have room (never an
+attempt; the run record says what it waits for); under ``run`` in place, for at most
+:data:`IN_PLACE_WAIT` seconds (less if the caller's own time is shorter: a Lambda
+invocation's), then :class:`~idemflow.errors.LimitReachedError`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+
+from idemflow._given import Given
+from idemflow._limit_rows import acquire
+from idemflow._limit_spec import Limit
+from idemflow._recording import RunRecorder
+from idemflow._requests import Sleep, Steps
+from idemflow.errors import LimitReachedError
+from idemflow.plan import JournalEntry
+
+IN_PLACE_WAIT = 30.0
+"""Seconds ``run`` waits in place, in all, for an effect's group to have room."""
+
+
+def room(
+    given: Given,
+    recorder: RunRecorder,
+    journal: Callable[[], tuple[JournalEntry, ...]],
+    group: Limit,
+    since: float,
+) -> Steps[str | None]:
+    """The token holding ``group`` for one call, or None once this execution waited here for
+    room (the caller looks again, from the effect's lease). ``since``: ``time.monotonic()`` when
+    the effect first asked. A full group hands the request over (raises ``Suspended``) where
+    the plan suspends, and raises ``LimitReachedError`` once ``run``'s wait is spent."""
+    token = secrets.token_hex(8)
+    full = yield from acquire((group,), token, given.clock)
+    if full is None:
+        plan = given.plan
+        if plan.clear_waiting is not None and plan.waiting in _whys(group):
+            yield from plan.clear_waiting()
+        return token
+    plan = given.plan
+    if plan.suspend:
+        yield from recorder.hand_over(journal(), given.clock() + full.retry_after, full.why)
+    budget = IN_PLACE_WAIT if plan.in_place_for is None else min(IN_PLACE_WAIT, plan.in_place_for)
+    if time.monotonic() - since + full.retry_after > budget:
+        raise LimitReachedError(given.workflow, given.request_id, full.why, full.retry_after)
+    yield Sleep(full.retry_after, given.policy.conflicts.sleep)
+    return None
+
+
+def _whys(group: Limit) -> tuple[str, ...]:
+    slots = () if group.concurrency is None else (group.slots_why(),)
+    return slots + (() if group.rate is None else (group.rate_why(),))

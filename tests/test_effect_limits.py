@@ -1,0 +1,326 @@
+"""A limit group on one outside call (``effect(..., group=)``), on every store: held around
+the call alone, by calls that are really made; ``run`` waits in place then refuses, workers
+and ``submit`` wait as a delayed continuation that is never an attempt.
+
+Across worker processes with SIGKILLed holders: ``tests/test_limits_processes.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from idemflow import (
+    Concurrency,
+    InvalidInputError,
+    LimitGroup,
+    LimitReachedError,
+    Rate,
+    StepRetry,
+    arun,
+    atomic,
+    checkpoint,
+    effect,
+    run,
+    workflow,
+)
+from idemflow import _call_limits as call_limits
+from idemflow._drive import drive
+from idemflow._limit_rows import holders, slots_ref
+from idemflow.client import RunStatus, status, submit
+from idemflow.runner import run_status
+from idemflow.stores import MemoryStore
+from idemflow.stores.base import Store
+from idemflow.testing import data_rows
+from idemflow.worker import MemoryQueue, Worker
+from tests.conftest import StoreFactory
+from tests.test_limits import Clock, hold
+
+
+class Provider:
+    """An outside service that counts the calls inside it at once (and can be held busy)."""
+
+    def __init__(self, crowd: int = 1, patience: float = 0.0) -> None:
+        self.lock = threading.Lock()
+        self.met = threading.Condition(self.lock)
+        self.crowd = crowd
+        self.patience = patience
+        """A call stays ``patience`` seconds, or until ``crowd`` calls are inside."""
+        self.inside = 0
+        self.peak = 0
+        self.keys: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def call(self, key: str) -> str:
+        with self.lock:
+            self.inside += 1
+            self.peak = max(self.peak, self.inside)
+            self.keys.append(key)
+            self.met.notify_all()
+        self.entered.set()
+        self.gate.wait(30)
+        with self.met:  # stays while callers pile up (a crowd of them lets it go at once)
+            self.met.wait_for(lambda: self.inside >= self.crowd, timeout=self.patience)
+            self.inside -= 1
+        return "ch_" + key[:6]
+
+
+def slot_holders(store: Store, group: LimitGroup) -> dict[str, float]:
+    row = drive(_read(slots_ref(group.limit)), store)
+    return holders(row, time.time())
+
+
+def _read(ref: Any) -> Any:
+    from idemflow._requests import Read
+
+    return (yield Read(ref))
+
+
+# --- declared --------------------------------------------------------------------------------
+
+
+def test_a_bad_group_or_a_call_that_outlasts_the_lease_is_refused_before_anything_is_written() -> None:
+    store = MemoryStore()
+    short = LimitGroup("short", concurrency=Concurrency(1, lease=5))
+
+    groups: dict[str, Any] = {"typo": "payments", "short": short, "paced": LimitGroup("paced", rate=Rate(5))}
+
+    @workflow("refused")
+    def refused(group: str, timeout: float | None) -> Generator[Any, Any, None]:
+        yield effect(lambda key: None, group=groups[group], timeout=timeout)
+
+    with pytest.raises(InvalidInputError, match="takes a LimitGroup, not 'payments'"):
+        run(refused("typo", None), request_id="r-1", store=store)
+    with pytest.raises(InvalidInputError, match="outlasts limit group 'short'"):
+        run(refused("short", 6.0), request_id="r-2", store=store)
+    assert run_status(store, "refused", "r-1") is None and run_status(store, "refused", "r-2") is None
+    run(refused("short", 5.0), request_id="r-3", store=store)  # a timeout the lease covers
+    run(refused("paced", 60.0), request_id="r-4", store=store)  # a rate holds no slot
+
+
+# --- under run ---------------------------------------------------------------------------------
+
+
+def test_racing_runs_call_the_provider_at_most_n_at_once_and_each_once(store_factory: StoreFactory) -> None:
+    store, provider = store_factory(), Provider(crowd=3, patience=0.3)
+    group = LimitGroup("provider", concurrency=Concurrency(2, lease=30))
+
+    @workflow("booked")
+    def booked(n: int) -> Generator[Any, Any, str]:
+        yield atomic("accounts", f"b{n}", lambda tx: tx.increment("held"))
+        charged: str = yield effect(provider.call, group=group)
+        yield atomic("accounts", f"b{n}", lambda tx: tx.put("charge", charged))
+        return charged
+
+    answers: dict[int, str] = {}
+
+    def one(n: int) -> None:
+        answers[n] = run(booked(n), request_id=f"b-{n}", store=store)
+
+    threads = [threading.Thread(target=one, args=(n % 6,)) for n in range(12)]  # each request twice
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(answers) == list(range(6))
+    assert provider.peak == 2, f"{provider.peak} calls were inside a group of 2"
+    assert len(set(provider.keys)) == 6  # a racing duplicate may call too (no lease), with the same key
+    assert slot_holders(store, group) == {}  # every slot given back
+    store.flush()
+    assert {k: v for k, v in _by_partition(store).items() if k.endswith(".held")} == {
+        f"b{n}.held": 1 for n in range(6)
+    }
+
+
+def _by_partition(store: Store) -> dict[str, Any]:
+    return {
+        f"{partition}.{key}": value for (_, partition, key), value in data_rows(store, "accounts").items()
+    }
+
+
+def test_a_replayed_call_takes_no_slot_and_a_failed_call_gives_its_slot_back(
+    store_factory: StoreFactory,
+) -> None:
+    store, clock = store_factory(), Clock(time.time())
+    group = LimitGroup("one", concurrency=Concurrency(1, lease=30))
+    failures = [RuntimeError("provider down")]
+
+    def flaky(key: str) -> str:
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    @workflow("replayed")
+    def replayed(n: int) -> Generator[Any, Any, str]:
+        answer: str = yield effect(flaky, group=group)
+        return answer
+
+    with pytest.raises(RuntimeError, match="provider down"):
+        run(replayed(1), request_id="r-1", store=store)
+    assert slot_holders(store, group) == {}  # the failed call gave it back
+    assert run(replayed(1), request_id="r-1", store=store) == "ok"
+    hold(store, group.limit, clock)  # the group is full now
+    assert run(replayed(1), request_id="r-1", store=store) == "ok"  # answered from the memo
+
+
+def test_run_waits_in_place_for_the_group_then_refuses_and_a_later_run_resumes(
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, provider = store_factory(), Provider()
+    group = LimitGroup("busy", concurrency=Concurrency(1, lease=30))
+    monkeypatch.setattr(call_limits, "IN_PLACE_WAIT", 0.0)  # no wait in place: refused at once
+
+    @workflow("waited", retry=StepRetry(maximum_attempts=1))
+    def waited(n: int) -> Generator[Any, Any, str]:
+        yield atomic("accounts", f"w{n}", lambda tx: tx.increment("before"))
+        charged: str = yield effect(provider.call, group=group)
+        return charged
+
+    provider.gate.clear()  # the first call stays inside the provider, holding the group
+    first = threading.Thread(target=lambda: run(waited(1), request_id="w-1", store=store))
+    first.start()
+    assert provider.entered.wait(30)
+    with pytest.raises(LimitReachedError) as full:
+        run(waited(2), request_id="w-2", store=store)
+    assert full.value.why == "concurrency slot of group busy (1 at once)"
+    assert full.value.retry_after > 0
+    record = run_status(store, "waited", "w-2")  # its first step stands; the call was not made
+    assert record is not None and record.status is RunStatus.RUNNING and record.attempts is None
+    provider.gate.set()
+    first.join()
+    monkeypatch.setattr(call_limits, "IN_PLACE_WAIT", 30.0)
+    assert run(waited(2), request_id="w-2", store=store).startswith("ch_")
+    assert len(provider.keys) == 2
+    assert _by_partition(store) == {"w1.before": 1, "w2.before": 1}
+
+
+def test_a_rate_spends_a_token_per_call_and_a_long_wait_is_refused_at_once(
+    store_factory: StoreFactory,
+) -> None:
+    store = store_factory()
+    group = LimitGroup("daily", rate=Rate(2, per=3600.0))
+    calls: list[str] = []
+
+    @workflow("rated")
+    def rated(n: int) -> Generator[Any, Any, int]:
+        yield effect(calls.append, group=group)
+        return n
+
+    assert [run(rated(n), request_id=f"r-{n}", store=store) for n in range(2)] == [0, 1]
+    started = time.monotonic()
+    with pytest.raises(LimitReachedError) as full:  # a token is 30 minutes away: no wait in place
+        run(rated(2), request_id="r-2", store=store)
+    assert time.monotonic() - started < 10
+    assert full.value.why == "rate of group daily (2 per 3600 s)"
+    assert 1000 < full.value.retry_after <= 1800
+    assert len(calls) == 2
+    assert run(rated(0), request_id="r-0", store=store) == 0  # a duplicate: answered, no token
+
+
+def test_a_group_the_workflow_holds_is_not_taken_again_by_its_calls(store_factory: StoreFactory) -> None:
+    store = store_factory()
+    solo = LimitGroup("solo", concurrency=Concurrency(1, lease=30))
+
+    @workflow("holding", groups=[solo])
+    def holding(n: int) -> Generator[Any, Any, str]:
+        answer: str = yield effect(lambda key: "inside", group=solo)  # would wait for itself
+        return answer
+
+    assert run(holding(1), request_id="h-1", store=store) == "inside"
+
+
+def test_arun_holds_the_group_around_the_call(store_factory: StoreFactory) -> None:
+    store, inside, peak = store_factory(), [0], [0]
+    group = LimitGroup("aio", concurrency=Concurrency(1, lease=30))
+
+    async def call(key: str) -> str:
+        inside[0] += 1
+        peak[0] = max(peak[0], inside[0])
+        await asyncio.sleep(0.02)
+        inside[0] -= 1
+        return key[:4]
+
+    @workflow("awaited")
+    async def awaited(n: int) -> str:
+        return await effect(call, group=group)
+
+    async def main() -> list[str]:
+        return list(
+            await asyncio.gather(*(arun(awaited(n), request_id=f"a-{n}", store=store) for n in range(4)))
+        )
+
+    assert len(set(asyncio.run(main()))) == 4
+    assert peak[0] == 1
+    assert slot_holders(store, group) == {}
+
+
+# --- under workers ---------------------------------------------------------------------------
+
+
+def test_a_worker_waits_for_the_group_as_a_continuation_never_an_attempt(store_factory: StoreFactory) -> None:
+    store, queue, provider = store_factory(), MemoryQueue(), Provider()
+    group = LimitGroup("partner", concurrency=Concurrency(1, lease=30))
+
+    @workflow("partnered", retry=StepRetry(maximum_attempts=1))
+    def partnered(n: int) -> Generator[Any, Any, Any]:
+        yield checkpoint()
+        charged = yield effect(provider.call, group=group)
+        # what the run record said once the call was made: the note of the wait is gone
+        note = yield effect(lambda key: status(store, "partnered", f"p-{n}").waiting)
+        return [charged, note]
+
+    pending = [submit(partnered(n), request_id=f"p-{n}", store=store, queue=queue) for n in range(4)]
+    seen: set[str | None] = set()
+    done = threading.Event()
+
+    def watch() -> None:  # the first call stays inside until another request waits for it
+        while not done.wait(0.01):
+            seen.update(status(store, "partnered", f"p-{n}").waiting for n in range(4))
+            if len(seen) > 1 or time.monotonic() > give_up:
+                provider.gate.set()
+
+    provider.gate.clear()
+    give_up = time.monotonic() + 10
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    stats = Worker([partnered], store=store, queue=queue, concurrency=4, max_deliveries=1).run(
+        idle_timeout=1.5
+    )
+    done.set()
+    watcher.join()
+    results = [p.result(timeout=5) for p in pending]
+    assert provider.peak == 1 and len(provider.keys) == 4
+    assert stats.failed == 0 and stats.completed == 4 and stats.suspended >= 1
+    assert "concurrency slot of group partner (1 at once)" in seen
+    assert [note for _, note in results] == [None] * 4
+    for n in range(4):
+        record = run_status(store, "partnered", f"p-{n}")
+        assert record is not None and record.attempts is None
+
+
+def test_submit_hands_a_request_whose_group_is_full_to_the_workers(store_factory: StoreFactory) -> None:
+    store, queue, clock = store_factory(), MemoryQueue(), Clock(time.time())
+    group = LimitGroup("inline", concurrency=Concurrency(1, lease=2))
+    calls: list[str] = []
+
+    @workflow("inline")
+    def inline(n: int) -> Generator[Any, Any, int]:
+        yield atomic("accounts", f"i{n}", lambda tx: tx.increment("held"))
+        yield effect(calls.append, group=group)
+        return n
+
+    hold(store, group.limit, clock)  # a holder that died: its lease ends in 2 s
+    handle = submit(inline(1), request_id="i-1", store=store, queue=queue)
+    assert calls == []  # not made in the submitter, and submit did not wait
+    assert status(store, "inline", "i-1").waiting == "concurrency slot of group inline (1 at once)"
+    Worker([inline], store=store, queue=queue).run(idle_timeout=1.0)
+    assert handle.result(timeout=5) == 1 and len(calls) == 1
+    assert _by_partition(store) == {"i1.held": 1}
