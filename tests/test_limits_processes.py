@@ -31,7 +31,7 @@ from idemflow.worker import open_queue
 from tests import limit_workflows
 from tests.conftest import TEST_TABLES, paired_queue_url, store_kinds
 from tests.conftest import store_url as url_of
-from tests.limit_workflows import PACE, booking, connect, create, paced, pair, peaks, refunding, take_out
+from tests.limit_workflows import PACE, booking, connect, create, paced, pair, refunding, stats, take_out
 from tests.workflows import rows_of
 
 KEY = "limits-test-key"
@@ -100,7 +100,6 @@ def test_a_concurrency_of_two_holds_across_workers_and_sigkilled_holders(
         submit(refunding(n), request_id=f"r{n}", store=store, queue=queue, signing_key=KEY)
     chooser = random.Random(5)
     workers = [start_worker(store_url, queue_url, counter, asyncio=i == 1) for i in range(WORKERS)]
-    db = connect(str(counter))
     killed: dict[str, int] = {"pair": 0, "provider": 0}
     try:
         deadline = time.monotonic() + 120
@@ -108,7 +107,7 @@ def test_a_concurrency_of_two_holds_across_workers_and_sigkilled_holders(
             by_pid = {w.pid: i for i, w in enumerate(workers)}
             holders = [  # the kind killed less first: both kinds' holders die while they hold
                 (killed[kind], kind, by_pid[pid])
-                for pid, kind in db.execute("SELECT pid, kind FROM open")
+                for pid, kind in limit_workflows.holders(str(counter))
                 if pid in by_pid and killed[kind] < 2
             ]
             if not holders:
@@ -118,7 +117,7 @@ def test_a_concurrency_of_two_holds_across_workers_and_sigkilled_holders(
             _, wanted, victim = chooser.choice([holder for holder in holders if holder[0] == fewest])
             workers[victim].send_signal(signal.SIGKILL)
             workers[victim].wait()
-            take_out(db, workers[victim].pid)
+            take_out(str(counter), workers[victim].pid)
             killed[wanted] += 1
             workers[victim] = start_worker(store_url, queue_url, counter, asyncio=victim == 1)
             time.sleep(chooser.uniform(0.3, 1.0))
@@ -131,7 +130,7 @@ def test_a_concurrency_of_two_holds_across_workers_and_sigkilled_holders(
         for worker in workers:
             worker.terminate()
             worker.wait(timeout=30)
-    counted = peaks(db)
+    counted = stats(str(counter))
     assert counted["pair"] == (0, 2), f"inside, peak of a workflow limited to 2: {counted['pair']}"
     assert counted["provider"] == (0, 2), f"inside, peak of a call limited to 2: {counted['provider']}"
     store.flush()

@@ -90,14 +90,15 @@ exactly at its end (``--only NAME`` runs those whose names start with NAME):
    ended, seats and meals held equal the completed bookings. A second table
    gives the provider's side: charges, refunds, declines, outages, late
    answers, operators' aborts.
-10. **flow control** (:mod:`samples.chaos.limits`, the workflow in
-   :mod:`samples.chaos.limits_flows`) — a workflow with ``concurrency=2``
-   that counts itself in an outside table, submitted 2-3 times per request
-   to 3 worker processes of 8 threads; worker processes holding a slot are
-   SIGKILLed mid-request and replaced (their slots come back after the
-   lease). A monitor reads the count over and over: more than 2 inside at
-   any moment, a request left unfinished or a step applied twice is an
-   anomaly.
+10. **flow control** (:mod:`samples.chaos.limits`, the workflows in
+   :mod:`samples.chaos.limits_flows`) — a workflow with ``concurrency=2``,
+   and a supplier's call that two workflows make under a limit group of 2
+   (``effect(..., group=)``), each counting itself in an outside table,
+   submitted 2-3 times per request to 3 worker processes of 8 threads; worker
+   processes holding a slot are SIGKILLed mid-request and replaced (their
+   slots come back after the lease). A monitor reads the counts over and
+   over: more than 2 inside either at any moment, a request left unfinished
+   or a step applied twice is an anomaly.
 
 The summary table goes to ``benchmarks/results/chaos.md``; the exit status
 is 1 if any anomaly was found. ``--quick`` runs smaller rounds (the test

@@ -1,12 +1,13 @@
-"""Workload 10: flow control. A workflow limited to 2 at once, under 3 worker processes x 8 threads
-whose slot holders are SIGKILLed mid-request.
+"""Workload 10: flow control. A workflow limited to 2 at once, and a supplier's call limited to 2
+at once from two workflows (``effect(..., group=)``), under 3 worker processes x 8 threads whose
+slot holders are SIGKILLed mid-request.
 
 Each round submits requests 2-3 times each to ``idemflow worker`` processes on one SQLite store
-and queue. While they run, the driver kills a worker process that is inside the workflow (it
-holds a slot: its slot comes back only when its lease ends), takes the killed process's entries
-out of the outside count (:mod:`samples.chaos.limits_flows`) and starts a replacement. A monitor
-reads the count over and over: more than 2 inside at any moment is an anomaly, and so is a
-request that does not complete or a step applied twice.
+and queue. While they run, the driver kills a worker process that is inside the workflow or the
+call (it holds a slot: its slot comes back only when its lease ends), takes the killed process's
+entries out of the outside count (:mod:`samples.chaos.limits_flows`) and starts a replacement. A
+monitor reads the count over and over: more than 2 inside either at any moment is an anomaly,
+and so is a request that does not complete or a step applied twice.
 """
 
 from __future__ import annotations
@@ -49,21 +50,23 @@ def limits_killed(opts: Options, rng: random.Random, round_no: int, totals: Tota
     flows.create(str(counter))
     store_url, queue_url = f"sqlite:{path}", f"sqlite:{queue_path}?visibility_timeout=2"
     store, queue, key = SqliteStore(path), open_queue(queue_url), secrets.token_hex(16)
-    requests = 30 if opts.quick else 80
+    requests = 12 if opts.quick else 30  # of each of the three workflows
     sent = 0
     for n in range(requests):
-        for _ in range(rng.choice((2, 3))):
-            submit(flows.guarded(n), request_id=f"g{n}", store=store, queue=queue, signing_key=key)
-            sent += 1
+        for flow, rid in ((flows.guarded, f"g{n}"), (flows.supplied, f"s{n}"), (flows.resupplied, f"r{n}")):
+            for _ in range(rng.choice((2, 3))):
+                submit(flow(n), request_id=rid, store=store, queue=queue, signing_key=key)
+                sent += 1
     problems: list[str] = []
     stop, checks = threading.Event(), [0]
 
     def monitor() -> None:
         while not stop.wait(0.02):
-            _, peak = flows.stats(str(counter))
+            counts = flows.stats(str(counter))
             checks[0] += 1
-            if peak > flows.SLOTS and not problems:
-                problems.append(f"while running: {peak} inside a workflow limited to {flows.SLOTS}")
+            for kind, (_, peak) in counts.items():
+                if peak > flows.SLOTS and not problems:
+                    problems.append(f"while running: {peak} inside a {kind} limited to {flows.SLOTS}")
 
     watcher = threading.Thread(target=monitor, daemon=True)
     watcher.start()
@@ -73,15 +76,17 @@ def limits_killed(opts: Options, rng: random.Random, round_no: int, totals: Tota
     try:
         while time.monotonic() < deadline:
             done = sum(
-                status(store, "guarded", f"g{n}").status is RunStatus.COMPLETED for n in range(requests)
+                status(store, name, f"{name[0]}{n}").status is RunStatus.COMPLETED
+                for name in ("guarded", "supplied", "resupplied")
+                for n in range(requests)
             )
-            if done == requests:
+            if done == 3 * requests:
                 break
-            if kills < wanted and done >= kills * requests // (wanted + 1):
+            if kills < wanted and done >= kills * 3 * requests // (wanted + 1):
                 kills += _kill_a_holder(workers, store_url, queue_url, counter, key, rng)
             time.sleep(0.05)
         else:
-            problems.append(f"only {done} of {requests} requests completed")
+            problems.append(f"only {done} of {3 * requests} requests completed")
     finally:
         stop.set()
         watcher.join()
@@ -93,7 +98,7 @@ def limits_killed(opts: Options, rng: random.Random, round_no: int, totals: Tota
     if set(applied.values()) - {1}:
         problems.append(f"a step applied more than once: {applied}")
     store.close()
-    totals.requests += requests
+    totals.requests += 3 * requests
     totals.submissions += sent
     totals.kills += kills
     totals.checks += checks[0]
@@ -108,12 +113,9 @@ def _kill_a_holder(
     key: str,
     rng: random.Random,
 ) -> int:
-    """SIGKILL a worker process inside the workflow (holding a slot), if one is; 1 if killed."""
-    db = flows.connect(str(counter))
-    try:
-        holders = {pid for (pid,) in db.execute("SELECT pid FROM open")}
-    finally:
-        db.close()
+    """SIGKILL a worker process inside the workflow or the call (holding a slot), if one is; 1 if
+    killed."""
+    holders = {pid for pid, _ in flows.holders(str(counter))}
     victims = [i for i, worker in enumerate(workers) if worker.pid in holders]
     if not victims:
         return 0
