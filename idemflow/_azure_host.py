@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from idemflow._lambda_queues import Pushed, queue_of
-from idemflow.errors import InvalidInputError
+from idemflow._lambda_queues import Pushed, lane_names, queue_of
+from idemflow.errors import ConfigurationError, InvalidInputError
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -42,6 +42,7 @@ POISON_REASON = (
 
 def queue_name(queue: str | Queue) -> str:
     """The name of the Azure queue ``queue`` is (or its URL names), read without opening it."""
+    refuse_lanes(queue)
     if isinstance(queue, str):
         from idemflow.async_worklist.queues import _parsed
 
@@ -57,6 +58,22 @@ def queue_name(queue: str | Queue) -> str:
     if module is None or not isinstance(queue, module.AzureQueue):
         raise InvalidInputError(f"the queue trigger reads an Azure queue, not {type(queue).__name__}")
     return str(queue.name)
+
+
+def refuse_lanes(queue: str | Queue) -> None:
+    """A :class:`~idemflow.errors.ConfigurationError` for priority lanes (``?lanes=true`` or a
+    ``LanedQueue``), from the URL alone: a queue trigger binds one queue, so each lane needs a
+    function of its own."""
+    names = lane_names(queue)
+    if names is None:
+        return
+    high, normal, low = names
+    raise ConfigurationError(
+        f"a queue trigger binds one queue, not ?lanes=true: register one function per lane, each "
+        f"with its lane's queue URL ({high}, {normal} and {low}: azure-queue:{high}, ...) and a "
+        f"name of its own, e.g. register(app, workflows, store=..., queue='azure-queue:{high}', "
+        f"name='idemflow_high')"
+    )
 
 
 def azure_queue_of(queue: str | Queue) -> AzureQueue:
