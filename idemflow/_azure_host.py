@@ -42,7 +42,6 @@ POISON_REASON = (
 
 def queue_name(queue: str | Queue) -> str:
     """The name of the Azure queue ``queue`` is (or its URL names), read without opening it."""
-    refuse_lanes(queue)
     if isinstance(queue, str):
         from idemflow.async_worklist.queues import _parsed
 
@@ -50,10 +49,13 @@ def queue_name(queue: str | Queue) -> str:
         if url.scheme == "azure-queue" and url.target:
             from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls
 
-            return AzureQueueCalls.check_name(url.target)  # the host would listen on no queue
+            name = AzureQueueCalls.check_name(url.target)  # the host would listen on no queue
+            refuse_lanes(queue)
+            return name
         raise InvalidInputError(
             f"the queue trigger reads an Azure queue: use an azure-queue: URL, not {url.scheme}:"
         )
+    refuse_lanes(queue)
     module = sys.modules.get("idemflow.async_worklist.queues.azure_queue")  # loaded if queue is one
     if module is None or not isinstance(queue, module.AzureQueue):
         raise InvalidInputError(f"the queue trigger reads an Azure queue, not {type(queue).__name__}")
@@ -69,10 +71,9 @@ def refuse_lanes(queue: str | Queue) -> None:
         return
     high, normal, low = names
     raise ConfigurationError(
-        f"a queue trigger binds one queue, not ?lanes=true: register one function per lane, each "
-        f"with its lane's queue URL ({high}, {normal} and {low}: azure-queue:{high}, ...) and a "
-        f"name of its own, e.g. register(app, workflows, store=..., queue='azure-queue:{high}', "
-        f"name='idemflow_high')"
+        f"a queue trigger binds one queue, not ?lanes=true: register one function per lane (the "
+        f"queues {high}, {normal} and {low}), each with its lane's own queue URL and name, e.g. "
+        f"register(app, workflows, store=..., queue='azure-queue:{high}', name='idemflow_high')"
     )
 
 

@@ -50,6 +50,9 @@ def queue_of(queue: str | Queue) -> Queue:
     return opened
 
 
+_PLACEHOLDERS = ("<name>-high", "<name>", "<name>-low")
+
+
 def lane_names(queue: str | Queue) -> list[str] | None:
     """The names of the three queues a laned ``queue`` stands for (a ``?lanes=true`` URL, read
     without opening anything, or a ``LanedQueue``), highest first; None for a queue of its own.
@@ -63,7 +66,8 @@ def lane_names(queue: str | Queue) -> list[str] | None:
     from idemflow.async_worklist.queues.lanes import LANES, LanedQueue, lane_url
 
     if isinstance(queue, LanedQueue):
-        return [str(getattr(queue.lanes[lane], "name", lane)) for lane in LANES]
+        names = [name for lane in LANES if isinstance(name := getattr(queue.lanes[lane], "name", None), str)]
+        return names if len(names) == len(LANES) else list(_PLACEHOLDERS)
     if not isinstance(queue, str):
         return None
     from idemflow.async_worklist.queues import _parsed
@@ -71,10 +75,11 @@ def lane_names(queue: str | Queue) -> list[str] | None:
     _, url = _parsed(queue)
     if not url.flag("lanes"):
         return None
-    lanes = [lane_url(url, lane) for lane in LANES]
     if url.scheme == "sqlite":
-        return [lane.params.get("name", "default") for lane in lanes]
-    return [lane.target or "(unnamed)" for lane in lanes]
+        return [lane_url(url, lane).params.get("name", "default") for lane in LANES]
+    if not url.target:  # a queue of no name of its own (memory:)
+        return list(_PLACEHOLDERS)
+    return [f"{url.target}-high", url.target, f"{url.target}-low"]
 
 
 def seconds_left(context: LambdaContext) -> float:

@@ -255,6 +255,8 @@ def test_a_laned_queue_is_refused_from_its_url_alone(cloud: dict[str, Any], azur
         timer_function(store=cloud["store"], queue=laned)
     with pytest.raises(ConfigurationError, match="binds one queue"):
         queue_function(WORKFLOWS, store=cloud["store"], queue=open_queue("memory:?lanes=true"))
+    with pytest.raises(InvalidInputError, match="Azure queue name"):  # a wrong name is told first
+        queue_function(WORKFLOWS, store=cloud["store"], queue="azure-queue:Orders?lanes=true")
     for name in (f"{prefix}x-high", f"{prefix}x", f"{prefix}x-low"):
         with pytest.raises(ResourceNotFoundError):
             QueueClient.from_connection_string(azurite.connection_string, name).get_queue_properties()
