@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from idemflow._lambda_queues import Pushed, queue_of
-from idemflow.errors import InvalidInputError
+from idemflow._lambda_queues import Pushed, lane_names, queue_of
+from idemflow.errors import ConfigurationError, InvalidInputError
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -49,14 +49,32 @@ def queue_name(queue: str | Queue) -> str:
         if url.scheme == "azure-queue" and url.target:
             from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls
 
-            return AzureQueueCalls.check_name(url.target)  # the host would listen on no queue
+            name = AzureQueueCalls.check_name(url.target)  # the host would listen on no queue
+            refuse_lanes(queue)
+            return name
         raise InvalidInputError(
             f"the queue trigger reads an Azure queue: use an azure-queue: URL, not {url.scheme}:"
         )
+    refuse_lanes(queue)
     module = sys.modules.get("idemflow.async_worklist.queues.azure_queue")  # loaded if queue is one
     if module is None or not isinstance(queue, module.AzureQueue):
         raise InvalidInputError(f"the queue trigger reads an Azure queue, not {type(queue).__name__}")
     return str(queue.name)
+
+
+def refuse_lanes(queue: str | Queue) -> None:
+    """A :class:`~idemflow.errors.ConfigurationError` for priority lanes (``?lanes=true`` or a
+    ``LanedQueue``), from the URL alone: a queue trigger binds one queue, so each lane needs a
+    function of its own."""
+    names = lane_names(queue)
+    if names is None:
+        return
+    high, normal, low = names
+    raise ConfigurationError(
+        f"a queue trigger binds one queue, not ?lanes=true: register one function per lane (the "
+        f"queues {high}, {normal} and {low}), each with its lane's own queue URL and name, e.g. "
+        f"register(app, workflows, store=..., queue='azure-queue:{high}', name='idemflow_high')"
+    )
 
 
 def azure_queue_of(queue: str | Queue) -> AzureQueue:

@@ -50,6 +50,38 @@ def queue_of(queue: str | Queue) -> Queue:
     return opened
 
 
+_PLACEHOLDERS = ("<name>-high", "<name>", "<name>-low")
+
+
+def lane_names(queue: str | Queue) -> list[str] | None:
+    """The names of the three queues a laned ``queue`` stands for (a ``?lanes=true`` URL, read
+    without opening anything, or a ``LanedQueue``), highest first; None for a queue of its own.
+
+    Why: a platform that pushes messages binds one queue per trigger or mapping, so such a
+    queue is refused, and the refusal names the queues to bind instead.
+
+    >>> lane_names("sqlite:/tmp/q.sqlite3?name=jobs&lanes=true"), lane_names("memory:")
+    (['jobs-high', 'jobs', 'jobs-low'], None)
+    """
+    from idemflow.async_worklist.queues.lanes import LANES, LanedQueue, lane_url
+
+    if isinstance(queue, LanedQueue):
+        names = [name for lane in LANES if isinstance(name := getattr(queue.lanes[lane], "name", None), str)]
+        return names if len(names) == len(LANES) else list(_PLACEHOLDERS)
+    if not isinstance(queue, str):
+        return None
+    from idemflow.async_worklist.queues import _parsed
+
+    _, url = _parsed(queue)
+    if not url.flag("lanes"):
+        return None
+    if url.scheme == "sqlite":
+        return [lane_url(url, lane).params.get("name", "default") for lane in LANES]
+    if not url.target:  # a queue of no name of its own (memory:)
+        return list(_PLACEHOLDERS)
+    return [f"{url.target}-high", url.target, f"{url.target}-low"]
+
+
 def seconds_left(context: LambdaContext) -> float:
     """What the invocation has left, in seconds."""
     return context.get_remaining_time_in_millis() / 1000.0
@@ -123,14 +155,7 @@ class Batch(Pushed):
     pushed_by = "a Lambda handler"
 
     def __init__(self, queue: Queue) -> None:
-        from idemflow.async_worklist.queues.lanes import LanedQueue
-        from idemflow.errors import ConfigurationError
-
-        if isinstance(queue, LanedQueue):  # an event's records carry no lane to settle them in
-            raise ConfigurationError(
-                "a Lambda SQS handler drains one queue: give it one lane's URL (sqs:jobs-high, "
-                "sqs:jobs, sqs:jobs-low), one event source mapping each, not ?lanes=true"
-            )
+        refuse_lanes(queue)
         super().__init__(queue)
         self.settled: set[str] = set()
         self.context: LambdaContext | None = None
@@ -151,6 +176,22 @@ class Batch(Pushed):
     def dead_letter(self, message: Message, reason: str) -> None:
         self.queue.dead_letter(message, reason)
         self.settled.add(message.id)
+
+
+def refuse_lanes(queue: str | Queue) -> None:
+    """A :class:`~idemflow.errors.ConfigurationError` for a laned queue given to an SQS handler:
+    an event's records carry no lane to settle them in."""
+    names = lane_names(queue)
+    if names is None:
+        return
+    from idemflow.errors import ConfigurationError
+
+    high, normal, low = names
+    raise ConfigurationError(
+        "a Lambda SQS handler drains one queue, not ?lanes=true: give each lane's queue "
+        f"({high}, {normal}, {low}) its own event source mapping and handler, each with that "
+        f"queue's plain URL"
+    )
 
 
 class OutOfTime(Exception):

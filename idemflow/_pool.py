@@ -13,6 +13,13 @@ written to a JSON file that tools and tests read.
 A replacement for a process that died less than ``_SHORT_LIFE`` seconds
 after it started waits, doubling up to a minute: a worker that cannot start
 (a bad queue URL) does not become a fork loop.
+
+A worker asked to stop gets ``stop_grace`` seconds to finish what it holds
+(one long outside call can take minutes), then SIGKILL, logged with its pid
+and the wait: a supervisor that waited for ever would be killed whole by its
+container platform at the end of the platform's own grace, with no word on
+which worker held on. A killed worker loses nothing: the messages it held
+come back after their visibility timeout and the memos make the re-run exact.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ _SHORT_LIFE = 10.0
 _MAX_BACKOFF = 60.0
 _KEPT_DECISIONS = 50
 _KEPT_SAMPLES = 2000
+STOP_GRACE = 30.0
+"""Default seconds a worker asked to stop may take before SIGKILL (Kubernetes' own grace)."""
+_SHUTDOWN_POLL = 0.05
 
 
 @dataclass(slots=True)
@@ -51,6 +61,8 @@ class _Child:
     process: subprocess.Popen[bytes]
     started: float
     stopping: bool = False
+    signalled: float | None = None
+    """When it was sent SIGTERM (the pool's clock): its grace runs from then."""
 
 
 @dataclass(slots=True)
@@ -79,11 +91,13 @@ class Pool:
         policy: ScalingPolicy,
         sample_every: float = 2.0,
         status_path: str | None = None,
+        stop_grace: float = STOP_GRACE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         check_bounds(minimum, maximum)
         if not isinstance(sample_every, (int, float)) or not 0 < sample_every <= _MAX_BACKOFF:
             raise InvalidValueError("--scale-every", f"must be seconds > 0 and <= 60, not {sample_every!r}")
+        self.stop_grace = check_stop_grace(stop_grace)
         self.command = list(command)
         self.minimum, self.maximum, self.concurrency = minimum, maximum, concurrency
         self.read_stats, self.policy = read_stats, policy
@@ -99,9 +113,13 @@ class Pool:
         self._record = _Record()
         self._policy_answered = False
         self._stop = threading.Event()
+        self._hurry = threading.Event()
 
     def stop(self) -> None:
-        """Stop sampling; :meth:`run` then SIGTERMs every worker and waits for them."""
+        """Stop sampling; :meth:`run` then SIGTERMs every worker and waits up to ``stop_grace``
+        for them. Called again while they are stopping, it SIGKILLs them at once."""
+        if self._stop.is_set():
+            self._hurry.set()
         self._stop.set()
 
     def run(self) -> None:
@@ -170,8 +188,7 @@ class Pool:
         running = [child for child in self._children if not child.stopping]
         for child in reversed(running[self.target :]):  # the youngest go first
             log.info("pool: stopping worker %d (SIGTERM: it finishes what it holds)", child.process.pid)
-            child.stopping = True
-            child.process.send_signal(signal.SIGTERM)
+            self._terminate(child, now)
         missing = self.target - min(len(running), self.target)
         if missing and now >= self._restart_at:
             for _ in range(missing):
@@ -183,10 +200,32 @@ class Pool:
         self._children.append(_Child(process, now))
         log.info("pool: started worker %d (%d of %d)", process.pid, self._running(), self.target)
 
+    def _terminate(self, child: _Child, now: float) -> None:
+        child.stopping = True
+        if child.signalled is None and child.process.poll() is None:
+            child.signalled = now
+            child.process.send_signal(signal.SIGTERM)
+
+    def _kill(self, child: _Child, now: float, why: str) -> None:
+        """SIGKILL ``child`` if it still runs, logging its pid and how long it had."""
+        if child.process.poll() is not None:
+            return
+        waited = 0.0 if child.signalled is None else now - child.signalled
+        log.warning(
+            "pool: worker %d still running %.1fs after SIGTERM (%s); SIGKILL: the messages it held "
+            "come back after their visibility timeout",
+            child.process.pid,
+            waited,
+            why,
+        )
+        child.process.kill()
+
     def _reap(self, now: float) -> None:
         for child in list(self._children):
             code = child.process.poll()
             if code is None:
+                if child.signalled is not None and now - child.signalled >= self.stop_grace:
+                    self._kill(child, now, f"--stop-grace {self.stop_grace:g}")
                 continue
             self._children.remove(child)
             if child.stopping:
@@ -207,13 +246,29 @@ class Pool:
         return sum(1 for child in self._children if not child.stopping)
 
     def _shutdown(self) -> None:
-        log.info("pool: stopping %d worker process(es)", len(self._children))
+        """SIGTERM every worker, wait for each until its grace ends (or :meth:`stop` is called
+        again), SIGKILL those left."""
+        log.info(
+            "pool: stopping %d worker process(es) (SIGKILL after %gs)", len(self._children), self.stop_grace
+        )
+        now = self.clock()
         for child in self._children:
-            if child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
-            child.stopping = True
+            self._terminate(child, now)
+        self._write_status()
+        while any(child.process.poll() is None for child in self._children):
+            now = self.clock()
+            hurry = self._hurry.is_set()
+            for child in self._children:
+                if hurry:
+                    self._kill(child, now, "asked to stop again")
+                elif child.signalled is not None and now - child.signalled >= self.stop_grace:
+                    self._kill(child, now, f"--stop-grace {self.stop_grace:g}")
+            if hurry:
+                break
+            self._hurry.wait(_SHUTDOWN_POLL)
         for child in self._children:
-            child.process.wait()
+            code = child.process.wait()  # SIGKILLed or exited: returns at once
+            log.info("pool: worker %d stopped (exit %d)", child.process.pid, code)
         self._children.clear()
         self._write_status()
 
@@ -238,7 +293,10 @@ class Pool:
 
     def _install_signal_handlers(self) -> Callable[[], None]:
         def stopping(sig: signal.Signals) -> None:
-            log.info("pool: %s: stopping", sig.name)
+            if self._stop.is_set():
+                log.info("pool: %s again: killing the workers still running", sig.name)
+            else:
+                log.info("pool: %s: stopping (%s again kills the workers at once)", sig.name, sig.name)
             self.stop()
 
         return stop_on_signals(stopping)
@@ -285,6 +343,22 @@ def parse_processes(text: str) -> tuple[int, int]:
 
 MAX_PROCESSES = 256
 """The most worker processes one pool starts on one host."""
+
+
+def check_stop_grace(seconds: object) -> float:
+    """``seconds`` as a float if a finite number > 0, else an :class:`InvalidValueError`.
+
+    >>> check_stop_grace(10)
+    10.0
+    >>> check_stop_grace(0)
+    Traceback (most recent call last):
+    ...
+    idemflow.errors.InvalidValueError: --stop-grace: must be seconds > 0, not 0
+    """
+    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    if not number or not 0 < seconds < float("inf"):  # type: ignore[operator]
+        raise InvalidValueError("--stop-grace", f"must be seconds > 0, not {seconds!r}")
+    return float(seconds)  # type: ignore[arg-type]
 
 
 def check_bounds(minimum: object, maximum: object) -> None:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from idemflow._pool import POOL_WORKER_ENV, Pool, parse_processes
+from idemflow._pool import POOL_WORKER_ENV, STOP_GRACE, Pool, check_stop_grace, parse_processes
 from idemflow._pool_policy import BacklogPolicy, ScalingPolicy
 from idemflow._queue_stats import queue_stats
 from idemflow.errors import InvalidInputError
@@ -29,6 +29,7 @@ _POOL_OPTIONS = (
     "--scale-every",
     "--scaling",
     "--pool-status",
+    "--stop-grace",
 )
 """The pool's own options (each takes a value): never passed on to the worker processes."""
 
@@ -77,6 +78,14 @@ def add_pool_options(worker: argparse.ArgumentParser) -> None:
         help="your own policy: a callable taking an idemflow.worker.PoolView, returning a Scaling",
     )
     pool.add_argument("--pool-status", metavar="PATH", help="keep the pool's state in this JSON file")
+    pool.add_argument(
+        "--stop-grace",
+        type=float,
+        default=STOP_GRACE,
+        metavar="SECONDS",
+        help="seconds a worker told to stop (SIGTERM) may take to finish what it holds before the pool "
+        f"SIGKILLs it (default {STOP_GRACE:g}); a second SIGTERM or Ctrl-C to the pool kills at once",
+    )
 
 
 def worker_argv(argv: Sequence[str]) -> list[str]:
@@ -116,6 +125,7 @@ def run_pool(
             "--processes and --idle-timeout do not mix: the pool replaces exiting workers"
         )
     minimum, maximum = parse_processes(args.processes)
+    stop_grace = check_stop_grace(args.stop_grace)
     command = worker_argv(argv)
     if parse(command).processes is not None:  # abbreviated (--proc): the workers would see it too
         raise InvalidInputError(
@@ -143,6 +153,7 @@ def run_pool(
             policy=policy,
             sample_every=args.scale_every,
             status_path=args.pool_status,
+            stop_grace=stop_grace,
         )
         pool.run()
     finally:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from idemflow._http_answers import KEY_HEADER
 from idemflow._lambda_http import REPLAYED_HEADER, HttpHandler, HttpOptions, HttpRequest
-from idemflow._lambda_queues import Batch, Timed, queue_of, relay_once, seconds_left, store_of
+from idemflow._lambda_queues import Batch, Timed, queue_of, refuse_lanes, relay_once, seconds_left, store_of
 from idemflow.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -159,6 +159,7 @@ class SqsHandler:
     ) -> None:
         from idemflow.async_worklist.worker import Worker
 
+        refuse_lanes(queue)  # from the URL: nothing is opened before the first invocation
         self.reserve = _check_reserve(reserve)
         self._flows = list(workflows)
         self._store, self._queue = store, queue
@@ -234,7 +235,8 @@ def sqs_handler(
     It finishes each record's request as ``idemflow worker`` does (same options, same
     outcomes), one record at a time, and returns ``{"batchItemFailures": [...]}``. ``store``
     and ``queue`` are URLs (``open_store``/``open_queue``; opened once per sandbox) or open
-    objects; ``queue`` is the mapping's source queue, where continuations are re-sent.
+    objects; ``queue`` is the mapping's source queue, where continuations are re-sent (with
+    priority lanes, one lane's queue: a ``?lanes=true`` URL is a ``ConfigurationError``).
     A record is started only while ``reserve`` seconds of the invocation remain
     (``context.get_remaining_time_in_millis()``); the rest are made visible again and reported
     as failures. Build it at module level, so a sandbox builds it once::

@@ -12,7 +12,7 @@
     idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
-        [--retention SECONDS] [--processes MIN:MAX [--scale-... N] [--scaling MODULE:ATTR]]
+        [--retention SECONDS] [--processes MIN:MAX [--scale-... N] [--scaling MODULE:ATTR] [--stop-grace S]]
     idemflow queue stats --queue URL [--json]
     idemflow console --store URL [--queue URL] [--workflows MODULE:ATTR ...] [--host H] --port P
         [--read-only] [--token T | --basic-auth USER:PASS] [--redact MODULE:ATTR]

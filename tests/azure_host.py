@@ -78,13 +78,28 @@ def loaded(function: Any) -> Any:
 
 
 class FunctionsHost:
-    """One host instance running ``app``'s queue-triggered and timer-triggered functions."""
+    """One host instance running ``app``'s queue-triggered and timer-triggered functions.
 
-    def __init__(self, app: func.FunctionApp, settings: HostSettings | None = None) -> None:
+    An app with several pairs (one per priority lane) is run a pair at a time: ``name`` picks
+    ``<name>_worker`` and ``<name>_relay``, and ``functions`` passes what the app already gave
+    (``get_functions`` may be called once)."""
+
+    def __init__(
+        self,
+        app: func.FunctionApp | None,
+        settings: HostSettings | None = None,
+        *,
+        name: str | None = None,
+        functions: list[Any] | None = None,
+    ) -> None:
         self.settings = settings or HostSettings()
-        self.functions = app.get_functions()  # once, as the host indexes an app (twice raises)
-        functions = {_binding(f)["type"]: f for f in self.functions}
-        queued, timed = functions["queueTrigger"], functions["timerTrigger"]
+        if functions is None:
+            assert app is not None
+            functions = app.get_functions()  # once, as the host indexes an app (twice raises)
+        picked = (f"{name}_worker", f"{name}_relay")
+        self.functions = [f for f in functions if name is None or f.get_function_name() in picked]
+        by_type = {_binding(f)["type"]: f for f in self.functions}
+        queued, timed = by_type["queueTrigger"], by_type["timerTrigger"]
         self.on_message, self.on_timer = loaded(queued), loaded(timed)
         trigger = _binding(queued)
         connection = os.environ[trigger["connection"]]  # an app setting, as the host reads it

@@ -24,7 +24,7 @@ from idemflow._lambda_queues import LEASE_MARGIN, Batch
 from idemflow.async_worklist.messages import decode_pointer
 from idemflow.aws_lambda import FixedContext, schedule_handler, sqs_handler, sqs_messages
 from idemflow.client import RunStatus, status, submit
-from idemflow.errors import InvalidInputError, QueueError
+from idemflow.errors import ConfigurationError, InvalidInputError, QueueError
 from idemflow.stores import SqliteStore
 from idemflow.testing.servers import Moto
 from idemflow.worker import MemoryQueue, SqliteQueue, open_queue
@@ -310,6 +310,21 @@ def test_wrong_events_are_refused_before_anything_is_written(local: tuple[Sqlite
         sqs_handler([len], store=store, queue=queue)  # type: ignore[list-item]
     with pytest.raises(InvalidInputError, match="reserve"):
         sqs_handler(WORKFLOWS, store=store, queue=queue, reserve=-1)
+
+
+def test_a_laned_queue_is_refused_when_the_handler_is_built(tmp_path: Path) -> None:
+    """An event's records carry no lane: each lane's queue needs its own mapping and handler, which
+    the error names; the URL is read, not opened (no queue file is made)."""
+    path = tmp_path / "q.sqlite3"
+    with pytest.raises(ConfigurationError, match=r"\(jobs-high, jobs, jobs-low\) its own event source"):
+        sqs_handler(WORKFLOWS, store="memory:", queue=f"sqlite:{path}?name=jobs&lanes=true")
+    assert not path.exists()
+    with pytest.raises(ConfigurationError, match="drains one queue"):
+        sqs_handler(WORKFLOWS, store="memory:", queue=open_queue("memory:?lanes=true"))
+    handler = sqs_handler(WORKFLOWS, store="memory:", queue=f"sqlite:{path}?name=jobs-high")  # one lane
+    assert handler(local_event(open_queue(f"sqlite:{path}?name=jobs-high")), FixedContext(60_000)) == {
+        "batchItemFailures": []
+    }
 
 
 def test_relay_stops_at_its_reserve_and_the_next_run_sends_the_rest(

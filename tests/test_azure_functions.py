@@ -20,6 +20,8 @@ from typing import Any
 
 import azure.functions as func
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
+from azure.storage.queue import QueueClient
 
 from idemflow import Idem, atomic, checkpoint, open_store, sleep, workflow
 from idemflow._azure_host import fold_poison
@@ -27,9 +29,10 @@ from idemflow.admin import dead_letters, redrive
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
 from idemflow.azure_functions import message_of, queue_function, register, timer_function
 from idemflow.client import RunStatus, status, submit
-from idemflow.errors import DeliveryRetryError, InvalidInputError, QueueError
+from idemflow.errors import ConfigurationError, DeliveryRetryError, InvalidInputError, QueueError
 from idemflow.stores.base import CommitOutcome, Store
 from idemflow.testing.servers import Azurite
+from idemflow.worker import open_queue
 from tests.async_workflows import survey
 from tests.azure_host import Crash, FunctionsHost, HostSettings
 from tests.conftest import TEST_TABLES, store_url
@@ -234,6 +237,61 @@ def test_a_timer_is_a_fresh_delayed_message_and_the_function_returns(cloud: dict
     assert polled.outcomes == Counter(deleted=1) and polled.deliveries == [1]  # waiting never counts
     assert status(cloud["store"], "napper", request_id).status is RunStatus.COMPLETED
     assert rows_of(cloud["store"], cloud["space"])[("tablea", "naps", "naps")] == 1
+
+
+def test_a_laned_queue_is_refused_from_its_url_alone(cloud: dict[str, Any], azurite: Azurite) -> None:
+    """A trigger binds one queue: ``?lanes=true`` is a ConfigurationError naming the lanes' queues,
+    raised before anything is opened (no lane's queue is created) or added to the app."""
+    prefix = cloud["queue"].name
+    laned = azurite.queue_url(f"{prefix}x", Path("."), visibility_timeout=30) + "&lanes=true"
+    names = f"{prefix}x-high, {prefix}x and {prefix}x-low"
+    with pytest.raises(ConfigurationError, match=names):
+        queue_function(WORKFLOWS, store=cloud["store"], queue=laned)
+    app = func.FunctionApp()
+    with pytest.raises(ConfigurationError, match="register one function per lane"):
+        register(app, WORKFLOWS, store=cloud["store"], queue=laned, connection=SETTING)
+    assert app.get_functions() == []
+    with pytest.raises(ConfigurationError, match="binds one queue"):
+        timer_function(store=cloud["store"], queue=laned)
+    with pytest.raises(ConfigurationError, match="binds one queue"):
+        queue_function(WORKFLOWS, store=cloud["store"], queue=open_queue("memory:?lanes=true"))
+    with pytest.raises(InvalidInputError, match="Azure queue name"):  # a wrong name is told first
+        queue_function(WORKFLOWS, store=cloud["store"], queue="azure-queue:Orders?lanes=true")
+    for name in (f"{prefix}x-high", f"{prefix}x", f"{prefix}x-low"):
+        with pytest.raises(ResourceNotFoundError):
+            QueueClient.from_connection_string(azurite.connection_string, name).get_queue_properties()
+
+
+def test_one_function_per_lane_keeps_each_request_on_its_lane(
+    cloud: dict[str, Any], azurite: Azurite
+) -> None:
+    """``register`` once per lane, each with the lane's queue URL: a high request's timer comes back
+    on the high queue (the high function alone finishes it), a low one's on the low queue."""
+    prefix = cloud["queue"].name
+    lanes = {"high": f"{prefix}-high", "normal": prefix, "low": f"{prefix}-low"}
+    laned = open_queue(cloud["url"] + "&lanes=true")  # the submitter's view; creates the three queues
+    app = func.FunctionApp()
+    for lane, name in lanes.items():
+        url = azurite.queue_url(name, Path("."), visibility_timeout=30)
+        options = {"connection": SETTING, "signing_key": KEY, "name": f"idemflow_{lane}"}
+        register(app, [napper], store=cloud["store"], queue=url, **options)
+    functions = app.get_functions()
+    hosts = {lane: FunctionsHost(None, name=f"idemflow_{lane}", functions=functions) for lane in lanes}
+    assert {lane: host.queue_name for lane, host in hosts.items()} == lanes
+    ids = {lane: cloud["space"] + lane for lane in ("high", "low")}
+    for lane, request_id in ids.items():
+        options = {"store": cloud["store"], "queue": laned, "signing_key": KEY, "priority": lane}
+        submit(napper(cloud["space"] + lane), request_id=request_id, **options)
+    for lane, request_id in ids.items():
+        host = hosts[lane]
+        assert host.poll().outcomes == Counter(deleted=1)  # suspended at its sleep
+        assert status(cloud["store"], "napper", request_id).status is RunStatus.RUNNING
+        polled = host.poll(wait=10)  # the timer's fresh message, on this lane's queue
+        assert polled.outcomes == Counter(deleted=1) and polled.deliveries == [1]
+        assert status(cloud["store"], "napper", request_id).status is RunStatus.COMPLETED
+    assert all(drain(host) == Counter() for host in hosts.values())  # nothing went to another lane
+    rows = rows_of(cloud["store"], cloud["space"])
+    assert [rows[("tablea", lane + "naps", "naps")] for lane in ids] == [1, 1]
 
 
 def test_a_malformed_message_is_dead_lettered_and_deleted(cloud: dict[str, Any]) -> None:
