@@ -188,7 +188,7 @@ def effect_group(group: object, timeout: float | None) -> Limit | None:
     slots = group.limit.concurrency
     if slots is not None and timeout is not None and timeout > slots.lease:
         raise InvalidInputError(
-            f"effect timeout {timeout:g} s outlasts limit group {group.limit.name!r}'s lease "
+            f"effect timeout {timeout:g} s outlasts the lease of limit group {group.limit.name!r} "
             f"({slots.lease:g} s): the slot would be free while the call is still made; "
             "give the group Concurrency(N, lease=) longer than the timeout"
         )

@@ -34,6 +34,7 @@ from idemflow._step_log import observed
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import (
     ConflictError,
+    EffectTimeoutError,
     InvalidValueError,
     LimitExceededError,
     LimitReachedError,
@@ -412,21 +413,28 @@ class Stepper:
     def _guarded(self, memo_ref: RowRef, call_out: CallOut, since: float) -> Steps[Any]:
         """The call made under its effect lease (held already) and inside its limit group: the
         call's answer, or ``_LOOK_AGAIN`` once this execution waited for the group here. A call
-        that did not happen (it failed, its group was full) gives the lease up, so a retry or a
-        racing execution need not wait for it to end."""
+        that did not happen (its group was full) or failed gives the lease up, so a retry or a
+        racing execution need not wait for it to end; an error that is not an ``Exception``
+        stands for the process dying there, which gives nothing back (the leases end)."""
         given, group = self._given, call_out.group
         token = None
-        try:
-            if group is not None:
+        if group is not None:
+            try:
                 token = yield from room(given, self._recorder, self._journal.entries, group, since)
-                if token is None:
-                    yield from self._lease_given_up(memo_ref, call_out)
-                    return _LOOK_AGAIN
+            except GeneratorExit:
+                raise
+            except BaseException:  # full: handed over or refused, the call not made
+                yield from self._lease_given_up(memo_ref, call_out)
+                raise
+            if token is None:
+                yield from self._lease_given_up(memo_ref, call_out)
+                return _LOOK_AGAIN
+        try:
             answer = yield call_out
-        except GeneratorExit:  # the driver dropped the execution: the leases end by themselves
-            raise
-        except BaseException:
-            if token is not None:
+        except Exception as failed:
+            # A call that timed out may still be at the provider: its slot stays taken until
+            # its lease ends (which outlasts the timeout), so no other call takes its place.
+            if token is not None and not isinstance(failed, EffectTimeoutError):
                 assert group is not None
                 yield from give_back((group,), token, given.clock)
             yield from self._lease_given_up(memo_ref, call_out)

@@ -17,6 +17,7 @@ import pytest
 
 from idemflow import (
     Concurrency,
+    EffectTimeoutError,
     InvalidInputError,
     LimitGroup,
     LimitReachedError,
@@ -98,7 +99,7 @@ def test_a_bad_group_or_a_call_that_outlasts_the_lease_is_refused_before_anythin
 
     with pytest.raises(InvalidInputError, match="takes a LimitGroup, not 'payments'"):
         run(refused("typo", None), request_id="r-1", store=store)
-    with pytest.raises(InvalidInputError, match="outlasts limit group 'short'"):
+    with pytest.raises(InvalidInputError, match="outlasts the lease of limit group 'short'"):
         run(refused("short", 6.0), request_id="r-2", store=store)
     assert run_status(store, "refused", "r-1") is None and run_status(store, "refused", "r-2") is None
     run(refused("short", 5.0), request_id="r-3", store=store)  # a timeout the lease covers
@@ -324,3 +325,21 @@ def test_submit_hands_a_request_whose_group_is_full_to_the_workers(store_factory
     Worker([inline], store=store, queue=queue).run(idle_timeout=1.0)
     assert handle.result(timeout=5) == 1 and len(calls) == 1
     assert _by_partition(store) == {"i1.held": 1}
+
+
+def test_a_call_that_timed_out_keeps_its_slot_until_its_lease_ends(store_factory: StoreFactory) -> None:
+    """The timed-out call may still be at the provider: no other call takes its slot meanwhile."""
+    store = store_factory()
+    group = LimitGroup("late", concurrency=Concurrency(1, lease=30))
+    answered = threading.Event()
+
+    @workflow("late")
+    def late(n: int) -> Generator[Any, Any, None]:
+        yield effect(
+            lambda key: answered.wait(5), group=group, timeout=0.2, retry=StepRetry(maximum_attempts=1)
+        )
+
+    with pytest.raises(EffectTimeoutError):
+        run(late(1), request_id="l-1", store=store)
+    assert len(slot_holders(store, group)) == 1  # held by the call still out there
+    answered.set()
