@@ -4,12 +4,13 @@
    limit, with ``concurrency=4``, with a rate far above the load (``Rate(10_000)``) and with both;
    store calls counted by the store (``round_trips``), latency as the median of interleaved
    rounds. Taking a limit is one ``read_many`` and one commit; giving a slot back one read and
-   one commit; a rate gives nothing back.
+   one commit; a rate gives nothing back. The same for a one-effect workflow whose effect names
+   a limit group (``effect(..., group=)``) against the same effect with none.
 2. **Throughput at the limit**: ``--requests`` submitted requests whose one effect takes
    ``--inside`` seconds, drained by one in-process :class:`~idemflow.worker.Worker` of
-   ``--threads`` threads, with no limit and with ``concurrency=N``. The ideal at the limit is
-   ``N / inside`` requests a second; the ratio says how much of it the waiting (a delayed
-   continuation per full look, ``SLOT_POLL`` apart) leaves unused.
+   ``--threads`` threads, with no limit, with ``concurrency=N`` and with the effect in a group
+   of N. The ideal at the limit is ``N / inside`` requests a second; the ratio says how much of
+   it the waiting (a delayed continuation per full look, ``SLOT_POLL`` apart) leaves unused.
 
 On SQLite (+ SqliteQueue) and DynamoDB Local (+ SQS on moto) by default.
 Run: ``python -m benchmarks limits [--stores sqlite,dynamodb-local] [--quick]``.
@@ -27,12 +28,13 @@ from typing import Any
 from benchmarks._backends import LABELS, Backend, open_backend
 from benchmarks._report import Report
 from benchmarks._stats import RESULTS
-from idemflow import Concurrency, Rate, atomic, checkpoint, effect, run, workflow
+from idemflow import Concurrency, LimitGroup, Rate, atomic, checkpoint, effect, run, workflow
 from idemflow.client import submit
 from idemflow.worker import Worker
 
 STORES = ("sqlite", "dynamodb-local")
 VARIANTS = ("no limit", "concurrency=4", "rate", "concurrency=4 + rate")
+EFFECT_VARIANTS = ("effect, no group", "effect, group concurrency=4", "effect, group rate")
 
 
 def _flows(prefix: str) -> dict[str, Any]:
@@ -55,14 +57,34 @@ def _flows(prefix: str) -> dict[str, Any]:
     return flows
 
 
+def _effect_flows(prefix: str) -> dict[str, Any]:
+    """One workflow per effect variant: a single effect, in no group or a group of its own."""
+    groups = {
+        "effect, no group": None,
+        "effect, group concurrency=4": LimitGroup(f"{prefix}slots", concurrency=4),
+        "effect, group rate": LimitGroup(f"{prefix}rate", rate=Rate(10_000)),
+    }
+    flows: dict[str, Any] = {}
+    for n, (variant, group) in enumerate(groups.items()):
+
+        @workflow(f"{prefix}e{n}")
+        def flow(i: int, group: LimitGroup | None = group) -> Generator[Any, Any, int]:
+            yield effect(lambda key: None, group=group, name="call")
+            return i
+
+        flows[variant] = flow
+    return flows
+
+
 def _per_request(backend: Backend, rounds: int, per_round: int) -> dict[str, dict[str, float]]:
     store = backend.store(backend.tag("lcalls"), "items")
-    flows = _flows("calls")
-    timings: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-    calls: dict[str, list[int]] = {variant: [] for variant in VARIANTS}
+    flows = {**_flows("calls"), **_effect_flows("calls")}
+    variants = VARIANTS + EFFECT_VARIANTS
+    timings: dict[str, list[float]] = {variant: [] for variant in variants}
+    calls: dict[str, list[int]] = {variant: [] for variant in variants}
     counter = 0
     for _ in range(rounds):
-        for variant in VARIANTS:
+        for variant in variants:
             for _ in range(per_round):
                 counter += 1
                 before, started = store.round_trips, time.perf_counter()
@@ -75,22 +97,33 @@ def _per_request(backend: Backend, rounds: int, per_round: int) -> dict[str, dic
             "calls": statistics.median(calls[variant]),
             "ms": statistics.median(timings[variant]) * 1e3,
         }
-        for variant in VARIANTS
+        for variant in variants
     }
 
 
-def _drain(backend: Backend, slots: int | None, requests: int, inside: float, threads: int) -> float:
-    """Requests a second a worker of ``threads`` threads finishes, under ``slots`` or no limit."""
+def _drain(
+    backend: Backend,
+    slots: int | None,
+    requests: int,
+    inside: float,
+    threads: int,
+    *,
+    on_effect: bool = False,
+) -> float:
+    """Requests a second a worker of ``threads`` threads finishes, under ``slots`` (on the
+    workflow, or on its effect as a group) or no limit."""
     tag = backend.tag("ldrain")
     store, queue = backend.store(tag, "items"), backend.queue(tag)
+    group = LimitGroup(f"g{tag}", concurrency=slots) if on_effect and slots is not None else None
+    limit = None if slots is None or on_effect else Concurrency(slots)
 
     def call(key: str) -> None:
         time.sleep(inside)
 
-    @workflow(f"drain{tag}", concurrency=None if slots is None else Concurrency(slots))
+    @workflow(f"drain{tag}", concurrency=limit)
     def drain(i: int) -> Generator[Any, Any, int]:
         yield checkpoint()  # every variant runs on the worker (a limited one would anyway)
-        yield effect(call)
+        yield effect(call, group=group)
         return i
 
     for i in range(requests):
@@ -132,6 +165,9 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
                 f"concurrency={args.slots}": _drain(
                     backend, args.slots, args.requests, args.inside, args.threads
                 ),
+                f"effect group of {args.slots}": _drain(
+                    backend, args.slots, args.requests, args.inside, args.threads, on_effect=True
+                ),
             }
     report.add("## Calls and latency per request (`run`, one caller, one step)", "")
     for kind in stores:
@@ -147,7 +183,25 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
             ]
             for variant, found in costs[kind].items()
         ]
+        columns = ["variant", "store calls", "extra calls", "median ms", "extra ms"]
+        report.table(columns, rows[: len(VARIANTS)])
+        report.add("", "One effect, in no group or a limit group held around the call:", "")
+        plain = costs[kind]["effect, no group"]
+        rows = [
+            [
+                variant,
+                f"{costs[kind][variant]['calls']:.0f}",
+                f"{costs[kind][variant]['calls'] - plain['calls']:+.0f}",
+                f"{costs[kind][variant]['ms']:.2f}",
+                f"{costs[kind][variant]['ms'] - plain['ms']:+.2f}",
+            ]
+            for variant in EFFECT_VARIANTS
+        ]
         report.table(["variant", "store calls", "extra calls", "median ms", "extra ms"], rows)
+        report.headline(
+            f"{kind}: extra calls per call, effect group",
+            costs[kind]["effect, group concurrency=4"]["calls"] - plain["calls"],
+        )
         report.headline(
             f"{kind}: extra calls per request, concurrency limit",
             costs[kind]["concurrency=4"]["calls"] - base["calls"],
@@ -175,6 +229,10 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
         report.headline(
             f"{kind}: throughput at concurrency={args.slots}, share of ideal",
             round(drains[kind][f"concurrency={args.slots}"] / ideal, 2),
+        )
+        report.headline(
+            f"{kind}: throughput at an effect group of {args.slots}, share of ideal",
+            round(drains[kind][f"effect group of {args.slots}"] / ideal, 2),
         )
     report.table(["backend", "variant", "requests/s", "at the limit", "of no limit"], rows)
     report.data["costs"], report.data["throughput"] = costs, drains
