@@ -35,16 +35,16 @@ from typing import Any
 from idemflow._adrive import adrive
 from idemflow._drive import STORE_REQUESTS, drive
 from idemflow._operator_commands import stored_arguments
-from idemflow._requests import CallOut, Commit, CommitCache, Read, Send, Settle, Sleep, Steps, Turn
+from idemflow._requests import CallOut, Commit, CommitCache, Read, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow.async_worklist._resumption import known_steps
 from idemflow.errors import InvalidInputError, VersionNotHeldError
-from idemflow.keys import parse_memo_key
+from idemflow.keys import RUNS_TABLE, memo_prefix, parse_memo_key
 from idemflow.plan import Checkpointed, Finished, Plan, Suspended
 from idemflow.records import Memo, RunRecord, of_earlier_run
 from idemflow.runner import Workflow, describe_request, execution_steps
 from idemflow.serialization import JSON
 from idemflow.stores.async_adapters import sync_reader, to_async
-from idemflow.stores.base import AsyncStore, Store
+from idemflow.stores.base import AsyncStore, Row, RowRef, Store
 
 __all__ = ["RequestView", "StepView", "ashow", "show"]
 
@@ -173,8 +173,10 @@ def _view_steps(
 ) -> Steps[RequestView]:
     """:func:`show` as a computation whose requests are reads only (both APIs answer them)."""
     record = yield from known_steps(workflow, request_id)
-    if record.status.final:
-        return RequestView(workflow, request_id, record)
+    if record.status.final:  # no input kept to replay from: the steps kept beside the record
+        return RequestView(
+            workflow, request_id, record, (yield from _beside_record(workflow, request_id, record))
+        )
     held = {flow.version: flow for flow in workflows if flow.name == workflow}
     flow = held.get(record.version)
     if flow is None:
@@ -222,6 +224,20 @@ def _view_steps(
     if attempts is not None:
         next_step = f"step {attempts.step} ({attempts.identity}), attempt {attempts.count + 1}"
     return RequestView(workflow, request_id, record, steps, next_step, waits_for)
+
+
+def _beside_record(workflow: str, request_id: str, record: RunRecord) -> Steps[list[StepView]]:
+    """A finished request's steps that keep their memo beside its run record: its outside calls,
+    clock reads, aborts and their undos (its record no longer holds the input a replay needs,
+    and an atomic step's memo lives with its data, wherever that is)."""
+    steps: list[StepView] = []
+    prefix = memo_prefix(workflow, request_id)
+    rows: list[tuple[str, str, Row]] = yield Scan(RUNS_TABLE, request_id)
+    for partition, key, row in rows:
+        if key.startswith(prefix):
+            _noted(steps, Read(RowRef(RUNS_TABLE, partition, key)), row, record.incarnation)
+    steps.sort(key=lambda step: (step.outcome == "compensated", step.number))
+    return steps
 
 
 def _noted(steps: list[StepView], request: Read, row: Any, incarnation: str | None) -> None:

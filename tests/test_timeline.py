@@ -9,7 +9,7 @@ from typing import Any
 
 from idemflow import Idem, StepRetry, atomic, checkpoint, effect, receive, workflow
 from idemflow.admin import show
-from idemflow.client import RunStatus, submit
+from idemflow.client import RunStatus, send_message, submit
 from idemflow.stores import SqliteStore, Store
 from idemflow.worker import MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
@@ -74,6 +74,16 @@ def test_show_lists_the_steps_where_a_request_is_and_what_it_waits_for(store: St
     assert all(step.at is not None for step in waiting.steps)
     assert waiting.waits_for is not None and "confirm" in waiting.waits_for
     assert waiting.record.status is RunStatus.RUNNING
+    send_message(store, booking, space, "confirm", "yes", key="c-1", queue=queue)
+    deliver_all(worker, queue, clock)
+    finished = show(store, FLOWS, "show-booking", space)
+    assert finished.record.status is RunStatus.COMPLETED
+    # its input is gone with the outcome: the steps kept beside its record (not the atomic's)
+    assert [(s.number, s.kind, s.name) for s in finished.steps] == [
+        (2, "effect", "charge"),
+        (3, "receive", "confirm"),
+    ]
+    assert finished.steps[0].value == waiting.steps[1].value and finished.next_step is None
 
 
 def test_the_cli_shows_a_request_as_text_and_json(tmp_path: Path) -> None:
