@@ -58,8 +58,9 @@ WORKLOADS: list[tuple[str, Workload]] = [
         payments_killed,
     ),
     (
-        "flow control (async, worker processes): concurrency=2 across 3 processes x 8 threads, "
-        "slot holders SIGKILLed, checked continuously",
+        "flow control (async, worker processes): concurrency=2 on a workflow and on a supplier's "
+        "call (an effect's limit group) across 3 processes x 8 threads, slot holders SIGKILLed, "
+        "checked continuously",
         limits_killed,
     ),
 ]
