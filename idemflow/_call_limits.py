@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from idemflow._given import Given
 from idemflow._limit_rows import acquire
-from idemflow._limit_spec import Limit
+from idemflow._limit_spec import Limit, limit_whys
 from idemflow._recording import RunRecorder
 from idemflow._requests import Sleep, Steps
 from idemflow.errors import LimitReachedError
@@ -44,14 +44,12 @@ def room(
     room (the caller looks again, from the effect's lease). ``since``: ``time.monotonic()`` when
     the effect first asked. A full group hands the request over (raises ``Suspended``) where
     the plan suspends, and raises ``LimitReachedError`` once ``run``'s wait is spent."""
-    token = secrets.token_hex(8)
+    plan, token = given.plan, secrets.token_hex(8)
     full = yield from acquire((group,), token, given.clock)
     if full is None:
-        plan = given.plan
-        if plan.clear_waiting is not None and plan.waiting in _whys(group):
+        if plan.clear_waiting is not None and plan.waiting in limit_whys((group,)):
             yield from plan.clear_waiting()
         return token
-    plan = given.plan
     if plan.suspend:
         yield from recorder.hand_over(journal(), given.clock() + full.retry_after, full.why)
     budget = IN_PLACE_WAIT if plan.in_place_for is None else min(IN_PLACE_WAIT, plan.in_place_for)
@@ -59,8 +57,3 @@ def room(
         raise LimitReachedError(given.workflow, given.request_id, full.why, full.retry_after)
     yield Sleep(full.retry_after, given.policy.conflicts.sleep)
     return None
-
-
-def _whys(group: Limit) -> tuple[str, ...]:
-    slots = () if group.concurrency is None else (group.slots_why(),)
-    return slots + (() if group.rate is None else (group.rate_why(),))
