@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -69,6 +70,13 @@ def backends(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[S
 
 
 def _text(driver: webdriver.Chrome, css: str) -> str:
+    """The element's text, found again if the page refreshed between finding it and reading it
+    (a request's page reloads itself while the request runs)."""
+    for _ in range(4):
+        try:
+            return str(driver.find_element(By.CSS_SELECTOR, css).text)
+        except StaleElementReferenceException:
+            continue
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 
@@ -102,7 +110,9 @@ def test_an_operator_finds_retries_and_aborts_requests(
 
         run(atomic("items", "carrier", fix_carrier), request_id="fix-carrier", store=store)
         browser.find_element(By.ID, "retry").click()
-        WebDriverWait(browser, 60, poll_frequency=0.5).until(lambda d: _text(d, "#status") == "completed")
+        WebDriverWait(
+            browser, 60, poll_frequency=0.5, ignored_exceptions=(StaleElementReferenceException,)
+        ).until(lambda d: _text(d, "#status") == "completed")
         assert status(store, "shipment", "ship-b1").result == "shipped"
 
         browser.get(console.url + "/?workflow=booking")
