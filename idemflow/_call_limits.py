@@ -47,8 +47,8 @@ def room(
     plan, token = given.plan, secrets.token_hex(8)
     full = yield from acquire((group,), token, given.clock)
     if full is None:
-        if plan.clear_waiting is not None and plan.waiting in limit_whys((group,)):
-            yield from plan.clear_waiting()
+        if plan.no_longer_waiting is not None:
+            yield from plan.no_longer_waiting(limit_whys((group,)))
         return token
     if plan.suspend:
         yield from recorder.hand_over(journal(), given.clock() + full.retry_after, full.why)

@@ -8,7 +8,7 @@ an execution's state. The signals below unwind an execution to its caller.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,11 +102,9 @@ class Plan:
     incarnation: str | None = None
     """The run's incarnation, as the run record a resuming caller read says: the memos it replays
     must carry it (a memo of an earlier request with this id is not this run's)."""
-    waiting: str | None = None
-    """What the run record said the request waited for when this execution began (a worker's)."""
-    clear_waiting: Callable[[], Generator[Any, Any, object]] | None = None
-    """Clears that note from the run record, if it still says it: called once the request no
-    longer waits for it (an effect's limit group had room)."""
+    no_longer_waiting: Callable[[Collection[str]], Generator[Any, Any, object]] | None = None
+    """Told what the request no longer waits for (the notes of limits it now holds), it clears the
+    run record's note if the record began this execution with one of them (a worker's)."""
     lane: str | None = None
     """The request's queue lane (``submit(priority=)``; None: normal): the children it starts
     inherit it, and the continuations it sends to wake another request go to it."""

@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -252,6 +252,7 @@ class Handling:
         request = describe_request(m)
         if not request.matches(record.fingerprint):
             raise MessageRejectedError(f"input does not match the submitted request {pointer.request_id!r}")
+        clearing = None if record.waiting is None else _clearing(pointer, record.waiting, policy)
         plan = Plan(
             version=record.version,
             resume=True,
@@ -265,8 +266,7 @@ class Handling:
             started_at=record.started_at,  # kept in the completion record
             incarnation=record.incarnation,
             lane=record.lane,
-            waiting=record.waiting,
-            clear_waiting=None if record.waiting is None else _clearing(pointer, record.waiting, policy),
+            no_longer_waiting=clearing,
         )
         try:
             steps = execution_steps(
@@ -281,7 +281,7 @@ class Handling:
                 reader=self._reader,
             )
             if flow.limits:
-                steps = self._under_limits(steps, flow, pointer.request_id, record.waiting, policy)
+                steps = self._under_limits(steps, flow, pointer.request_id, clearing)
             done = yield from steps
         except LimitReachedError as full:  # a delayed continuation, never an attempt
             why = full.why
@@ -310,17 +310,12 @@ class Handling:
         steps: Steps[RunRecord],
         flow: Workflow[Any, Any],
         request_id: str,
-        waited: str | None,
-        policy: RetryPolicy,
+        clearing: Callable[[Collection[str]], Steps[None]] | None,
     ) -> Steps[RunRecord]:
         """``steps`` once ``flow``'s limits are held (a full one raises ``LimitReachedError``);
         the note saying the request waited for them goes then."""
-
-        def no_longer_waiting() -> Steps[bool]:
-            assert waited is not None
-            return _runs.waited_steps(flow.name, request_id, waited, policy)
-
-        held = no_longer_waiting if waited in limit_whys(flow.limits) else None
+        whys = limit_whys(flow.limits)
+        held = None if clearing is None else (lambda: clearing(whys))
         return gated(steps, flow.limits, self.clock, workflow=flow.name, request_id=request_id, on_held=held)
 
     def _flow(self, name: str, version: int) -> Workflow[Any, Any]:
@@ -497,6 +492,12 @@ def _input_of(pointer: Pointer, record: RunRecord) -> tuple[list[Any], dict[str,
     return arguments
 
 
-def _clearing(pointer: Pointer, why: str, policy: RetryPolicy) -> Callable[[], Steps[bool]]:
-    """Clears the run record's note ``why`` once the request no longer waits for it."""
-    return lambda: _runs.waited_steps(pointer.workflow, pointer.request_id, why, policy)
+def _clearing(pointer: Pointer, why: str, policy: RetryPolicy) -> Callable[[Collection[str]], Steps[None]]:
+    """What clears the run record's note ``why`` once the request no longer waits for it: told the
+    notes of the limits just held, it writes only if ``why`` is one of them."""
+
+    def no_longer_waiting(whys: Collection[str]) -> Steps[None]:
+        if why in whys:
+            yield from _runs.waited_steps(pointer.workflow, pointer.request_id, why, policy)
+
+    return no_longer_waiting
