@@ -210,7 +210,7 @@ def _view_steps(
                 break
             answer = yield wanted
             if isinstance(wanted, Read):
-                _noted(steps, wanted, answer, record.incarnation)
+                _noted(steps, wanted.ref, answer, record.incarnation)
     except Suspended as suspended:
         waits_for = suspended.why
     except (Checkpointed, Finished, StopIteration):
@@ -235,17 +235,17 @@ def _beside_record(workflow: str, request_id: str, record: RunRecord) -> Steps[l
     rows: list[tuple[str, str, Row]] = yield Scan(RUNS_TABLE, request_id)
     for partition, key, row in rows:
         if key.startswith(prefix):
-            _noted(steps, Read(RowRef(RUNS_TABLE, partition, key)), row, record.incarnation)
+            _noted(steps, RowRef(RUNS_TABLE, partition, key), row, record.incarnation)
     steps.sort(key=lambda step: (step.outcome == "compensated", step.number))
     return steps
 
 
-def _noted(steps: list[StepView], request: Read, row: Any, incarnation: str | None) -> None:
-    """Add the memo a replay read, if the read was one and found it (and it is this run's: a
+def _noted(steps: list[StepView], ref: RowRef, row: Any, incarnation: str | None) -> None:
+    """Add the memo at ``ref``, if ``row`` is one (and it is this run's: a
     memo an earlier request with this id left is not one of its steps)."""
     if row is None or of_earlier_run(row, incarnation):
         return
-    parsed = parse_memo_key(request.ref.key)
+    parsed = parse_memo_key(ref.key)
     if parsed is None:
         return
     _, _, tag = parsed
@@ -254,11 +254,7 @@ def _noted(steps: list[StepView], request: Read, row: Any, incarnation: str | No
         return
     kind, _, name = memo.identity.partition(" ")
     outcome = "aborted" if memo.aborted else ("compensated" if tag[0] in "cu" else "committed")
-    steps.append(
-        StepView(
-            int(tag[1:]), kind, name, request.ref.table, request.ref.partition, outcome, memo.value, memo.at
-        )
-    )
+    steps.append(StepView(int(tag[1:]), kind, name, ref.table, ref.partition, outcome, memo.value, memo.at))
 
 
 def _described(wanted: Any, steps: list[StepView]) -> str:
