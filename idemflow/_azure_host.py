@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from idemflow._lambda_queues import Pushed, lane_names, queue_of
-from idemflow.errors import ConfigurationError, InvalidInputError
+from idemflow._lambda_queues import Pushed, queue_of, refuse_lanes
+from idemflow.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -50,27 +50,21 @@ def queue_name(queue: str | Queue) -> str:
             from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls
 
             name = AzureQueueCalls.check_name(url.target)  # the host would listen on no queue
-            refuse_lanes(queue)
+            refuse_lanes(queue, _one_function_per_lane)
             return name
         raise InvalidInputError(
             f"the queue trigger reads an Azure queue: use an azure-queue: URL, not {url.scheme}:"
         )
-    refuse_lanes(queue)
+    refuse_lanes(queue, _one_function_per_lane)
     module = sys.modules.get("idemflow.async_worklist.queues.azure_queue")  # loaded if queue is one
     if module is None or not isinstance(queue, module.AzureQueue):
         raise InvalidInputError(f"the queue trigger reads an Azure queue, not {type(queue).__name__}")
     return str(queue.name)
 
 
-def refuse_lanes(queue: str | Queue) -> None:
-    """A :class:`~idemflow.errors.ConfigurationError` for priority lanes (``?lanes=true`` or a
-    ``LanedQueue``), from the URL alone: a queue trigger binds one queue, so each lane needs a
-    function of its own."""
-    names = lane_names(queue)
-    if names is None:
-        return
-    high, normal, low = names
-    raise ConfigurationError(
+def _one_function_per_lane(high: str, normal: str, low: str) -> str:
+    """The refusal of a laned queue by a queue trigger, which binds one queue."""
+    return (
         f"a queue trigger binds one queue, not ?lanes=true: register one function per lane (the "
         f"queues {high}, {normal} and {low}), each with its lane's own queue URL and name, e.g. "
         f"register(app, workflows, store=..., queue='azure-queue:{high}', name='idemflow_high')"

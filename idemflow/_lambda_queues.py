@@ -154,8 +154,7 @@ class Batch(Pushed):
 
     pushed_by = "a Lambda handler"
 
-    def __init__(self, queue: Queue) -> None:
-        refuse_lanes(queue)
+    def __init__(self, queue: Queue) -> None:  # a laned queue: refused by the handler already
         super().__init__(queue)
         self.settled: set[str] = set()
         self.context: LambdaContext | None = None
@@ -178,19 +177,26 @@ class Batch(Pushed):
         self.settled.add(message.id)
 
 
-def refuse_lanes(queue: str | Queue) -> None:
-    """A :class:`~idemflow.errors.ConfigurationError` for a laned queue given to an SQS handler:
-    an event's records carry no lane to settle them in."""
+def refuse_lanes(queue: str | Queue, advice: Callable[[str, str, str], str]) -> None:
+    """A :class:`~idemflow.errors.ConfigurationError` for priority lanes (``?lanes=true`` or a
+    ``LanedQueue``), read from the URL alone, before anything is opened: a platform that pushes
+    messages binds one queue, so each lane needs a binding of its own. ``advice(high, normal,
+    low)`` says how, on that platform, with the lanes' queue names."""
     names = lane_names(queue)
     if names is None:
         return
     from idemflow.errors import ConfigurationError
 
     high, normal, low = names
-    raise ConfigurationError(
+    raise ConfigurationError(advice(high, normal, low))
+
+
+def one_mapping_per_lane(high: str, normal: str, low: str) -> str:
+    """The refusal of a laned queue by an SQS handler: an event's records carry no lane."""
+    return (
         "a Lambda SQS handler drains one queue, not ?lanes=true: give each lane's queue "
         f"({high}, {normal}, {low}) its own event source mapping and handler, each with that "
-        f"queue's plain URL"
+        "queue's plain URL"
     )
 
 

@@ -53,7 +53,16 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from idemflow._http_answers import KEY_HEADER
 from idemflow._lambda_http import REPLAYED_HEADER, HttpHandler, HttpOptions, HttpRequest
-from idemflow._lambda_queues import Batch, Timed, queue_of, refuse_lanes, relay_once, seconds_left, store_of
+from idemflow._lambda_queues import (
+    Batch,
+    Timed,
+    one_mapping_per_lane,
+    queue_of,
+    refuse_lanes,
+    relay_once,
+    seconds_left,
+    store_of,
+)
 from idemflow.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -159,7 +168,9 @@ class SqsHandler:
     ) -> None:
         from idemflow.async_worklist.worker import Worker
 
-        refuse_lanes(queue)  # from the URL: nothing is opened before the first invocation
+        refuse_lanes(
+            queue, one_mapping_per_lane
+        )  # from the URL: nothing is opened before the first invocation
         self.reserve = _check_reserve(reserve)
         self._flows = list(workflows)
         self._store, self._queue = store, queue
