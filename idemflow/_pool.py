@@ -206,6 +206,10 @@ class Pool:
             child.signalled = now
             child.process.send_signal(signal.SIGTERM)
 
+    def _overdue(self, child: _Child, now: float) -> bool:
+        """Its grace since SIGTERM has run out."""
+        return child.signalled is not None and now - child.signalled >= self.stop_grace
+
     def _kill(self, child: _Child, now: float, why: str) -> None:
         """SIGKILL ``child`` if it still runs, logging its pid and how long it had."""
         if child.process.poll() is not None:
@@ -224,7 +228,7 @@ class Pool:
         for child in list(self._children):
             code = child.process.poll()
             if code is None:
-                if child.signalled is not None and now - child.signalled >= self.stop_grace:
+                if self._overdue(child, now):
                     self._kill(child, now, f"--stop-grace {self.stop_grace:g}")
                 continue
             self._children.remove(child)
@@ -261,7 +265,7 @@ class Pool:
             for child in self._children:
                 if hurry:
                     self._kill(child, now, "asked to stop again")
-                elif child.signalled is not None and now - child.signalled >= self.stop_grace:
+                elif self._overdue(child, now):
                     self._kill(child, now, f"--stop-grace {self.stop_grace:g}")
             if hurry:
                 break
