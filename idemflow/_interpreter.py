@@ -54,6 +54,9 @@ from idemflow.serialization import JSON
 from idemflow.step_retry import StepRetry
 from idemflow.tx import Tx
 
+ON_ABORT = "on_abort"
+"""The name a failing ``on_abort`` notification gives its :class:`CompensationError`."""
+
 
 def _settle(tx: Tx) -> None:
     tx.settle()  # a duplicate of a finished request stops here, before the call out
@@ -336,6 +339,6 @@ class Interpreter:
             raise
         except (Exception, AbortWorkflow) as exc:
             cause = repr(exc) if isinstance(exc, Exception) else f"aborted again: {exc.reason!r}"
-            raise CompensationError(given.workflow, given.request_id, cursor.step, "on_abort", cause) from exc
+            raise CompensationError(given.workflow, given.request_id, cursor.step, ON_ABORT, cause) from exc
         finally:
             cursor.cleaning = False

@@ -48,7 +48,7 @@ from idemflow._deferred import DeferredCommit, Restart
 from idemflow._effect_keys import idempotency_key
 from idemflow._given import Given, log
 from idemflow._in_place import INFRASTRUCTURE
-from idemflow._interpreter import Interpreter
+from idemflow._interpreter import ON_ABORT, Interpreter
 from idemflow._journal import Journal
 from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._outcome import OutcomeWriter
@@ -254,8 +254,11 @@ class Execution:
             undone = isinstance(exc, CompensationError) and exc.__cause__ is not None
             error = exc.__cause__ if undone else exc
             cause = f"{type(error).__name__}: {error}"
+            identity = cursor.identity
+            if isinstance(exc, CompensationError) and exc.name == ON_ABORT:
+                identity = f"{ON_ABORT} {identity}"  # a notification's: the worker never fails it
             raise StepFailedError(
-                given.workflow, given.request_id, cursor.step, cursor.identity, cause, cursor.retry, error
+                given.workflow, given.request_id, cursor.step, identity, cause, cursor.retry, error
             ) from exc
 
     def _settled(self, node: Node) -> Steps[RunRecord]:
@@ -268,9 +271,28 @@ class Execution:
         except AbortWorkflow as abort:
             reached = self._cursor.step
             yield from self._compensator.compensate(abort.reason, self._interpreter.workflow_retry)
-            yield from self._interpreter.on_abort(abort.reason, reached)
+            yield from self._notified(abort.reason, reached)
             return (yield from self._outcome.finish(RunStatus.ABORTED, reason=abort.reason))
         return (yield from self._outcome.finish(RunStatus.COMPLETED, result=value))
+
+    def _notified(self, reason: JSON, reached: int) -> Steps[None]:
+        """The workflow's ``on_abort``, once its compensations ran: a notification, which never
+        changes the outcome. A worker's execution raises its failure for the next attempt (a
+        delayed continuation) until the worker gives up on it and aborts it again (a plan of its
+        own, :func:`~idemflow._operator_commands.abort_steps`); everywhere else, and then, the
+        failure is logged and the request ends ``aborted``: its undo is done, and no caller
+        waits on a mail server (an operator's abort tries each of its steps once)."""
+        given = self._given
+        try:
+            yield from self._interpreter.on_abort(reason, reached)
+        except CompensationError as failed:
+            if failed.name != ON_ABORT or given.plan.step_errors:  # a worker's: its next attempt
+                raise
+            log.warning(
+                "on_abort failed; the request is aborted all the same (its compensations ran): %s",
+                failed.cause,
+                extra={"workflow": given.workflow, "request_id": given.request_id, "step": failed.step},
+            )
 
     def _restart(self, restart: Restart) -> Steps[None]:
         """Start the workflow over after a deferred commit did not apply: replaying what is

@@ -158,6 +158,15 @@ class BlockingApi:
         self.calls.note()
         return status(store, workflow, request_id)
 
+    def abort_request(
+        self, store: Store, workflows: Iterable[Any], workflow: str, request_id: str, **options: Any
+    ) -> Any:
+        """An operator's abort (:func:`idemflow.admin.abort_request`): the record it ends with."""
+        from idemflow.admin import abort_request
+
+        self.calls.note()
+        return abort_request(store, workflows, workflow, request_id, **options)
+
     def worker(self, workflows: Iterable[Any], *, store: Store, queue: Any, **options: Any) -> Any:
         from idemflow.worker import Worker
 
@@ -211,6 +220,16 @@ class AsyncioApi:
 
         self.calls.note()
         return LOOP.run(astatus(async_twin(store), workflow, request_id))
+
+    def abort_request(
+        self, store: Store, workflows: Iterable[Any], workflow: str, request_id: str, **options: Any
+    ) -> Any:
+        """:func:`idemflow.admin.aabort_request` on the store's asynchronous twin."""
+        from idemflow.admin import aabort_request
+
+        self.calls.note()
+        twin = async_twin(store)
+        return LOOP.run(_flushed(twin, aabort_request(twin, workflows, workflow, request_id, **options)))
 
     def worker(self, workflows: Iterable[Any], *, store: Store, queue: Any, **options: Any) -> Any:
         return AsyncWorkerBlocking(workflows, store=store, queue=queue, calls=self.calls, **options)

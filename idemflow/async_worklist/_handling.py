@@ -26,6 +26,7 @@ from typing import Any
 from tenacity import wait_exponential
 
 from idemflow import telemetry
+from idemflow._interpreter import ON_ABORT
 from idemflow._limit_gate import gated
 from idemflow._limit_spec import limit_whys
 from idemflow._operator_commands import abort_steps
@@ -400,16 +401,17 @@ class Handling:
         """End the request as its workflow's ``on_failure`` says: ``failed``, or compensated and
         ``aborted`` (a compensation that cannot complete ends it ``failed``, naming it)."""
         flow = self._flow(failed.workflow, fields["version"])
+        notification = failed.identity.startswith(ON_ABORT + " ")  # its undo is done: aborted
         if failed.identity.startswith("compensate "):  # an undo that cannot complete: never dropped
             why = f"compensation of step {failed.step} ({failed.identity}) failed: {failed.cause}"
             yield from self._fail(holder, reason or why, failed.step, fields, count)
             return
-        if flow.on_failure != "compensate":
+        if flow.on_failure != "compensate" and not notification:
             yield from self._fail(holder, reason or failed.cause, failed.step, fields, count)
             return
         reason = reason or f"step {failed.step} ({failed.identity}) failed: {failed.cause}"
         try:
-            yield from abort_steps(
+            yield from abort_steps(  # the abort memo decides: a notification's keeps its reason
                 self._target,
                 [flow],
                 flow.name,

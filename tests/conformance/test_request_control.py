@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, abort, atomic, checkpoint, effect, receive, start, wait, workflow
+from idemflow import Idem, StepRetry, abort, atomic, checkpoint, effect, receive, start, wait, workflow
 from idemflow.admin import cancel, retry
 from idemflow.client import RunStatus
 from idemflow.errors import InvalidInputError, WorkflowAborted
@@ -183,3 +183,60 @@ def test_a_workflow_sees_its_abort_and_its_clean_up_runs_once(store: Store, api:
     assert rows_of(store, space) == {("tablea", "log", "cancellations"): 1}
     with pytest.raises(InvalidInputError, match="on_abort"):
         workflow("bad-hook", on_abort="mail")  # type: ignore[arg-type]
+
+
+def mail_down(tries: list[str]) -> Any:
+    """An ``on_abort`` notification whose mail server is down for good."""
+
+    def notify(reason: Any, req: dict[str, Any]) -> Generator[Idem[Any], Any, None]:
+        def mail(key: str) -> None:
+            tries.append(key)
+            raise ConnectionError("mail server down")
+
+        yield effect(mail, name="mail")
+
+    return notify
+
+
+def test_a_failing_notification_never_turns_an_operators_abort_into_a_failure(store: Store, api: Api) -> None:
+    """The refund ran, so the request is ``aborted``; the notification is tried once (an operator
+    waits for the undo, not for a mail server), its failure logged."""
+    space, pay, clock, tries = new_space(), Payments(), Clock(), list[str]()
+    queue = MemoryQueue(clock=clock)
+
+    # In-place retries of the mail would wait 20 s and more: an abort trying it again would show.
+    @workflow("noted", on_abort=mail_down(tries), retry=StepRetry(initial=20, maximum_attempts=5))
+    def noted(req: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+        yield effect(pay.charge(9), compensate=pay.refund, name="charge")
+        yield checkpoint()
+        return (yield receive("confirm"))
+
+    api.submit(noted({"space": space}), request_id=space, store=store, queue=queue, clock=clock)
+    api.worker([noted], store=store, queue=queue, clock=clock).handle(queue.receive()[0])
+    record = api.abort_request(store, [noted], "noted", space, reason="no show", clock=clock)
+    assert record.status is RunStatus.ABORTED and record.reason == "no show"
+    assert pay.kept() == 0 and len(tries) == 1
+    ended = api.status(store, "noted", space)
+    assert ended.status is RunStatus.ABORTED and ended.failure is None
+    again = api.abort_request(store, [noted], "noted", space, reason="twice", clock=clock)
+    assert again.reason == "no show" and len(tries) == 1  # answered from the record
+
+
+def test_under_workers_a_failing_notification_is_retried_then_the_request_is_aborted(
+    store: Store, api: Api
+) -> None:
+    space, pay, clock, tries = new_space(), Payments(), Clock(), list[str]()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("renoted", on_abort=mail_down(tries), retry=StepRetry(initial=5, maximum_attempts=3))
+    def renoted(req: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+        yield effect(pay.charge(4), compensate=pay.refund, name="charge")
+        yield checkpoint()
+        yield abort("sold out")
+
+    api.submit(renoted({"space": space}), request_id=space, store=store, queue=queue, clock=clock)
+    deliver_all(api.worker([renoted], store=store, queue=queue, clock=clock), queue, clock, step=10)
+    ended = api.status(store, "renoted", space)
+    assert ended.status is RunStatus.ABORTED and ended.reason == "sold out", ended
+    assert pay.kept() == 0 and len(pay.refunds) == 1
+    assert 3 <= len(tries) <= 4  # its policy's attempts (and the worker's last look), never failed
