@@ -18,7 +18,7 @@ from typing import Any, assert_never
 from idemflow._cursor import Cursor
 from idemflow._given import Given
 from idemflow._journal import Journal
-from idemflow._memos import MemoReader
+from idemflow._memos import WAIT_ABORTED, MemoReader
 from idemflow._recording import RunRecorder
 from idemflow._requests import Scan, Sleep, Steps
 from idemflow._stepper import Extra, Stepper, constant
@@ -28,6 +28,7 @@ from idemflow.errors import ChildAborted, IdempotencyKeyReuseError, InvalidInput
 from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix
 from idemflow.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
 from idemflow.records import (
+    Memo,
     Message,
     OutboxEntry,
     RunRecord,
@@ -100,7 +101,7 @@ class Coordinator:
             and isinstance(node, Until | WaitFor | Receive)
         ):
             if isinstance(node, Until):
-                return None  # an abort waits for nothing: the next step not committed aborts
+                return (yield from self._abort_at_wait())
             cursor.advance()  # a memo decides, else this step aborts (its body is replaced)
             identity = "wait " + node.workflow if isinstance(node, WaitFor) else "receive " + node.topic
             return (yield from stepper.forward(RUNS_TABLE, given.request_id, identity, constant(None), None))
@@ -122,6 +123,22 @@ class Coordinator:
                 return (yield from self._receive(node))
             case _:
                 assert_never(node)
+
+    def _abort_at_wait(self) -> Steps[None]:
+        """An abort meeting a timer (``sleep``, ``sleep_until``) aborts there, whether it is due or
+        not: no code after the wait runs here. Its abort memo takes the place of the step after
+        the wait, so a worker whose timer fires meanwhile aborts at whatever step comes next. Only
+        a step a worker already committed there says the wait was over: the replay goes on."""
+        given, cursor, calls = self._given, self._cursor, self._calls
+        step = cursor.advance()
+        if cursor.replaying:
+            row = yield from calls.read(self._memos.here())
+            memo = None if row is None or self._memos.of_earlier_run(row) else Memo.from_json(row.value)
+            if memo is not None and not (memo.aborted and memo.identity == WAIT_ABORTED):
+                cursor.revisit(step - 1)  # that step is the one after the wait: it replays
+                return None
+        yield from self._stepper.forward(RUNS_TABLE, given.request_id, WAIT_ABORTED, constant(None), None)
+        raise AssertionError("an aborting execution's step aborts")  # pragma: no cover
 
     def _suspend(self, due: float | None, poll: float | None, why: str) -> Steps[None]:
         """Hand the request to a worker until ``due`` (or a wake-up), or wait here: ``run`` sleeps

@@ -28,6 +28,10 @@ from idemflow.records import MEMO_AT, Memo, of_earlier_run
 from idemflow.serialization import JSON
 from idemflow.stores.base import CommitOutcome, Committed, Delete, Op, Row, RowRef
 
+WAIT_ABORTED = "abort at a wait"
+"""The identity of the memo an abort writes in the place of the step after a wait it met
+(``sleep``): whatever step a racing worker that passed the timer reaches there, it aborts."""
+
 
 class AbortWorkflow(BaseException):
     """A step aborted (now or in an earlier execution): unwind to compensate."""
@@ -78,6 +82,8 @@ class MemoReader:
         if given.traced:
             telemetry.count(telemetry.DUPLICATES_ANSWERED, given.workflow)
         memo = Memo.from_json(row.value)
+        if memo is not None and memo.aborted and memo.identity == WAIT_ABORTED:
+            raise AbortWorkflow(memo.value)  # aborted at the wait before this step: any step
         if memo is None or memo.identity != identity:
             recorded = row.value if memo is None else memo.identity
             raise NonDeterminismError(

@@ -8,10 +8,23 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, StepRetry, abort, atomic, checkpoint, effect, receive, start, wait, workflow
+from idemflow import (
+    Idem,
+    StepRetry,
+    abort,
+    atomic,
+    checkpoint,
+    effect,
+    receive,
+    sleep,
+    sleep_until,
+    start,
+    wait,
+    workflow,
+)
 from idemflow.admin import cancel, retry
 from idemflow.client import RunStatus
-from idemflow.errors import InvalidInputError, WorkflowAborted
+from idemflow.errors import ChildAborted, InvalidInputError, WorkflowAborted
 from idemflow.stores import Store
 from idemflow.worker import MemoryQueue
 from tests.apis import Api
@@ -240,3 +253,74 @@ def test_under_workers_a_failing_notification_is_retried_then_the_request_is_abo
     assert ended.status is RunStatus.ABORTED and ended.reason == "sold out", ended
     assert pay.kept() == 0 and len(pay.refunds) == 1
     assert 3 <= len(tries) <= 4  # its policy's attempts (and the worker's last look), never failed
+
+
+def handle_visible(worker: Any, queue: MemoryQueue) -> None:
+    """Hand the worker every message visible now, moving no time."""
+    while received := queue.receive():
+        worker.handle(received[0])
+
+
+@pytest.mark.parametrize("timer", ["sleep", "sleep_until"])
+def test_an_operators_abort_of_a_sleeping_request_runs_nothing_past_its_timer(
+    store: Store, api: Api, timer: str
+) -> None:
+    """Undone at the wait: what completed before it is compensated, ``on_abort`` runs, and no
+    code after the wait runs, neither in the operator's process nor once the timer is due."""
+    space, pay, clock = new_space(), Payments(), Clock()
+    queue = MemoryQueue(clock=clock)
+    after, told = list[str](), list[Any]()
+    wake_at = clock.now + 1000
+
+    def tell(reason: Any, req: str) -> Generator[Idem[Any], Any, None]:
+        yield effect(lambda key: told.append(reason), name="tell")
+
+    @workflow("napping", on_abort=tell)
+    def napping(req: str) -> Generator[Idem[Any], Any, Any]:
+        yield atomic("tablea", req + "seats", hold("held"), compensate=release("held"))
+        yield sleep(1000) if timer == "sleep" else sleep_until(wake_at)
+        after.append("woke")
+        yield effect(pay.charge(3), compensate=pay.refund, name="charge")
+        return "woke"
+
+    api.submit(napping(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([napping], store=store, queue=queue, clock=clock)
+    handle_visible(worker, queue)  # now asleep
+    assert api.status(store, "napping", space).waiting is not None
+    record = api.abort_request(store, [napping], "napping", space, reason="closed", clock=clock)
+    assert record.status is RunStatus.ABORTED and record.reason == "closed"
+    assert after == [] and pay.calls == 0 and told == ["closed"]
+    assert rows_of(store, space) == {("tablea", "seats", "held"): 0}
+    deliver_all(worker, queue, clock, step=600)  # the timer's continuation comes due: a duplicate
+    assert api.status(store, "napping", space).status is RunStatus.ABORTED
+    assert after == [] and pay.calls == 0 and told == ["closed"]
+
+
+def test_a_parent_waiting_on_a_sleeping_child_meets_its_abort(store: Store, api: Api) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("dozing")
+    def dozing(req: str) -> Generator[Idem[Any], Any, Any]:
+        yield atomic("tablea", req + "kid", hold("n"), compensate=release("n"))
+        yield sleep(1000)
+        return "kid woke"
+
+    @workflow("minding")
+    def minding(req: str) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        child = yield start(dozing(req), request_id=req + "-kid")
+        try:
+            return (yield wait(child))
+        except ChildAborted as aborted:
+            return f"child aborted: {aborted.reason}"
+
+    api.submit(minding(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([minding, dozing], store=store, queue=queue, clock=clock)
+    handle_visible(worker, queue)  # the parent waits, the child sleeps
+    record = api.abort_request(store, [dozing], "dozing", space + "-kid", reason="stop", clock=clock)
+    assert record.status is RunStatus.ABORTED
+    worker.relay()  # the child's outcome wakes its parent
+    deliver_all(worker, queue, clock, step=600)
+    assert api.status(store, "minding", space).result == "child aborted: stop"
+    assert rows_of(store, space) == {("tablea", "kid", "n"): 0}
