@@ -10,6 +10,7 @@ undoes anything twice. It owns that list, and nothing else.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +23,15 @@ from idemflow._in_place import INFRASTRUCTURE, tried
 from idemflow._requests import CallOut, Steps
 from idemflow._stepper import Stepper
 from idemflow.errors import CompensationError, IdemflowError, NonDeterminismError
-from idemflow.keys import RUNS_TABLE, compensation_tag, late_undo_tag
+from idemflow.keys import RUNS_TABLE, compensation_tag, late_undo_tag, settled_undo_tag
 from idemflow.monad import Atomic, Effect, Start
 from idemflow.serialization import JSON
 from idemflow.step_retry import StepRetry
 from idemflow.tx import StepAborted, Tx
+
+HoldUntil = Callable[[float, str], Steps[bool]]
+"""Wait until a time before going on (a durable timer under workers, in place elsewhere): False
+if the wait is longer than the caller may wait here (an operator's budget)."""
 
 AbortChild = Callable[[Given, Start, JSON], Steps[None]]
 """Abort a child as an operator would: an execution of its own, which only the engine on top
@@ -46,6 +51,10 @@ class Done:
     """An effect whose call this execution saw answered after the request was undone at it."""
 
 
+def _when(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
+
+
 def _settle(tx: Tx) -> None:
     tx.settle()  # a duplicate of a finished request stops here, before the call out
 
@@ -53,7 +62,7 @@ def _settle(tx: Tx) -> None:
 class Compensator:
     """The undoable steps committed so far, and their undoing."""
 
-    __slots__ = ("_abort_child", "_cursor", "_deferred", "_done", "_given", "_stepper")
+    __slots__ = ("_abort_child", "_cursor", "_deferred", "_done", "_given", "_hold", "_stepper")
 
     def __init__(
         self,
@@ -62,12 +71,14 @@ class Compensator:
         stepper: Stepper,
         deferred: DeferredCommit,
         abort_child: AbortChild,
+        hold: HoldUntil | None = None,
     ) -> None:
         self._given = given
         self._cursor = cursor
         self._stepper = stepper
         self._deferred = deferred
         self._abort_child = abort_child
+        self._hold = hold
         self._done: list[Done] = []
 
     def register(self, done: Done) -> None:
@@ -83,14 +94,44 @@ class Compensator:
         with no retry policy of its own follows ``workflow_retry``."""
         if self._deferred.pending is not None:
             yield from self._deferred.flush()
+        unsettled: list[Done] = []
         for done in reversed(self._done):
             node, result = done.node, done.result
             if isinstance(node, Effect):
-                yield from self._undo_call(done.step, node, result, workflow_retry, done.late)
+                tag = late_undo_tag(done.step) if done.late else compensation_tag(done.step)
+                yield from self._undo_call(done.step, node, result, workflow_retry, tag)
+                if result is None and not done.late and (node.timeout is not None or node.lease is not None):
+                    unsettled.append(done)
             elif isinstance(node, Start):
                 yield from self._abort_child(self._given, node, reason)
             else:
                 yield from self._undo_atomic(done.step, node, result, workflow_retry)
+        for done in unsettled:
+            yield from self._settle_undo(done.step, done.node, workflow_retry)
+
+    def _settle_undo(
+        self, step: int, node: Atomic | Effect | Start, workflow_retry: StepRetry | None
+    ) -> Steps[None]:
+        """The request was undone at this very call, whose outcome is unknown: an attempt may
+        still be in flight (its holder may have died in it), so the undo that ran with None may
+        have looked before the provider recorded the charge. Once the call can no longer land
+        (its ``timeout=`` after the abort, or its lease, if an execution still held it), the
+        undo runs once more with None, under the same key; the request ends only after it."""
+        assert isinstance(node, Effect)
+        given = self._given
+        at, leased = yield from self._stepper.undone_at(step)
+        decided = given.clock() if at is None else at
+        bounds = [decided + node.timeout] if node.timeout is not None else []
+        if node.lease is not None and leased:
+            bounds.append(decided + node.lease)
+        if not bounds:
+            return  # held by no one: no attempt of it is in flight
+        due, identity = max(bounds), "compensate effect " + node.label
+        why = f"undoing {node.label!r} once its call can no longer land, at {_when(due)}"
+        if self._hold is not None and not (yield from self._hold(due, why)):
+            cause = f"its call may still land until {_when(due)}: retry lets workers undo it again then"
+            raise CompensationError(given.workflow, given.request_id, step, identity, cause)
+        yield from self._undo_call(step, node, None, workflow_retry, settled_undo_tag(step))
 
     def _undo_atomic(
         self, step: int, node: Atomic, result: Any, workflow_retry: StepRetry | None
@@ -120,11 +161,12 @@ class Compensator:
             raise CompensationError(given.workflow, given.request_id, step, node.name, cause) from exc
 
     def _undo_call(
-        self, step: int, node: Effect, result: Any, workflow_retry: StepRetry | None, late: bool
+        self, step: int, node: Effect, result: Any, workflow_retry: StepRetry | None, tag: str
     ) -> Steps[None]:
-        """Undo an outside call: ``undo(key, result)`` as an effect of its own, memoized at the
-        call's compensation tag beside the run record (``late``: at a tag of its own, for a call
-        answered after the request was undone at it, which the first undo may have missed)."""
+        """Undo an outside call: ``undo(key, result)`` as an effect of its own, memoized at
+        ``tag`` beside the run record: the call's compensation tag, or one of its own for a call
+        answered after the request was undone at it (which the first undo may have missed) and
+        for the look once its call can no longer land."""
         undo = node.compensate
         assert undo is not None
         given, cursor, stepper = self._given, self._cursor, self._stepper
@@ -135,7 +177,6 @@ class Compensator:
 
         key = idempotency_key(given.workflow, given.request_id, step)  # the call's: undo finds it by it
         call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label)
-        tag = late_undo_tag(step) if late else compensation_tag(step)
         retry = node.retry if node.retry is not None else workflow_retry
         cursor.revisit(step)
         cursor.identity, cursor.retry = identity, retry

@@ -140,6 +140,22 @@ class Coordinator:
         yield from self._stepper.forward(RUNS_TABLE, given.request_id, WAIT_ABORTED, constant(None), None)
         raise AssertionError("an aborting execution's step aborts")  # pragma: no cover
 
+    def hold_until(self, due: float, why: str) -> Steps[bool]:
+        """Wait until ``due`` (epoch seconds) before going on: under workers a durable timer (the
+        request is handed over, its record saying ``why``), in place under ``run`` and an
+        operator's abort, but for no longer than the latter's budget: False if ``due`` is past it."""
+        given = self._given
+        plan = given.plan
+        left = due - given.clock()
+        if left <= 0:
+            return True
+        if plan.suspend or not plan.retry_in_place:  # a worker's execution, or its give-up
+            yield from self._recorder.hand_over(self._journal.entries(), due, why)
+        if plan.in_place_for is not None and left > plan.in_place_for:
+            return False
+        yield Sleep(left, time.sleep)
+        return True
+
     def _suspend(self, due: float | None, poll: float | None, why: str) -> Steps[None]:
         """Hand the request to a worker until ``due`` (or a wake-up), or wait here: ``run`` sleeps
         until ``due`` or for ``poll`` seconds, then the caller looks again."""

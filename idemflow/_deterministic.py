@@ -80,7 +80,9 @@ def effect(
     key and ``result`` its memoized answer — or None when the request was
     undone at this very call, whose outcome is then unknown (it may be in
     flight, or an attempt that timed out may have gone through): the undo
-    must then find what ``key`` did at the provider, if anything. Derive the
+    must then find what ``key`` did at the provider, if anything; if the call has a
+    ``timeout=`` (or a lease still held), the undo runs once more with None once the call can no
+    longer land, and the request ends only after that. Derive the
     undo's own idempotency key from ``key`` (``"refund-" + key``): a provider
     refuses one key for two different calls. A failing undo is retried under
     ``retry``; it is never dropped. ``retry`` (a

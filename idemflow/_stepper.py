@@ -42,7 +42,7 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
 from idemflow.policy import DataConflict, retried
-from idemflow.records import MEMO_AT, RUN_AT, memo_row, memo_run, memo_text
+from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row, memo_run, memo_text
 from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
 from idemflow.tx import StepAborted, Tx
 
@@ -443,6 +443,18 @@ class Stepper:
             assert group is not None
             yield from give_back((group,), token, given.clock)
         return answer
+
+    def undone_at(self, step: int) -> Steps[tuple[float | None, bool]]:
+        """Where the request was undone at effect ``step``: when its abort memo was written (None
+        if this version cannot tell) and whether an execution still holds the call's lease row
+        (it was in the call, and wrote no memo: it may have died there)."""
+        given, calls = self._given, self._calls
+        memo = yield from calls.read(RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(step)))
+        lease = yield from calls.read(
+            RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + lease_tag(step))
+        )
+        decided = None if memo is None else Memo.from_json(memo.value)
+        return (None if decided is None else decided.at), lease is not None
 
     def _lease_given_up(self, memo_ref: RowRef, call_out: CallOut) -> Steps[None]:
         if call_out.lease is not None:

@@ -151,7 +151,9 @@ class Execution:
         self._journal = journal = Journal(given, cursor)
         stepper = Stepper(given, cursor, calls, memos, recorder, deferred, journal)
         coordinator = Coordinator(given, cursor, calls, memos, recorder, journal, stepper, _run_child)
-        self._compensator = compensator = Compensator(given, cursor, stepper, deferred, _abort_child)
+        self._compensator = compensator = Compensator(
+            given, cursor, stepper, deferred, _abort_child, coordinator.hold_until
+        )
         self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred)
         self._interpreter = Interpreter(
             given, cursor, recorder, deferred, journal, stepper, coordinator, compensator

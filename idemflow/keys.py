@@ -87,6 +87,12 @@ def late_undo_tag(step: int) -> str:
     return f"u{step}"
 
 
+def settled_undo_tag(step: int) -> str:
+    """Memo tag of the undo of effect step ``step`` run again once its call can no longer land: the
+    request was undone at that step while an attempt may have been in flight (its holder gone)."""
+    return f"d{step}"
+
+
 def lease_tag(step: int) -> str:
     """Row tag of the lease of effect step ``step`` (beside its memo, collected with it)."""
     return f"l{step}"

@@ -422,6 +422,14 @@ class Handling:
                 reader=self._reader,
                 retry_in_place=False,
             )
+        except Suspended as suspended:  # an undo waits for its call to end: a durable timer
+            now = self.clock()
+            due = now if suspended.due is None else suspended.due
+            yield Send(holder.message.body, hop(due, now), holder.lane)  # this delivery, again
+            yield from _runs.waiting_steps(failed.workflow, failed.request_id, suspended.why, self._retries)
+            event(logging.INFO, "suspended", due=due, waiting=suspended.why, **fields)
+            yield Settle(holder, "ack")
+            return
         except CompensationError as undo:  # tried again as a step of its own, from the abort memo
             cause = f"{type(undo.__cause__ or undo).__name__}: {undo.__cause__ or undo}"
             retry = failed.retry if failed.retry is not None else flow.retry

@@ -577,3 +577,92 @@ def test_a_timer_a_message_made_obsolete_is_dropped_after_one_read(store: Store,
     assert stats.completed == 1 and stats.duplicates == 1  # the timeout's pointer, read once
     # Woken by the message up to the long sleep, its hops (one per 15 minutes), the last sleep.
     assert stats.suspended == 1 + (3600 // 900 - 1) + 1
+
+
+class LateProvider(Payments):
+    """A provider that records a charge some time after it was sent (``land`` records them): the
+    undo of a call whose holder died in it looks before the charge is there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: dict[str, int] = {}
+
+    def land(self) -> None:
+        with self.lock:
+            for key, amount in self.sent.items():
+                self.charges.setdefault(key, amount)
+
+
+def died_in_the_call(
+    store: Store, workflow_name: str, request_id: str, pay: LateProvider, amount: int
+) -> None:
+    """What a worker SIGKILLed inside the charge (step 1) leaves: the charge sent to the provider
+    under its key, and the call's lease row, never given back (already past its end)."""
+    from idemflow._effect_keys import idempotency_key
+    from idemflow.keys import RUNS_TABLE, lease_tag, memo_key
+    from idemflow.serialization import encode
+    from idemflow.stores.base import Insert, RowRef
+
+    pay.sent[idempotency_key(workflow_name, request_id, 1)] = amount
+    lease: Any = {"holder": "gone", "until": time.time() - 1}
+    ref = RowRef(RUNS_TABLE, request_id, memo_key(workflow_name, request_id, lease_tag(1)))
+    store.commit([Insert(ref, lease, encode(lease), None)])
+
+
+def billing(pay: LateProvider, **options: Any) -> Any:
+    @workflow("billing", **options)
+    def bill(req: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        charged = yield effect(
+            pay.charge(req["amount"]), compensate=pay.refund, timeout=60, lease=30, name="charge"
+        )
+        return charged
+
+    return bill
+
+
+def test_an_abort_after_the_holder_died_in_the_charge_refunds_what_lands_later(
+    store: Store, api: Api
+) -> None:
+    """The operator's abort cannot end ``aborted`` while the charge may still land: it ends
+    ``failed`` naming the wait; once the call's time is over, workers undo it again, and the
+    charge that landed meanwhile is refunded."""
+    from idemflow.admin import retry
+
+    space, pay, clock = new_space(), LateProvider(), Clock()
+    queue = MemoryQueue(clock=clock)
+    bill = billing(pay)
+    api.submit(bill({"amount": 50}), request_id=space, store=store, queue=queue, clock=clock)
+    died_in_the_call(store, "billing", space, pay, 50)
+    with pytest.raises(CompensationError, match="may still land"):
+        api.abort_request(store, [bill], "billing", space, reason="cancelled", clock=clock, wait=0)
+    held = api.status(store, "billing", space)
+    assert held.status is RunStatus.FAILED and held.failure is not None
+    assert "compensate effect charge" in held.failure.reason and pay.refunds == {}
+    pay.land()  # the dead worker's charge reaches the provider's books after the first undo
+    clock.now += 61
+    retry(store, queue, "billing", space)
+    deliver_all(api.worker([bill], store=store, queue=queue, clock=clock), queue, clock)
+    ended = api.status(store, "billing", space)
+    assert ended.status is RunStatus.ABORTED and ended.reason == "cancelled"
+    assert len(pay.charges) == 1 and pay.kept() == 0 and len(pay.refunds) == 1
+
+
+def test_a_deadline_abort_after_the_holder_died_waits_for_the_call_as_a_timer(store: Store, api: Api) -> None:
+    space, pay, clock = new_space(), LateProvider(), Clock()
+    queue = MemoryQueue(clock=clock)
+    bill = billing(pay, on_failure="compensate")
+    api.submit(
+        bill({"amount": 70}), request_id=space, store=store, queue=queue, clock=clock, deadline=clock.now + 5
+    )
+    died_in_the_call(store, "billing", space, pay, 70)
+    worker = api.worker([bill], store=store, queue=queue, clock=clock)
+    clock.now += 10
+    worker.handle(queue.receive()[0])  # past the deadline: undone at the charge, then waits
+    waiting = api.status(store, "billing", space)
+    assert waiting.status is RunStatus.RUNNING and "can no longer land" in str(waiting.waiting)
+    pay.land()
+    deliver_all(worker, queue, clock, step=30)
+    ended = api.status(store, "billing", space)
+    assert ended.status is RunStatus.ABORTED and "deadline exceeded" in str(ended.reason)
+    assert len(pay.charges) == 1 and pay.kept() == 0
