@@ -42,7 +42,7 @@ ended, seats and meals held equal the completed bookings; nothing dead-lettered.
 
 >>> plan = make_plan(random.Random(3), "t-", quick=True)
 >>> len(plan.bookings), sorted(set(plan.aborts.values()))
-(10, ['waiting'])
+(10, ['killed mid-charge', 'waiting'])
 """
 
 from __future__ import annotations
@@ -75,9 +75,10 @@ from samples.chaos.report import Options, Totals
 
 WORKERS = 2
 RELAY_EVERY = 0.5
-WAITING, MID_CHARGE, ANY_TIME = "waiting", "mid-charge", "any time"
+WAITING, MID_CHARGE, ANY_TIME, KILLED = "waiting", "mid-charge", "any time", "killed mid-charge"
 """When the operator aborts: while the request waits for its confirmation, while its charge is in
-flight, or at a random moment after it was submitted."""
+flight, at a random moment after it was submitted, or right after its worker was SIGKILLed inside
+the charge (which lands at the provider a while later: the undo must still refund it)."""
 
 
 @dataclass
@@ -95,7 +96,8 @@ class Plan:
 def make_plan(rng: random.Random, prefix: str, quick: bool) -> Plan:
     """10 bookings on 2 flights (40 on 4); a flight's seats are 90% of its bookings, its meals
     60%; one card in ten declined; a fifth never confirmed, half of those aborted by the operator
-    while they wait; in a full run also three aborted mid-charge and three at any time."""
+    while they wait, and two (three in a full run) aborted right after their worker was SIGKILLed
+    inside the charge; in a full run also three aborted mid-charge and three at any time."""
     count, flights = (10, 2) if quick else (40, 4)
     on: Counter[int] = Counter(n % flights for n in range(count))
     bookings = []
@@ -111,6 +113,8 @@ def make_plan(rng: random.Random, prefix: str, quick: bool) -> Plan:
     rng.shuffle(payers)
     unconfirmed = payers[: max(2, count // 5)]
     aborts = dict.fromkeys(unconfirmed[: len(unconfirmed) // 2], WAITING)
+    killed = len(unconfirmed) + (0 if quick else 6)
+    aborts.update(dict.fromkeys(payers[killed : killed + (2 if quick else 3)], KILLED))
     if not quick:
         aborts.update(dict.fromkeys(payers[len(unconfirmed) : len(unconfirmed) + 3], MID_CHARGE))
         aborts.update(dict.fromkeys(payers[len(unconfirmed) + 3 : len(unconfirmed) + 6], ANY_TIME))
@@ -177,12 +181,17 @@ class Operator:
     outcomes: Counter[str] = field(default_factory=Counter)
     boundary_kills: Counter[str] = field(default_factory=Counter)
     _threads: list[threading.Thread] = field(default_factory=list)
+    _killed: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def at_boundary(self, call: str, moment: str, caller: int, request: str) -> None:
         """The provider's hook: abort a request whose charge is in flight; SIGKILL the caller."""
         if (call, moment) == ("charge", "recorded") and self.plan.aborts.get(request) == MID_CHARGE:
             self._spawn(request, MID_CHARGE, 0.0)
+        if (call, moment) == ("charge", "arrived") and self.plan.aborts.get(request) == KILLED:
+            if self._kill_caller(caller, "charge arrived, then abort", request):
+                self._spawn(request, KILLED, 0.0)  # at once: the charge has not landed yet
+            return
         with self._lock:
             if self.kills <= 0 or self.rng.random() >= self.kill_share:
                 return
@@ -194,6 +203,22 @@ class Operator:
             self.kills -= 1
             self.boundary_kills[f"{call} {moment}"] += 1
         self.fleet.kill(child)
+
+    def _kill_caller(self, caller: int, why: str, request: str) -> bool:
+        """SIGKILL the worker process making a call (once per request); False if the caller is not
+        a live worker (the driver's own call) or the request was handled already."""
+        with self._lock:
+            if request in self._killed:
+                return False
+            child = next(
+                (c for c in self.fleet.children if c.process is not None and c.process.pid == caller), None
+            )
+            if child is None or child.process is None or child.process.poll() is not None:
+                return False
+            self._killed.add(request)
+            self.boundary_kills[why] += 1
+        self.fleet.kill(child)
+        return True
 
     def start(self, clients: Clients) -> None:
         """The aborts that do not wait for the provider: those of waiting requests, and (full run)
@@ -280,6 +305,8 @@ def payments_killed(opts: Options, rng: random.Random, round_no: int, totals: To
     late = (0.6, 1.2) if opts.quick else (1.5, 3.0)
     provider = Provider(random.Random(round_rng.random()), late_share=0.1, late_seconds=late)
     provider.slow_requests |= {request for request, kind in plan.aborts.items() if kind == MID_CHARGE}
+    lag = 0.25 if opts.quick else 0.6  # within the charge's timeout (0.4 s, 1 s): it may still land
+    provider.landing_late |= {request: lag for request, kind in plan.aborts.items() if kind == KILLED}
     lengths, gaps = ((0.5, 2.0), (0.3, 1.0)) if opts.quick else ((2.0, 30.0), (3.0, 12.0))
     argv = ["-m", "samples.chaos", "worker", "payments", "--store", f"sqlite:{files.path}"]
     argv += ["--queue", files.queue, "--log", str(files.log), "--fault-rate", str(opts.fault_rate)]

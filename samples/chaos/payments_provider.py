@@ -9,6 +9,10 @@ refund key. What it does to its callers:
 - **declines**: a declined card is answered 402 and nothing is charged;
 - **late answers**: some calls are recorded at once but answered after a pause longer than the
   caller's timeout, so the caller's attempt fails though the money moved;
+- **charges that land late**: for the requests in :attr:`Provider.landing_late`, the first charge
+  is written to the books a while after it arrived (within the caller's timeout, as a provider
+  that queues its work does), so a caller SIGKILLed as it arrives leaves a charge that lands
+  after an operator's abort may already have looked it up;
 - **hooks** at the effect boundaries: ``hook(call, moment, caller_pid, request)`` when a call
   arrives (``"arrived"``: nothing recorded yet) and once it is recorded (``"recorded"``: the money
   moved, the answer not sent), so the workload can SIGKILL the calling worker there, or start an
@@ -92,6 +96,8 @@ class Provider:
     down: bool = False
     slow_requests: set[str] = field(default_factory=set)
     """Requests whose first charge is always answered late (the workload aborts them meanwhile)."""
+    landing_late: dict[str, float] = field(default_factory=dict)
+    """Requests whose first charge is written to the books this many seconds after it arrived."""
     _charges: dict[str, Charged] = field(default_factory=dict)
     _by_key: dict[str, Charged] = field(default_factory=dict)
     _refunds: dict[str, str] = field(default_factory=dict)
@@ -111,6 +117,10 @@ class Provider:
         if kind not in ("charge", "refund"):
             return 404, {"error": f"no such call {path!r}"}
         self._notify(kind, "arrived", caller, request)
+        if kind == "charge":
+            with self._lock:
+                lag = self.landing_late.pop(request, 0.0)
+            time.sleep(lag)  # the money moves now, whether the caller still waits or not
         pause = 0.0
         with self._lock:
             status, answer, fresh = self._charge(body) if kind == "charge" else self._refund(body)
