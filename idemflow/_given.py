@@ -51,9 +51,14 @@ class Given(NamedTuple):
     """The engine logger is at DEBUG: one structured line per run and per step."""
 
     def expiry(self) -> float:
-        """When rows written now may expire: from wall time, never from the workflow's clock
-        (a test's fixed clock would write rows that are already expired)."""
-        return time.time() + self.policy.retention
+        """When rows written now may expire: a retention from now, by the later of wall time and
+        the workflow's clock (a test's fixed clock in the past writes no row already expired; a
+        clock moved weeks ahead, as a test simulates a long wait, writes rows that live as long
+        from then), and no earlier than the bound the request's rows are kept until for a long
+        wait (:attr:`~idemflow.plan.Plan.kept_until`), so that bound stays true."""
+        at = max(time.time(), self.clock()) + self.policy.retention
+        kept = self.plan.kept_until
+        return at if kept is None or kept < at else kept
 
     def log_event(self, event: str, *, started: float, **fields: Any) -> None:
         """One structured engine log line (DEBUG): JSON text, and the same fields on the record."""

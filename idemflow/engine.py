@@ -73,7 +73,7 @@ from idemflow.plan import (
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON
-from idemflow.stores.base import Capabilities, Delete
+from idemflow.stores.base import Capabilities, Delete, RowRef
 from idemflow.tx import Reader
 
 __all__ = [
@@ -163,6 +163,16 @@ class Execution:
     def step(self) -> int:
         """Number of the last step begun."""
         return self._cursor.step
+
+    @property
+    def step_name(self) -> str:
+        """What the last step begun is (its name or kind), for a note naming it."""
+        return self._cursor.identity
+
+    @property
+    def record_ref(self) -> RowRef:
+        """Where this request's run record lives."""
+        return self._given.run_ref
 
     @property
     def workflow(self) -> str:

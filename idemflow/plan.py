@@ -105,6 +105,9 @@ class Plan:
     no_longer_waiting: Callable[[Collection[str]], Generator[Any, Any, object]] | None = None
     """Told what the request no longer waits for (the notes of limits it now holds), it clears the
     run record's note if the record began this execution with one of them (a worker's)."""
+    kept_until: float | None = None
+    """Epoch seconds the request's rows were kept until for a long wait (its run record's ``ku``,
+    read by a worker): every row this execution writes expires no earlier, so the bound stays true."""
     lane: str | None = None
     """The request's queue lane (``submit(priority=)``; None: normal): the children it starts
     inherit it, and the continuations it sends to wake another request go to it."""

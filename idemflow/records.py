@@ -212,6 +212,10 @@ def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _number_or_none(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+
+
 def new_incarnation() -> str:
     """A fresh run's incarnation: what tells its memos from those of an earlier request that had
     the same id.
@@ -371,6 +375,10 @@ class RunRecord:
     incarnation: str | None = None
     """This run of the request id (:func:`new_incarnation`); its memos carry it (absent before
     format 5: such a run trusts every memo it meets)."""
+    kept_until: float | None = None
+    """Epoch seconds no row of this unfinished request expires before (``ku``): set when its
+    rows were last given a later expiry for a long wait (:func:`idemflow.expiry.extend`), and
+    every row written for it since expires no earlier. None: its claim's time plus retention."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
@@ -401,6 +409,8 @@ class RunRecord:
                 record["dl"] = self.deadline
             if self.continuation is not None:
                 record["ct"] = self.continuation.to_json()
+            if self.kept_until is not None:
+                record["ku"] = self.kept_until
         return record
 
     @classmethod
@@ -424,6 +434,7 @@ class RunRecord:
             deadline=value.get("dl"),
             continuation=None if continuation is None else Continuation.from_json(continuation),
             incarnation=_text_or_none(value.get("i")),
+            kept_until=_number_or_none(value.get("ku")),
         )
 
     @property
@@ -490,6 +501,7 @@ class RunRecord:
             waiting=None,
             attempts=None,
             deadline=None,
+            kept_until=None,
         )
 
 

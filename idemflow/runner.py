@@ -24,6 +24,7 @@ description to one :class:`~idemflow.engine.Execution`, which does the work.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Generator, Iterable
@@ -32,19 +33,25 @@ from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from returns.result import Failure, Result, Success
 
-from idemflow import records
+from idemflow import expiry, records
 from idemflow._drive import drive
 from idemflow._limit_gate import gated
 from idemflow._limit_spec import Concurrency, LimitGroup, Rate, workflow_limits
 from idemflow._requests import Read, Steps
 from idemflow.engine import Execution, OtherVersion, Plan
-from idemflow.errors import InvalidInputError, LimitReachedError, VersionNotHeldError, WorkflowAborted
+from idemflow.errors import (
+    IdempotencyKeyReuseError,
+    InvalidInputError,
+    LimitReachedError,
+    VersionNotHeldError,
+    WorkflowAborted,
+)
 from idemflow.keys import check_duration, check_request_id, check_workflow_name
 from idemflow.monad import AsWritten, Basis, Bind, Call, Idem, check_retry
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.serialization import JSON, decode, digest, encode, encode_canonical, fingerprint
 from idemflow.step_retry import StepRetry
-from idemflow.stores.base import AsyncStore, Store
+from idemflow.stores.base import AsyncStore, RowRef, Store
 from idemflow.tx import Reader
 
 P = ParamSpec("P")
@@ -371,10 +378,60 @@ def execution_steps(
     *,
     reader: Reader | None,
 ) -> Steps[records.RunRecord]:
-    """The engine's computation for :func:`execute` and :func:`aexecute` (one algorithm)."""
+    """The engine's computation for :func:`execute` and :func:`aexecute` (one algorithm).
+
+    Under ``run`` (no ``plan``), a step's error, or the store's, leaves the request unfinished
+    for the caller to retry: its run record then says why, and its rows are kept a retention
+    from this attempt (:func:`idemflow.expiry.left_over`)."""
     base = plan or Plan(version=request.version)
+    execution = _execution(request, request_id, store, policy, clock, base, reader)
+    if plan is not None:
+        return (
+            yield from _versioned(m, execution, request, request_id, store, policy, clock, versions, reader)
+        )
+    known: set[RowRef] = set()
+    ran = _versioned(m, execution, request, request_id, store, policy, clock, versions, reader)
     try:
-        return (yield from _execution(request, request_id, store, policy, clock, base, reader).run(m.node))
+        return (yield from expiry.watched(ran, execution.record_ref, known))
+    except (InvalidInputError, IdempotencyKeyReuseError):
+        raise  # nothing of this request's was written
+    except Exception as exc:
+        why = f"left unfinished by run at step {execution.step}"
+        if execution.step_name:
+            why += f" ({execution.step_name})"
+        why += f": {type(exc).__name__}: {exc}"
+        retention = (policy or DEFAULT_POLICY).retention
+        now = max(time.time(), clock())
+        with contextlib.suppress(Exception):  # the note is for operators: the caller gets its error
+            yield from expiry.left_over(
+                execution.record_ref,
+                request.workflow,
+                request_id,
+                why,
+                retention,
+                now,
+                known,
+                execution.capabilities,
+            )
+        raise
+
+
+def _versioned(
+    m: Idem[Any],
+    execution: Execution,
+    request: Request,
+    request_id: str,
+    store: Store | AsyncStore,
+    policy: RetryPolicy | None,
+    clock: Callable[[], float],
+    versions: Iterable[Workflow[Any, Any]],
+    reader: Reader | None,
+) -> Steps[records.RunRecord]:
+    """``execution`` run; a request that started on another version finishes on that one if
+    ``versions`` holds it."""
+    base = execution.plan
+    try:
+        return (yield from execution.run(m.node))
     except OtherVersion as other:
         started = other.record.version
         held = {flow.version: flow for flow in versions if flow.name == request.workflow}

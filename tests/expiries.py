@@ -1,8 +1,12 @@
-"""Every row's ``expires_at`` as the backend holds it, for tests of retention on every store:
-read by the function the backend's registry entry names (:mod:`idemflow.testing.expiries` for
-the built-in ones), through any wrapper."""
+"""Every row's ``expires_at`` as the backend holds it, for tests of retention on every store
+(and expiry applied as each backend's service applies it): read by the function the backend's
+registry entry names (:mod:`idemflow.testing.expiries` for the built-in ones), through any
+wrapper."""
 
 from __future__ import annotations
+
+import random
+from typing import Any
 
 from idemflow.stores import Store
 from idemflow.stores.registry import STORES, load
@@ -21,4 +25,29 @@ def expiries(store: Store) -> dict[Where, float | None]:
     return found
 
 
-__all__ = ["Where", "expiries"]
+__all__ = ["Where", "expire_as_the_service_does", "expiries"]
+
+
+def expire_as_the_service_does(store: Store, now: float, seed: int = 0) -> int:
+    """Apply expiry at ``now`` as the backend's own service does; how many rows went.
+
+    A store that sweeps (SQLite, Azure Tables, memory) runs its sweep until it finds nothing
+    more; DynamoDB's TTL (which moto and DynamoDB Local never apply) is played here: every item
+    whose ``expires_at`` passed is deleted, blindly, in a random order."""
+    if isinstance(store, StoreWrapper):
+        return expire_as_the_service_does(store.inner, now, seed)
+    sweep = getattr(store, "expire", None)
+    if callable(sweep):
+        gone = 0
+        for _ in range(50):
+            report = sweep(now=now, limit=1000)
+            gone += report.deleted
+            if report.found == 0:
+                return gone
+        raise AssertionError("the sweep never settled")
+    victims = [where for where, at in expiries(store).items() if at is not None and at < now]
+    random.Random(seed).shuffle(victims)
+    client: Any = store.client  # type: ignore[attr-defined]
+    for table, partition, key in victims:
+        client.delete_item(TableName=table, Key={"pk": {"S": partition}, "sk": {"S": key}})
+    return len(victims)

@@ -46,11 +46,12 @@ from idemflow.errors import (
     NonDeterminismError,
     StepFailedError,
 )
+from idemflow.expiry import KEEP_ALIVE, sweeps, watched
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff, kept_for
-from idemflow.records import Attempts, Continuation, RunRecord, RunStatus
+from idemflow.records import Attempts, Continuation, RunRecord, RunStatus, run_ref
 from idemflow.runner import Workflow, describe_request, execution_steps, status_steps
 from idemflow.step_retry import DEFAULT_STEP_RETRY, StepRetry
-from idemflow.stores.base import AsyncStore, Store
+from idemflow.stores.base import AsyncStore, RowRef, Store
 from idemflow.tx import Reader
 
 log = logging.getLogger("idemflow.worker")
@@ -111,6 +112,8 @@ class Holder:
         self.lost = False
         self.seen: Attempts | None = None
         """The retry count the run record held when this delivery began (see ``_step_failed``)."""
+        self.known: set[RowRef] = set()
+        """The request's rows its execution met: what a long wait extends (:mod:`idemflow.expiry`)."""
         self.lane = lane_of(message)
         """The lane its request's continuations go to: the message's, then its run record's."""
         self.lock = threading.Lock()
@@ -184,6 +187,9 @@ class Handling:
         self._lock = threading.Lock()
         self._target = store
         self._reader = reader
+        self._sweeps = sweeps(store)
+        """The store keeps an unfinished request's rows by itself (its sweep): a wait with no
+        known end needs no keep-alive wake-up."""
 
     def _settle(self, holder: Holder, fields: dict[str, Any]) -> Steps[bool]:
         """Process one message to ack, nack or dead letter. False if the request only waits."""
@@ -268,6 +274,7 @@ class Handling:
             incarnation=record.incarnation,
             lane=record.lane,
             no_longer_waiting=clearing,
+            kept_until=record.kept_until,
         )
         try:
             steps = execution_steps(
@@ -283,7 +290,7 @@ class Handling:
             )
             if flow.limits:
                 steps = self._under_limits(steps, flow, pointer.request_id, clearing)
-            done = yield from steps
+            done = yield from watched(steps, run_ref(pointer.workflow, pointer.request_id), holder.known)
         except LimitReachedError as full:  # a delayed continuation, never an attempt
             why = full.why
             raise Wait(why, delay=full.retry_after, recorded=record.waiting == why) from None
@@ -293,18 +300,28 @@ class Handling:
             ) from exc
         except Suspended as suspended:  # a timer, a child or a message: no worker waits for it
             suspended = suspended.capped(record.deadline)
-            fields["due"] = suspended.due
-            if suspended.due is None:  # a child's outcome or a message wakes it
+            now = self.clock()
+            due = suspended.due
+            if due is None and self._sweeps:  # a child's outcome or a message wakes it
+                fields["due"] = None
                 yield from _runs.waiting_steps(pointer.workflow, pointer.request_id, suspended.why, policy)
                 return "suspended"
+            if due is None:  # rows expire by date alone: woken now and then to keep them
+                due = now + policy.retention * KEEP_ALIVE
+            fields["due"] = due
             continuation = Continuation.after(record.continuation, pointer.continuation)
             again = Pointer(pointer.workflow, record.version, pointer.request_id, continuation=continuation)
-            yield Send(encode_pointer(again, self.key), hop(suspended.due, self.clock()), holder.lane)
+            yield Send(encode_pointer(again, self.key), hop(due, now), holder.lane)
+            keep = self._keep(holder, due, now)
             yield from _runs.suspended_steps(
-                pointer.workflow, pointer.request_id, suspended.why, continuation, policy
+                pointer.workflow, pointer.request_id, suspended.why, continuation, policy, keep
             )
             return "suspended"
         return done.status.value  # its completion record is durable: the caller may ack
+
+    def _keep(self, holder: Holder, until: float, now: float) -> _runs.Keep:
+        """What a record write for a wait until ``until`` extends: the rows this delivery met."""
+        return _runs.Keep(until, now, frozenset(holder.known), self._target.capabilities)
 
     def _under_limits(
         self,
@@ -376,7 +393,12 @@ class Handling:
         if wait is not None:
             attempts = Attempts(failed.step, failed.identity, count, first, now + wait, failed.cause[:500])
             counted = yield from _runs.attempt_steps(
-                failed.workflow, failed.request_id, seen, attempts, self._retries
+                failed.workflow,
+                failed.request_id,
+                seen,
+                attempts,
+                self._retries,
+                self._keep(holder, now + wait, now),
             )
             if counted:  # else another delivery of this request counted it: this one is a duplicate
                 yield Send(holder.message.body, hop(attempts.due, now), holder.lane)

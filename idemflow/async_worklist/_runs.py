@@ -12,13 +12,27 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from idemflow._drive import drive
 from idemflow._requests import Commit, Read, Steps
+from idemflow.expiry import extend, extension_due
 from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
 from idemflow.records import Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Committed, Put, Row, Store
+from idemflow.stores.base import Capabilities, Committed, Put, Row, RowRef, Store
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """A record write for a request that waits until ``until`` (epoch seconds; ``now`` is its
+    clock's time): the record, and first every row in ``known`` if their bound is too near
+    (:func:`idemflow.expiry.extension_due`), expire a retention after the wait ends, not after now."""
+
+    until: float
+    now: float
+    known: frozenset[RowRef]
+    capabilities: Capabilities
 
 
 def read(
@@ -38,6 +52,7 @@ def _replace_running(
     request_id: str,
     change: Mapping[str, object] | Callable[[RunRecord], Mapping[str, object]],
     policy: RetryPolicy,
+    keep: Keep | None = None,
 ) -> Steps[bool]:
     """Rewrite an unfinished record with ``change`` (or what it says for the record read);
     False if it finished meanwhile or was gone."""
@@ -48,20 +63,37 @@ def _replace_running(
         record, row = found
         fields = change(record) if callable(change) else change
         updated = dataclasses.replace(record, **fields)  # type: ignore[arg-type]
-        if updated == record or (yield from _rewrite(workflow, request_id, updated, row, policy)):
+        if keep is None and updated == record:
+            return True
+        if (yield from _rewrite(workflow, request_id, updated, row, policy, keep)):
             return True
     return False
 
 
 def _rewrite(
-    workflow: str, request_id: str, updated: RunRecord, row: Row, policy: RetryPolicy
+    workflow: str,
+    request_id: str,
+    updated: RunRecord,
+    row: Row,
+    policy: RetryPolicy,
+    keep: Keep | None = None,
 ) -> Steps[bool]:
     """Write ``updated`` over the record read as ``row``, if it is still that version; it expires
-    by the request's own retention where the record carries one, else by ``policy``'s."""
+    by the request's own retention where the record carries one, else by ``policy``'s, from
+    the end of the wait ``keep`` names (its rows extended first where their bound is too near),
+    and never before the bound its rows are kept until."""
+    retention = kept_for(policy, updated.retention).retention
+    ref = run_ref(workflow, request_id)
+    ends = time.time() if keep is None else max(time.time(), keep.now, keep.until)
+    expires = ends + retention
+    if keep is not None and extension_due(updated, retention, ends):
+        yield from extend(keep.known, ref, workflow, request_id, expires, keep.capabilities)
+        updated = dataclasses.replace(updated, kept_until=expires)
+    if updated.kept_until is not None and updated.kept_until > expires:
+        expires = updated.kept_until
     value: JSON = updated.to_json()
     text = encode(value, "run record", envelope=3)
-    expires = time.time() + kept_for(policy, updated.retention).retention
-    put = Put(run_ref(workflow, request_id), value, text, expect=row.version, expires_at=expires)
+    put = Put(ref, value, text, expect=row.version, expires_at=expires)
     return isinstance((yield from resent(policy.resending(policy.until()), Commit([put]))), Committed)
 
 
@@ -87,6 +119,7 @@ def suspended_steps(
     why: str,
     continuation: Continuation,
     policy: RetryPolicy = DEFAULT_POLICY,
+    keep: Keep | None = None,
 ) -> Steps[bool]:
     """Record what a request waits for and the continuation just queued for it (after the send:
     a continuation in a record was always sent). A later generation recorded meanwhile stays."""
@@ -97,7 +130,7 @@ def suspended_steps(
             return {"waiting": why[:500]}
         return {"waiting": why[:500], "continuation": continuation}
 
-    return _replace_running(workflow, request_id, change, policy)
+    return _replace_running(workflow, request_id, change, policy, keep)
 
 
 def failed_steps(
@@ -127,6 +160,7 @@ def attempt_steps(
     seen: Attempts | None,
     failed: Attempts,
     policy: RetryPolicy = DEFAULT_POLICY,
+    keep: Keep | None = None,
 ) -> Steps[bool]:
     """Count a failed attempt of a step and when the next may start; False if the record no
     longer holds ``seen`` (what the execution read before it ran): another delivery of the same
@@ -144,7 +178,7 @@ def attempt_steps(
             f"attempt(s): {failed.error}"
         )
         updated = dataclasses.replace(record, attempts=failed, waiting=note[:500])
-        if (yield from _rewrite(workflow, request_id, updated, row, policy)):
+        if (yield from _rewrite(workflow, request_id, updated, row, policy, keep)):
             return True
 
 

@@ -50,7 +50,7 @@ class Clock:
     """A wall clock the test moves: queue visibility and outbox due times."""
 
     def __init__(self) -> None:
-        self.now = 1_800_000_000.0
+        self.now = self.began = 1_800_000_000.0
 
     def __call__(self) -> float:
         return self.now

@@ -15,7 +15,20 @@ from typing import Any
 
 import pytest
 
-from idemflow import RetryPolicy, Tx, atomic, checkpoint, send, sleep, start, wait, workflow
+from idemflow import (
+    RetryPolicy,
+    StepRetry,
+    Tx,
+    atomic,
+    checkpoint,
+    effect,
+    receive,
+    send,
+    sleep,
+    start,
+    wait,
+    workflow,
+)
 from idemflow.admin import RunRecord, cancel, retry
 from idemflow.admin import abort_request as abort
 from idemflow.client import RunStatus, send_message
@@ -30,7 +43,7 @@ from idemflow.worker import MemoryQueue
 from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
-from tests.expiries import expiries
+from tests.expiries import expire_as_the_service_does, expiries
 
 RETENTION = 60.0
 FAILED_ONCE: set[str] = set()
@@ -70,14 +83,18 @@ def expiring_rows(store: Store) -> dict[Any, float]:
     return {where: at for where, at in expiries(store).items() if at is not None}
 
 
-def assert_kept_for(rows: dict[Any, float], retention: float, since: float) -> None:
+def assert_kept_for(
+    rows: dict[Any, float], retention: float, since: float, clock: Clock | None = None
+) -> None:
     """Every row expires ``retention`` seconds after it was written (between ``since`` and now;
-    DynamoDB keeps whole seconds)."""
+    DynamoDB keeps whole seconds), by its writer's clock: the later of wall time and the test's
+    clock (which runs ahead of it) where the writer was given that clock, wall time else."""
     now = time.time()
+    frames = [(since, now)] if clock is None else [(since, now), (clock.began, max(now, clock.now))]
     wrong = {
         where: at - since
         for where, at in rows.items()
-        if not since + retention - 1 <= at <= now + retention + 1
+        if not any(first + retention - 1 <= at <= last + retention + 1 for first, last in frames)
     }
     assert not wrong, f"rows not kept for {retention} s (seconds after the test began): {wrong}"
 
@@ -102,7 +119,7 @@ def test_every_row_a_worker_writes_keeps_the_requests_retention(store: Store, ve
     assert any(where[2].startswith(f"qkeeper|{space}-peer|") for where in rows)  # the message
     assert any(where[2].startswith(f"okeeper|{space}-peer|") for where in rows)  # its wake-up
     assert any(where[2].startswith(f"qkeeper|{space}|") for where in rows)  # the one from outside
-    assert_kept_for(rows, RETENTION, began)
+    assert_kept_for(rows, RETENTION, began, clock)
 
 
 def test_operators_keep_the_requests_retention(store: Store, api: Api) -> None:
@@ -119,7 +136,7 @@ def test_operators_keep_the_requests_retention(store: Store, api: Api) -> None:
     assert abort(store, [keeper], "keeper", space, reason="an operator said so").status is RunStatus.ABORTED
     rows = expiring_rows(store)
     assert len([where for where in rows if where[2].startswith(f"mkeeper|{space}|")]) >= 2, rows
-    assert_kept_for(rows, RETENTION, began)
+    assert_kept_for(rows, RETENTION, began, clock)
 
 
 def test_a_worker_gives_its_retention_to_requests_that_carry_none(store: Store, api: Api) -> None:
@@ -146,8 +163,8 @@ def test_a_worker_gives_its_retention_to_requests_that_carry_none(store: Store, 
     first = {where: at for where, at in rows.items() if where[2].endswith(f"|{space}|s1")}
     later = {where: at for where, at in rows.items() if where not in first}
     assert len(first) == 1 and len(later) >= 4
-    assert_kept_for(first, RETENTION, began)  # written by submit
-    assert_kept_for(later, 3600.0, began)  # written by the worker, the record's last write too
+    assert_kept_for(first, RETENTION, began, clock)  # written by submit
+    assert_kept_for(later, 3600.0, began, clock)  # written by the worker, the record's last write too
 
 
 @workflow("kept-kid")
@@ -180,7 +197,7 @@ def test_a_child_keeps_its_parents_retention(store: Store, api: Api) -> None:
         where: at for where, at in rows.items() if f"{space}-kid" in where[1] or f"|{space}-kid|" in where[2]
     }
     assert any(where[2] == "rkept-kid" for where in kid) and any("|s1" in where[2] for where in kid), kid
-    assert_kept_for(rows, RETENTION, began)
+    assert_kept_for(rows, RETENTION, began, clock)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
@@ -196,3 +213,138 @@ def test_submit_refuses_a_retention_that_is_not_a_duration(store: Store, bad: fl
         )
     assert store.read(run_ref("keeper", space)) is None
     assert not [key for _, key, _ in store.scan(RUNS_TABLE)]
+
+
+# -- waits longer than the retention: no row of the request expires while it waits ------------
+
+LONG = 3600.0
+"""A short retention, so a wait four times as long takes a few hops of a worker's queue."""
+CALLS: dict[str, int] = {}
+"""Calls of each request's outside charge (an effect: called again whenever its memo is gone)."""
+
+
+def charge(space: str, period: int) -> Any:
+    def call(key: str) -> str:
+        CALLS[f"{space}/{period}"] = CALLS.get(f"{space}/{period}", 0) + 1
+        return key
+
+    return effect(call, name=f"charge {period}")
+
+
+@workflow("renewal")
+def renewal(space: str, wait: str) -> Generator[Any, Any, str]:
+    yield charge(space, 1)
+    yield checkpoint()
+    if wait == "sleep":
+        yield sleep(4 * LONG)
+    elif wait == "receive-timeout":
+        got = yield receive("cancel", timeout=4 * LONG)
+        assert got is None
+    elif wait == "receive":
+        assert (yield receive("go")) == "now"
+    yield charge(space, 2)
+    return "renewed"
+
+
+def wait_out(
+    worker: Any, queue: MemoryQueue, clock: Clock, store: Store, until: float, *, drain: bool = True
+) -> None:
+    """Deliver every message as it comes due while the clock moves on to ``until`` (and past it
+    while messages are left, if ``drain``), applying expiry as the backend's service does."""
+    for _ in range(100):
+        received = queue.receive()
+        if received:
+            worker.handle(received[0])
+            continue
+        if clock.now >= until and (not drain or queue.approximate_size() == 0):
+            return
+        clock.now += LONG / 4
+        expire_as_the_service_does(store, clock.now)
+    raise AssertionError(
+        f"the request never settled: {queue.approximate_size()} queued at {clock.now - clock.began}"
+    )
+
+
+@pytest.mark.parametrize("wait", ["sleep", "receive-timeout", "receive"])
+def test_a_wait_longer_than_the_retention_keeps_every_row_of_the_request(
+    store: Store, api: Api, wait: str
+) -> None:
+    """Charge, wait four retentions, charge: exactly two charges and the request completes, with
+    expiry applied as each service applies it (DynamoDB's TTL by date alone, in any order)."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    policy = RetryPolicy(retention=LONG)
+    api.submit(renewal(space, wait), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
+    worker = api.worker([renewal], store=store, queue=queue, clock=clock, policy=policy)
+    if wait == "receive":  # the message comes after three retentions of waiting
+        wait_out(worker, queue, clock, store, clock.now + 3 * LONG, drain=False)
+        send_message(store, "renewal", space, "go", "now", key=space + "-go", queue=queue)
+    wait_out(worker, queue, clock, store, clock.now if wait == "receive" else clock.now + 4 * LONG)
+    assert api.status(store, "renewal", space).result == "renewed"
+    assert (CALLS.get(f"{space}/1"), CALLS.get(f"{space}/2")) == (1, 1)
+
+
+@workflow("retried-renewal")
+def retried_renewal(space: str) -> Generator[Any, Any, str]:
+    yield charge(space, 1)
+    yield checkpoint()
+    yield atomic(
+        "tableb",
+        space + "p",
+        flaky(space),
+        name="flaky",
+        retry=StepRetry(initial=4 * LONG, maximum_interval=4 * LONG, expiry=None),
+    )
+    yield charge(space, 2)
+    return "renewed"
+
+
+def test_a_retry_backoff_longer_than_the_retention_keeps_every_row(store: Store, api: Api) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    policy = RetryPolicy(retention=LONG)
+    api.submit(retried_renewal(space), request_id=space, store=store, queue=queue, clock=clock, policy=policy)
+    worker = api.worker([retried_renewal], store=store, queue=queue, clock=clock, policy=policy)
+    wait_out(worker, queue, clock, store, clock.now + 4 * LONG)
+    assert api.status(store, "retried-renewal", space).result == "renewed"
+    assert (CALLS.get(f"{space}/1"), CALLS.get(f"{space}/2")) == (1, 1)
+
+
+FAILING: dict[str, int] = {}
+
+
+@workflow("left-over")
+def left_over(space: str) -> Generator[Any, Any, str]:
+    yield charge(space, 1)
+
+    def second(key: str) -> str:
+        FAILING[space] = FAILING.get(space, 0) + 1
+        if FAILING[space] <= 2:
+            raise ConnectionError(f"the provider is down (attempt {FAILING[space]})")
+        return key
+
+    yield effect(second, name="charge 2")
+    return "done"
+
+
+def test_a_request_left_unfinished_by_run_keeps_its_rows_from_its_last_attempt(
+    store: Store, api: Api
+) -> None:
+    """Attempts at day 0 and day 6 of a 7-day retention fail at step 2; the one at day 8 must find
+    step 1's memo (its charge is not made again), and the record says why it is unfinished."""
+    space, clock = new_space(), Clock()
+    week = 7 * 86400.0
+    policy = RetryPolicy(retention=week)
+    for day in (0, 6):
+        clock.now = clock.began + day * 86400.0
+        expire_as_the_service_does(store, clock.now)
+        with pytest.raises(ConnectionError):
+            api.run(left_over(space), request_id=space, store=store, policy=policy, clock=clock)
+        noted = api.status(store, "left-over", space)
+        assert noted.status is RunStatus.RUNNING
+        assert noted.waiting is not None and "step 2 (effect charge 2)" in noted.waiting, noted
+        assert f"ConnectionError: the provider is down (attempt {day // 6 + 1})" in noted.waiting
+    clock.now = clock.began + 8 * 86400.0
+    expire_as_the_service_does(store, clock.now)
+    assert api.run(left_over(space), request_id=space, store=store, policy=policy, clock=clock) == "done"
+    assert CALLS.get(f"{space}/1") == 1
