@@ -395,6 +395,8 @@ def execution_steps(
         return (yield from expiry.watched(ran, execution.record_ref, known))
     except (InvalidInputError, IdempotencyKeyReuseError):
         raise  # nothing of this request's was written
+    except WorkflowAborted:
+        raise  # an outcome, not a left-over: its record says so
     except Exception as exc:
         why = f"left unfinished by run at step {execution.step}"
         if execution.step_name:
