@@ -178,4 +178,6 @@ def test_a_rate_of_five_a_second_holds_across_workers(
         for j in range(i, len(starts))
     )
     assert worst <= 1e-6, f"{worst:.3f} starts over {burst} + {per_second}/s in some window"
-    assert starts[-1] - starts[0] >= (requests - burst) / per_second - 0.05  # it did hold them back
+    # It did hold them back: the tokens span (requests - burst) / rate seconds, and the first start
+    # may be read up to SLACK after its token (a loaded machine read it 0.1 s late: 4.89 s of 5).
+    assert starts[-1] - starts[0] >= (requests - burst) / per_second - SLACK
