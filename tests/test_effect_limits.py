@@ -13,7 +13,11 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+import botocore.exceptions
+import httpx
 import pytest
+import requests
+import urllib3
 
 from idemflow import (
     Concurrency,
@@ -39,6 +43,7 @@ from idemflow.stores import MemoryStore
 from idemflow.stores.base import Store
 from idemflow.testing import data_rows
 from idemflow.worker import MemoryQueue, Worker
+from tests.apis import AsyncioApi, BlockingApi
 from tests.conftest import StoreFactory
 from tests.test_limits import Clock, hold
 
@@ -146,12 +151,16 @@ def _by_partition(store: Store) -> dict[str, Any]:
     }
 
 
-def test_a_replayed_call_takes_no_slot_and_a_failed_call_gives_its_slot_back(
+class Declined(Exception):
+    """The provider answered "no": the call is over (declared so by ``non_retryable``)."""
+
+
+def test_a_replayed_call_takes_no_slot_and_a_declined_call_gives_its_slot_back(
     store_factory: StoreFactory,
 ) -> None:
     store, clock = store_factory(), Clock(time.time())
     group = LimitGroup("one", concurrency=Concurrency(1, lease=30))
-    failures = [RuntimeError("provider down")]
+    failures = [Declined("card declined")]
 
     def flaky(key: str) -> str:
         if failures:
@@ -160,12 +169,12 @@ def test_a_replayed_call_takes_no_slot_and_a_failed_call_gives_its_slot_back(
 
     @workflow("replayed")
     def replayed(n: int) -> Generator[Any, Any, str]:
-        answer: str = yield effect(flaky, group=group)
+        answer: str = yield effect(flaky, group=group, retry=StepRetry(non_retryable=(Declined,)))
         return answer
 
-    with pytest.raises(RuntimeError, match="provider down"):
+    with pytest.raises(Declined, match="card declined"):
         run(replayed(1), request_id="r-1", store=store)
-    assert slot_holders(store, group) == {}  # the failed call gave it back
+    assert slot_holders(store, group) == {}  # the declined call gave it back
     assert run(replayed(1), request_id="r-1", store=store) == "ok"
     hold(store, group.limit, clock)  # the group is full now
     assert run(replayed(1), request_id="r-1", store=store) == "ok"  # answered from the memo
@@ -343,3 +352,130 @@ def test_a_call_that_timed_out_keeps_its_slot_until_its_lease_ends(store_factory
         run(late(1), request_id="l-1", store=store)
     assert len(slot_holders(store, group)) == 1  # held by the call still out there
     answered.set()
+
+
+# --- a failed call: kept unless it is over ----------------------------------------------------
+
+
+def _may_still_run() -> dict[str, Exception]:
+    """What HTTP clients raise when they gave up on a call the provider may still be making."""
+    return {
+        "timeout": TimeoutError("read timed out"),
+        "requests": requests.exceptions.ReadTimeout("read timed out. (read timeout=5)"),
+        "httpx": httpx.ReadTimeout("timed out"),
+        "botocore": botocore.exceptions.ReadTimeoutError(endpoint_url="https://provider.example"),
+        "urllib3": urllib3.exceptions.ReadTimeoutError(None, "/charges", "read timed out"),  # type: ignore[arg-type]
+        "reset": ConnectionResetError(104, "connection reset by peer"),
+        "unknown": RuntimeError("something nobody declared"),
+        "declared timeout": TimeoutError("named non-retryable, still maybe running"),
+    }
+
+
+class LateProvider:
+    """A provider that goes on working on every call it received, while its client gives up."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.working = 0
+        """Calls at the provider now: none of them ends during the test."""
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    def call(self, key: str) -> str:
+        with self.lock:
+            self.working += 1
+            self.peak = max(self.peak, self.working)
+        raise self.error
+
+
+@pytest.mark.parametrize("api_name", ["blocking", "asyncio"])
+def test_a_call_that_may_still_run_keeps_its_slot_and_a_declined_one_gives_it_back(
+    store_factory: StoreFactory, api_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six requests at a limit of 1 whose client raises while the provider goes on: one call at
+    the provider, the other five wait for its slot (refused at once here: no wait in place)."""
+    store, api = store_factory(), AsyncioApi() if api_name == "asyncio" else BlockingApi()
+    monkeypatch.setattr(call_limits, "IN_PLACE_WAIT", 0.0)
+    kinds = {name: LateProvider(error) for name, error in _may_still_run().items()}
+    declined: list[str] = []
+    policy = StepRetry(maximum_attempts=1, non_retryable=(Declined, TimeoutError))
+    groups = {
+        name: LimitGroup(f"late-{n}", concurrency=Concurrency(1, lease=60)) for n, name in enumerate(kinds)
+    }
+    groups["declined"] = LimitGroup("declined", concurrency=Concurrency(1, lease=60))
+
+    def decline(key: str) -> str:
+        declined.append(key)
+        raise Declined("card declined")  # the provider answered: the call is over
+
+    @workflow("late-client")
+    def late_client(kind: str, n: int) -> Generator[Any, Any, str]:
+        call = decline if kind == "declined" else kinds[kind].call
+        retry = policy if kind in ("declined", "declared timeout") else None
+        answer: str = yield effect(call, group=groups[kind], retry=retry)
+        return answer
+
+    try:
+        for kind in [*kinds, "declined"]:
+            for n in range(6):
+                expected = Declined if kind == "declined" else type(_may_still_run()[kind])
+                with pytest.raises((expected, LimitReachedError)):
+                    api.run(late_client(kind, n), request_id=f"{kind}-{n}", store=store)
+    finally:
+        api.close()
+    assert {kind: provider.peak for kind, provider in kinds.items()} == dict.fromkeys(kinds, 1)
+    for kind in kinds:
+        assert len(slot_holders(store, groups[kind])) == 1, kind  # until its lease ends by itself
+    assert len(declined) == 6 and slot_holders(store, groups["declined"]) == {}
+
+
+@pytest.mark.parametrize("api_name", ["blocking", "asyncio"])
+def test_the_next_attempt_after_a_kept_slot_waits_for_its_lease_then_calls(
+    store_factory: StoreFactory, api_name: str
+) -> None:
+    """A kept slot deadlocks nothing: the retry waits for it as for any full group."""
+    store, api = store_factory(), AsyncioApi() if api_name == "asyncio" else BlockingApi()
+    group = LimitGroup("retried", concurrency=Concurrency(1, lease=1.0))
+    failures = [ConnectionResetError(104, "connection reset by peer")]
+    calls: list[str] = []
+
+    def flaky(key: str) -> str:
+        calls.append(key)
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    @workflow("retried")
+    def retried(n: int) -> Generator[Any, Any, str]:
+        answer: str = yield effect(flaky, group=group, retry=StepRetry(initial=0.05, maximum_attempts=3))
+        return answer
+
+    try:
+        assert api.run(retried(1), request_id="r-1", store=store) == "ok"
+    finally:
+        api.close()
+    assert len(calls) == 2 and slot_holders(store, group) == {}
+
+
+def test_a_worker_retries_after_a_kept_slot_as_a_continuation(store_factory: StoreFactory) -> None:
+    store, queue = store_factory(), MemoryQueue()
+    group = LimitGroup("worked", concurrency=Concurrency(1, lease=1.0))
+    failures = [TimeoutError("read timed out")]
+    calls: list[str] = []
+
+    def flaky(key: str) -> str:
+        calls.append(key)
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    @workflow("worked", retry=StepRetry(initial=0.05, maximum_attempts=3))
+    def worked(n: int) -> Generator[Any, Any, str]:
+        yield checkpoint()
+        answer: str = yield effect(flaky, group=group)
+        return answer
+
+    pending = submit(worked(1), request_id="w-1", store=store, queue=queue)
+    stats = Worker([worked], store=store, queue=queue).run(idle_timeout=2.5)
+    assert pending.result(timeout=5) == "ok"
+    assert len(calls) == 2 and stats.completed == 1 and stats.failed == 0
