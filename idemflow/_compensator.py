@@ -19,9 +19,10 @@ from idemflow._deferred import DeferredCommit
 from idemflow._effect_keys import idempotency_key
 from idemflow._given import Given
 from idemflow._in_place import INFRASTRUCTURE, tried
+from idemflow._limit_spec import Limit
 from idemflow._requests import CallOut, Steps
 from idemflow._stepper import Stepper
-from idemflow.errors import CompensationError, IdemflowError, NonDeterminismError
+from idemflow.errors import CompensationError, IdemflowError, LimitReachedError, NonDeterminismError
 from idemflow.keys import RUNS_TABLE, compensation_tag, late_undo_tag
 from idemflow.monad import Atomic, Effect, Start
 from idemflow.serialization import JSON
@@ -44,6 +45,9 @@ class Done:
     result: Any
     late: bool = False
     """An effect whose call this execution saw answered after the request was undone at it."""
+    group: Limit | None = None
+    """The limit group an effect's undo holds around its call, as the call did (None where the
+    execution holds the group for the whole workflow already)."""
 
 
 def _settle(tx: Tx) -> None:
@@ -86,7 +90,7 @@ class Compensator:
         for done in reversed(self._done):
             node, result = done.node, done.result
             if isinstance(node, Effect):
-                yield from self._undo_call(done.step, node, result, workflow_retry, done.late)
+                yield from self._undo_call(done, node, workflow_retry)
             elif isinstance(node, Start):
                 yield from self._abort_child(self._given, node, reason)
             else:
@@ -119,23 +123,27 @@ class Compensator:
             cause = f"aborted: {exc.reason!r}" if isinstance(exc, StepAborted) else repr(exc)
             raise CompensationError(given.workflow, given.request_id, step, node.name, cause) from exc
 
-    def _undo_call(
-        self, step: int, node: Effect, result: Any, workflow_retry: StepRetry | None, late: bool
-    ) -> Steps[None]:
+    def _undo_call(self, done: Done, node: Effect, workflow_retry: StepRetry | None) -> Steps[None]:
         """Undo an outside call: ``undo(key, result)`` as an effect of its own, memoized at the
         call's compensation tag beside the run record (``late``: at a tag of its own, for a call
-        answered after the request was undone at it, which the first undo may have missed)."""
+        answered after the request was undone at it, which the first undo may have missed).
+
+        The undo calls the same provider as the call did, so it holds the call's limit group
+        under the same rules: a full group is waited out (a continuation under workers, in
+        place then ``LimitReachedError`` under ``run``), and an undo that raised keeps its slot
+        unless it is over. A mass abort then never exceeds the provider's contract."""
         undo = node.compensate
         assert undo is not None
         given, cursor, stepper = self._given, self._cursor, self._stepper
+        step, result = done.step, done.result
         identity = "compensate effect " + node.label
 
         def call_undo(key: str) -> Any:
             return undo(key, result)
 
         key = idempotency_key(given.workflow, given.request_id, step)  # the call's: undo finds it by it
-        call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label)
-        tag = late_undo_tag(step) if late else compensation_tag(step)
+        call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label, done.group)
+        tag = late_undo_tag(step) if done.late else compensation_tag(step)
         retry = node.retry if node.retry is not None else workflow_retry
         cursor.revisit(step)
         cursor.identity, cursor.retry = identity, retry
@@ -145,7 +153,7 @@ class Compensator:
 
         try:
             yield from tried(given, cursor, retry, attempt)
-        except (NonDeterminismError, *INFRASTRUCTURE):
+        except (NonDeterminismError, LimitReachedError, *INFRASTRUCTURE):  # the undo is still to do
             raise
         except Exception as exc:
             raise CompensationError(given.workflow, given.request_id, step, identity, repr(exc)) from exc

@@ -95,7 +95,8 @@ def effect(
     provider (a client's timeout, a reset connection): its slot stays taken
     until the group's lease ends, unless the exception is named in the
     step's ``StepRetry(non_retryable=...)`` (the provider answered; a
-    ``TimeoutError`` or ``ConnectionError`` is never taken so). A call whose group is full waits: under
+    ``TimeoutError`` or ``ConnectionError`` is never taken so). The
+    call's undo (``compensate=``) holds the group the same way. A call whose group is full waits: under
     workers (and ``submit``) as a delayed continuation, never an attempt;
     under ``run`` in place, for up to 30 seconds, then
     :class:`~idemflow.errors.LimitReachedError`. A replayed call takes

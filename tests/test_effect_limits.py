@@ -27,6 +27,8 @@ from idemflow import (
     LimitReachedError,
     Rate,
     StepRetry,
+    WorkflowAborted,
+    abort,
     arun,
     atomic,
     checkpoint,
@@ -36,7 +38,7 @@ from idemflow import (
 )
 from idemflow import _call_limits as call_limits
 from idemflow._drive import drive
-from idemflow._limit_rows import holders, slots_ref
+from idemflow._limit_rows import holders, release, slots_ref
 from idemflow.client import RunStatus, status, submit
 from idemflow.runner import run_status
 from idemflow.stores import MemoryStore
@@ -479,3 +481,103 @@ def test_a_worker_retries_after_a_kept_slot_as_a_continuation(store_factory: Sto
     stats = Worker([worked], store=store, queue=queue).run(idle_timeout=2.5)
     assert pending.result(timeout=5) == "ok"
     assert len(calls) == 2 and stats.completed == 1 and stats.failed == 0
+
+
+# --- undos ------------------------------------------------------------------------------------
+
+
+def _aborting(
+    name: str, group: LimitGroup, charges: Provider, refunds: Provider, met: threading.Barrier
+) -> Any:
+    """Charge under ``group``, meet every other request, then abort: a mass abort, all at once."""
+
+    def refund(key: str, charge: str | None) -> str:
+        return refunds.call(key)
+
+    def meet(key: str) -> None:
+        met.wait(30)
+
+    @workflow(name)
+    def aborting(n: int) -> Generator[Any, Any, None]:
+        yield checkpoint()
+        yield effect(charges.call, name="charge", group=group, compensate=refund)
+        yield effect(meet)
+        yield abort("cancelled by the customer")
+
+    return aborting
+
+
+@pytest.mark.parametrize("api_name", ["blocking", "asyncio"])
+def test_a_mass_abort_holds_the_group_around_the_undos(store_factory: StoreFactory, api_name: str) -> None:
+    store, api = store_factory(), AsyncioApi() if api_name == "asyncio" else BlockingApi()
+    requests_at_once = 5  # the asyncio API's calls share a thread pool of 6 on 2 cores
+    group = LimitGroup("refunded", concurrency=Concurrency(2, lease=30))
+    charges, refunds = Provider(), Provider(crowd=requests_at_once, patience=0.2)
+    aborting = _aborting("mass-abort", group, charges, refunds, threading.Barrier(requests_at_once))
+    outcomes: dict[int, BaseException] = {}
+
+    def one(n: int) -> None:
+        try:
+            api.run(aborting(n), request_id=f"a-{n}", store=store)
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            outcomes[n] = exc
+
+    try:
+        threads = [threading.Thread(target=one, args=(n,)) for n in range(requests_at_once)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        api.close()
+    assert {n: type(exc) for n, exc in outcomes.items()} == dict.fromkeys(
+        range(requests_at_once), WorkflowAborted
+    )
+    assert refunds.peak <= 2, f"{refunds.peak} undos were inside a group of 2"
+    assert sorted(refunds.keys) == sorted(charges.keys) and len(set(refunds.keys)) == requests_at_once
+    assert slot_holders(store, group) == {}
+
+
+def test_workers_wait_for_the_group_in_a_mass_abort_as_a_continuation(store_factory: StoreFactory) -> None:
+    store, queue = store_factory(), MemoryQueue()
+    requests_at_once = 4
+    group = LimitGroup("worked-refunds", concurrency=Concurrency(1, lease=30))
+    charges, refunds = Provider(), Provider(crowd=requests_at_once, patience=0.2)
+    aborting = _aborting("worked-abort", group, charges, refunds, threading.Barrier(requests_at_once))
+    pending = [
+        submit(aborting(n), request_id=f"w-{n}", store=store, queue=queue) for n in range(requests_at_once)
+    ]
+    stats = Worker([aborting], store=store, queue=queue, concurrency=requests_at_once).run(idle_timeout=1.5)
+    for handle in pending:
+        with pytest.raises(WorkflowAborted):
+            handle.result(timeout=5)
+    assert refunds.peak == 1 and stats.suspended >= 1  # an undo waited for the group, as a continuation
+    assert sorted(refunds.keys) == sorted(charges.keys) and len(set(refunds.keys)) == requests_at_once
+    for n in range(requests_at_once):
+        assert status(store, "worked-abort", f"w-{n}").status is RunStatus.ABORTED
+
+
+def test_run_refuses_an_undo_whose_group_stays_full_and_a_later_run_finishes_the_abort(
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, clock = store_factory(), Clock(time.time())
+    group = LimitGroup("undo-full", concurrency=Concurrency(1, lease=30))
+    refunds: list[str] = []
+
+    def filled(key: str) -> None:  # another call takes the provider's slot once ours was made
+        hold(store, group.limit, clock, "another-caller")
+
+    @workflow("undo-full")
+    def undo_full(n: int) -> Generator[Any, Any, None]:
+        yield effect(lambda key: "ch_1", group=group, compensate=lambda key, charge: refunds.append(key))
+        yield effect(filled)
+        yield abort("cancelled")
+
+    monkeypatch.setattr(call_limits, "IN_PLACE_WAIT", 0.0)
+    with pytest.raises(LimitReachedError):  # the undo waits for the provider: not a failed undo
+        run(undo_full(1), request_id="u-1", store=store)
+    assert refunds == [] and run_status(store, "undo-full", "u-1") is not None
+    drive(release([group.limit], "another-caller", clock), store)
+    with pytest.raises(WorkflowAborted):
+        run(undo_full(1), request_id="u-1", store=store)
+    assert len(refunds) == 1 and slot_holders(store, group) == {}
