@@ -29,7 +29,7 @@ from idemflow._lease import acquire, capped
 from idemflow._limit_gate import give_back
 from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._recording import RunRecorder
-from idemflow._requests import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
+from idemflow._requests import CallOut, Commit, NeedRows, Prefetched, ProcessDied, ReadMany, Steps, Turn
 from idemflow._step_log import observed
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import (
@@ -422,7 +422,7 @@ class Stepper:
         if group is not None:
             try:
                 token = yield from room(given, self._recorder, self._journal.entries, group, since)
-            except GeneratorExit:
+            except (GeneratorExit, ProcessDied):  # dropped or dead: the lease ends by itself
                 raise
             except BaseException:  # full: handed over or refused, the call not made
                 yield from self._lease_given_up(memo_ref, call_out)

@@ -12,10 +12,14 @@ inside nothing); ``starts`` keeps each paced request's start time, as its ``now(
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 from idemflow import Concurrency, LimitGroup, Rate, atomic, checkpoint, effect, now, workflow
+from idemflow.testing import SimulatedCrash
 from samples.chaos import limits_flows as count
 from samples.chaos.limits_flows import FILE_ENV, connect, holders, stats, take_out
 
@@ -99,3 +103,29 @@ def refunding(n: int) -> Generator[Any, Any, int]:
 
 
 WORKFLOWS = [pair, paced, booking, refunding]
+
+
+READY_ENV = "IDEMFLOW_TEST_HELD_READY"
+"""A file the call of :func:`held` writes once it is inside, for the test that SIGKILLs it there."""
+HELD_LEASE = 30.0
+"""Long enough that the slots a killed holder leaves are still held when the test reads them."""
+HELD_PROVIDER = LimitGroup("held-provider", concurrency=Concurrency(1, lease=HELD_LEASE))
+
+
+def _held_call(how: str) -> str:
+    """Inside the provider: ``wait`` to be SIGKILLed here, ``crash`` to simulate that, or
+    ``return`` (the test's ``FaultyStore`` crashes at the next commit)."""
+    if how == "crash":
+        raise SimulatedCrash("the process died inside the call")
+    if how == "wait":
+        Path(os.environ[READY_ENV]).write_text("inside")
+        threading.Event().wait(120)  # until the SIGKILL
+    return how
+
+
+@workflow("held-slots", concurrency=Concurrency(1, lease=HELD_LEASE))
+def held(how: str) -> Generator[Any, Any, str]:
+    """Dies inside (or just out of) a call holding its workflow's slot and a provider's slot."""
+    yield atomic("tablea", "held", lambda tx: tx.increment("before"))
+    answer: str = yield effect(lambda key: _held_call(how), name="inside", group=HELD_PROVIDER)
+    return answer
