@@ -32,6 +32,12 @@ shorter: moto serves one call at a time, and under 24 threads one call can wait 
 holder must not spend past its lease (docs/flow-control.md)."""
 INSIDE = 0.15
 """Seconds an execution of the pair stays inside: long enough for the workers' 24 threads to pile up."""
+PATIENCE = LEASE / 3
+"""Seconds at most an entry then waits for a second one inside, until two were inside at once:
+the test demands a peak of 2, which a loaded machine may never overlap by chance (each call
+done before the next enters). Well inside the lease: a waiter's slot is not renewed during its
+call, and a slot that ended under it would let a third one in. An entry that waited in vain
+leaves; the next one waits again, so 30 requests give many chances."""
 
 
 def create(path: str) -> None:
@@ -41,11 +47,11 @@ def create(path: str) -> None:
 
 
 def _inside(key: str) -> str:
-    return count.counted("pair", key, INSIDE)
+    return count.counted("pair", key, INSIDE, company=2, patience=PATIENCE)
 
 
 def _provider(key: str) -> str:
-    return count.counted("provider", key, INSIDE)
+    return count.counted("provider", key, INSIDE, company=2, patience=PATIENCE)
 
 
 @workflow("pair", concurrency=Concurrency(2, lease=LEASE))
