@@ -1,12 +1,13 @@
 """An effect's limit group, held around its outside call alone (``effect(..., group=)``).
 
 A workflow's limits are held for a whole execution; a provider's contract is about calls, so
-a group named by an effect is taken just before the call is made and given back as soon as it
-returns or raises. Only a call that is really made takes it: a replay answered by the memo, or
-a racing execution answered by the holder of the effect's lease, takes nothing (the stepper
-asks for room only after both). No store call happens while the provider works, so the slot's
-lease is not renewed during the call: the group's lease must outlast it (``effect`` refuses a
-``timeout=`` longer than the lease).
+a group named by an effect is taken just before the call is made and given back as soon as the
+call is over at the provider (:func:`call_over`); a call that may still be running there keeps
+its slot until the slot's lease ends by itself. Only a call that is really made takes it: a
+replay answered by the memo, or a racing execution answered by the holder of the effect's
+lease, takes nothing (the stepper asks for room only after both). No store call happens while
+the provider works, so the slot's lease is not renewed during the call: the group's lease must
+outlast it (``effect`` refuses a ``timeout=`` longer than the lease).
 
 A full group is waited out as the execution waits for time: under workers and ``submit`` the
 rest of the request becomes a continuation due when the group may have room (never an
@@ -28,9 +29,36 @@ from idemflow._recording import RunRecorder
 from idemflow._requests import Sleep, Steps
 from idemflow.errors import LimitReachedError
 from idemflow.plan import JournalEntry
+from idemflow.step_retry import StepRetry
 
 IN_PLACE_WAIT = 30.0
 """Seconds ``run`` waits in place, in all, for an effect's group to have room."""
+
+
+MAY_STILL_RUN: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError)
+"""Failures that say the request may have reached the provider and still be worked on, whatever
+a policy says of them: a timeout (``EffectTimeoutError``, ``socket.timeout``, asyncio's) or a
+connection that broke (reset, aborted, refused after a retry sent it)."""
+
+
+def call_over(error: Exception, retry: StepRetry | None) -> bool:
+    """Whether a call that raised ``error`` is over at the provider, so its slot is given back
+    at once. Only the user can know: an exception is taken as the provider's answer (a refusal,
+    a decline) when the step's policy (``effect(..., retry=)``, else the workflow's) names it
+    ``non_retryable`` and it is not one of :data:`MAY_STILL_RUN`. Anything else (a timeout of
+    any HTTP library, a broken connection, an exception nobody declared) may have left the call
+    running at the provider: its slot stays taken until its lease ends, which outlasts the call
+    (:func:`~idemflow._limit_spec.effect_group`), so the group never lets one call too many in.
+
+    >>> declined = StepRetry(non_retryable=(KeyError, TimeoutError))
+    >>> call_over(KeyError("card"), declined), call_over(KeyError("card"), None)
+    (True, False)
+    >>> call_over(TimeoutError(), declined), call_over(ConnectionResetError(), declined)
+    (False, False)
+    """
+    if retry is None or not isinstance(error, retry.non_retryable):
+        return False
+    return not isinstance(error, MAY_STILL_RUN)
 
 
 def room(

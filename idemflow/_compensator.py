@@ -20,9 +20,10 @@ from idemflow._deferred import DeferredCommit
 from idemflow._effect_keys import idempotency_key
 from idemflow._given import Given
 from idemflow._in_place import INFRASTRUCTURE, tried
+from idemflow._limit_spec import Limit
 from idemflow._requests import CallOut, Steps
 from idemflow._stepper import Stepper
-from idemflow.errors import CompensationError, IdemflowError, NonDeterminismError
+from idemflow.errors import CompensationError, IdemflowError, LimitReachedError, NonDeterminismError
 from idemflow.keys import RUNS_TABLE, compensation_tag, late_undo_tag, settled_undo_tag
 from idemflow.monad import Atomic, Effect, Start
 from idemflow.serialization import JSON
@@ -49,6 +50,9 @@ class Done:
     result: Any
     late: bool = False
     """An effect whose call this execution saw answered after the request was undone at it."""
+    group: Limit | None = None
+    """The limit group an effect's undo holds around its call, as the call did (None where the
+    execution holds the group for the whole workflow already)."""
 
 
 def _when(epoch: float) -> str:
@@ -99,7 +103,7 @@ class Compensator:
             node, result = done.node, done.result
             if isinstance(node, Effect):
                 tag = late_undo_tag(done.step) if done.late else compensation_tag(done.step)
-                yield from self._undo_call(done.step, node, result, workflow_retry, tag)
+                yield from self._undo_call(done, node, workflow_retry, tag)
                 if result is None and not done.late and (node.timeout is not None or node.lease is not None):
                     unsettled.append(done)
             elif isinstance(node, Start):
@@ -107,16 +111,15 @@ class Compensator:
             else:
                 yield from self._undo_atomic(done.step, node, result, workflow_retry)
         for done in unsettled:
-            yield from self._settle_undo(done.step, done.node, workflow_retry)
+            yield from self._settle_undo(done, workflow_retry)
 
-    def _settle_undo(
-        self, step: int, node: Atomic | Effect | Start, workflow_retry: StepRetry | None
-    ) -> Steps[None]:
+    def _settle_undo(self, done: Done, workflow_retry: StepRetry | None) -> Steps[None]:
         """The request was undone at this very call, whose outcome is unknown: an attempt may
         still be in flight (its holder may have died in it), so the undo that ran with None may
         have looked before the provider recorded the charge. Once the call can no longer land
         (its ``timeout=`` after the abort, or its lease, if an execution still held it), the
         undo runs once more with None, under the same key; the request ends only after it."""
+        step, node = done.step, done.node
         assert isinstance(node, Effect)
         given = self._given
         at, leased = yield from self._stepper.undone_at(step)
@@ -131,7 +134,8 @@ class Compensator:
         if self._hold is not None and not (yield from self._hold(due, why)):
             cause = f"its call may still land until {_when(due)}: retry lets workers undo it again then"
             raise CompensationError(given.workflow, given.request_id, step, identity, cause)
-        yield from self._undo_call(step, node, None, workflow_retry, settled_undo_tag(step))
+        again = Done(step, node, None, group=done.group)  # the same call, looked at with None
+        yield from self._undo_call(again, node, workflow_retry, settled_undo_tag(step))
 
     def _undo_atomic(
         self, step: int, node: Atomic, result: Any, workflow_retry: StepRetry | None
@@ -160,23 +164,27 @@ class Compensator:
             cause = f"aborted: {exc.reason!r}" if isinstance(exc, StepAborted) else repr(exc)
             raise CompensationError(given.workflow, given.request_id, step, node.name, cause) from exc
 
-    def _undo_call(
-        self, step: int, node: Effect, result: Any, workflow_retry: StepRetry | None, tag: str
-    ) -> Steps[None]:
+    def _undo_call(self, done: Done, node: Effect, workflow_retry: StepRetry | None, tag: str) -> Steps[None]:
         """Undo an outside call: ``undo(key, result)`` as an effect of its own, memoized at
         ``tag`` beside the run record: the call's compensation tag, or one of its own for a call
         answered after the request was undone at it (which the first undo may have missed) and
-        for the look once its call can no longer land."""
+        for the look once its call can no longer land.
+
+        The undo calls the same provider as the call did, so it holds the call's limit group
+        under the same rules: a full group is waited out (a continuation under workers, in
+        place then ``LimitReachedError`` under ``run``), and an undo that raised keeps its slot
+        unless it is over. A mass abort then never exceeds the provider's contract."""
         undo = node.compensate
         assert undo is not None
         given, cursor, stepper = self._given, self._cursor, self._stepper
+        step, result = done.step, done.result
         identity = "compensate effect " + node.label
 
         def call_undo(key: str) -> Any:
             return undo(key, result)
 
         key = idempotency_key(given.workflow, given.request_id, step)  # the call's: undo finds it by it
-        call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label)
+        call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label, done.group)
         retry = node.retry if node.retry is not None else workflow_retry
         cursor.revisit(step)
         cursor.identity, cursor.retry = identity, retry
@@ -186,7 +194,7 @@ class Compensator:
 
         try:
             yield from tried(given, cursor, retry, attempt)
-        except (NonDeterminismError, *INFRASTRUCTURE):
+        except (NonDeterminismError, LimitReachedError, *INFRASTRUCTURE):  # the undo is still to do
             raise
         except Exception as exc:
             raise CompensationError(given.workflow, given.request_id, step, identity, repr(exc)) from exc

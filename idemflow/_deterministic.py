@@ -92,8 +92,13 @@ def effect(
 
     ``group=`` (a :class:`~idemflow.LimitGroup`) holds the group's limits
     around the call alone: a slot taken just before ``fn`` is called and
-    given back when it returns or raises, and a token spent per call, across
-    every process sharing the store. A call whose group is full waits: under
+    given back when it returns, and a token spent per call, across every
+    process sharing the store. A call that raised may still be running at the
+    provider (a client's timeout, a reset connection): its slot stays taken
+    until the group's lease ends, unless the exception is named in the
+    step's ``StepRetry(non_retryable=...)`` (the provider answered; a
+    ``TimeoutError`` or ``ConnectionError`` is never taken so). The
+    call's undo (``compensate=``) holds the group the same way. A call whose group is full waits: under
     workers (and ``submit``) as a delayed continuation, never an attempt;
     under ``run`` in place, for up to 30 seconds, then
     :class:`~idemflow.errors.LimitReachedError`. A replayed call takes

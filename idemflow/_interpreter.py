@@ -271,10 +271,10 @@ class Interpreter:
             if compensate is not None:
                 called = stepper.called
                 late = called is not NOT_CALLED
-                self._compensator.register(Done(step, node, called if late else None, late))
+                self._compensator.register(Done(step, node, called if late else None, late, group))
             raise
         if compensate is not None:
-            self._compensator.register(Done(step, node, value))
+            self._compensator.register(Done(step, node, value, group=group))
         return value
 
     def _table_less(self, node: TableLess) -> Steps[Any]:

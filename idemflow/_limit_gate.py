@@ -6,7 +6,8 @@ taken: a full limit raises :class:`~idemflow.errors.LimitReachedError` (``run`` 
 caller; a worker turns it into a delayed continuation). The slots are given back however the
 execution ends (finished, aborted, failed, suspended at a timer or a wait, a step's error) and
 renewed between its store calls once a third of the shortest lease has passed; an execution
-that is killed keeps them until its lease ends.
+that is killed (or whose test simulates that: :class:`~idemflow._requests.ProcessDied`) keeps
+them until its lease ends.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 
 from idemflow._limit_rows import acquire, release, renew
 from idemflow._limit_spec import Limit
-from idemflow._requests import Steps
+from idemflow._requests import ProcessDied, Steps
 from idemflow.errors import IdemflowError, LimitReachedError
 
 T = TypeVar("T")
@@ -47,7 +48,7 @@ def gated(
     if on_held is not None:
         try:
             yield from on_held()
-        except GeneratorExit:
+        except (GeneratorExit, ProcessDied):  # dropped or dead: the lease gives the slots back
             raise
         except BaseException:
             yield from give_back(limits, token, clock)
@@ -58,7 +59,7 @@ def gated(
     every = min(leases) / 3.0
     try:
         result = yield from _renewing(inner, limits, token, clock, every, workflow, request_id)
-    except GeneratorExit:  # the driver dropped us: the lease gives the slots back
+    except (GeneratorExit, ProcessDied):  # the driver dropped us or died: the lease gives them back
         raise
     except BaseException:
         yield from give_back(limits, token, clock)

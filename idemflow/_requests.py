@@ -129,6 +129,14 @@ Steps = Generator[Request, Any, T]
 """A computation of the engine that yields requests and returns a ``T``."""
 
 
+class ProcessDied(BaseException):
+    """An answer that stands for the process dying at this request (the testing kit's
+    :class:`~idemflow.testing.SimulatedCrash`). A killed process runs no handler and makes no
+    store call, so the engine passes this through the handlers that would write on the way out
+    (giving limit slots or an effect's lease back): what the execution held stays held until
+    its lease ends, as after a SIGKILL."""
+
+
 class NeedRows(BaseException):
     """A body read rows not fetched yet (asynchronous runs): fetch them, run the body again.
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from idemflow import telemetry
-from idemflow._call_limits import room
+from idemflow._call_limits import call_over, room
 from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit, Pending
 from idemflow._given import Given
@@ -29,12 +29,11 @@ from idemflow._lease import acquire, capped
 from idemflow._limit_gate import give_back
 from idemflow._memos import AbortWorkflow, MemoReader
 from idemflow._recording import RunRecorder
-from idemflow._requests import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
+from idemflow._requests import CallOut, Commit, NeedRows, Prefetched, ProcessDied, ReadMany, Steps, Turn
 from idemflow._step_log import observed
 from idemflow._store_calls import StoreCalls
 from idemflow.errors import (
     ConflictError,
-    EffectTimeoutError,
     InvalidValueError,
     LimitExceededError,
     LimitReachedError,
@@ -414,14 +413,16 @@ class Stepper:
         """The call made under its effect lease (held already) and inside its limit group: the
         call's answer, or ``_LOOK_AGAIN`` once this execution waited for the group here. A call
         that did not happen (its group was full) or failed gives the lease up, so a retry or a
-        racing execution need not wait for it to end; an error that is not an ``Exception``
+        racing execution need not wait for it to end; a failed call keeps its group's slot
+        unless it is over at the provider (:func:`~idemflow._call_limits.call_over`), so a
+        retry waits for that slot as for any full group; an error that is not an ``Exception``
         stands for the process dying there, which gives nothing back (the leases end)."""
         given, group = self._given, call_out.group
         token = None
         if group is not None:
             try:
                 token = yield from room(given, self._recorder, self._journal.entries, group, since)
-            except GeneratorExit:
+            except (GeneratorExit, ProcessDied):  # dropped or dead: the lease ends by itself
                 raise
             except BaseException:  # full: handed over or refused, the call not made
                 yield from self._lease_given_up(memo_ref, call_out)
@@ -432,9 +433,10 @@ class Stepper:
         try:
             answer = yield call_out
         except Exception as failed:
-            # A call that timed out may still be at the provider: its slot stays taken until
-            # its lease ends (which outlasts the timeout), so no other call takes its place.
-            if token is not None and not isinstance(failed, EffectTimeoutError):
+            # A call that timed out, lost its connection or raised what nobody declared over may
+            # still be at the provider: its slot stays taken until its lease ends (which outlasts
+            # the call), so no other call takes its place meanwhile.
+            if token is not None and call_over(failed, self._cursor.retry):
                 assert group is not None
                 yield from give_back((group,), token, given.clock)
             yield from self._lease_given_up(memo_ref, call_out)

@@ -12,10 +12,14 @@ inside nothing); ``starts`` keeps each paced request's start time, as its ``now(
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 from idemflow import Concurrency, LimitGroup, Rate, atomic, checkpoint, effect, now, workflow
+from idemflow.testing import SimulatedCrash
 from samples.chaos import limits_flows as count
 from samples.chaos.limits_flows import FILE_ENV, connect, holders, stats, take_out
 
@@ -28,6 +32,12 @@ shorter: moto serves one call at a time, and under 24 threads one call can wait 
 holder must not spend past its lease (docs/flow-control.md)."""
 INSIDE = 0.15
 """Seconds an execution of the pair stays inside: long enough for the workers' 24 threads to pile up."""
+PATIENCE = LEASE / 3
+"""Seconds at most an entry then waits for a second one inside, until two were inside at once:
+the test demands a peak of 2, which a loaded machine may never overlap by chance (each call
+done before the next enters). Well inside the lease: a waiter's slot is not renewed during its
+call, and a slot that ended under it would let a third one in. An entry that waited in vain
+leaves; the next one waits again, so 30 requests give many chances."""
 
 
 def create(path: str) -> None:
@@ -37,11 +47,11 @@ def create(path: str) -> None:
 
 
 def _inside(key: str) -> str:
-    return count.counted("pair", key, INSIDE)
+    return count.counted("pair", key, INSIDE, company=2, patience=PATIENCE)
 
 
 def _provider(key: str) -> str:
-    return count.counted("provider", key, INSIDE)
+    return count.counted("provider", key, INSIDE, company=2, patience=PATIENCE)
 
 
 @workflow("pair", concurrency=Concurrency(2, lease=LEASE))
@@ -99,3 +109,29 @@ def refunding(n: int) -> Generator[Any, Any, int]:
 
 
 WORKFLOWS = [pair, paced, booking, refunding]
+
+
+READY_ENV = "IDEMFLOW_TEST_HELD_READY"
+"""A file the call of :func:`held` writes once it is inside, for the test that SIGKILLs it there."""
+HELD_LEASE = 30.0
+"""Long enough that the slots a killed holder leaves are still held when the test reads them."""
+HELD_PROVIDER = LimitGroup("held-provider", concurrency=Concurrency(1, lease=HELD_LEASE))
+
+
+def _held_call(how: str) -> str:
+    """Inside the provider: ``wait`` to be SIGKILLed here, ``crash`` to simulate that, or
+    ``return`` (the test's ``FaultyStore`` crashes at the next commit)."""
+    if how == "crash":
+        raise SimulatedCrash("the process died inside the call")
+    if how == "wait":
+        Path(os.environ[READY_ENV]).write_text("inside")
+        threading.Event().wait(120)  # until the SIGKILL
+    return how
+
+
+@workflow("held-slots", concurrency=Concurrency(1, lease=HELD_LEASE))
+def held(how: str) -> Generator[Any, Any, str]:
+    """Dies inside (or just out of) a call holding its workflow's slot and a provider's slot."""
+    yield atomic("tablea", "held", lambda tx: tx.increment("before"))
+    answer: str = yield effect(lambda key: _held_call(how), name="inside", group=HELD_PROVIDER)
+    return answer

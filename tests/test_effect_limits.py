@@ -13,7 +13,11 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+import botocore.exceptions
+import httpx
 import pytest
+import requests
+import urllib3
 
 from idemflow import (
     Concurrency,
@@ -23,6 +27,8 @@ from idemflow import (
     LimitReachedError,
     Rate,
     StepRetry,
+    WorkflowAborted,
+    abort,
     arun,
     atomic,
     checkpoint,
@@ -32,13 +38,14 @@ from idemflow import (
 )
 from idemflow import _call_limits as call_limits
 from idemflow._drive import drive
-from idemflow._limit_rows import holders, slots_ref
+from idemflow._limit_rows import holders, release, slots_ref
 from idemflow.client import RunStatus, status, submit
 from idemflow.runner import run_status
 from idemflow.stores import MemoryStore
 from idemflow.stores.base import Store
 from idemflow.testing import data_rows
 from idemflow.worker import MemoryQueue, Worker
+from tests.apis import AsyncioApi, BlockingApi
 from tests.conftest import StoreFactory
 from tests.test_limits import Clock, hold
 
@@ -146,12 +153,16 @@ def _by_partition(store: Store) -> dict[str, Any]:
     }
 
 
-def test_a_replayed_call_takes_no_slot_and_a_failed_call_gives_its_slot_back(
+class Declined(Exception):
+    """The provider answered "no": the call is over (declared so by ``non_retryable``)."""
+
+
+def test_a_replayed_call_takes_no_slot_and_a_declined_call_gives_its_slot_back(
     store_factory: StoreFactory,
 ) -> None:
     store, clock = store_factory(), Clock(time.time())
     group = LimitGroup("one", concurrency=Concurrency(1, lease=30))
-    failures = [RuntimeError("provider down")]
+    failures = [Declined("card declined")]
 
     def flaky(key: str) -> str:
         if failures:
@@ -160,12 +171,12 @@ def test_a_replayed_call_takes_no_slot_and_a_failed_call_gives_its_slot_back(
 
     @workflow("replayed")
     def replayed(n: int) -> Generator[Any, Any, str]:
-        answer: str = yield effect(flaky, group=group)
+        answer: str = yield effect(flaky, group=group, retry=StepRetry(non_retryable=(Declined,)))
         return answer
 
-    with pytest.raises(RuntimeError, match="provider down"):
+    with pytest.raises(Declined, match="card declined"):
         run(replayed(1), request_id="r-1", store=store)
-    assert slot_holders(store, group) == {}  # the failed call gave it back
+    assert slot_holders(store, group) == {}  # the declined call gave it back
     assert run(replayed(1), request_id="r-1", store=store) == "ok"
     hold(store, group.limit, clock)  # the group is full now
     assert run(replayed(1), request_id="r-1", store=store) == "ok"  # answered from the memo
@@ -343,3 +354,230 @@ def test_a_call_that_timed_out_keeps_its_slot_until_its_lease_ends(store_factory
         run(late(1), request_id="l-1", store=store)
     assert len(slot_holders(store, group)) == 1  # held by the call still out there
     answered.set()
+
+
+# --- a failed call: kept unless it is over ----------------------------------------------------
+
+
+def _may_still_run() -> dict[str, Exception]:
+    """What HTTP clients raise when they gave up on a call the provider may still be making."""
+    return {
+        "timeout": TimeoutError("read timed out"),
+        "requests": requests.exceptions.ReadTimeout("read timed out. (read timeout=5)"),
+        "httpx": httpx.ReadTimeout("timed out"),
+        "botocore": botocore.exceptions.ReadTimeoutError(endpoint_url="https://provider.example"),
+        "urllib3": urllib3.exceptions.ReadTimeoutError(None, "/charges", "read timed out"),  # type: ignore[arg-type]
+        "reset": ConnectionResetError(104, "connection reset by peer"),
+        "unknown": RuntimeError("something nobody declared"),
+        "declared timeout": TimeoutError("named non-retryable, still maybe running"),
+    }
+
+
+class LateProvider:
+    """A provider that goes on working on every call it received, while its client gives up."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.working = 0
+        """Calls at the provider now: none of them ends during the test."""
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    def call(self, key: str) -> str:
+        with self.lock:
+            self.working += 1
+            self.peak = max(self.peak, self.working)
+        raise self.error
+
+
+@pytest.mark.parametrize("api_name", ["blocking", "asyncio"])
+def test_a_call_that_may_still_run_keeps_its_slot_and_a_declined_one_gives_it_back(
+    store_factory: StoreFactory, api_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six requests at a limit of 1 whose client raises while the provider goes on: one call at
+    the provider, the other five wait for its slot (refused at once here: no wait in place)."""
+    store, api = store_factory(), AsyncioApi() if api_name == "asyncio" else BlockingApi()
+    monkeypatch.setattr(call_limits, "IN_PLACE_WAIT", 0.0)
+    kinds = {name: LateProvider(error) for name, error in _may_still_run().items()}
+    declined: list[str] = []
+    policy = StepRetry(maximum_attempts=1, non_retryable=(Declined, TimeoutError))
+    groups = {
+        name: LimitGroup(f"late-{n}", concurrency=Concurrency(1, lease=60)) for n, name in enumerate(kinds)
+    }
+    groups["declined"] = LimitGroup("declined", concurrency=Concurrency(1, lease=60))
+
+    def decline(key: str) -> str:
+        declined.append(key)
+        raise Declined("card declined")  # the provider answered: the call is over
+
+    @workflow("late-client")
+    def late_client(kind: str, n: int) -> Generator[Any, Any, str]:
+        call = decline if kind == "declined" else kinds[kind].call
+        retry = policy if kind in ("declined", "declared timeout") else None
+        answer: str = yield effect(call, group=groups[kind], retry=retry)
+        return answer
+
+    try:
+        for kind in [*kinds, "declined"]:
+            for n in range(6):
+                expected = Declined if kind == "declined" else type(_may_still_run()[kind])
+                with pytest.raises((expected, LimitReachedError)):
+                    api.run(late_client(kind, n), request_id=f"{kind}-{n}", store=store)
+    finally:
+        api.close()
+    assert {kind: provider.peak for kind, provider in kinds.items()} == dict.fromkeys(kinds, 1)
+    for kind in kinds:
+        assert len(slot_holders(store, groups[kind])) == 1, kind  # until its lease ends by itself
+    assert len(declined) == 6 and slot_holders(store, groups["declined"]) == {}
+
+
+@pytest.mark.parametrize("api_name", ["blocking", "asyncio"])
+def test_the_next_attempt_after_a_kept_slot_waits_for_its_lease_then_calls(
+    store_factory: StoreFactory, api_name: str
+) -> None:
+    """A kept slot deadlocks nothing: the retry waits for it as for any full group."""
+    store, api = store_factory(), AsyncioApi() if api_name == "asyncio" else BlockingApi()
+    group = LimitGroup("retried", concurrency=Concurrency(1, lease=1.0))
+    failures = [ConnectionResetError(104, "connection reset by peer")]
+    calls: list[str] = []
+
+    def flaky(key: str) -> str:
+        calls.append(key)
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    @workflow("retried")
+    def retried(n: int) -> Generator[Any, Any, str]:
+        answer: str = yield effect(flaky, group=group, retry=StepRetry(initial=0.05, maximum_attempts=3))
+        return answer
+
+    try:
+        assert api.run(retried(1), request_id="r-1", store=store) == "ok"
+    finally:
+        api.close()
+    assert len(calls) == 2 and slot_holders(store, group) == {}
+
+
+def test_a_worker_retries_after_a_kept_slot_as_a_continuation(store_factory: StoreFactory) -> None:
+    store, queue = store_factory(), MemoryQueue()
+    group = LimitGroup("worked", concurrency=Concurrency(1, lease=1.0))
+    failures = [TimeoutError("read timed out")]
+    calls: list[str] = []
+
+    def flaky(key: str) -> str:
+        calls.append(key)
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    @workflow("worked", retry=StepRetry(initial=0.05, maximum_attempts=3))
+    def worked(n: int) -> Generator[Any, Any, str]:
+        yield checkpoint()
+        answer: str = yield effect(flaky, group=group)
+        return answer
+
+    pending = submit(worked(1), request_id="w-1", store=store, queue=queue)
+    stats = Worker([worked], store=store, queue=queue).run(idle_timeout=2.5)
+    assert pending.result(timeout=5) == "ok"
+    assert len(calls) == 2 and stats.completed == 1 and stats.failed == 0
+
+
+# --- undos ------------------------------------------------------------------------------------
+
+
+def _aborting(
+    name: str, group: LimitGroup, charges: Provider, refunds: Provider, met: threading.Barrier
+) -> Any:
+    """Charge under ``group``, meet every other request, then abort: a mass abort, all at once."""
+
+    def refund(key: str, charge: str | None) -> str:
+        return refunds.call(key)
+
+    def meet(key: str) -> None:
+        met.wait(30)
+
+    @workflow(name)
+    def aborting(n: int) -> Generator[Any, Any, None]:
+        yield checkpoint()
+        yield effect(charges.call, name="charge", group=group, compensate=refund)
+        yield effect(meet)
+        yield abort("cancelled by the customer")
+
+    return aborting
+
+
+@pytest.mark.parametrize("api_name", ["blocking", "asyncio"])
+def test_a_mass_abort_holds_the_group_around_the_undos(store_factory: StoreFactory, api_name: str) -> None:
+    store, api = store_factory(), AsyncioApi() if api_name == "asyncio" else BlockingApi()
+    requests_at_once = 5  # the asyncio API's calls share a thread pool of 6 on 2 cores
+    group = LimitGroup("refunded", concurrency=Concurrency(2, lease=30))
+    charges, refunds = Provider(), Provider(crowd=requests_at_once, patience=0.2)
+    aborting = _aborting("mass-abort", group, charges, refunds, threading.Barrier(requests_at_once))
+    outcomes: dict[int, BaseException] = {}
+
+    def one(n: int) -> None:
+        try:
+            api.run(aborting(n), request_id=f"a-{n}", store=store)
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            outcomes[n] = exc
+
+    try:
+        threads = [threading.Thread(target=one, args=(n,)) for n in range(requests_at_once)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        api.close()
+    assert {n: type(exc) for n, exc in outcomes.items()} == dict.fromkeys(
+        range(requests_at_once), WorkflowAborted
+    )
+    assert refunds.peak <= 2, f"{refunds.peak} undos were inside a group of 2"
+    assert sorted(refunds.keys) == sorted(charges.keys) and len(set(refunds.keys)) == requests_at_once
+    assert slot_holders(store, group) == {}
+
+
+def test_workers_wait_for_the_group_in_a_mass_abort_as_a_continuation(store_factory: StoreFactory) -> None:
+    store, queue = store_factory(), MemoryQueue()
+    requests_at_once = 4
+    group = LimitGroup("worked-refunds", concurrency=Concurrency(1, lease=30))
+    charges, refunds = Provider(), Provider(crowd=requests_at_once, patience=0.2)
+    aborting = _aborting("worked-abort", group, charges, refunds, threading.Barrier(requests_at_once))
+    pending = [
+        submit(aborting(n), request_id=f"w-{n}", store=store, queue=queue) for n in range(requests_at_once)
+    ]
+    stats = Worker([aborting], store=store, queue=queue, concurrency=requests_at_once).run(idle_timeout=1.5)
+    for handle in pending:
+        with pytest.raises(WorkflowAborted):
+            handle.result(timeout=5)
+    assert refunds.peak == 1 and stats.suspended >= 1  # an undo waited for the group, as a continuation
+    assert sorted(refunds.keys) == sorted(charges.keys) and len(set(refunds.keys)) == requests_at_once
+    for n in range(requests_at_once):
+        assert status(store, "worked-abort", f"w-{n}").status is RunStatus.ABORTED
+
+
+def test_run_refuses_an_undo_whose_group_stays_full_and_a_later_run_finishes_the_abort(
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, clock = store_factory(), Clock(time.time())
+    group = LimitGroup("undo-full", concurrency=Concurrency(1, lease=30))
+    refunds: list[str] = []
+
+    def filled(key: str) -> None:  # another call takes the provider's slot once ours was made
+        hold(store, group.limit, clock, "another-caller")
+
+    @workflow("undo-full")
+    def undo_full(n: int) -> Generator[Any, Any, None]:
+        yield effect(lambda key: "ch_1", group=group, compensate=lambda key, charge: refunds.append(key))
+        yield effect(filled)
+        yield abort("cancelled")
+
+    monkeypatch.setattr(call_limits, "IN_PLACE_WAIT", 0.0)
+    with pytest.raises(LimitReachedError):  # the undo waits for the provider: not a failed undo
+        run(undo_full(1), request_id="u-1", store=store)
+    assert refunds == [] and run_status(store, "undo-full", "u-1") is not None
+    drive(release([group.limit], "another-caller", clock), store)
+    with pytest.raises(WorkflowAborted):
+        run(undo_full(1), request_id="u-1", store=store)
+    assert len(refunds) == 1 and slot_holders(store, group) == {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -28,15 +29,16 @@ from idemflow import (
     workflow,
 )
 from idemflow._drive import drive
-from idemflow._limit_rows import acquire, bucket_ref, slots_ref
+from idemflow._limit_rows import acquire, bucket_ref, holders, slots_ref
 from idemflow._limit_spec import Limit
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import ErrorCode
 from idemflow.runner import run_status
 from idemflow.stores import MemoryStore
 from idemflow.stores.base import Store
-from idemflow.testing import data_rows
+from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
 from idemflow.worker import AsyncWorker, MemoryQueue, Worker
+from tests.apis import AsyncioApi, BlockingApi
 from tests.conftest import StoreFactory
 
 
@@ -434,3 +436,54 @@ def test_an_http_caller_over_the_limit_gets_429_with_retry_after() -> None:
     assert response is not None and response.status_code == 429
     assert response.headers["retry-after"] == "3"
     assert b'"error":"limit_reached"' in response.body
+
+
+# --- a simulated crash keeps what a killed process keeps ------------------------------------------
+
+
+@pytest.mark.exact_calls  # the commits are counted: no phantom conflicts
+@pytest.mark.parametrize("api_name", ["blocking", "asyncio"])
+def test_a_simulated_crash_at_any_commit_gives_back_no_slot_it_held(
+    store_factory: StoreFactory, api_name: str
+) -> None:
+    """A SIGKILLed holder runs nothing on its way out: its slots stay until their leases end.
+    ``FaultyStore``'s crash must leave the same; it used to give the workflow's slot back."""
+    store, clock = store_factory(), Clock(time.time())
+    api = AsyncioApi() if api_name == "asyncio" else BlockingApi()
+    group = LimitGroup("crashed-provider", concurrency=Concurrency(1, lease=30))
+
+    @workflow("crashed", concurrency=Concurrency(1, lease=30))
+    def crashed(n: int) -> Generator[Any, Any, int]:
+        yield tally(f"c{n}")
+        yield effect(lambda key: key[:4], group=group)
+        yield tally(f"c{n}")
+        return n
+
+    limits = {"workflow": crashed.limits[0], "group": group.limit}
+    seen: list[FaultPoint] = []
+
+    def watched(point: FaultPoint) -> Fault | None:
+        seen.append(point)
+        return None
+
+    try:
+        assert api.run(crashed(0), request_id="c-0", store=FaultyStore(store, watched), clock=clock) == 0
+        writes = {  # the commits that take (first) and give back (last) each limit's slot
+            kind: [p.index for p in seen if any(op.ref == slots_ref(limit) for op in p.ops)]
+            for kind, limit in limits.items()
+        }
+        assert all(len(indexes) == 2 for indexes in writes.values()), writes
+        for crash in range(1, len(seen)):
+            clock.at += 31  # every lease left by the crash before has ended
+            dies = FaultyStore(
+                store, lambda point, at=crash: Fault.CRASH_BEFORE if point.index == at else None
+            )
+            with pytest.raises(SimulatedCrash):
+                api.run(crashed(crash), request_id=f"c-{crash}", store=dies, clock=clock)
+            held = {
+                kind: len(holders(store.read(slots_ref(limit)), clock.at)) for kind, limit in limits.items()
+            }
+            kept = {kind: int(taken < crash <= given) for kind, (taken, given) in writes.items()}
+            assert held == kept, f"crash before commit #{crash}"
+    finally:
+        api.close()

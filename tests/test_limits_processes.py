@@ -5,8 +5,11 @@ A workflow with ``concurrency=2``, and a provider call that two other workflows 
 limit group of 2 (``effect(..., group=)``), count themselves in an outside SQLite table (entry,
 exit, the most ever inside: :mod:`tests.limit_workflows`); slot holders of both are SIGKILLed
 mid-call and replaced. Never more than 2 are inside either, every request completes once, and a
-killed holder's slot comes back after its lease. A 5/s rate starts at most ``5 + 5 * T`` requests in any
-``T`` seconds, by the start times the requests' own ``now()`` steps read. On SQLite (files),
+killed holder's slot comes back after its lease. That 2 are inside at some moment is forced, not
+hoped for: a call stays (for at most a third of its lease) until a second one was inside with
+it, since on a loaded machine short calls may otherwise never overlap. A 5/s rate starts at
+most ``5 + 5 * T`` requests in any ``T`` seconds, by the start times the requests' own ``now()``
+steps read. On SQLite (files),
 DynamoDB on moto and on DynamoDB Local, and Azure Tables on Azurite, each beside a queue.
 """
 
@@ -23,15 +26,30 @@ from pathlib import Path
 
 import pytest
 
-from idemflow import open_store
+from idemflow import open_store, run
+from idemflow._limit_rows import holders, slots_ref
 from idemflow.client import RunStatus, status, submit
 from idemflow.stores import Store
+from idemflow.stores.base import Put
 from idemflow.stores.registry import Feature
+from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from idemflow.worker import open_queue
 from tests import limit_workflows
 from tests.conftest import TEST_TABLES, paired_queue_url, store_kinds
 from tests.conftest import store_url as url_of
-from tests.limit_workflows import PACE, booking, connect, create, paced, pair, refunding, stats, take_out
+from tests.limit_workflows import (
+    HELD_PROVIDER,
+    PACE,
+    booking,
+    connect,
+    create,
+    held,
+    paced,
+    pair,
+    refunding,
+    stats,
+    take_out,
+)
 from tests.workflows import rows_of
 
 KEY = "limits-test-key"
@@ -181,3 +199,55 @@ def test_a_rate_of_five_a_second_holds_across_workers(
     # It did hold them back: the tokens span (requests - burst) / rate seconds, and the first start
     # may be read up to SLACK after its token (a loaded machine read it 0.1 s late: 4.89 s of 5).
     assert starts[-1] - starts[0] >= (requests - burst) / per_second - SLACK
+
+
+def _kept(store: Store) -> dict[str, int]:
+    """The slots of ``held``'s two limits still held now."""
+    limits = {"workflow": held.limits[0], "provider": HELD_PROVIDER.limit}
+    return {kind: len(holders(store.read(slots_ref(limit)), time.time())) for kind, limit in limits.items()}
+
+
+def _after_the_call(point: FaultPoint) -> Fault | None:
+    """Crash before the commit that gives the provider's slot back: the first one after the call
+    (the only write of its slots row that leaves it empty, whatever conflicts came before)."""
+    ref = slots_ref(HELD_PROVIDER.limit)
+    given_back = any(
+        isinstance(op, Put) and op.ref == ref and op.value == {"holders": {}} for op in point.ops
+    )
+    return Fault.CRASH_BEFORE if given_back else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", store_kinds(Feature.SHARED))
+def test_a_simulated_crash_keeps_the_slots_a_sigkilled_process_keeps(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The real thing first: a process SIGKILLed inside a call under its workflow's limit and a
+    provider's group. Then ``SimulatedCrash`` raised at that point, and ``FaultyStore``'s crash at
+    the first commit after the call: each leaves the same slots held (they used to give the
+    workflow's slot back on their way out, which a killed process never does)."""
+    store, store_url, _ = backends(kind, request, tmp_path)
+    ready = tmp_path / "inside"
+    code = (
+        "from idemflow import open_store, run; from tests.limit_workflows import held; "
+        f"run(held('wait'), request_id='h-1', store=open_store({store_url!r}))"
+    )
+    env = {**os.environ, limit_workflows.READY_ENV: str(ready)}
+    killed = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert killed.poll() is None, killed.stderr.read() if killed.stderr else ""
+            assert time.monotonic() < deadline, "the process never reached the call"
+            time.sleep(0.02)
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+    by_kill = _kept(store)
+    assert by_kill == {"workflow": 1, "provider": 1}
+    for how in ("crash", "return"):
+        simulated = backends(kind, request, tmp_path)[0]
+        dies = simulated if how == "crash" else FaultyStore(simulated, _after_the_call)
+        with pytest.raises(SimulatedCrash):
+            run(held(how), request_id="h-1", store=dies)
+        assert _kept(simulated) == by_kill, how

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from idemflow._requests import ProcessDied
 from idemflow.errors import TransientError
 from idemflow.keys import DATA
 from idemflow.policy import resend
@@ -43,9 +44,11 @@ from idemflow.stores.base import (
 )
 
 
-class SimulatedCrash(BaseException):
+class SimulatedCrash(ProcessDied):
     """The process 'died' here. A BaseException so no handler in the engine or
-    in user code catches it: it unwinds like a kill, and the test retries."""
+    in user code catches it: it unwinds like a kill, and the test retries.
+    Like a kill, it gives nothing back on the way out: the limit slots and the
+    effect lease the execution held stay held until their leases end."""
 
 
 class Fault(enum.Enum):

@@ -20,6 +20,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Generator, Iterable
 from typing import Any
 
@@ -82,8 +83,18 @@ def stats(path: str) -> dict[str, tuple[int, int]]:
         db.close()
 
 
-def counted(kind: str, key: str, seconds: float) -> str:
-    """Be inside for ``seconds``, counted as ``kind``; the entry's token (a retry is another)."""
+RENDEZVOUS_POLL = 0.01
+"""Seconds between looks at the peak of an entry waiting for company (:func:`counted`)."""
+
+
+def counted(kind: str, key: str, seconds: float, *, company: int = 0, patience: float = 0.0) -> str:
+    """Be inside for ``seconds``, counted as ``kind``; the entry's token (a retry is another).
+
+    With ``company``, an entry then stays until ``company`` entries were inside at once (the
+    peak says so), for at most ``patience`` more seconds: a test that demands the limit be
+    reached forces it instead of hoping that a loaded machine overlaps two short calls. Once the
+    peak was reached nobody waits; keep ``patience`` well inside the slot's lease, or a waiter's
+    slot would end under it and let one more in."""
     token = f"{key}/{secrets.token_hex(4)}"
     db = connect()
     try:
@@ -93,6 +104,12 @@ def counted(kind: str, key: str, seconds: float) -> str:
         db.execute(entered, (kind,))
         db.execute("COMMIT")
         threading.Event().wait(seconds)
+        deadline = time.monotonic() + patience
+        while company and time.monotonic() < deadline:
+            (peak,) = db.execute("SELECT peak FROM stats WHERE kind = ?", (kind,)).fetchone()
+            if int(peak) >= company:
+                break
+            threading.Event().wait(RENDEZVOUS_POLL)
         db.execute("BEGIN IMMEDIATE")
         if db.execute("DELETE FROM open WHERE token = ?", (token,)).rowcount:
             db.execute("UPDATE stats SET inside = inside - 1 WHERE kind = ?", (kind,))
