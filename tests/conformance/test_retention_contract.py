@@ -99,6 +99,7 @@ def assert_kept_for(
     assert not wrong, f"rows not kept for {retention} s (seconds after the test began): {wrong}"
 
 
+@pytest.mark.exact_calls  # it counts one failed attempt: a phantom conflict on its count repeats it
 @pytest.mark.parametrize("verdict", ["complete", "abort"])
 def test_every_row_a_worker_writes_keeps_the_requests_retention(store: Store, verdict: str, api: Api) -> None:
     space, clock = new_space(), Clock()
