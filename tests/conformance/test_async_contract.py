@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tenacity import Retrying, stop_after_attempt
 
-from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, workflow
+from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, sleep, workflow
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.client import RequestStatus, RunStatus
 from idemflow.keys import MAX_ID_CHARS
@@ -344,3 +344,30 @@ def test_a_submission_reusing_an_id_whose_record_went_first_runs_every_step_agai
         store.flush()
         assert rows_of(store, space)[("tableb", "summary", "yes")] == expected
         assert isinstance(resend(store.commit, [Delete(run_ref("survey", space))]), Committed)
+
+
+@workflow("napping")
+def napping(label: str) -> Generator[Idem[Any], Any, Any]:
+    yield checkpoint()
+    yield sleep(600)
+    return label
+
+
+def test_one_worker_run_again_after_the_clock_moves_renews_what_waited(store: Store, api: Api) -> None:
+    """The test-clock pattern (advance, run, repeat): each ``run`` of the same worker takes
+    messages again; the end of an earlier run (a stop() during it, its idle timeout) does not
+    end the next one."""
+    space, clock = new_space(), [1_900_000_000.0]
+    queue = MemoryQueue(clock=lambda: clock[0])
+    pending = api.submit(napping(space), request_id=space, store=store, queue=queue, clock=lambda: clock[0])
+    worker = api.worker(
+        [napping], store=store, queue=queue, wait=0.01, relay_every=None, clock=lambda: clock[0]
+    )
+    stopper = getattr(worker, "inner", worker)
+    worker.run(on_progress=lambda _: stopper.stop(), progress_every=0.0)  # stopped during its run
+    assert worker.run(idle_timeout=0.05).completed == 0
+    waiting = run_status(store, "napping", space)
+    assert waiting is not None and waiting.status is RunStatus.RUNNING and waiting.waiting
+    clock[0] += 600
+    assert worker.run(idle_timeout=0.05).completed == 1
+    assert pending.result(timeout=0) == space
