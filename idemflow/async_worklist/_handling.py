@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -56,14 +55,8 @@ log = logging.getLogger("idemflow.worker")
 
 
 def event(level: int, name: str, **fields: Any) -> None:
-    """One log event: JSON text for people and log shippers, the same fields as ``extra``.
-
-    The text starts with ``ts``, an ISO-8601 UTC time to the millisecond: a worker's stderr is
-    often shipped as bare lines (no logging format around them), and events of several workers
-    can only be put in order, or matched with a request's ``started_at``, by a time of their own.
-    """
-    stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
-    log.log(level, json.dumps({"ts": stamp, "event": name, **fields}, default=str), extra=fields)
+    """One worker log event (:func:`idemflow.telemetry.log_event` on ``idemflow.worker``)."""
+    telemetry.log_event(log, level, name, **fields)
 
 
 @dataclass

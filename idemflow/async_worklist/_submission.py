@@ -584,15 +584,8 @@ def _send(
         with telemetry.span("idemflow.queue.send", workflow=pointer.workflow, request_id=pointer.request_id):
             yield Send(body, delay, lane)
     except BackendError as exc:  # QueueError, TransientError, ConfigurationError
-        log.warning(
-            "queue send failed; a worker's relay will send the continuation: %s",
-            exc,
-            extra={
-                "workflow": pointer.workflow,
-                "version": pointer.version,
-                "request_id": pointer.request_id,
-            },
-        )
+        fields = {"workflow": pointer.workflow, "version": pointer.version, "request_id": pointer.request_id}
+        telemetry.log_event(log, logging.WARNING, "send-failed-left-to-the-relay", **fields, error=str(exc))
         return False
     yield CommitCache([Delete(outbox_ref(pointer.workflow, pointer.request_id))])
     return True
