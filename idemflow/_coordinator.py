@@ -242,7 +242,12 @@ class Coordinator:
             elif record.status is RunStatus.FAILED and record.failure is not None:
                 failure = record.failure
                 raise RequestFailedError(
-                    node.workflow, node.request_id, failure.step, failure.reason, failure.attempts
+                    node.workflow,
+                    node.request_id,
+                    failure.step,
+                    failure.reason,
+                    failure.attempts,
+                    failure.identity,
                 )
             elif node.call is not None and node.call.version == record.version:
                 yield from self._run_child(given, node.call, node.request_id, record)

@@ -395,10 +395,10 @@ class Handling:
         flow = self._flow(failed.workflow, fields["version"])
         if failed.identity.startswith("compensate "):  # an undo that cannot complete: never dropped
             why = f"compensation of step {failed.step} ({failed.identity}) failed: {failed.cause}"
-            yield from self._fail(holder, reason or why, failed.step, fields, count)
+            yield from self._fail(holder, reason or why, failed.step, fields, count, failed.identity)
             return
         if flow.on_failure != "compensate":
-            yield from self._fail(holder, reason or failed.cause, failed.step, fields, count)
+            yield from self._fail(holder, reason or failed.cause, failed.step, fields, count, failed.identity)
             return
         reason = reason or f"step {failed.step} ({failed.identity}) failed: {failed.cause}"
         try:
@@ -432,14 +432,27 @@ class Handling:
             self.stats.aborted += 1
 
     def _fail(
-        self, holder: Holder, reason: str, step: int, fields: dict[str, Any], attempts: int | None = None
+        self,
+        holder: Holder,
+        reason: str,
+        step: int,
+        fields: dict[str, Any],
+        attempts: int | None = None,
+        identity: str | None = None,
     ) -> Steps[None]:
         if attempts is None:
             attempts = holder.message.deliveries
         yield from _runs.failed_steps(
-            fields["workflow"], fields["request_id"], reason, step, attempts, self.clock(), self._retries
+            fields["workflow"],
+            fields["request_id"],
+            reason,
+            step,
+            attempts,
+            self.clock(),
+            self._retries,
+            identity if step else None,  # step 0: no step ran (a deadline, a version nobody holds)
         )
-        event(logging.ERROR, "failed", reason=reason, **fields)
+        event(logging.ERROR, "failed", reason=reason, identity=identity, **fields)
         yield Settle(holder, "ack")
         with self._lock:
             self.stats.failed += 1

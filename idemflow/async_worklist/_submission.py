@@ -178,7 +178,12 @@ class _Handle:
         if current.status is RunStatus.FAILED and current.failure is not None:
             failure = current.failure
             raise RequestFailedError(
-                self.workflow, self.request_id, failure.step, failure.reason, failure.attempts
+                self.workflow,
+                self.request_id,
+                failure.step,
+                failure.reason,
+                failure.attempts,
+                failure.identity,
             )
         if deadline is not None and self._clock() >= deadline:
             raise TimeoutError(f"request {self.request_id!r} of {self.workflow!r} not finished")
