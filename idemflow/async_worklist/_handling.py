@@ -2,7 +2,7 @@
 
 Every decision of :mod:`idemflow.async_worklist.worker` about a received
 message (reject, wait for a version, finish on the version it started with,
-retry, fail or compensate after ``max_deliveries``) is written here as the
+retry under the step's policy, then fail or compensate) is written here as the
 engine's computation: it yields store requests and the queue requests
 :class:`~idemflow._requests.Settle` (ack, nack, dead-letter the held message) and
 :class:`~idemflow._requests.Send`. :class:`~idemflow.worker.Worker`

@@ -327,8 +327,11 @@ def submit(
     started on another version of the workflow is left to the workers that
     hold it. ``signing_key`` (default: ``IDEMFLOW_SIGNING_KEY``) signs the
     pointer. ``clock`` is the wall clock of the run (seconds since the epoch:
-    ``now()`` values, retention expiry, the outbox due time), ``time.time``
-    by default, as in :func:`idemflow.run`.
+    ``now()`` values, the claim's time, the outbox due time, when a ``delay``
+    or a ``@workflow(timeout=)`` counts from), ``time.time`` by default, as in
+    :func:`idemflow.run`. Rows never expire by it: their expiry is the
+    machine's ``time.time()`` plus the retention, so a test's fixed clock does
+    not write rows that are already expired (or that never expire).
 
     ``deadline`` (epoch seconds) is when the request must have finished; the
     workflow's ``@workflow(timeout=)`` gives one too, counted from now (the

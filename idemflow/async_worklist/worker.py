@@ -85,9 +85,11 @@ class Worker(Handling):
     offered again, as a fresh message, so waiting never counts as an
     attempt; ``relay_every`` how
     often the outbox relay runs (``None``: never). ``clock`` is the wall clock
-    of the runs (seconds since the epoch: ``now()`` values, retention expiry,
-    ``finished_at``, outbox due times), ``time.time`` by default; the worker's
-    own pacing and statistics use the monotonic clock.
+    of the runs (seconds since the epoch: ``now()`` values, ``finished_at``,
+    when timers, retries, deadlines and outbox entries are due), ``time.time``
+    by default; rows never expire by it (their expiry is the machine's
+    ``time.time()`` plus the retention), and the worker's own pacing and
+    statistics use the monotonic clock.
     """
 
     def __init__(

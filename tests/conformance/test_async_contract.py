@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -13,7 +14,7 @@ from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, sleep, work
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.client import RequestStatus, RunStatus
 from idemflow.keys import MAX_ID_CHARS
-from idemflow.policy import resend
+from idemflow.policy import DEFAULT_POLICY, resend
 from idemflow.records import run_ref
 from idemflow.runner import run_status
 from idemflow.stores import Store
@@ -23,6 +24,7 @@ from idemflow.worker import QueueMessage as Message
 from tests.apis import Api
 from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
+from tests.expiries import expiries
 from tests.workflows import rows_of
 
 KEY = b"test-signing-key"
@@ -371,3 +373,26 @@ def test_one_worker_run_again_after_the_clock_moves_renews_what_waited(store: St
     clock[0] += 600
     assert worker.run(idle_timeout=0.05).completed == 1
     assert pending.result(timeout=0) == space
+
+
+def test_the_clock_of_submit_and_worker_never_decides_when_rows_expire(store: Store, api: Api) -> None:
+    """``submit(clock=)`` and ``Worker(clock=)`` give ``now()``, ``finished_at`` and due times;
+    rows expire by the machine's wall clock plus the retention, so a run on a test's clock from
+    1970 (or from far ahead) writes no row that is already expired or that never expires."""
+    space, queue = new_space(), MemoryQueue()
+    for n, at in enumerate((100.0, 4_000_000_000.0)):
+        rid = f"{space}{n}"
+        api.submit(stamped(rid), request_id=rid, store=store, queue=queue, clock=lambda at=at: at)
+        api.worker([stamped], store=store, queue=queue, wait=0.01, clock=lambda at=at: at).run(
+            idle_timeout=0.05
+        )
+        assert run_status(store, "stamped", rid).finished_at == at  # type: ignore[union-attr]
+    store.flush()
+    retention = DEFAULT_POLICY.retention
+    written = [
+        expires_at
+        for (_, partition, key), expires_at in expiries(store).items()
+        if expires_at is not None and space in partition + key
+    ]
+    assert len(written) >= 4
+    assert all(time.time() < expires_at <= time.time() + retention + 60 for expires_at in written)
