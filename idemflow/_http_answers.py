@@ -8,7 +8,7 @@ client gets the same answer from either.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from idemflow.errors import (
@@ -17,14 +17,39 @@ from idemflow.errors import (
     IdempotencyKeyReuseError,
     InvalidInputError,
     LimitReachedError,
+    MessageNotDeliveredError,
     MissingIdempotencyKeyError,
     RequestFailedError,
     TransientError,
     VersionNotHeldError,
     WorkflowAborted,
 )
+from idemflow.keys import check_request_id
 
 KEY_HEADER = "Idempotency-Key"
+
+OUTSIDE_FAILURES = (TimeoutError, ConnectionError)
+"""What an outside call raises when its service is slow or unreachable (an effect's
+``EffectTimeoutError`` is a ``TimeoutError``): answered 503, as a store outage is, since the call
+is keyed and a retry with the same key is safe. Anything else a step raises is the server's fault."""
+
+
+def one_key(values: Iterable[str], header: str = KEY_HEADER) -> str:
+    """The request's key from every value its ``header`` came with, checked, before anything is
+    written: none (or only blank ones) is :class:`MissingIdempotencyKeyError`; two different
+    ones are :class:`InvalidInputError` (nobody can tell which the client meant); one value sent on
+    several header lines is that key. A comma is part of a key (a request id may hold one), so a
+    proxy that folds repeated headers into one line makes one key of them.
+
+    >>> one_key(["k-1", " k-1 "])
+    'k-1'
+    """
+    keys = {value.strip() for value in values if value.strip()}
+    if not keys:
+        raise MissingIdempotencyKeyError(f"send your request id in the {header} header")
+    if len(keys) > 1:
+        raise InvalidInputError(f"the request has {len(keys)} different {header} values; send one")
+    return check_request_id(keys.pop())
 
 
 class Refusal(NamedTuple):
@@ -43,8 +68,9 @@ class Refusal(NamedTuple):
         return {"error": self.code, "detail": shown}
 
 
-def refusal(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Refusal | None:
-    """The answer for one of the library's errors, or None for one that is the server's fault.
+def refusal(exc: Exception, refusals: Mapping[str, int] | None = None) -> Refusal | None:
+    """The answer for one of the library's errors (or an outside call's :data:`OUTSIDE_FAILURES`),
+    or None for one that is the server's fault.
 
     ``refusals`` maps an abort reason's ``"code"`` (``tx.abort({"code": "sold_out", ...})``)
     to its status; other aborts answer 409.
@@ -69,6 +95,14 @@ def refusal(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Re
         case LimitReachedError(retry_after=after):
             wait = {"Retry-After": str(max(1, math.ceil(after)))}
             return Refusal(429, "limit_reached", f"{exc}; retry with the same {KEY_HEADER}", wait)
+        case MessageNotDeliveredError():
+            return Refusal(409, "not_delivered", str(exc))
         case ConflictError() | TransientError() | VersionNotHeldError():
             return Refusal(503, "busy", f"{exc}; retry with the same {KEY_HEADER}", {"Retry-After": "1"})
+        case IdemflowError() if not isinstance(exc, OUTSIDE_FAILURES):
+            return None
+        case TimeoutError() | ConnectionError():  # the service's own words may name its hosts: not quoted
+            kind = type(exc).__name__
+            detail = f"an outside service did not answer ({kind}); retry with the same {KEY_HEADER}"
+            return Refusal(503, "unavailable", detail, {"Retry-After": "1"})
     return None

@@ -23,10 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from idemflow._http_answers import Refusal
+from idemflow._http_answers import OUTSIDE_FAILURES, Refusal, one_key
 from idemflow._lambda_queues import seconds_left, store_of
-from idemflow.errors import IdemflowError, InvalidInputError, LimitExceededError, MissingIdempotencyKeyError
-from idemflow.keys import check_request_id
+from idemflow.errors import IdemflowError, InvalidInputError, LimitExceededError
 
 if TYPE_CHECKING:
     from idemflow.answer_cache import AnswerCache
@@ -163,11 +162,7 @@ def read_request(
     anything is written.
     """
     headers = _headers(event, version)
-    keys = {value.strip() for value in headers.get(key_header.lower(), []) if value.strip()}
-    if not keys:
-        raise MissingIdempotencyKeyError(f"send your request id in the {key_header} header")
-    if len(keys) > 1:
-        raise InvalidInputError(f"the request has {len(keys)} different {key_header} values; send one")
+    key = one_key(headers.get(key_header.lower(), []), key_header)
     if version == "1.0":
         method, path = event.get("httpMethod"), event.get("path")
     else:
@@ -183,7 +178,7 @@ def read_request(
             str(k): str(v) for k, v in _strings(event.get("pathParameters"), "pathParameters").items()
         },
         body=_body(event, max_body_bytes),
-        key=check_request_id(keys.pop()),
+        key=key,
         context=context,
         event=event,
     )
@@ -303,14 +298,15 @@ class HttpHandler:
             return refused(Refusal(503, "busy", detail, {"Retry-After": "1"}))
         store = self._opened = store_of(self._store)
         try:
-            answer = self._run(store, request, left, ends)
-        except IdemflowError as exc:
+            try:
+                answer = self._run(store, request, left, ends)
+            finally:
+                store.flush()  # the completion record: durable before the sandbox is frozen
+        except (IdemflowError, *OUTSIDE_FAILURES) as exc:  # a flush that failed is answered too (503)
             found = refusal(exc, options.refusals)
             if found is None:
                 raise
             return refused(found)
-        finally:
-            store.flush()  # the completion record: durable before the sandbox is frozen
         if isinstance(answer, Replayed):
             return respond(options.status, answer.value, {REPLAYED_HEADER: "true"})
         return respond(options.status, answer)

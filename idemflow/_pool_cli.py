@@ -174,7 +174,7 @@ def queue_command(args: argparse.Namespace) -> int:
     """Print one reading of the queue's :class:`~idemflow.worker.QueueStats`."""
     from idemflow.worker import open_queue
 
-    queue = open_queue(args.queue)
+    queue = open_queue(args.queue, create=False)  # read-only: a mistyped path creates nothing
     try:
         stats = queue_stats(queue)
     finally:

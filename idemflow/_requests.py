@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from idemflow.stores.base import Op, Row, RowRef
 
@@ -57,6 +57,20 @@ class Sleep:
 
     seconds: float
     sleep: Callable[[float], Any]
+
+
+@runtime_checkable
+class SkippingClock(Protocol):
+    """A run's clock that a test moves (``idemflow.testing.check_workflow``'s), whose frozen time
+    would never reach the end of a wait: a timer and a receive's timeout move it on to their end
+    (under ``run``, ``submit`` and workers alike: no continuation is handed over for them), and a
+    retry's backoff is not slept but counted as time tried (the clock stays: ``now()`` after a
+    retry is the same however many attempts a scenario made)."""
+
+    def __call__(self) -> float: ...
+
+    def skip_to(self, when: float) -> None:
+        """Move the clock on to ``when`` (epoch seconds); never back."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,9 @@ that fails (or none, under ``run``) leaves the row to a worker's relay.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
+from idemflow import telemetry
 from idemflow._given import Given, log
 from idemflow._requests import CommitCache, Send, Steps
 from idemflow.errors import BackendError
@@ -37,6 +39,7 @@ def announce(given: Given, entry: OutboxEntry, ref: RowRef) -> Steps[None]:
     try:
         yield Send(given.plan.announce(entry), 0.0, given.plan.lane)  # a child's is its parent's
     except BackendError as exc:
-        log.warning("queue send failed; a worker's relay will send it: %s", exc)
+        fields = {"workflow": entry.workflow, "version": entry.version, "request_id": entry.request_id}
+        telemetry.log_event(log, logging.WARNING, "send-failed-left-to-the-relay", **fields, error=str(exc))
         return
     yield CommitCache([Delete(ref)])

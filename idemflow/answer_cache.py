@@ -14,6 +14,12 @@ What it cannot know: rows deleted before their time by ``idemflow gc
 memory by processes that kept them (until ``max_age`` passes), where the
 store would take the request as new.
 
+Each answer is kept as its stored JSON text and decoded afresh for every
+duplicate: a caller (or an ``on_replay`` hook) that changes the object it got
+changes nobody else's answer, as with duplicates answered by the store. A
+result that is a bare scalar (a str, a number, None) needs no copy and is
+handed out as kept.
+
 >>> from idemflow.stores import MemoryStore
 >>> from idemflow import idempotent_function
 >>> calls = []
@@ -27,6 +33,7 @@ store would take the request as new.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -35,6 +42,7 @@ from collections.abc import Callable
 
 from idemflow.errors import InvalidInputError
 from idemflow.records import RunRecord
+from idemflow.serialization import decode, encode
 
 __all__ = ["AnswerCache"]
 
@@ -60,7 +68,7 @@ class AnswerCache:
         self.max_age = float(max_age)
         self._clock = clock
         self._lock = threading.Lock()
-        self._answers: OrderedDict[str, tuple[float, RunRecord]] = OrderedDict()
+        self._answers: OrderedDict[str, tuple[float, RunRecord, _Texts]] = OrderedDict()
 
     def get(self, request_id: str, matches: Callable[[str], bool]) -> RunRecord | None:
         """The finished record of ``request_id`` if kept, fresh, and of an input that ``matches``."""
@@ -68,20 +76,23 @@ class AnswerCache:
             kept = self._answers.get(request_id)
             if kept is None:
                 return None
-            until, record = kept
+            until, record, texts = kept
             if self._clock() >= until:
                 del self._answers[request_id]
                 return None
             self._answers.move_to_end(request_id)
-        return record if matches(record.fingerprint) else None
+        if not matches(record.fingerprint):
+            return None
+        return record if texts is None else _revived(record, texts)
 
     def put(self, request_id: str, record: RunRecord, retention: float) -> None:
         """Keep ``record`` if the request finished, for ``max_age`` at most, never past ``retention``."""
         if not record.status.final:
             return
+        texts = _texts(record)
         until = self._clock() + min(self.max_age, retention)
         with self._lock:
-            self._answers[request_id] = (until, record)
+            self._answers[request_id] = (until, record, texts)
             self._answers.move_to_end(request_id)
             while len(self._answers) > self.max_entries:
                 self._answers.popitem(last=False)
@@ -93,3 +104,31 @@ class AnswerCache:
 
     def __len__(self) -> int:
         return len(self._answers)
+
+
+_Texts = tuple[str | None, str | None] | None
+"""The JSON texts of a kept record's result and reason, each None when it is a scalar; None for both."""
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _text_of(value: object) -> str | None:
+    """The text a mutable value is revived from, or None for a scalar (nothing to share)."""
+    return None if isinstance(value, _SCALAR) else encode(value, "a cached answer")
+
+
+def _texts(record: RunRecord) -> _Texts:
+    """What :func:`_revived` needs to hand out a copy of ``record``'s answer, taken when it is kept
+    (so a first caller changing its own object afterwards changes nothing kept)."""
+    result, reason = _text_of(record.result), _text_of(record.reason)
+    return None if result is None and reason is None else (result, reason)
+
+
+def _revived(record: RunRecord, texts: tuple[str | None, str | None]) -> RunRecord:
+    """``record`` with a result and reason of its own, decoded from their texts."""
+    result, reason = texts
+    return dataclasses.replace(
+        record,
+        result=record.result if result is None else decode(result),
+        reason=record.reason if reason is None else decode(reason),
+    )

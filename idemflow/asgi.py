@@ -12,12 +12,15 @@ route only says what to run:
 what happened                                    answer
 ==============================================  =====================================================
 no ``Idempotency-Key``, or one no store holds    400 ``missing_idempotency_key`` / ``invalid_input``
+two different ``Idempotency-Key`` headers        400 ``invalid_input`` (one value repeated is that key)
 input not JSON, too large, a bad name            400 ``invalid_input`` (before anything is written)
 the key was used for another request             422 ``idempotency_key_reused``
 submitted, workers still running it              202 ``{"status": "running", "status_url"}`` + ``Location``
 the workflow aborted (a refusal)                 409 ``aborted`` (or the status its reason's code maps to)
+a message to a request that finished             409 ``not_delivered`` (nothing was written)
 a step kept failing (worklist)                   500 ``failed``
 a hot partition or the store is busy             503 ``busy`` + ``Retry-After`` (retry with the same key)
+an outside call timed out or found no service    503 ``unavailable`` + ``Retry-After`` (the same)
 a workflow's concurrency or rate limit is full   429 ``limit_reached`` + ``Retry-After`` (nothing ran)
 ==============================================  =====================================================
 
@@ -54,19 +57,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from idemflow._asyncio_runner import arun
-from idemflow._http_answers import KEY_HEADER, Refusal, refusal
+from idemflow._http_answers import KEY_HEADER, OUTSIDE_FAILURES, Refusal, one_key, refusal
 from idemflow.async_worklist._submission import astatus, asubmit
+from idemflow.async_worklist.deliver import arun_announcing
 from idemflow.async_worklist.queues import open_async_queue
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.errors import (
-    IdemflowError,
-    InvalidInputError,
-    MissingIdempotencyKeyError,
-    WorkflowAborted,
-    deprecated_error,
-)
-from idemflow.keys import check_request_id
+from idemflow.errors import IdemflowError, InvalidInputError, WorkflowAborted, deprecated_error
+from idemflow.errors import MissingIdempotencyKeyError as MissingIdempotencyKeyError  # importable here before
 from idemflow.monad import Idem
 from idemflow.policy import RetryPolicy
 from idemflow.records import RunStatus
@@ -85,8 +83,9 @@ def error(status: int, code: str, detail: str, headers: Mapping[str, str] | None
     return JSONResponse(Refusal(status, code, detail).body(), status, headers=headers)
 
 
-def answer(exc: IdemflowError, refusals: Mapping[str, int] | None = None) -> Response | None:
-    """The HTTP answer for one of the library's errors, or None for one that is the server's fault.
+def answer(exc: Exception, refusals: Mapping[str, int] | None = None) -> Response | None:
+    """The HTTP answer for one of the library's errors (or an outside call's timeout or
+    unreachable service: 503), or None for one that is the server's fault.
 
     ``refusals`` maps an abort reason's ``"code"`` (``tx.abort({"code": "sold_out", ...})``)
     to its status; other aborts answer 409.
@@ -226,19 +225,31 @@ class Idempotency:
     async def key(self, request: Request) -> str:
         """The request's ``Idempotency-Key``, checked (a FastAPI dependency: ``Depends(idem.key)``).
 
-        Raises :class:`MissingIdempotencyKeyError` or :class:`~idemflow.errors.InvalidInputError`
-        (400 once :meth:`install` ed).
+        Raises :class:`~idemflow.errors.MissingIdempotencyKeyError` or
+        :class:`~idemflow.errors.InvalidInputError` (400 once :meth:`install` ed), the latter also
+        for two header lines with different keys (as ``http_handler`` does); one key repeated is
+        that key.
         """
-        raw = request.headers.get(KEY_HEADER)
-        if not raw:
-            raise MissingIdempotencyKeyError(f"send your request id in the {KEY_HEADER} header")
-        return check_request_id(raw)
+        return one_key(request.headers.getlist(KEY_HEADER))
 
     async def run(self, m: Idem[Any], *, request_id: str) -> Any:
-        """Await ``m`` under ``request_id`` to its result (duplicates get the first answer)."""
+        """Await ``m`` under ``request_id`` to its result (duplicates get the first answer).
+
+        With a queue, what the workflow's ``send`` and ``start`` steps wake is sent to it at once
+        (as workers and ``submit`` do), not left to a worker's relay."""
         async with self._turn():
-            return await arun(
-                m, request_id=request_id, store=self.store, policy=self.policy, clock=self.clock
+            if self.queue is None:
+                return await arun(
+                    m, request_id=request_id, store=self.store, policy=self.policy, clock=self.clock
+                )
+            return await arun_announcing(
+                m,
+                request_id=request_id,
+                store=self.store,
+                queue=self.queue,
+                signing_key=self.signing_key,
+                policy=self.policy,
+                clock=self.clock,
             )
 
     async def submit(
@@ -311,12 +322,14 @@ class Idempotency:
         return endpoint
 
     def install(self, app: Any) -> None:
-        """Answer the library's errors raised by ``app``'s routes (Starlette or FastAPI)."""
-        app.add_exception_handler(IdemflowError, self.handle)
+        """Answer the library's errors raised by ``app``'s routes (Starlette or FastAPI), and an
+        outside call's ``TimeoutError`` or ``ConnectionError`` (503, as ``http_handler`` does)."""
+        for kind in (IdemflowError, *OUTSIDE_FAILURES):
+            app.add_exception_handler(kind, self.handle)
 
     async def handle(self, _request: Request, exc: Exception) -> Response:
         """The exception handler :meth:`install` adds; an error that is the server's fault re-raises."""
-        found = answer(exc, self.refusals) if isinstance(exc, IdemflowError) else None
+        found = answer(exc, self.refusals) if isinstance(exc, (IdemflowError, *OUTSIDE_FAILURES)) else None
         if found is None:
             raise exc
         return found

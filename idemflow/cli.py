@@ -238,7 +238,7 @@ def _console(args: argparse.Namespace, store: Store) -> int:
     if args.queue is not None:
         from idemflow.worker import open_queue
 
-        queue = open_queue(args.queue)
+        queue = open_queue(args.queue, create=False)  # the workers' queue: never a new one
     try:
         serve(settings, store, queue, flows, ready=lambda url: print(f"console: {url}", flush=True))
     finally:
@@ -314,7 +314,7 @@ def _with_store(args: argparse.Namespace) -> int:
 def _dead_letters(args: argparse.Namespace) -> int:
     from idemflow.worker import open_queue
 
-    queue = open_queue(args.queue)
+    queue = open_queue(args.queue, create=False)  # a mistyped path is an error, not an empty queue
     try:
         if args.action == "redrive":
             moved = redrive(queue, args.ids)
@@ -447,7 +447,7 @@ def _show(args: argparse.Namespace, store: Store) -> int:
 def _retry(args: argparse.Namespace, store: Store) -> int:
     from idemflow.worker import open_queue
 
-    queue = open_queue(args.queue)
+    queue = open_queue(args.queue, create=False)  # resubmitted where workers read, not to a new queue
     try:
         before = retry(store, queue, args.workflow, args.request_id)
     finally:

@@ -473,17 +473,28 @@ class RequestFailedError(IdemflowError):
 
     code = ErrorCode.REQUEST_FAILED
 
-    def __init__(self, workflow: str, request_id: str, step: int, reason: str, attempts: int) -> None:
+    def __init__(
+        self,
+        workflow: str,
+        request_id: str,
+        step: int,
+        reason: str,
+        attempts: int,
+        identity: str | None = None,
+    ) -> None:
         super().__init__(workflow, request_id, step, reason, attempts)
         self.workflow = workflow
         self.request_id = request_id
         self.step = step
         self.reason = reason
         self.attempts = attempts
+        self.identity = identity
+        """The failed step's kind and name (``atomic reserve``), where the record kept them."""
 
     def __str__(self) -> str:
+        where = f"step {self.step}" if self.identity is None else f"step {self.step} ({self.identity})"
         return (
-            f"workflow {self.workflow!r} request {self.request_id!r} failed at step {self.step} "
+            f"workflow {self.workflow!r} request {self.request_id!r} failed at {where} "
             f"after {self.attempts} attempt(s): {self.reason}"
         )
 

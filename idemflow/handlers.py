@@ -257,7 +257,7 @@ def _refuse_a_plain_function(handler: Callable[..., Any]) -> None:
         returned = inspect.signature(handler, eval_str=True).return_annotation
     except (NameError, TypeError, SyntaxError, ValueError):
         return
-    if returned is inspect.Signature.empty:
+    if returned is inspect.Signature.empty or returned is Any:  # `-> Any` says no more than nothing
         return
     origin = typing.get_origin(returned) or returned
     if isinstance(origin, type) and issubclass(origin, (Idem, Workflow)):

@@ -249,18 +249,40 @@ def memo_run(memo: Row) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """Why a request ended ``failed``: the last error, at which step, after how many attempts."""
+    """Why a request ended ``failed``: the last error, at which step, after how many attempts.
+
+    ``identity`` names the step as its memo would (``atomic reserve``, ``effect charge``,
+    ``compensate effect charge``); None in records of earlier releases, and for a request that
+    failed before any step (no worker could run it: step 0)."""
 
     reason: str
     step: int
     attempts: int
+    identity: str | None = None
 
     def to_json(self) -> dict[str, JSON]:
-        return {"reason": self.reason, "step": self.step, "attempts": self.attempts}
+        shown: dict[str, JSON] = {"reason": self.reason, "step": self.step, "attempts": self.attempts}
+        if self.identity is not None:
+            shown["identity"] = self.identity
+        return shown
 
     @classmethod
     def from_json(cls, raw: Any) -> Failure:
-        return cls(str(raw["reason"]), int(raw["step"]), int(raw["attempts"]))
+        identity = raw.get("identity")
+        return cls(
+            str(raw["reason"]),
+            int(raw["step"]),
+            int(raw["attempts"]),
+            None if identity is None else str(identity),
+        )
+
+    def where(self) -> str:
+        """The step, as an operator reads it: ``step 2 (atomic reserve)``.
+
+        >>> Failure("ValueError: no stock", 2, 1, "atomic reserve").where()
+        'step 2 (atomic reserve)'
+        """
+        return f"step {self.step}" if self.identity is None else f"step {self.step} ({self.identity})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,12 +123,13 @@ class RequestView:
             shown.append(
                 f"  {step.number:>3}  {step.kind:10} {step.name:24} {step.outcome:11} {when}  {value}"
             )
-        failure = None if record.failure is None else record.failure.reason
+        failure = record.failure
         for label, text in (("at", self.next_step), ("waits for", self.waits_for or record.waiting)):
             if text:
                 shown.append(f"  {label}: {text}")
-        if failure:
-            shown.append(f"  failed: {failure}")
+        if failure is not None:
+            tried = f"after {failure.attempts} attempt(s)"
+            shown.append(f"  failed at {failure.where()} {tried}: {failure.reason}")
         return shown
 
 
@@ -216,7 +217,8 @@ def _view_steps(
     except (Checkpointed, Finished, StopIteration):
         pass
     except Exception as exc:  # noqa: BLE001 - a replay that raises is where the request stands
-        waits_for = f"its next step raises {type(exc).__name__}: {exc}"
+        if record.failure is None:  # a failed request's step raising again is its failure, shown
+            waits_for = f"its next step raises {type(exc).__name__}: {exc}"
     finally:
         computation.close()
     next_step = execution_at[0] if execution_at else None

@@ -124,3 +124,57 @@ def test_an_async_handler_answers_a_kept_duplicate_without_the_store() -> None:
 def test_a_cache_that_keeps_nothing_or_forever_is_refused(options: dict[str, Any]) -> None:
     with pytest.raises(InvalidInputError, match="AnswerCache"):
         AnswerCache(**options)
+
+
+def test_every_duplicate_answered_from_the_cache_gets_its_own_copy() -> None:
+    """A caller (or an ``on_replay`` hook) changing its answer changes no later duplicate's."""
+    store = MemoryStore()
+
+    def marked(result: dict[str, Any]) -> dict[str, Any]:
+        result["replayed"] = True
+        return result
+
+    @idempotent_function(store, key="order.id", on_replay=marked)
+    def charge(order: dict[str, Any]) -> dict[str, Any]:
+        return {"charged": order["amount"], "lines": [1, 2]}
+
+    first = charge({"id": "o-1", "amount": 5})
+    first["lines"].append(3)
+    before = store.round_trips
+    second = charge({"id": "o-1", "amount": 5})
+    assert second == {"charged": 5, "lines": [1, 2], "replayed": True}
+    second["lines"].clear()
+    assert charge({"id": "o-1", "amount": 5}) == {"charged": 5, "lines": [1, 2], "replayed": True}
+    assert store.round_trips == before  # all answered from the cache
+
+
+def test_an_async_handler_gives_every_kept_duplicate_its_own_copy() -> None:
+    store = MemoryStore()
+
+    @idempotent_function(store, key=lambda n: str(n))
+    async def listed(n: int) -> list[int]:
+        return list(range(n))
+
+    async def thrice() -> list[list[int]]:
+        answers = []
+        for _ in range(3):
+            answer = await listed(3)
+            answers.append(list(answer))
+            answer.append(99)
+        return answers
+
+    assert asyncio.run(thrice()) == [[0, 1, 2]] * 3
+
+
+def test_an_aborted_answer_kept_gives_every_duplicate_its_own_reason() -> None:
+    store = MemoryStore()
+
+    @idempotent(store, key=lambda n: str(n))
+    def refuse(n: int) -> Generator[Idem[Any], Any, Any]:
+        return (yield atomic("counts", str(n), lambda tx: tx.abort({"why": ["closed"]})))
+
+    for _ in range(3):
+        with pytest.raises(WorkflowAborted) as aborted:
+            refuse(1)
+        assert aborted.value.reason == {"why": ["closed"]}
+        aborted.value.reason["why"].append("changed")

@@ -17,8 +17,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from idemflow import InvalidValueError, Tx, atomic, checkpoint, idempotent, workflow
+from idemflow import (
+    InvalidValueError,
+    Tx,
+    atomic,
+    checkpoint,
+    effect,
+    idempotent,
+    receive,
+    run,
+    send,
+    workflow,
+)
 from idemflow.asgi import Idempotency, answer
+from idemflow.client import asend_message, send_message, status, submit
+from idemflow.runner import run_status
 from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import data_rows
@@ -338,3 +351,107 @@ def test_a_helper_given_urls_opens_them_in_the_apps_lifespan_and_closes_them(tmp
     with pytest.raises(RuntimeError, match="lifespan"):  # closed with the app: opened again by the next
         _ = idem.queue
     assert SqliteQueue(tmp_path / "queue.db").approximate_size() == 1
+
+
+# -- the HTTP edges: answers as http_handler gives them ----------------------------------------------
+
+
+@workflow("subscription")
+def subscription(plan: str) -> Generator[Any, Any, Any]:
+    yield atomic("accounts", plan, lambda tx: tx.increment("started"))
+    cancelled = yield receive("cancel", timeout=3600)
+    return {"cancelled": cancelled is not None}
+
+
+def messaging_app(idem: Idempotency) -> FastAPI:
+    app = FastAPI()
+    idem.install(app)
+
+    @app.post("/subscriptions/{sid}/cancel")
+    async def cancel(sid: str, key: str = Depends(idem.key)) -> dict[str, bool]:
+        await asend_message(idem.store, subscription, sid, "cancel", True, key=key)
+        return {"sent": True}
+
+    return app
+
+
+def test_a_message_to_a_finished_request_is_409_not_delivered_and_writes_nothing() -> None:
+    store = MemoryStore()
+    send_message(store, subscription, "s-1", "cancel", True, key="c-0")  # kept until it starts
+    assert run(subscription("basic"), request_id="s-1", store=store) == {"cancelled": True}
+    before = data_rows(store, "accounts")
+    with TestClient(messaging_app(Idempotency(store)), raise_server_exceptions=False) as client:
+        answer = client.post("/subscriptions/s-1/cancel", headers={"Idempotency-Key": "c-1"})
+    assert (answer.status_code, answer.json()["error"]) == (409, "not_delivered")
+    assert "already finished" in answer.json()["detail"]
+    assert data_rows(store, "accounts") == before
+
+
+@pytest.mark.parametrize(
+    ("keys", "status"),
+    [(["k-1", "k-2"], 400), (["k-1", "k-1"], 200), (["k-1", " k-1"], 200)],
+    ids=["different", "repeated", "repeated-with-space"],
+)
+def test_two_idempotency_key_headers_are_one_key_or_a_400_before_anything_is_written(
+    keys: list[str], status: int
+) -> None:
+    store = MemoryStore()
+    headers = [("Idempotency-Key", key) for key in keys]
+    with TestClient(fastapi_app(Idempotency(store))) as client:
+        answer = client.post("/orders", json={"customer": "ann", "amount": 1}, headers=headers)
+    assert answer.status_code == status
+    if status == 400:
+        assert answer.json()["error"] == "invalid_input" and "2 different" in answer.json()["detail"]
+        assert data_rows(store, "accounts", "orders") == {}
+    else:
+        assert run_status(store, "checkout", "k-1") is not None
+
+
+@pytest.mark.parametrize("failure", [TimeoutError("read timed out"), ConnectionError("refused")])
+def test_an_outside_call_that_times_out_or_finds_no_service_is_503_with_retry_after(
+    failure: Exception,
+) -> None:
+    def provider(_key: str) -> Any:
+        raise failure
+
+    @workflow("charging")
+    def charging(order: dict[str, Any]) -> Generator[Any, Any, Any]:
+        return (yield effect(provider, name="charge"))
+
+    idem = Idempotency(MemoryStore())
+    app = FastAPI()
+    idem.install(app)
+
+    @app.post("/charges")
+    async def charge(order: dict[str, Any], key: str = Depends(idem.key)) -> Any:
+        return await idem.run(charging(order), request_id=key)
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answer = client.post("/charges", json={"amount": 1}, headers={"Idempotency-Key": "c-1"})
+    assert (answer.status_code, answer.json()["error"], answer.headers["Retry-After"]) == (
+        503,
+        "unavailable",
+        "1",
+    )
+    assert "read timed out" not in answer.text and "refused" not in answer.text  # the provider's words
+
+
+def test_a_send_from_a_run_reaches_the_helpers_queue_at_once(tmp_path: Path) -> None:
+    """The helper holds the workers' queue: a ``send`` in a workflow it runs wakes the receiver
+    now, as ``submit`` would, not when a worker's relay next looks (10 s by default)."""
+    store, queue = SqliteStore(tmp_path / "s.sqlite3"), SqliteQueue(tmp_path / "q.sqlite3")
+    idem = Idempotency(store, queue=queue)
+
+    @workflow("canceller")
+    def canceller(sid: str) -> Generator[Any, Any, Any]:
+        yield send("subscription", sid, "cancel", True)
+        return "sent"
+
+    submit(subscription("basic"), request_id="s-1", store=store, queue=queue)
+    Worker([subscription], store=store, queue=queue, wait=0.01, relay_every=None).run(idle_timeout=0.1)
+    assert run_status(store, "subscription", "s-1").waiting  # type: ignore[union-attr]
+    timers = queue.approximate_size()  # the receive's timeout, an hour away
+    assert asyncio.run(idem.run(canceller("s-1"), request_id="c-1")) == "sent"
+    assert queue.approximate_size() == timers + 1  # the receiver's wake-up, sent at once
+    Worker([subscription], store=store, queue=queue, wait=0.01, relay_every=None).run(idle_timeout=0.1)
+    assert status(store, "subscription", "s-1").result == {"cancelled": True}

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, atomic, effect, open_store, run, workflow
+from idemflow import Idem, atomic, effect, idempotent, open_store, pure, receive, run, workflow
 from idemflow.aws_lambda import REPLAYED_HEADER, FixedContext, HttpRequest, http_handler
-from idemflow.client import RunStatus, status
+from idemflow.client import RunStatus, send_message, status
 from idemflow.errors import InvalidInputError, TransientError
 from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.testing.servers import Moto
@@ -300,6 +300,77 @@ def test_the_wrong_trigger_and_bad_handlers_are_refused(store: SqliteStore) -> N
 
 def lambda_returning_a_dict(request: HttpRequest) -> dict[str, Any]:
     return {}
+
+
+def test_a_function_annotated_to_return_any_is_a_handler(store: SqliteStore) -> None:
+    """``-> Any`` says no more than no annotation: the function may return an Idem (it is run)."""
+
+    @http_handler(store, name="p-any")
+    def counted(request: HttpRequest) -> Any:
+        return atomic("tableb", "p-any", lambda tx: once(tx, request.key), name="effect")
+
+    event = http_event("POST", "/orders", {"item": "a"}, {"Idempotency-Key": "k-1"})
+    assert [body_of(counted(event, FixedContext(10_000))) for _ in range(2)] == [1, 1]
+
+    @idempotent(store, key=lambda n: str(n))
+    def doubled(n: int) -> Any:
+        return atomic("tableb", "p-any", lambda tx: tx.increment("doubled", 2 * n))
+
+    doubled(3)
+
+
+@workflow("p-subscription")
+def p_subscription(plan: str) -> Generator[Idem[Any], Any, Any]:
+    return (yield receive("cancel", timeout=3600))
+
+
+def test_a_message_to_a_finished_request_is_409_not_delivered(store: SqliteStore) -> None:
+    send_message(store, p_subscription, "s-1", "cancel", True, key="c-0")
+    assert run(p_subscription("basic"), request_id="s-1", store=store) is True
+
+    @http_handler(store, name="p-cancel")
+    def cancel(request: HttpRequest) -> Idem[Any]:
+        send_message(store, p_subscription, "s-1", "cancel", True, key=request.key)
+        return pure("sent")
+
+    answer = cancel(http_event("POST", "/cancel", None, {"Idempotency-Key": "c-1"}), FixedContext(10_000))
+    assert refused(answer) == (409, "not_delivered")
+
+
+@pytest.mark.parametrize("failure", [TimeoutError("slow"), ConnectionError("refused")])
+def test_a_provider_outage_is_503_with_retry_after_as_idemflow_asgi_answers(
+    store: SqliteStore, failure: Exception
+) -> None:
+    def provider(_key: str) -> Any:
+        raise failure
+
+    @http_handler(store, name="p-charge")
+    def charge(request: HttpRequest) -> Generator[Idem[Any], Any, Any]:
+        return (yield effect(provider, name="charge"))
+
+    answer = charge(
+        http_event("POST", "/charges", {"a": 1}, {"Idempotency-Key": "c-1"}), FixedContext(10_000)
+    )
+    assert refused(answer) == (503, "unavailable") and answer["headers"]["Retry-After"] == "1"
+
+
+class Unflushed(Throttled):
+    """A store that went down after the steps: only the flush of its deferred writes fails."""
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        return self._store.commit(*args, **kwargs)
+
+    def flush(self) -> None:
+        raise TransientError("injected: unreachable")
+
+
+@pytest.mark.parametrize("down", [Throttled, Unflushed], ids=["throughout", "at-the-flush"])
+def test_a_store_down_is_503_not_a_failed_invocation(store: SqliteStore, down: type[Throttled]) -> None:
+    """The flush after the steps failing too (the completion record may be lost) is answered 503,
+    not raised past the answer (API Gateway would answer 502): a retry replays the steps."""
+    order = counting(down(store), reserve=1.0)
+    answer = order(http_event("POST", "/o", {"item": "a"}, {"Idempotency-Key": "k"}), FixedContext(2_000))
+    assert refused(answer) == (503, "busy") and answer["headers"]["Retry-After"] == "1"
 
 
 def test_a_url_store_is_opened_once_per_sandbox(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from idemflow import Idem, RetryPolicy, atomic, checkpoint, run, workflow
 from idemflow.admin import RunRecord
+from idemflow.cli import main
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import InvalidInputError
 from idemflow.records import run_ref
@@ -315,3 +317,40 @@ def test_workflows_name_one_workflow_or_a_list_and_nothing_else(tmp_path: Path, 
         _load_workflows("oneflow:NAMES")
     with pytest.raises(InvalidInputError, match="MODULE:ATTR"):
         _load_workflows("oneflow")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dead-letters", "list"],
+        ["dead-letters", "redrive"],
+        ["queue", "stats"],
+        ["queue", "stats", "--json"],
+        ["retry", "--store", "sqlite:{store}", "checkout", "r-1"],
+    ],
+    ids=["dead-letters-list", "dead-letters-redrive", "queue-stats", "queue-stats-json", "retry"],
+)
+def test_a_mistyped_sqlite_queue_path_is_an_error_naming_it_and_creates_nothing(
+    tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Commands that read a queue (or feed the workers' one) never make an empty queue at a path
+    nobody reads: they exit non-zero naming the path, as the store commands do for a database."""
+    store = tmp_path / "store.sqlite3"
+    SqliteStore(store).close()
+    typo = tmp_path / "queeu.sqlite3"
+    code = main([arg.format(store=store) for arg in argv] + ["--queue", f"sqlite:{typo}"])
+    assert code == 2 and f"no queue file at {str(typo)!r}" in capsys.readouterr().err
+    assert not typo.exists()
+
+
+def test_a_read_only_queue_command_never_creates_a_cloud_queue(
+    moto: Moto, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    url = moto.queue_url(f"typo{uuid.uuid4().hex[:8]}", Path("."), visibility_timeout=30)
+    assert main(["queue", "stats", "--queue", url]) == 2
+    assert "idemflow: error:" in capsys.readouterr().err
+    sqs = boto3.client("sqs", endpoint_url=moto.endpoint, region_name=moto.region)
+    name = url.split(":", 1)[1].split("?", 1)[0]
+    assert not [found for found in sqs.list_queues().get("QueueUrls", []) if name in found]

@@ -111,6 +111,9 @@ def test_a_request_page_shows_its_timeline_with_secrets_redacted(
         assert "tok_0" not in page and "[redacted]" in page and "waiting for a message" in page
         failed = Client(console.url).get("/api/runs/ship-0").json()
         assert failed["failure"]["reason"] == "RuntimeError: the carrier refused the parcel"
+        assert failed["failure"]["identity"] == "atomic ship"  # the failed step, named
+        failed_page = Client(console.url).get("/runs/ship-0?workflow=shipment").body
+        assert "step 2: atomic ship" in failed_page
         assert Client(console.url).get("/api/runs/nobody").status == 404
 
 

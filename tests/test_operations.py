@@ -54,7 +54,12 @@ def test_runs_lists_requests_by_workflow_status_and_age(store: Store) -> None:
     failing = runs(store, workflow="checkout", status=RunStatus.FAILED).runs
     assert failed in [found.request_id for found in failing]
     [shown] = [found.to_json() for found in failing if found.request_id == failed]
-    assert shown["failure"] == {"reason": "KeyError: 'address'", "step": 2, "attempts": 2}
+    assert shown["failure"] == {
+        "reason": "KeyError: 'address'",
+        "step": 2,
+        "attempts": 2,
+        "identity": "atomic ship",  # the failed step's kind and name, not just its number
+    }
     old = [
         found.request_id
         for found in runs(store, older_than=1800, now=clock).runs

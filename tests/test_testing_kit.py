@@ -21,7 +21,21 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Tx, atomic, checkpoint, now, open_store, run, uuid4, workflow
+from idemflow import (
+    Idem,
+    StepRetry,
+    Tx,
+    atomic,
+    checkpoint,
+    effect,
+    now,
+    open_store,
+    receive,
+    run,
+    sleep,
+    uuid4,
+    workflow,
+)
 from idemflow.client import rows
 from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import Check, Committed, Cond, Conflict, Increment, Insert, Put, RowRef
@@ -123,6 +137,91 @@ def test_now_after_a_checkpoint_skips_only_the_asynchronous_scenarios() -> None:
     report = check_workflow(stamp, ["ann"])
     assert report.ok, report
     assert report.skipped and "wall clock" in report.skipped[0]
+
+
+class RealWait(BaseException):
+    """A checked run slept on the real clock: past the checker's retries, out of the test."""
+
+
+@pytest.fixture
+def no_real_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checker's waits must pass on its own clock: a real wait of a second or more (a timer,
+    a timeout, a backoff) fails the test at once instead of hanging it (conflict backoffs, of
+    milliseconds, still sleep)."""
+    real = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if seconds >= 1.0:
+            raise RealWait(f"a real wait of {seconds} s")
+        real(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+
+
+@workflow("renewal")
+def renewal(who: str) -> Generator[Idem[Any], Any, Any]:
+    yield atomic("subscriptions", who, lambda tx: tx.increment("periods"))
+    yield checkpoint()
+    yield sleep(30 * 86400)  # a month: far past any real wait
+    cancelled = yield receive("cancel", timeout=3600)
+    yield atomic("subscriptions", who, lambda tx: tx.increment("periods") if cancelled is None else None)
+    return "renewed" if cancelled is None else "cancelled"
+
+
+@pytest.mark.usefixtures("no_real_waits")
+def test_sleeps_and_receive_timeouts_pass_on_the_checkers_own_clock() -> None:
+    report = check_workflow(renewal, ["ann"])
+    assert report.ok, report
+    assert report.skipped == ()  # the asynchronous scenarios ran too: submit and a worker
+
+
+@pytest.mark.usefixtures("no_real_waits")
+def test_now_after_a_sleep_is_the_reference_time_moved_by_the_sleep() -> None:
+    @workflow("stamped-nap")
+    def stamped_nap(who: str) -> Generator[Idem[Any], Any, Any]:
+        before = yield now()
+        yield sleep(600)
+        after = yield now()
+        yield atomic("stamps", who, lambda tx: tx.put("slept", after - before))
+        return after
+
+    made: list[MemoryStore] = []
+
+    def fresh() -> MemoryStore:
+        made.append(MemoryStore())
+        return made[-1]
+
+    report = check_workflow(stamped_nap, ["ann"], fresh)
+    assert report.ok, report
+    assert {rows(store, "stamps", "ann")[("ann", "slept")] for store in made} == {600.0}
+
+
+@pytest.mark.usefixtures("no_real_waits")
+def test_a_retry_backoff_is_counted_without_a_wait_and_its_policy_still_ends() -> None:
+    tries: dict[str, int] = {}
+
+    def flaky(key: str) -> str:
+        tries[key] = tries.get(key, 0) + 1
+        if tries[key] <= 2:
+            raise TimeoutError("the provider is slow")
+        return "charged"
+
+    def down(key: str) -> str:
+        raise TimeoutError("the provider is down")
+
+    @workflow("backing-off")
+    def backing_off(who: str) -> Generator[Idem[Any], Any, Any]:
+        charged = yield effect(flaky, retry=StepRetry(initial=60))
+        yield atomic("charges", who, lambda tx: tx.put("charged", charged))
+        return charged
+
+    @workflow("given-up")
+    def given_up(who: str) -> Generator[Idem[Any], Any, Any]:
+        return (yield effect(down, retry=StepRetry(initial=600, expiry=3600)))  # no attempt cap
+
+    assert check_workflow(backing_off, ["ann"]).ok
+    report = check_workflow(given_up, ["ann"])
+    assert report.ok, report  # every scenario ends with the same error once the policy ended
 
 
 # -- broken workflows are caught ---------------------------------------------------------------------

@@ -7,7 +7,9 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from idemflow import Idem, StepRetry, atomic, checkpoint, effect, receive, workflow
+import pytest
+
+from idemflow import Idem, RequestFailedError, StepRetry, atomic, checkpoint, effect, receive, workflow
 from idemflow.admin import show
 from idemflow.client import RunStatus, send_message, submit
 from idemflow.stores import SqliteStore, Store
@@ -84,6 +86,43 @@ def test_show_lists_the_steps_where_a_request_is_and_what_it_waits_for(store: St
         (3, "receive", "confirm"),
     ]
     assert finished.steps[0].value == waiting.steps[1].value and finished.next_step is None
+
+
+def refuse(tx: Any) -> None:
+    raise ValueError("no stock")
+
+
+@workflow("show-reserve")
+def reserving(req: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
+    yield atomic("tablea", req["space"] + "seats", lambda tx: tx.increment("held"), name="hold")
+    yield checkpoint()
+    yield atomic("tablea", req["space"] + "stock", refuse, name="reserve")
+
+
+def test_a_failed_request_names_the_step_it_failed_at(store: Store) -> None:
+    """Where the failure's step is shown (``runs show``, ``admin.show``, the console's JSON, the
+    error a caller gets), it is named with its kind, not just numbered."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    pending = submit(reserving({"space": space}), request_id=space, store=store, queue=queue, clock=clock)
+    deliver_all(
+        Worker([reserving], store=store, queue=queue, clock=clock, step_retry=StepRetry(maximum_attempts=1)),
+        queue,
+        clock,
+    )
+    failed = show(store, [reserving], "show-reserve", space)
+    assert failed.record.status is RunStatus.FAILED
+    assert failed.to_json()["failure"] == {
+        "reason": "ValueError: no stock",
+        "step": 2,
+        "attempts": 1,
+        "identity": "atomic reserve",
+    }
+    lines = failed.lines()
+    assert "  failed at step 2 (atomic reserve) after 1 attempt(s): ValueError: no stock" in lines
+    assert not any("waits for" in line for line in lines)  # a failed request waits for nothing
+    with pytest.raises(RequestFailedError, match=r"failed at step 2 \(atomic reserve\) after 1 attempt"):
+        pending.result(timeout=0)
 
 
 def test_the_cli_shows_a_request_as_text_and_json(tmp_path: Path) -> None:

@@ -362,6 +362,7 @@ def test_queue_stats_json_on_azure_counts_what_was_sent(azurite: Azurite, tmp_pa
 
 def test_queue_stats_text_names_the_unknowns(tmp_path: Path) -> None:
     url = f"sqlite:{tmp_path / 'q.sqlite3'}"
+    open_queue(url).close()  # an empty queue (the command creates none)
     done = subprocess.run(
         [sys.executable, "-m", "idemflow", "queue", "stats", "--queue", url], capture_output=True, text=True
     )

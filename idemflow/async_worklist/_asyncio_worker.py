@@ -104,7 +104,8 @@ class AsyncWorker(Handling):
     def stop(self) -> None:
         """Stop taking messages; what is held is finished (or released by its timeout).
 
-        Call it on the worker's loop (or through ``loop.call_soon_threadsafe``)."""
+        Call it on the worker's loop (or through ``loop.call_soon_threadsafe``). It ends the run
+        under way, or, asked between runs, the next one at once; a later run works again."""
         self._stop_asked = True
         self._stop.set()
 
@@ -140,6 +141,7 @@ class AsyncWorker(Handling):
         finally:
             self._stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self._stop_asked = False  # this run's stop: the next run works again
             unwatch()
             restore()
         if self.halted is not None:

@@ -2,7 +2,7 @@
 
 Every decision of :mod:`idemflow.async_worklist.worker` about a received
 message (reject, wait for a version, finish on the version it started with,
-retry, fail or compensate after ``max_deliveries``) is written here as the
+retry under the step's policy, then fail or compensate) is written here as the
 engine's computation: it yields store requests and the queue requests
 :class:`~idemflow._requests.Settle` (ack, nack, dead-letter the held message) and
 :class:`~idemflow._requests.Send`. :class:`~idemflow.worker.Worker`
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -58,14 +57,8 @@ log = logging.getLogger("idemflow.worker")
 
 
 def event(level: int, name: str, **fields: Any) -> None:
-    """One log event: JSON text for people and log shippers, the same fields as ``extra``.
-
-    The text starts with ``ts``, an ISO-8601 UTC time to the millisecond: a worker's stderr is
-    often shipped as bare lines (no logging format around them), and events of several workers
-    can only be put in order, or matched with a request's ``started_at``, by a time of their own.
-    """
-    stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
-    log.log(level, json.dumps({"ts": stamp, "event": name, **fields}, default=str), extra=fields)
+    """One worker log event (:func:`idemflow.telemetry.log_event` on ``idemflow.worker``)."""
+    telemetry.log_event(log, level, name, **fields)
 
 
 @dataclass
@@ -426,10 +419,10 @@ class Handling:
         notification = failed.identity.startswith(ON_ABORT + " ")  # its undo is done: aborted
         if failed.identity.startswith("compensate "):  # an undo that cannot complete: never dropped
             why = f"compensation of step {failed.step} ({failed.identity}) failed: {failed.cause}"
-            yield from self._fail(holder, reason or why, failed.step, fields, count)
+            yield from self._fail(holder, reason or why, failed.step, fields, count, failed.identity)
             return
         if flow.on_failure != "compensate" and not notification:
-            yield from self._fail(holder, reason or failed.cause, failed.step, fields, count)
+            yield from self._fail(holder, reason or failed.cause, failed.step, fields, count, failed.identity)
             return
         reason = reason or f"step {failed.step} ({failed.identity}) failed: {failed.cause}"
         try:
@@ -471,14 +464,27 @@ class Handling:
             self.stats.aborted += 1
 
     def _fail(
-        self, holder: Holder, reason: str, step: int, fields: dict[str, Any], attempts: int | None = None
+        self,
+        holder: Holder,
+        reason: str,
+        step: int,
+        fields: dict[str, Any],
+        attempts: int | None = None,
+        identity: str | None = None,
     ) -> Steps[None]:
         if attempts is None:
             attempts = holder.message.deliveries
         yield from _runs.failed_steps(
-            fields["workflow"], fields["request_id"], reason, step, attempts, self.clock(), self._retries
+            fields["workflow"],
+            fields["request_id"],
+            reason,
+            step,
+            attempts,
+            self.clock(),
+            self._retries,
+            identity if step else None,  # step 0: no step ran (a deadline, a version nobody holds)
         )
-        event(logging.ERROR, "failed", reason=reason, **fields)
+        event(logging.ERROR, "failed", reason=reason, identity=identity, **fields)
         yield Settle(holder, "ack")
         with self._lock:
             self.stats.failed += 1

@@ -141,9 +141,11 @@ def failed_steps(
     attempts: int,
     at: float,
     policy: RetryPolicy = DEFAULT_POLICY,
+    identity: str | None = None,
 ) -> Steps[bool]:
-    """End an unfinished request ``failed``; its input and memos stay for a retry or an abort."""
-    failure = Failure(reason[:1000], step, attempts)
+    """End an unfinished request ``failed`` at ``step`` (named ``identity``, as its memo would be);
+    its input and memos stay for a retry or an abort."""
+    failure = Failure(reason[:1000], step, attempts, identity)
     change = {
         "status": RunStatus.FAILED,
         "failure": failure,

@@ -178,7 +178,12 @@ class _Handle:
         if current.status is RunStatus.FAILED and current.failure is not None:
             failure = current.failure
             raise RequestFailedError(
-                self.workflow, self.request_id, failure.step, failure.reason, failure.attempts
+                self.workflow,
+                self.request_id,
+                failure.step,
+                failure.reason,
+                failure.attempts,
+                failure.identity,
             )
         if deadline is not None and self._clock() >= deadline:
             raise TimeoutError(f"request {self.request_id!r} of {self.workflow!r} not finished")
@@ -322,8 +327,12 @@ def submit(
     started on another version of the workflow is left to the workers that
     hold it. ``signing_key`` (default: ``IDEMFLOW_SIGNING_KEY``) signs the
     pointer. ``clock`` is the wall clock of the run (seconds since the epoch:
-    ``now()`` values, retention expiry, the outbox due time), ``time.time``
-    by default, as in :func:`idemflow.run`.
+    ``now()`` values, the claim's time, the outbox due time, when a ``delay``
+    or a ``@workflow(timeout=)`` counts from), ``time.time`` by default, as in
+    :func:`idemflow.run`. Rows expire a retention after the later of
+    it and the machine's ``time.time()``, so a test's clock in the past writes
+    no row that is already expired, and one moved ahead (simulated weeks)
+    writes rows that live a retention from its time.
 
     ``deadline`` (epoch seconds) is when the request must have finished; the
     workflow's ``@workflow(timeout=)`` gives one too, counted from now (the
@@ -584,15 +593,8 @@ def _send(
         with telemetry.span("idemflow.queue.send", workflow=pointer.workflow, request_id=pointer.request_id):
             yield Send(body, delay, lane)
     except BackendError as exc:  # QueueError, TransientError, ConfigurationError
-        log.warning(
-            "queue send failed; a worker's relay will send the continuation: %s",
-            exc,
-            extra={
-                "workflow": pointer.workflow,
-                "version": pointer.version,
-                "request_id": pointer.request_id,
-            },
-        )
+        fields = {"workflow": pointer.workflow, "version": pointer.version, "request_id": pointer.request_id}
+        telemetry.log_event(log, logging.WARNING, "send-failed-left-to-the-relay", **fields, error=str(exc))
         return False
     yield CommitCache([Delete(outbox_ref(pointer.workflow, pointer.request_id))])
     return True

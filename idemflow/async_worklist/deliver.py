@@ -28,7 +28,7 @@ since.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from idemflow._adrive import adrive
@@ -43,14 +43,14 @@ from idemflow.engine import Plan
 from idemflow.errors import MessageNotDeliveredError
 from idemflow.keys import check_request_id
 from idemflow.monad import Idem
-from idemflow.policy import DEFAULT_POLICY, kept_for
+from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for
 from idemflow.records import RunRecord, run_ref
-from idemflow.runner import Workflow, describe_request, execution_steps, workflow
+from idemflow.runner import Workflow, describe_request, execution_steps, result_of, under_limits, workflow
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.tx import Reader
 
-__all__ = ["asend_message", "send_message"]
+__all__ = ["arun_announcing", "asend_message", "send_message"]
 
 
 @workflow("idemflow.message")
@@ -170,3 +170,28 @@ async def asend_message(
         target, workflow, request_id, topic, value, key, sink, signing_key, reader, require_started
     )
     await adrive(steps, target, on_async_queue(sink))
+
+
+async def arun_announcing(
+    m: Idem[Any],
+    *,
+    request_id: str,
+    store: Store | AsyncStore,
+    queue: Queue | AsyncQueue,
+    signing_key: bytes | str | None = None,
+    policy: RetryPolicy | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Any:
+    """:func:`~idemflow.arun` by a caller that holds the workers' ``queue`` (``idemflow.asgi``'s
+    helper): what the workflow's ``send`` and ``start`` steps (and its outcome, to a parent) wake
+    is sent to the queue at once, as ``submit`` and workers send it, instead of waiting for a
+    worker's relay (10 s by default). A queue that fails leaves it to the relay, as there."""
+    check_request_id(request_id)
+    request = describe_request(m)
+    target, sink = to_async(store), to_async_queue(queue)
+    plan = Plan(version=request.version, announce=announcer(resolve_signing_key(signing_key)))
+    reader = sync_reader(target)
+    steps = execution_steps(m, request, request_id, target, policy, clock, plan, (), reader=reader)
+    steps = under_limits(steps, request, request_id, policy, clock)  # as arun: under its limits
+    record = await adrive(steps, target, on_async_queue(sink))
+    return result_of(record, m, request_id)

@@ -36,7 +36,7 @@ from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_key, outbox_partitions
+from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_key, outbox_partitions, parse_outbox_key
 from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.records import OutboxEntry, RunRecord, run_ref
 from idemflow.stores.async_adapters import to_async
@@ -92,7 +92,9 @@ def relay_steps(signing_key: bytes | None, clock: Callable[[], float]) -> Steps[
             try:
                 entry = OutboxEntry.from_json(row.value)
             except (KeyError, TypeError, ValueError):
-                log.warning("outbox entry %r in %s is not readable: left alone", key, partition)
+                workflow, request_id = parse_outbox_key(key) or (None, None)
+                unread = {"workflow": workflow, "version": None, "request_id": request_id}
+                telemetry.log_event(log, logging.WARNING, "outbox-entry-unreadable", **unread, key=key)
                 continue
             if entry.due > now:
                 continue
@@ -111,7 +113,8 @@ def relay_steps(signing_key: bytes | None, clock: Callable[[], float]) -> Steps[
                 sent += 1
             delete = Delete(RowRef(RUNS_TABLE, partition, key), expect=row.version)
             yield from resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), Commit([delete]))
-            log.info("relayed a due continuation" if claimed else "dropped an unclaimed entry", extra=fields)
+            wake = "wake-up" if key != outbox_key(entry.workflow, entry.request_id) else "continuation"
+            telemetry.log_event(log, logging.INFO, "relayed" if claimed else "dropped", **fields, entry=wake)
     return sent
 
 

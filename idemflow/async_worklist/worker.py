@@ -85,9 +85,11 @@ class Worker(Handling):
     offered again, as a fresh message, so waiting never counts as an
     attempt; ``relay_every`` how
     often the outbox relay runs (``None``: never). ``clock`` is the wall clock
-    of the runs (seconds since the epoch: ``now()`` values, retention expiry,
-    ``finished_at``, outbox due times), ``time.time`` by default; the worker's
-    own pacing and statistics use the monotonic clock.
+    of the runs (seconds since the epoch: ``now()`` values, ``finished_at``,
+    when timers, retries, deadlines and outbox entries are due), ``time.time``
+    by default; rows expire a retention after the later of it and the
+    machine's ``time.time()``; the worker's own pacing and statistics use the
+    monotonic clock.
     """
 
     def __init__(
@@ -129,7 +131,10 @@ class Worker(Handling):
         self._last_activity = time.monotonic()
 
     def stop(self) -> None:
-        """Stop taking messages; what is held is finished (or released by its timeout)."""
+        """Stop taking messages; what is held is finished (or released by its timeout).
+
+        It ends the run under way, or, asked between runs, the next run at once (a stop that
+        races a run's start is not lost); once that run returned, the worker can run again."""
         self._stop.set()
 
     def run(
@@ -143,7 +148,10 @@ class Worker(Handling):
 
         A :class:`~idemflow.errors.ConfigurationError` from the store or the queue (a refused
         credential, a missing table or queue) stops it too: what it holds goes back to the queue
-        and ``run`` raises that error, since every later message would meet it."""
+        and ``run`` raises that error, since every later message would meet it.
+
+        ``run`` may be called again on the same worker (advance a test clock, run, repeat):
+        each run ends on its own stop, and the next one starts taking messages afresh."""
         restore = self._install_signal_handlers()
         unwatch = telemetry.watch_queue(self.queue)
         threads = [
@@ -169,6 +177,7 @@ class Worker(Handling):
             self._stop.set()
             for thread in threads:
                 thread.join()
+            self._stop.clear()  # this run's stop: the next run works again
             unwatch()
             restore()
         if self.halted is not None:

@@ -283,9 +283,9 @@ def _step_list(steps: JSON, empty: str) -> str:
 def _failure(failure: JSON) -> str:
     if not isinstance(failure, dict):
         return "-"
-    where = (
-        f" (step {failure.get('step')}, {failure.get('attempts')} attempt(s))" if failure.get("step") else ""
-    )
+    step, identity = failure.get("step"), failure.get("identity")
+    named = f"step {step}" if identity is None else f"step {step}: {identity}"
+    where = f" ({named}, {failure.get('attempts')} attempt(s))" if step else ""
     return escape(str(failure.get("reason")) + where)
 
 

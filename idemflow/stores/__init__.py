@@ -7,6 +7,12 @@ stores import their SDKs lazily, so ``import idemflow`` needs neither boto3
 nor the Azure SDK; using one without its extra installed says which extra to
 install.
 
+Names hold on every backend: a table is 3-40 ASCII letters and digits starting
+with a letter (Azure's rule, the strictest), a workflow name 1-100 of
+``A-Z a-z 0-9 _ . -``, a request id or partition 1-255 characters of unicode, a
+key 1-512; anything else is refused before a write (``docs/operations.md``,
+*Tables and names*, has the prefixes of the cloud stores).
+
 >>> from idemflow import open_store
 >>> type(open_store("memory:")).__name__
 'MemoryStore'

@@ -7,6 +7,7 @@ module holds only the scenarios.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,33 @@ from idemflow.policy import RetryPolicy
 from idemflow.stores.base import CommitOutcome, Committed, Op, Store
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, Plan, SimulatedCrash
 from idemflow.testing.report import Outcome, Snapshot, describe_commit
+
+
+class MovedClock:
+    """The checker's clock of one scenario: the clock it was given, plus the time its waits passed.
+
+    A ``sleep``, a ``receive(timeout=)`` or a retry's backoff under ``run`` moves it on to the
+    wait's end (:class:`~idemflow._requests.SkippingClock`) instead of sleeping: the given clock
+    is frozen by default, so a real wait would never end. Racing executions of one scenario share
+    it and move it to the same memoized ends, so every scenario sees the reference's times.
+
+    >>> clock = MovedClock(lambda: 100.0)
+    >>> clock.skip_to(160.0); clock.skip_to(130.0); clock()
+    160.0
+    """
+
+    def __init__(self, base: Callable[[], float]) -> None:
+        self._base = base
+        self._skipped = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self._base() + self._skipped
+
+    def skip_to(self, when: float) -> None:
+        with self._lock:
+            self._skipped = max(self._skipped, when - self._base())
+
 
 RERUN = "a failure-free rerun on a fresh store"
 RACING = "racing:"

@@ -64,6 +64,7 @@ from idemflow.testing._plans import (
     CacheLosingStore,
     CheckOptions,
     CrashAfterProgress,
+    MovedClock,
     at_commit,
     fast_policy,
     hint,
@@ -97,6 +98,7 @@ class _Checker:
         self.name = "?"
         self.checkpoint_steps: list[int] = []
         self.skipped: str | None = None
+        self.clock = MovedClock(options.clock)
 
     # -- running ---------------------------------------------------------------
 
@@ -104,6 +106,8 @@ class _Checker:
         return self.o.wf(copy.deepcopy(self.given))
 
     def fresh(self) -> Store:
+        """A new scenario: an empty store, and the clock back at its start."""
+        self.clock = MovedClock(self.o.clock)
         store = self.o.store_factory()
         if self.o.setup is not None:
             self.o.setup(store)
@@ -115,7 +119,7 @@ class _Checker:
             request_id=self.request_id,
             store=store,
             policy=self.o.policy,
-            clock=self.o.clock,
+            clock=self.clock,
             plan=plan,
         )
         if record.status is RunStatus.ABORTED:
@@ -285,7 +289,14 @@ class _Checker:
         for _ in range(submits):
             for attempt in range(1, self.o.max_attempts + 1):
                 try:
-                    submit(self.make(), request_id=self.request_id, store=store, queue=queue, signing_key=key)
+                    submit(
+                        self.make(),
+                        request_id=self.request_id,
+                        store=store,
+                        queue=queue,
+                        signing_key=key,
+                        clock=self.clock,
+                    )
                 except _RETRIED as exc:
                     events.append(f"submit {attempt}: {type(exc).__name__}: {exc}; retried")
                     continue
@@ -295,7 +306,13 @@ class _Checker:
                 break
         assert isinstance(self.o.wf, Workflow)
         worker = Worker(
-            [self.o.wf], store=store, queue=queue, signing_key=key, policy=self.o.policy, max_deliveries=100
+            [self.o.wf],
+            store=store,
+            queue=queue,
+            signing_key=key,
+            policy=self.o.policy,
+            max_deliveries=100,
+            clock=self.clock,
         )
         handled: str | None = None
         relayed = False

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Generator
 from typing import Any
 
 import pytest
 from tenacity import Retrying, stop_after_attempt
 
-from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, workflow
+from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, sleep, workflow
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.client import RequestStatus, RunStatus
 from idemflow.keys import MAX_ID_CHARS
-from idemflow.policy import resend
+from idemflow.policy import DEFAULT_POLICY, resend
 from idemflow.records import run_ref
 from idemflow.runner import run_status
 from idemflow.stores import Store
@@ -23,6 +24,7 @@ from idemflow.worker import QueueMessage as Message
 from tests.apis import Api
 from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
+from tests.expiries import expiries
 from tests.workflows import rows_of
 
 KEY = b"test-signing-key"
@@ -344,3 +346,55 @@ def test_a_submission_reusing_an_id_whose_record_went_first_runs_every_step_agai
         store.flush()
         assert rows_of(store, space)[("tableb", "summary", "yes")] == expected
         assert isinstance(resend(store.commit, [Delete(run_ref("survey", space))]), Committed)
+
+
+@workflow("napping")
+def napping(label: str) -> Generator[Idem[Any], Any, Any]:
+    yield checkpoint()
+    yield sleep(600)
+    return label
+
+
+def test_one_worker_run_again_after_the_clock_moves_renews_what_waited(store: Store, api: Api) -> None:
+    """The test-clock pattern (advance, run, repeat): each ``run`` of the same worker takes
+    messages again; the end of an earlier run (a stop() during it, its idle timeout) does not
+    end the next one."""
+    space, clock = new_space(), [1_900_000_000.0]
+    queue = MemoryQueue(clock=lambda: clock[0])
+    pending = api.submit(napping(space), request_id=space, store=store, queue=queue, clock=lambda: clock[0])
+    worker = api.worker(
+        [napping], store=store, queue=queue, wait=0.01, relay_every=None, clock=lambda: clock[0]
+    )
+    stopper = getattr(worker, "inner", worker)
+    worker.run(on_progress=lambda _: stopper.stop(), progress_every=0.0)  # stopped during its run
+    assert worker.run(idle_timeout=0.05).completed == 0
+    waiting = run_status(store, "napping", space)
+    assert waiting is not None and waiting.status is RunStatus.RUNNING and waiting.waiting
+    clock[0] += 600
+    assert worker.run(idle_timeout=0.05).completed == 1
+    assert pending.result(timeout=0) == space
+
+
+def test_rows_expire_a_retention_after_the_later_of_wall_time_and_the_clock(store: Store, api: Api) -> None:
+    """``submit(clock=)`` and ``Worker(clock=)`` give ``now()``, ``finished_at`` and due times;
+    rows expire a retention after the later of the machine's wall clock and that clock, so a run
+    on a test's clock from 1970 writes no row that is already expired, and one on a clock moved
+    far ahead (a test simulating weeks of waiting) writes rows that live a retention from then."""
+    space, queue = new_space(), MemoryQueue()
+    retention = DEFAULT_POLICY.retention
+    for n, at in enumerate((100.0, 4_000_000_000.0)):
+        rid = f"{space}{n}"
+        api.submit(stamped(rid), request_id=rid, store=store, queue=queue, clock=lambda at=at: at)
+        api.worker([stamped], store=store, queue=queue, wait=0.01, clock=lambda at=at: at).run(
+            idle_timeout=0.05
+        )
+        assert run_status(store, "stamped", rid).finished_at == at  # type: ignore[union-attr]
+        store.flush()
+        written = [
+            expires_at
+            for (_, partition, key), expires_at in expiries(store).items()
+            if expires_at is not None and rid in partition + key
+        ]
+        assert len(written) >= 2
+        since = max(at, time.time())
+        assert all(since - 60 < expires_at - retention <= max(at, time.time()) + 60 for expires_at in written)

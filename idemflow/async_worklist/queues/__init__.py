@@ -65,7 +65,7 @@ def __getattr__(name: str) -> Any:
     return load_optional(__name__, name, OPTIONAL)
 
 
-def open_queue(url: str) -> Queue:
+def open_queue(url: str, *, create: bool = True) -> Queue:
     """A queue from a URL, so workers and the CLI take their queue as configuration.
 
     ``memory:``, ``sqlite:PATH?name=N``, ``sqs:NAME?endpoint=URL&region=R``,
@@ -77,7 +77,9 @@ def open_queue(url: str) -> Queue:
     require an existing queue. Query values are percent-decoded with ``+``
     kept, as account keys contain it. Errors name the scheme and what is
     wrong, never the URL itself (its query, a connection string given in its
-    place, credentials in an endpoint).
+    place, credentials in an endpoint). ``create=False`` (read-only tools, and those that
+    only feed an existing queue) never creates one: a SQLite path with no file is an
+    :class:`~idemflow.errors.InvalidInputError` naming it, and a cloud queue must exist.
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "q.sqlite3")
@@ -87,15 +89,16 @@ def open_queue(url: str) -> Queue:
     """
     entry, parsed = _parsed(url)
     if parsed.flag("lanes"):  # priority lanes: <name>-high, <name>, <name>-low
-        return LanedQueue({lane: load(entry.opener, entry.extra)(lane_url(parsed, lane)) for lane in LANES})
-    queue: Queue = load(entry.opener, entry.extra)(parsed)
+        opener = load(entry.opener, entry.extra)
+        return LanedQueue({lane: opener(lane_url(parsed, lane), create=create) for lane in LANES})
+    queue: Queue = load(entry.opener, entry.extra)(parsed, create=create)
     return queue
 
 
-def open_async_queue(url: str) -> AsyncQueue:
+def open_async_queue(url: str, *, create: bool = True) -> AsyncQueue:
     """The :class:`~idemflow.async_worklist.queues.async_adapters.AsyncQueue` a URL names.
 
-    It takes the URLs of :func:`open_queue`.
+    It takes the URLs (and ``create``) of :func:`open_queue`.
 
     SQS and Azure Queue get their SDKs' asynchronous clients (the ``aio``
     extra); SQLite and memory queues run on threads of their own. Create it on
@@ -103,12 +106,11 @@ def open_async_queue(url: str) -> AsyncQueue:
     """
     entry, parsed = _parsed(url)
     if entry.async_opener is None:
-        return to_async_queue(open_queue(url))
+        return to_async_queue(open_queue(url, create=create))
     if parsed.flag("lanes"):
-        return AsyncLanedQueue(
-            {lane: load(entry.async_opener, "aio")(lane_url(parsed, lane)) for lane in LANES}
-        )
-    queue: AsyncQueue = load(entry.async_opener, "aio")(parsed)
+        opener = load(entry.async_opener, "aio")
+        return AsyncLanedQueue({lane: opener(lane_url(parsed, lane), create=create) for lane in LANES})
+    queue: AsyncQueue = load(entry.async_opener, "aio")(parsed, create=create)
     return queue
 
 

@@ -30,15 +30,16 @@ def _optional(name: str) -> Any:
     return load_optional("idemflow.async_worklist.queues", name, OPTIONAL)
 
 
-def _common(url: Url) -> dict[str, Any]:
-    """What every scheme takes: ``visibility_timeout``, and ``create`` where the scheme does."""
+def _common(url: Url, create: bool = True) -> dict[str, Any]:
+    """What every scheme takes: ``visibility_timeout``, and ``create`` where the scheme does (the
+    URL's, unless the caller forbids creating: ``open_queue(create=False)``, read-only tools)."""
     options: dict[str, Any] = {}
     visibility_timeout = url.seconds("visibility_timeout")
     if visibility_timeout is not None:
         options["visibility_timeout"] = visibility_timeout
-    create = url.flag("create")
-    if create is not None:
-        options["create"] = create
+    wanted = url.flag("create")
+    if wanted is not None or not create:
+        options["create"] = bool(wanted) and create
     return options
 
 
@@ -54,28 +55,32 @@ def open_memory(url: Url, *, create: bool = True) -> Queue:
 
 def open_sqlite(url: Url, *, create: bool = True) -> Queue:
     common = _common(url)
-    return SqliteQueue(_target(url, "path"), name=url.params.get("name", "default"), **common)
+    path = _target(url, "path")
+    if not create and not os.path.exists(path):  # a mistyped path: never an empty queue made there
+        hint = " (sqlite://x names the absolute path /x; a relative path is sqlite:x)"
+        raise url.error(f"no queue file at {path!r}" + (hint if path[:2] == "//" else ""))
+    return SqliteQueue(path, name=url.params.get("name", "default"), **common)
 
 
-def _sqs(url: Url) -> tuple[str, dict[str, Any]]:
-    common, name = _common(url), _target(url, "queue name")  # in this order: errors as before
+def _sqs(url: Url, create: bool) -> tuple[str, dict[str, Any]]:
+    common, name = _common(url, create), _target(url, "queue name")  # in this order: errors as before
     return name, {"endpoint_url": url.endpoint("endpoint"), "region_name": url.params.get("region"), **common}
 
 
 def open_sqs(url: Url, *, create: bool = True) -> Queue:
-    name, options = _sqs(url)
+    name, options = _sqs(url, create)
     queue: Queue = _optional("SqsQueue")(name, **options)
     return queue
 
 
 def open_async_sqs(url: Url, *, create: bool = True) -> AsyncQueue:
-    name, options = _sqs(url)
+    name, options = _sqs(url, create)
     queue: AsyncQueue = _optional("AsyncSqsQueue")(name, **options)
     return queue
 
 
-def _azure(url: Url) -> tuple[str, dict[str, Any]]:
-    common, name = _common(url), _target(url, "queue name")
+def _azure(url: Url, create: bool) -> tuple[str, dict[str, Any]]:
+    common, name = _common(url, create), _target(url, "queue name")
     conn = url.params.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if not conn:
         raise url.error("needs ?connection_string=... or AZURE_STORAGE_CONNECTION_STRING")
@@ -83,13 +88,13 @@ def _azure(url: Url) -> tuple[str, dict[str, Any]]:
 
 
 def open_azure(url: Url, *, create: bool = True) -> Queue:
-    name, options = _azure(url)
+    name, options = _azure(url, create)
     queue: Queue = _optional("AzureQueue")(name, **options)
     return queue
 
 
 def open_async_azure(url: Url, *, create: bool = True) -> AsyncQueue:
-    name, options = _azure(url)
+    name, options = _azure(url, create)
     queue: AsyncQueue = _optional("AsyncAzureQueue")(name, **options)
     return queue
 
