@@ -24,7 +24,13 @@ from idemflow._requests import Scan, SkippingClock, Sleep, Steps
 from idemflow._stepper import Extra, Stepper, constant
 from idemflow._store_calls import StoreCalls
 from idemflow._wakeups import announce, wake_row
-from idemflow.errors import ChildAborted, IdempotencyKeyReuseError, InvalidInputError, RequestFailedError
+from idemflow.errors import (
+    ChildAborted,
+    IdempotencyKeyReuseError,
+    InvalidInputError,
+    LimitExceededError,
+    RequestFailedError,
+)
 from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix
 from idemflow.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
 from idemflow.records import (
@@ -165,6 +171,15 @@ class Coordinator:
         if given.plan.suspend:
             yield from self._recorder.hand_over(self._journal.entries(), due, why)
         left = float("inf") if due is None else due - given.clock()
+        longest = given.plan.longest_wait_here
+        if longest is not None and left > longest and not isinstance(given.clock, SkippingClock):
+            raise LimitExceededError(
+                f"workflow {given.workflow!r} request {given.request_id!r}",
+                f"{why} for {left:.0f} s in this process, longer than half its rows' retention "
+                f"({2 * longest:.0f} s) on a store that expires rows by date alone: submit it to "
+                "workers (which keep its rows while it waits), or run it with a longer "
+                "RetryPolicy(retention=)",
+            )
         yield Sleep(max(min(left, poll if poll is not None else left), 0.0), time.sleep)
 
     def _step_beside(self, identity: str, memo: JSON, beside: Extra, wake: Put) -> Steps[None]:

@@ -95,6 +95,10 @@ class Plan:
     """Seconds a step may be retried here in all, whatever its policy allows: an operator waits
     at a prompt, not for a day (its abort then ends the request ``failed`` naming the undo, and
     a retry resumes it under workers)."""
+    longest_wait_here: float | None = None
+    """Seconds a wait may last in this process (``run`` on a store whose rows expire by date
+    alone, DynamoDB's TTL: half the retention, past which nothing would keep the request's rows
+    while it waits here); None: no bound (a sweep keeps an unfinished request's rows)."""
     started_at: float | None = None
     """When the request was claimed (epoch seconds), as the run record a resuming caller read says
     (workers, an operator's abort): a resumed execution claims nothing and reads no record, yet

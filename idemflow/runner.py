@@ -383,7 +383,11 @@ def execution_steps(
     Under ``run`` (no ``plan``), a step's error, or the store's, leaves the request unfinished
     for the caller to retry: its run record then says why, and its rows are kept a retention
     from this attempt (:func:`idemflow.expiry.left_over`)."""
-    base = plan or Plan(version=request.version)
+    if plan is None:  # run: a wait here keeps no row alive where rows expire by date alone
+        longest = None if expiry.sweeps(store) else (policy or DEFAULT_POLICY).retention * expiry.SLACK
+        base = Plan(version=request.version, longest_wait_here=longest)
+    else:
+        base = plan
     execution = _execution(request, request_id, store, policy, clock, base, reader)
     if plan is not None:
         return (
@@ -393,8 +397,8 @@ def execution_steps(
     ran = _versioned(m, execution, request, request_id, store, policy, clock, versions, reader)
     try:
         return (yield from expiry.watched(ran, execution.record_ref, known))
-    except (InvalidInputError, IdempotencyKeyReuseError):
-        raise  # nothing of this request's was written
+    except IdempotencyKeyReuseError:
+        raise  # the record is another input's: nothing of this one's was written
     except WorkflowAborted:
         raise  # an outcome, not a left-over: its record says so
     except Exception as exc:

@@ -23,6 +23,7 @@ from idemflow import (
     checkpoint,
     effect,
     receive,
+    run,
     send,
     sleep,
     start,
@@ -31,18 +32,20 @@ from idemflow import (
 )
 from idemflow.admin import RunRecord, cancel, retry
 from idemflow.admin import abort_request as abort
-from idemflow.client import RunStatus, send_message
-from idemflow.errors import InvalidInputError
+from idemflow.client import RunStatus, send_message, status
+from idemflow.errors import InvalidInputError, LimitExceededError
+from idemflow.expiry import sweeps
 from idemflow.keys import RUNS_TABLE
 from idemflow.policy import resend
 from idemflow.records import run_ref
 from idemflow.serialization import encode
-from idemflow.stores import Store
+from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import Committed, Put
 from idemflow.worker import MemoryQueue
 from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
+from tests.conftest import make_factory
 from tests.expiries import expire_as_the_service_does, expiries
 
 RETENTION = 60.0
@@ -349,3 +352,27 @@ def test_a_request_left_unfinished_by_run_keeps_its_rows_from_its_last_attempt(
     expire_as_the_service_does(store, clock.now)
     assert api.run(left_over(space), request_id=space, store=store, policy=policy, clock=clock) == "done"
     assert CALLS.get(f"{space}/1") == 1
+
+
+@pytest.mark.parametrize("wait", ["sleep", "receive-timeout"])
+@pytest.mark.parametrize("kind", ["dynamodb", "dynamodb-local"])
+def test_run_refuses_a_wait_in_place_its_rows_would_not_outlive(
+    kind: str, wait: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    """Under ``run`` a wait is spent in the caller's process, where nothing rewrites the request's
+    rows: on a store whose rows expire by date alone (DynamoDB's TTL) a wait longer than half the
+    retention is refused as it begins, naming the wait and what to do; the charge committed
+    before is not made again by a retry, which meets the same refusal, and the record says why
+    the request is unfinished. (A store that sweeps keeps an unfinished request's rows however
+    long it waits: :func:`idemflow.expiry.sweeps`, and the runner asks it as here.)"""
+    store = make_factory(kind, request, tmp_path)()
+    assert not sweeps(store)
+    space, clock = new_space(), Clock()
+    policy = RetryPolicy(retention=LONG)
+    for _attempt in range(2):
+        with pytest.raises(LimitExceededError, match=r"longer than half its rows' retention"):
+            run(renewal(space, wait), request_id=space, store=store, policy=policy, clock=clock)
+    assert (CALLS.get(f"{space}/1"), CALLS.get(f"{space}/2")) == (1, None)
+    assert "longer than half" in (status(store, "renewal", space).waiting or "")
+    for sweeping in (MemoryStore(), SqliteStore(tmp_path / "s.sqlite3")):
+        assert sweeps(sweeping)
