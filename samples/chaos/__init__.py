@@ -85,12 +85,12 @@ exactly at its end (``--only NAME`` runs those whose names start with NAME):
    boundary now and then; every request submitted 2-3 times, some never
    confirmed, some aborted by an operator (``idemflow.admin.abort_request``)
    while in flight, some right after their worker was SIGKILLed inside the
-   charge (which the provider writes to its books a moment later). Checked while it runs and at the end: every charge in the
-   provider's books belongs to a completed request or is refunded exactly
-   once (never twice, never a refund of a charge never made), every request
-   ended, seats and meals held equal the completed bookings. A second table
-   gives the provider's side: charges, refunds, declines, outages, late
-   answers, operators' aborts.
+   charge (which the provider writes to its books a moment later). Checked
+   while it runs and at the end: every charge in the provider's books belongs
+   to a completed request or is refunded exactly once (never twice, never a
+   refund of a charge never made), every request ended, seats and meals held
+   equal the completed bookings. A second table gives the provider's side:
+   charges, refunds, declines, outages, late answers, operators' aborts.
 10. **flow control** (:mod:`samples.chaos.limits`, the workflows in
    :mod:`samples.chaos.limits_flows`) — a workflow with ``concurrency=2``,
    and a supplier's call that two workflows make under a limit group of 2
