@@ -26,6 +26,7 @@ from idemflow import RetryPolicy, WorkflowAborted, run
 from idemflow.admin import retry
 from idemflow.async_worklist.queues.lanes import LANES, lane_of
 from idemflow.client import RunStatus, rows, status
+from idemflow.expiry import sweeps
 from idemflow.records import FORMAT
 from idemflow.serialization import encode
 from idemflow.stores import Store
@@ -250,6 +251,8 @@ def test_delayed_and_prioritised_requests_of_every_release_start_on_time_in_thei
     _assert_waiting(store, g.DUE)
     clock.now = g.NOW + 1000  # the delayed ones' first pointers and the sleeper's timer arrive early
     hopped = _taken_in_order(worker, queue)
+    if not sweeps(store):  # rows expire by date: the parent's wait on its child set a keep-alive
+        hopped.remove(("parent-pam", "low"))  # timer, whose hop comes now to a finished request
     assert hopped == [("soon-sue", "high"), ("later-lea", "normal"), ("at-ned", "normal"), ("nap-nia", "low")]
     _assert_waiting(store, g.DUE)
     assert {lane: queue.lane(lane).approximate_size() for lane in LANES} == {"high": 1, "normal": 2, "low": 1}

@@ -16,9 +16,14 @@ from typing import Any
 import pytest
 
 from idemflow import Idem, StepRetry, abort, atomic, checkpoint, effect, receive, send, sleep, workflow
+from idemflow._effect_keys import idempotency_key
+from idemflow.admin import retry
 from idemflow.client import RunStatus
 from idemflow.errors import CompensationError, EffectTimeoutError, InvalidInputError, WorkflowAborted
+from idemflow.keys import RUNS_TABLE, lease_tag, memo_key
+from idemflow.serialization import encode
 from idemflow.stores import Store
+from idemflow.stores.base import Insert, RowRef
 from idemflow.worker import MemoryQueue
 from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
@@ -598,10 +603,6 @@ def died_in_the_call(
 ) -> None:
     """What a worker SIGKILLed inside the charge (step 1) leaves: the charge sent to the provider
     under its key, and the call's lease row, never given back (already past its end)."""
-    from idemflow._effect_keys import idempotency_key
-    from idemflow.keys import RUNS_TABLE, lease_tag, memo_key
-    from idemflow.serialization import encode
-    from idemflow.stores.base import Insert, RowRef
 
     pay.sent[idempotency_key(workflow_name, request_id, 1)] = amount
     lease: Any = {"holder": "gone", "until": time.time() - 1}
@@ -621,14 +622,13 @@ def billing(pay: LateProvider, **options: Any) -> Any:
     return bill
 
 
+@pytest.mark.exact_calls  # the dead worker's lease row is written by hand, as one plain commit
 def test_an_abort_after_the_holder_died_in_the_charge_refunds_what_lands_later(
     store: Store, api: Api
 ) -> None:
     """The operator's abort cannot end ``aborted`` while the charge may still land: it ends
     ``failed`` naming the wait; once the call's time is over, workers undo it again, and the
     charge that landed meanwhile is refunded."""
-    from idemflow.admin import retry
-
     space, pay, clock = new_space(), LateProvider(), Clock()
     queue = MemoryQueue(clock=clock)
     bill = billing(pay)
@@ -648,6 +648,7 @@ def test_an_abort_after_the_holder_died_in_the_charge_refunds_what_lands_later(
     assert len(pay.charges) == 1 and pay.kept() == 0 and len(pay.refunds) == 1
 
 
+@pytest.mark.exact_calls  # the dead worker's lease row is written by hand, as one plain commit
 def test_a_deadline_abort_after_the_holder_died_waits_for_the_call_as_a_timer(store: Store, api: Api) -> None:
     space, pay, clock = new_space(), LateProvider(), Clock()
     queue = MemoryQueue(clock=clock)

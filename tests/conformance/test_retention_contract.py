@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+import idemflow
+import idemflow.client
 from idemflow import (
     RetryPolicy,
     StepRetry,
@@ -23,7 +25,6 @@ from idemflow import (
     checkpoint,
     effect,
     receive,
-    run,
     send,
     sleep,
     start,
@@ -32,7 +33,7 @@ from idemflow import (
 )
 from idemflow.admin import RunRecord, cancel, retry
 from idemflow.admin import abort_request as abort
-from idemflow.client import RunStatus, send_message, status
+from idemflow.client import RunStatus, send_message
 from idemflow.errors import InvalidInputError, LimitExceededError
 from idemflow.expiry import sweeps
 from idemflow.keys import RUNS_TABLE
@@ -371,8 +372,8 @@ def test_run_refuses_a_wait_in_place_its_rows_would_not_outlive(
     policy = RetryPolicy(retention=LONG)
     for _attempt in range(2):
         with pytest.raises(LimitExceededError, match=r"longer than half its rows' retention"):
-            run(renewal(space, wait), request_id=space, store=store, policy=policy, clock=clock)
+            idemflow.run(renewal(space, wait), request_id=space, store=store, policy=policy, clock=clock)
     assert (CALLS.get(f"{space}/1"), CALLS.get(f"{space}/2")) == (1, None)
-    assert "longer than half" in (status(store, "renewal", space).waiting or "")
+    assert "longer than half" in (idemflow.client.status(store, "renewal", space).waiting or "")
     for sweeping in (MemoryStore(), SqliteStore(tmp_path / "s.sqlite3")):
         assert sweeps(sweeping)
