@@ -304,6 +304,8 @@ def retried_renewal(space: str) -> Generator[Any, Any, str]:
     return "renewed"
 
 
+@pytest.mark.exact_calls  # a phantom conflict on the counted attempt makes the retry come at once,
+# the request then ends early and its record expires while the test waits out the backoff
 def test_a_retry_backoff_longer_than_the_retention_keeps_every_row(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
