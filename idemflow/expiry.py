@@ -81,6 +81,9 @@ wait ending later than that before the rows' bound extends them first (:func:`ex
 KEEP_ALIVE = 0.25
 """Fraction of the retention after which a worker wakes a request that waits with no known end
 (a receive with no timeout, a child) to extend its rows and wait again."""
+NOTE_ATTEMPTS = 3
+"""Rounds :func:`left_over` tries its note in before it leaves the record as it was (a racing
+writer, or the store's own transient conflict, may win one)."""
 
 
 class Fate(enum.Enum):
@@ -348,6 +351,7 @@ def extend(
     return len(applied)
 
 
+
 def left_over(
     run: RowRef,
     workflow: str,
@@ -363,19 +367,22 @@ def left_over(
     keep its rows a retention from now, extending them first where their bound is too near: a
     later attempt relies on them. Only on that failure path; False if there was no unfinished
     record to note (nothing committed yet, or it finished meanwhile)."""
-    row = yield Read(run)
-    if row is None:
-        return False
-    record = RunRecord.from_json(row.value)
-    if record.status.final:
-        return False
-    expires = now + retention
-    updated = dataclasses.replace(record, waiting=why[:500])
-    if extension_due(record, retention, now):
-        yield from extend(known, run, workflow, request_id, expires, capabilities)
-        updated = dataclasses.replace(updated, kept_until=expires)
-    if updated.kept_until is not None and updated.kept_until > expires:
-        expires = updated.kept_until
-    value = updated.to_json()
-    put = Put(run, value, encode(value, "run record", envelope=3), expect=row.version, expires_at=expires)
-    return isinstance((yield Commit([put])), Committed)
+    for _ in range(NOTE_ATTEMPTS):  # a racing writer (or the store's own conflict) wins a round
+        row = yield Read(run)
+        if row is None:
+            return False
+        record = RunRecord.from_json(row.value)
+        if record.status.final:
+            return False
+        expires = now + retention
+        updated = dataclasses.replace(record, waiting=why[:500])
+        if extension_due(record, retention, now):
+            yield from extend(known, run, workflow, request_id, expires, capabilities)
+            updated = dataclasses.replace(updated, kept_until=expires)
+        if updated.kept_until is not None and updated.kept_until > expires:
+            expires = updated.kept_until
+        value = updated.to_json()
+        put = Put(run, value, encode(value, "run record", envelope=3), expect=row.version, expires_at=expires)
+        if isinstance((yield Commit([put])), Committed):
+            return True
+    return False
