@@ -51,6 +51,7 @@ demo: $(DEMO_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check idemflow tests samples benchmarks
 	$(BIN)/ruff format --check idemflow tests samples benchmarks
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict idemflow samples benchmarks

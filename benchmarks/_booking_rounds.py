@@ -26,7 +26,7 @@ from typing import Any
 
 from benchmarks._booking_flows import CONFIRM, STARTS, TABLES, book, book_confirm
 from idemflow.client import RunStatus, send_message, status, submit
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import SqliteStore, Store
 from idemflow.worker import Queue, SqliteQueue, Worker, WorkerStats
 

@@ -10,7 +10,7 @@ What a careful engineer writes without a library, for one step of a multi-step r
   memo first);
 - a **conflict** (a condition on the data failed, a concurrent transaction, SQLite busy)
   re-reads and retries with jittered exponential backoff until a deadline, with tenacity:
-  the same waits and the same 30 s deadline as idemflow's own retries (:mod:`idemflow.policy`:
+  the same waits and the same 30 s deadline as idemflow's own retries (:mod:`idemflow.core.policy`:
   its data-conflict waits after a failed condition, its transient-error waits after a
   concurrent transaction, throttling or a busy database), so both variants face the same rules;
 - a step that refuses (``Refused``) records the refusal as its memo, so every duplicate
@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay
 
 from benchmarks._workload_base import _PerThread
-from idemflow.policy import DEADLINE, DEFAULT_POLICY
+from idemflow.core.policy import DEADLINE, DEFAULT_POLICY
 from idemflow.serialization import JSON
 
 
@@ -64,7 +64,7 @@ class Refused(Exception):
 class Again(Exception):
     """A conflict: the step re-reads and tries again after a backoff. ``transient``: the backend
     asked to retry (a concurrent transaction, throttling, SQLite busy), which idemflow waits for
-    longer than for a failed condition on data (its two retryers' waits, :mod:`idemflow.policy`)."""
+    longer than for a failed condition on data (its two retryers' waits, :mod:`idemflow.core.policy`)."""
 
     def __init__(self, what: str, *, transient: bool = False) -> None:
         super().__init__(what)

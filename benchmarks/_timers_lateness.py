@@ -31,8 +31,8 @@ from typing import IO, Any
 
 from benchmarks._timers_flows import TABLE, busy, due_of, nap, queue_url, store_url
 from idemflow import Idem, open_store
-from idemflow._operator_commands import known_run
 from idemflow.client import status, submit
+from idemflow.operator.commands import known_run
 from idemflow.stores.base import Store
 from idemflow.worker import Queue, open_queue
 

@@ -36,7 +36,7 @@ from idemflow.admin import runs
 from idemflow.client import submit
 from idemflow.console._server import Console
 from idemflow.console._settings import ConsoleSettings
-from idemflow.coordination import receive
+from idemflow.running.coordination import receive
 from idemflow.stores.base import Store
 from idemflow.worker import Worker
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from idemflow import atomic, checkpoint, now, workflow
 from idemflow.client import Priority, status, submit
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import SqliteStore
 from idemflow.worker import Worker, open_queue
 

@@ -9,7 +9,7 @@ for ``--minutes``, a worker thread finishing the submits, every row written with
 rows still in the file by kind, the oldest one's lateness, the file size (database + WAL), the
 process's RSS and the p50 latency of the interval are recorded. Expected of a store that keeps
 pace: expired memos and outbox rows level off (run records stay a while longer by design: a
-finished run record outlives its memos, :mod:`idemflow.expiry`).
+finished run record outlives its memos, :mod:`idemflow.stores.expiry`).
 
 ``--library PATH`` imports the idemflow under PATH instead of this tree's and ``--tag TAG`` names
 the pages ``soak-TAG.*``, so a change can be soaked before and after (as ``cost``).

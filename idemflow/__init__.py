@@ -31,17 +31,17 @@ and racing executions then have the effect of one failure-free run.
 
 from __future__ import annotations
 
-from idemflow._asyncio_runner import arun, arun_result
-from idemflow._deterministic import effect, now, random, uuid4
-from idemflow._limit_spec import Concurrency, LimitGroup, Rate
-from idemflow._moved import Moves as _Moves
-from idemflow._moved import resolve as _resolve
 from idemflow.aggregates import ShardedCounter
-from idemflow.answer_cache import AnswerCache
 from idemflow.async_worklist._submission import checkpoint
 from idemflow.codecs import register_codec
-from idemflow.compensation import abort
-from idemflow.coordination import Child, receive, send, sleep, sleep_until, start, wait
+from idemflow.core.limit_spec import Concurrency, LimitGroup, Rate
+from idemflow.core.moved import Moves as _Moves
+from idemflow.core.moved import resolve as _resolve
+from idemflow.core.policy import RetryPolicy
+from idemflow.core.step_retry import StepRetry
+from idemflow.engine.deterministic import effect, now, random, uuid4
+from idemflow.engine.monad import Idem, abort, atomic, bind, pure
+from idemflow.engine.tx import Tx
 from idemflow.errors import (
     RENAMED,
     BackendError,
@@ -75,13 +75,12 @@ from idemflow.errors import (
     WorkflowAborted,
     deprecated_error,
 )
-from idemflow.handlers import idempotent, idempotent_function
-from idemflow.monad import Idem, atomic, bind, pure
-from idemflow.policy import RetryPolicy
-from idemflow.runner import Workflow, run, run_result, workflow
-from idemflow.step_retry import StepRetry
+from idemflow.running.answer_cache import AnswerCache
+from idemflow.running.coordination import Child, receive, send, sleep, sleep_until, start, wait
+from idemflow.running.handlers import idempotent, idempotent_function
+from idemflow.running.runner import Workflow, run, run_result, workflow
+from idemflow.running.runner_asyncio import arun, arun_result
 from idemflow.stores._opening import open_async_store, open_store
-from idemflow.tx import Tx
 
 __all__ = [
     "AnswerCache",

@@ -19,8 +19,18 @@ The operator's abort is :func:`abort_request`: it ends a request from outside, w
 
 from __future__ import annotations
 
-from idemflow._collection import ExpiredStats, GcReport, acollect, aexpired_stats, collect, expired_stats
-from idemflow._operator_commands import (
+from idemflow.async_worklist._dead_letters import adead_letters, aredrive, dead_letters, redrive
+from idemflow.async_worklist._resumption import acancel, aretry, cancel, retry
+from idemflow.async_worklist.outbox import arelay, relay
+from idemflow.operator.collection import (
+    ExpiredStats,
+    GcReport,
+    acollect,
+    aexpired_stats,
+    collect,
+    expired_stats,
+)
+from idemflow.operator.commands import (
     RunsPage,
     RunSummary,
     aabort_request,
@@ -28,11 +38,8 @@ from idemflow._operator_commands import (
     aruns,
     runs,
 )
-from idemflow.async_worklist._dead_letters import adead_letters, aredrive, dead_letters, redrive
-from idemflow.async_worklist._resumption import acancel, aretry, cancel, retry
-from idemflow.async_worklist.outbox import arelay, relay
+from idemflow.operator.timeline import RequestView, StepView, ashow, show
 from idemflow.records import RunRecord
-from idemflow.timeline import RequestView, StepView, ashow, show
 
 __all__ = [
     "ExpiredStats",

@@ -40,15 +40,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow._adrive import adrive
-from idemflow._drive import drive
-from idemflow._requests import ReadMany, Steps
+from idemflow.core.policy import DEFAULT_POLICY, resent
+from idemflow.core.requests import ReadMany, Steps
+from idemflow.engine.drive import drive
+from idemflow.engine.drive_asyncio import adrive
+from idemflow.engine.tx import Tx
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_key, check_partition, check_table, data_key
-from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, RowRef, Store
-from idemflow.tx import Tx
 
 SEPARATOR = "#"
 """Between a counter's name and its shard number in a row key."""

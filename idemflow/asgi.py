@@ -56,18 +56,18 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from idemflow._asyncio_runner import arun
-from idemflow._http_answers import KEY_HEADER, OUTSIDE_FAILURES, Refusal, one_key, refusal
 from idemflow.async_worklist._submission import astatus, asubmit
 from idemflow.async_worklist.deliver import arun_announcing
 from idemflow.async_worklist.queues import open_async_queue
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
+from idemflow.core.policy import RetryPolicy
+from idemflow.engine.monad import Idem
 from idemflow.errors import IdemflowError, InvalidInputError, WorkflowAborted, deprecated_error
 from idemflow.errors import MissingIdempotencyKeyError as MissingIdempotencyKeyError  # importable here before
-from idemflow.monad import Idem
-from idemflow.policy import RetryPolicy
+from idemflow.integrations.http_answers import KEY_HEADER, OUTSIDE_FAILURES, Refusal, one_key, refusal
 from idemflow.records import RunStatus
+from idemflow.running.runner_asyncio import arun
 from idemflow.stores._opening import open_async_store
 from idemflow.stores.base import AsyncStore, Store
 

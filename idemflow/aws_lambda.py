@@ -51,9 +51,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from idemflow._http_answers import KEY_HEADER
-from idemflow._lambda_http import REPLAYED_HEADER, HttpHandler, HttpOptions, HttpRequest
-from idemflow._lambda_queues import (
+from idemflow.async_worklist._submission import resolve_signing_key
+from idemflow.async_worklist.queues.base import Message, decode_wire
+from idemflow.async_worklist.worker import Worker
+from idemflow.core.policy import DEFAULT_POLICY
+from idemflow.errors import InvalidInputError
+from idemflow.integrations.http_answers import KEY_HEADER
+from idemflow.integrations.lambda_http import REPLAYED_HEADER, HttpHandler, HttpOptions, HttpRequest
+from idemflow.integrations.lambda_queues import (
     Batch,
     Timed,
     one_mapping_per_lane,
@@ -63,15 +68,15 @@ from idemflow._lambda_queues import (
     seconds_left,
     store_of,
 )
-from idemflow.errors import InvalidInputError
+from idemflow.running.answer_cache import AnswerCache
 
 if TYPE_CHECKING:
-    from idemflow.answer_cache import AnswerCache
     from idemflow.async_worklist.queues.base import Message, Queue
     from idemflow.async_worklist.worker import Worker, WorkerStats
-    from idemflow.policy import RetryPolicy
-    from idemflow.runner import Workflow
-    from idemflow.step_retry import StepRetry
+    from idemflow.core.policy import RetryPolicy
+    from idemflow.core.step_retry import StepRetry
+    from idemflow.running.answer_cache import AnswerCache
+    from idemflow.running.runner import Workflow
     from idemflow.stores.base import Store
 
 __all__ = [
@@ -130,7 +135,6 @@ def sqs_messages(event: Mapping[str, Any], queue_name: str | None = None) -> lis
     ...
     idemflow.errors.InvalidInputError: record 0 is not an SQS message (eventSource 'aws:sns')
     """
-    from idemflow.async_worklist.queues.base import Message, decode_wire
 
     records = event.get("Records") if isinstance(event, Mapping) else None
     if not isinstance(records, list):
@@ -166,7 +170,6 @@ class SqsHandler:
         reserve: float,
         options: dict[str, Any],
     ) -> None:
-        from idemflow.async_worklist.worker import Worker
 
         refuse_lanes(
             queue, one_mapping_per_lane
@@ -213,8 +216,6 @@ class SqsHandler:
 
     def _open(self) -> tuple[Worker, Batch]:
         if self._worker is None or self._batch is None:
-            from idemflow.async_worklist.worker import Worker
-
             batch = Batch(queue_of(self._queue))
             store = store_of(self._store)
             self._worker = Worker(self._flows, store=store, queue=batch, relay_every=None, **self._options)
@@ -277,7 +278,6 @@ class RelayHandler:
         signing_key: bytes | str | None,
         clock: Callable[[], float] | None,
     ) -> None:
-        from idemflow.async_worklist._submission import resolve_signing_key
 
         self.reserve = _check_reserve(reserve)
         self._store, self._queue = store, queue
@@ -365,8 +365,6 @@ def http_handler(
     >>> first["statusCode"], first["body"], again["body"], again["headers"][REPLAYED_HEADER]
     (200, '{"placed":"o-1"}', '{"placed":"o-1"}', 'true')
     """
-    from idemflow.answer_cache import AnswerCache
-    from idemflow.policy import DEFAULT_POLICY
 
     if not isinstance(key_header, str) or not key_header.strip():
         raise InvalidInputError(f"key_header must be a header name, not {key_header!r}")

@@ -48,16 +48,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from idemflow._azure_host import Deadline, HostHeld, azure_queue_of, fold_poison, queue_name
-from idemflow._lambda_queues import Timed, relay_once, store_of
+from idemflow.async_worklist._handling import event
+from idemflow.async_worklist._submission import resolve_signing_key
+from idemflow.async_worklist.queues.base import Message, decode_wire
+from idemflow.async_worklist.queues.memory import MemoryQueue
+from idemflow.async_worklist.worker import Worker
 from idemflow.errors import DeliveryRetryError, InvalidInputError
+from idemflow.integrations.azure_host import Deadline, HostHeld, azure_queue_of, fold_poison, queue_name
+from idemflow.integrations.lambda_queues import Timed, relay_once, store_of
+from idemflow.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.base import Message, Queue
     from idemflow.async_worklist.worker import Worker, WorkerStats
-    from idemflow.policy import RetryPolicy
-    from idemflow.runner import Workflow
-    from idemflow.step_retry import StepRetry
+    from idemflow.core.policy import RetryPolicy
+    from idemflow.core.step_retry import StepRetry
+    from idemflow.running.runner import Workflow
     from idemflow.stores.base import Store
 
 __all__ = [
@@ -97,7 +103,6 @@ def message_of(msg: TriggerMessage) -> Message:
     The body is the queue's text as it was sent (``host.json``: ``"messageEncoding": "none"``);
     a message without the trigger's metadata is an :class:`~idemflow.errors.InvalidInputError`.
     """
-    from idemflow.async_worklist.queues.base import Message, decode_wire
 
     if not all(hasattr(msg, name) for name in ("id", "dequeue_count", "pop_receipt", "get_body")):
         raise InvalidInputError(
@@ -125,9 +130,6 @@ class QueueFunction:
         queue: str | Queue,
         options: dict[str, Any],
     ) -> None:
-        from idemflow.async_worklist.queues.memory import MemoryQueue
-        from idemflow.async_worklist.worker import Worker
-        from idemflow.stores.memory import MemoryStore
 
         self.queue_name = queue_name(queue)
         self._flows = list(workflows)
@@ -175,8 +177,6 @@ class QueueFunction:
     def _open(self) -> tuple[Worker, HostHeld]:
         with self._opening:
             if self._worker is None or self._held is None:
-                from idemflow.async_worklist.worker import Worker
-
                 held = HostHeld(azure_queue_of(self._queue))
                 store = store_of(self._store)
                 self._worker = Worker(self._flows, store=store, queue=held, relay_every=None, **self._options)
@@ -237,7 +237,6 @@ class TimerFunction:
         signing_key: bytes | str | None,
         clock: Callable[[], float] | None,
     ) -> None:
-        from idemflow.async_worklist._submission import resolve_signing_key
 
         self.queue_name = queue_name(queue)
         self.budget = _check_budget(budget)
@@ -248,7 +247,6 @@ class TimerFunction:
     def __call__(self, timer: object = None) -> dict[str, Any]:
         """``{"relayed": N, "poisoned": M, "finished": bool}``: continuations sent, poison messages
         moved to the dead letters, and whether both were done within ``budget``."""
-        from idemflow.async_worklist._handling import event
 
         deadline = Deadline(self.budget)
         store, queue = store_of(self._store), azure_queue_of(self._queue)
@@ -331,7 +329,7 @@ def register(
         app = func.FunctionApp()
         register(app, WORKFLOWS, store=os.environ["IDEMFLOW_STORE"], queue=os.environ["IDEMFLOW_QUEUE"])
     """
-    import azure.functions as func
+    import azure.functions as func  # the [azure-functions] extra
 
     _check_registration(name, connection, schedule)
     worker = queue_function(

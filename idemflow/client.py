@@ -31,8 +31,8 @@ from idemflow.async_worklist._submission import (
     submit,
 )
 from idemflow.async_worklist.deliver import asend_message, send_message
-from idemflow.reads import aget, arows, get, rows
 from idemflow.records import RunStatus
+from idemflow.running.reads import aget, arows, get, rows
 
 __all__ = [
     "AsyncPending",

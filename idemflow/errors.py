@@ -31,10 +31,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from idemflow._moved import resolve
+from idemflow.core.moved import resolve
 
 if TYPE_CHECKING:
-    from idemflow.step_retry import StepRetry
+    from idemflow.core.step_retry import StepRetry
 
 
 class ErrorCode(StrEnum):
@@ -635,7 +635,7 @@ def deprecated_error(module: str, name: str, moved: tuple[str, ...] = ()) -> typ
     name (renamed, or one of ``moved`` here from that module) stands for, with its
     :class:`DeprecationWarning`; :class:`AttributeError` for any other name.
 
-    The warning is the one every moved name gives (:mod:`idemflow._moved`), naming the error's
+    The warning is the one every moved name gives (:mod:`idemflow.core.moved`), naming the error's
     public home, :mod:`idemflow`.
 
     >>> import warnings

@@ -20,7 +20,7 @@ reach a memo or bookkeeping row, whatever characters it holds:
   beside its run record; a ``receive`` marks it taken in the same commit as
   its memo (``<sender>`` names the sending step: a resent send meets it).
 - ``l<kind>|<name>|slots`` and ``|bucket`` a concurrency or rate limit's state, in the
-  ``limits`` partition of :data:`RUNS_TABLE` (:mod:`idemflow._limit_rows`).
+  ``limits`` partition of :data:`RUNS_TABLE` (:mod:`idemflow.limits.slots`).
 
 Workflow names and request ids are escaped (``%`` → ``%25``, ``|`` → ``%7C``)
 so the ``|`` separators are unambiguous: the encoding is injective.

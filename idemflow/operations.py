@@ -6,8 +6,8 @@ new place (docs/upgrading.md lists every move).
 
 from __future__ import annotations
 
-from idemflow._moved import Moves as _Moves
-from idemflow._moved import resolve as _resolve
+from idemflow.core.moved import Moves as _Moves
+from idemflow.core.moved import resolve as _resolve
 
 _MOVES: _Moves = {
     "runs": "idemflow.admin",

@@ -36,7 +36,7 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Any
 
-from idemflow._row import Row, RowRef
+from idemflow.core.row import Row, RowRef
 from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON, encode
 
@@ -382,7 +382,7 @@ class RunRecord:
     failure: Failure | None = None
     waiting: str | None = None
     """Why no worker could run it yet (a version no worker holds, code that differs), or what it
-    waits for (a timer, a child, a message: see :mod:`idemflow.coordination`)."""
+    waits for (a timer, a child, a message: see :mod:`idemflow.running.coordination`)."""
     started_at: float | None = None
     """Epoch seconds of the claim (absent from records written by 0.1)."""
     parent: OutboxEntry | None = None
@@ -399,7 +399,7 @@ class RunRecord:
     format 5: such a run trusts every memo it meets)."""
     kept_until: float | None = None
     """Epoch seconds no row of this unfinished request expires before (``ku``): set when its
-    rows were last given a later expiry for a long wait (:func:`idemflow.expiry.extend`), and
+    rows were last given a later expiry for a long wait (:func:`idemflow.stores.expiry.extend`), and
     every row written for it since expires no earlier. None: its claim's time plus retention."""
 
     def to_json(self) -> dict[str, JSON]:

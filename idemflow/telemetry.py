@@ -43,8 +43,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from idemflow.core.backlog import aqueue_stats, queue_name, queue_stats
+
 if TYPE_CHECKING:
-    from idemflow._queue_stats import QueueStats
+    from idemflow.core.backlog import QueueStats
 
 try:
     from opentelemetry import metrics, trace
@@ -110,7 +112,6 @@ def watch_queue(queue: Any, read: Callable[[], QueueStats] | None = None) -> Cal
     ``read`` takes one reading (default: :func:`~idemflow.worker.queue_stats` of ``queue``);
     workers call this as they start. It costs nothing until metrics are collected.
     """
-    from idemflow._queue_stats import queue_name, queue_stats
 
     name = queue_name(queue)
     reader = read if read is not None else lambda: queue_stats(queue)
@@ -128,7 +129,6 @@ def watch_queue(queue: Any, read: Callable[[], QueueStats] | None = None) -> Cal
 def watch_async_queue(queue: Any, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
     """:func:`watch_queue` for an asyncio queue whose ``loop`` runs in another thread than the
     collector's: each reading runs on that loop (at most 10 s); none is taken on the loop's own thread."""
-    from idemflow._queue_stats import aqueue_stats
 
     def read() -> QueueStats:
         try:
@@ -144,7 +144,7 @@ def watch_async_queue(queue: Any, loop: asyncio.AbstractEventLoop) -> Callable[[
 
 
 def _observe(value: Callable[[QueueStats], float | None]) -> Iterable[Any]:
-    from opentelemetry.metrics import Observation
+    from opentelemetry.metrics import Observation  # the [otel] extra
 
     if not _made:  # uninstrumented since: the provider still calls back
         return []

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from idemflow._lazy import load_optional as _load_optional
-from idemflow._pool_policy import BacklogPolicy, PoolView, Scaling, ScalingPolicy
-from idemflow._queue_stats import QueueStats, aqueue_stats, queue_stats
 from idemflow.async_worklist._asyncio_worker import AsyncWorker
 from idemflow.async_worklist._handling import WorkerStats
+from idemflow.async_worklist.pool.policy import BacklogPolicy, PoolView, Scaling, ScalingPolicy
 from idemflow.async_worklist.queues import (
     _LAZY,
     AsyncQueue,
@@ -32,6 +30,8 @@ from idemflow.async_worklist.queues.lanes import AsyncLanedQueue, LanedQueue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.async_worklist.worker import Worker
+from idemflow.core.backlog import QueueStats, aqueue_stats, queue_stats
+from idemflow.core.lazy import load_optional as _load_optional
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue

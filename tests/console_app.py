@@ -8,8 +8,8 @@ from collections.abc import Generator
 from typing import Any
 
 from idemflow import Idem, Tx, atomic, checkpoint, workflow
-from idemflow.coordination import receive, send, start, wait
-from idemflow.step_retry import StepRetry
+from idemflow.core.step_retry import StepRetry
+from idemflow.running.coordination import receive, send, start, wait
 
 
 def _hold(tx: Tx) -> int:

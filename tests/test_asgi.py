@@ -31,7 +31,7 @@ from idemflow import (
 )
 from idemflow.asgi import Idempotency, answer
 from idemflow.client import asend_message, send_message, status, submit
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import CommitOutcome, Op
 from idemflow.testing import data_rows

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from idemflow import open_store
-from idemflow._lambda_queues import LEASE_MARGIN, Batch
 from idemflow.async_worklist.messages import decode_pointer
 from idemflow.aws_lambda import FixedContext, schedule_handler, sqs_handler, sqs_messages
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import ConfigurationError, InvalidInputError, QueueError
+from idemflow.integrations.lambda_queues import LEASE_MARGIN, Batch
 from idemflow.stores import SqliteStore
 from idemflow.testing.servers import Moto
 from idemflow.worker import MemoryQueue, SqliteQueue, open_queue

@@ -24,12 +24,12 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
 from idemflow import Idem, atomic, checkpoint, open_store, sleep, workflow
-from idemflow._azure_host import fold_poison
 from idemflow.admin import dead_letters, redrive
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
 from idemflow.azure_functions import message_of, queue_function, register, timer_function
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import ConfigurationError, DeliveryRetryError, InvalidInputError, QueueError
+from idemflow.integrations.azure_host import fold_poison
 from idemflow.stores.base import CommitOutcome, Store
 from idemflow.testing.servers import Azurite
 from idemflow.worker import open_queue

@@ -21,10 +21,10 @@ import pytest
 from idemflow import ConflictError, Idem, RetryPolicy, ShardedCounter, Tx, atomic, run, workflow
 from idemflow.aggregates import totals
 from idemflow.client import RunStatus, get
+from idemflow.core.policy import resend
 from idemflow.errors import InvalidInputError, TransientError
 from idemflow.keys import RUNS_TABLE
-from idemflow.policy import resend
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import Store
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.testing import Fault, FaultyStore
@@ -193,7 +193,7 @@ def test_a_sharded_counter_refuses_bad_shapes() -> None:
 
 
 def test_a_retry_waits_its_turn_on_a_partition_but_never_past_its_deadline() -> None:
-    from idemflow._turns import GATES
+    from idemflow.engine.turns import GATES
 
     store, held, release = object(), threading.Event(), threading.Event()
     order: list[str] = []

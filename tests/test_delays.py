@@ -32,7 +32,7 @@ from idemflow.client import RunStatus, rows, status, submit
 from idemflow.errors import InvalidInputError, InvalidValueError, LimitExceededError, QueueError
 from idemflow.keys import RUNS_TABLE, outbox_partitions
 from idemflow.records import RunRecord
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Store
 from idemflow.worker import MemoryQueue, Queue, SqliteQueue, Worker

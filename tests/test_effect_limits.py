@@ -36,11 +36,11 @@ from idemflow import (
     run,
     workflow,
 )
-from idemflow import _call_limits as call_limits
-from idemflow._drive import drive
-from idemflow._limit_rows import holders, release, slots_ref
 from idemflow.client import RunStatus, status, submit
-from idemflow.runner import run_status
+from idemflow.engine.drive import drive
+from idemflow.limits import calls as call_limits
+from idemflow.limits.slots import holders, release, slots_ref
+from idemflow.running.runner import run_status
 from idemflow.stores import MemoryStore
 from idemflow.stores.base import Store
 from idemflow.testing import data_rows
@@ -86,7 +86,7 @@ def slot_holders(store: Store, group: LimitGroup) -> dict[str, float]:
 
 
 def _read(ref: Any) -> Any:
-    from idemflow._requests import Read
+    from idemflow.core.requests import Read
 
     return (yield Read(ref))
 

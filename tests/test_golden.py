@@ -26,11 +26,11 @@ from idemflow import RetryPolicy, WorkflowAborted, run
 from idemflow.admin import retry
 from idemflow.async_worklist.queues.lanes import LANES, lane_of
 from idemflow.client import RunStatus, rows, status
-from idemflow.expiry import sweeps
 from idemflow.records import FORMAT
 from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Insert, RowRef
+from idemflow.stores.expiry import sweeps
 from idemflow.worker import LanedQueue, MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.golden.make_golden import golden

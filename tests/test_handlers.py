@@ -22,10 +22,10 @@ from idemflow import (
     run,
     workflow,
 )
-from idemflow.handlers import NAME_LIMIT, _derived_name
+from idemflow.engine.monad import Call
 from idemflow.keys import check_workflow_name
-from idemflow.monad import Call
-from idemflow.runner import run_status
+from idemflow.running.handlers import NAME_LIMIT, _derived_name
+from idemflow.running.runner import run_status
 from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import Store
 from idemflow.testing import data_rows

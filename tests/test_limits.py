@@ -28,12 +28,12 @@ from idemflow import (
     run,
     workflow,
 )
-from idemflow._drive import drive
-from idemflow._limit_rows import acquire, bucket_ref, holders, slots_ref
-from idemflow._limit_spec import Limit
 from idemflow.client import RunStatus, status, submit
+from idemflow.core.limit_spec import Limit
+from idemflow.engine.drive import drive
 from idemflow.errors import ErrorCode
-from idemflow.runner import run_status
+from idemflow.limits.slots import acquire, bucket_ref, holders, slots_ref
+from idemflow.running.runner import run_status
 from idemflow.stores import MemoryStore
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from idemflow import open_store, run
-from idemflow._limit_rows import holders, slots_ref
 from idemflow.client import RunStatus, status, submit
+from idemflow.limits.slots import holders, slots_ref
 from idemflow.stores import Store
 from idemflow.stores.base import Put
 from idemflow.stores.registry import Feature

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from idemflow import open_store
-from idemflow._pool import Pool
+from idemflow.async_worklist.pool.supervisor import Pool
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import InvalidValueError
 from idemflow.worker import QueueStats, Scaling, open_queue

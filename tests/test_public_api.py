@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 import idemflow
-from idemflow._moved import new_place
+from idemflow.core.moved import new_place
 
 PUBLIC_MODULES = (
     "idemflow",
@@ -32,6 +32,7 @@ DEPRECATED_MODULES = (
     "idemflow.arunner",
     "idemflow.async_worklist",
     "idemflow.async_worklist.aworker",
+    "idemflow.compensation",
     "idemflow.gc",
     "idemflow.helpers",
     "idemflow.operations",

@@ -489,7 +489,7 @@ def test_every_optional_class_is_loaded_by_the_one_lazy_helper(
 ) -> None:
     import importlib
 
-    from idemflow._lazy import load_optional
+    from idemflow.core.lazy import load_optional
 
     package = importlib.import_module(owner)
     assert getattr(package, name) is load_optional(owner, name, {name: (module, extra)})

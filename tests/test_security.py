@@ -42,7 +42,7 @@ from idemflow.async_worklist.messages import decode_pointer
 from idemflow.async_worklist.queues.base import Message
 from idemflow.client import RunStatus, rows, submit
 from idemflow.keys import MAX_ID_CHARS, MAX_KEY_CHARS, RUNS_TABLE, memo_key, run_key, step_tag
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import RowRef
 from idemflow.worker import MemoryQueue, SqliteQueue, Worker

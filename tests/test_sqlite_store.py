@@ -17,7 +17,7 @@ from tenacity import Retrying, stop_after_attempt
 
 from idemflow import Idem, RetryPolicy, atomic, run, workflow
 from idemflow.client import RunStatus
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import SqliteStore, _sqlite_sweep
 from idemflow.stores.base import Insert, Put, RowRef, RunQuery
 

@@ -27,8 +27,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from idemflow import open_store
-from idemflow._pool import Pool, parse_processes
-from idemflow._pool_cli import worker_argv
+from idemflow.async_worklist.pool.supervisor import Pool, parse_processes
+from idemflow.cli.pool import worker_argv
 from idemflow.client import RunStatus, status, submit
 from idemflow.errors import InvalidValueError
 from idemflow.testing.servers import Azurite, Moto

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from idemflow._urls import Url
 from idemflow.async_worklist.queues.base import Queue
+from idemflow.core.urls import Url
 from idemflow.stores.base import Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.stores.registry import STORES, Backend, TestBed

@@ -14,8 +14,8 @@ and relay in :mod:`idemflow.admin`. The old names resolve here for one minor rel
 
 from __future__ import annotations
 
-from idemflow._moved import Moves as _Moves
-from idemflow._moved import resolve as _resolve
+from idemflow.core.moved import Moves as _Moves
+from idemflow.core.moved import resolve as _resolve
 
 _MOVES: _Moves = {
     "AsyncAzureQueue": "idemflow.worker",

@@ -4,8 +4,8 @@ Every decision of :mod:`idemflow.async_worklist.worker` about a received
 message (reject, wait for a version, finish on the version it started with,
 retry under the step's policy, then fail or compensate) is written here as the
 engine's computation: it yields store requests and the queue requests
-:class:`~idemflow._requests.Settle` (ack, nack, dead-letter the held message) and
-:class:`~idemflow._requests.Send`. :class:`~idemflow.worker.Worker`
+:class:`~idemflow.core.requests.Settle` (ack, nack, dead-letter the held message) and
+:class:`~idemflow.core.requests.Send`. :class:`~idemflow.worker.Worker`
 drives it with a blocking store and queue on threads,
 :class:`~idemflow.async_worklist._asyncio_worker.AsyncWorker` awaits it on the loop.
 """
@@ -25,17 +25,19 @@ from typing import Any
 from tenacity import wait_exponential
 
 from idemflow import telemetry
-from idemflow._interpreter import ON_ABORT
-from idemflow._limit_gate import gated
-from idemflow._limit_spec import limit_whys
-from idemflow._operator_commands import abort_steps
-from idemflow._requests import Send, Settle, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._submission import MAX_HOP, announcer, hop, resolve_signing_key
+from idemflow.async_worklist.aborts import abort_steps
 from idemflow.async_worklist.messages import Pointer, decode_pointer, encode_pointer
 from idemflow.async_worklist.queues.base import Message, check_seconds
 from idemflow.async_worklist.queues.lanes import lane_of
-from idemflow.engine import Plan, Suspended
+from idemflow.core.limit_spec import limit_whys
+from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, backoff, kept_for
+from idemflow.core.requests import Send, Settle, Steps
+from idemflow.core.step_retry import DEFAULT_STEP_RETRY, StepRetry
+from idemflow.engine.execution import Plan, Suspended
+from idemflow.engine.interpreter import ON_ABORT
+from idemflow.engine.tx import Reader
 from idemflow.errors import (
     CompensationError,
     ConfigurationError,
@@ -45,13 +47,11 @@ from idemflow.errors import (
     NonDeterminismError,
     StepFailedError,
 )
-from idemflow.expiry import KEEP_ALIVE, sweeps, watched
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy, backoff, kept_for
+from idemflow.limits.gate import gated
 from idemflow.records import Attempts, Continuation, RunRecord, RunStatus, run_ref
-from idemflow.runner import Workflow, describe_request, execution_steps, status_steps
-from idemflow.step_retry import DEFAULT_STEP_RETRY, StepRetry
+from idemflow.running.runner import Workflow, describe_request, execution_steps, status_steps
 from idemflow.stores.base import AsyncStore, RowRef, Store
-from idemflow.tx import Reader
+from idemflow.stores.expiry import KEEP_ALIVE, sweeps, watched
 
 log = logging.getLogger("idemflow.worker")
 
@@ -106,7 +106,7 @@ class Holder:
         self.seen: Attempts | None = None
         """The retry count the run record held when this delivery began (see ``_step_failed``)."""
         self.known: set[RowRef] = set()
-        """The request's rows its execution met: what a long wait extends (:mod:`idemflow.expiry`)."""
+        """The request's rows its execution met: what a long wait extends (:mod:`idemflow.stores.expiry`)."""
         self.lane = lane_of(message)
         """The lane its request's continuations go to: the message's, then its run record's."""
         self.lock = threading.Lock()

@@ -1,6 +1,7 @@
 """The worklist's answers to the engine's queue requests (:class:`Send`, :class:`Settle`).
 
-Why here and not in the drivers: the drivers (:mod:`idemflow._drive`, :mod:`idemflow._adrive`)
+Why here and not in the drivers: the drivers (:mod:`idemflow.engine.drive`,
+:mod:`idemflow.engine.drive_asyncio`)
 answer what a store, the clock and an effect answer, so the synchronous core exists without a
 queue; ``submit``, workers, the relay and deliveries hand the drivers these answers for theirs.
 """
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from idemflow._adrive import AsyncAnswers
-from idemflow._drive import Answers
-from idemflow._requests import Send, Settle
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.queues.lanes import in_async_lane, in_lane
+from idemflow.core.requests import Send, Settle
+from idemflow.engine.drive import Answers
+from idemflow.engine.drive_asyncio import AsyncAnswers
 
 
 def on_queue(queue: Queue | None) -> Answers | None:

@@ -8,7 +8,7 @@ resumes it where it stopped (committed steps replay from their memos). A
 request ``running`` with nothing queued for it (its message was purged or
 dead-lettered by hand) is resumed the same way. Safe to run twice and while
 workers run: a second pointer is a harmless duplicate. ``aretry`` and ``acancel`` take the
-same steps on the event loop (:mod:`idemflow._adrive`), on asynchronous stores and queues.
+same steps on the event loop (:mod:`idemflow.engine.drive_asyncio`), on asynchronous stores and queues.
 
 >>> from idemflow.stores import MemoryStore
 >>> from idemflow.worker import MemoryQueue
@@ -21,20 +21,20 @@ idemflow.errors.InvalidInputError: no request 'o-1' of workflow 'checkout' is kn
 from __future__ import annotations
 
 from idemflow import telemetry
-from idemflow._adrive import adrive
-from idemflow._drive import drive
-from idemflow._operator_commands import stored_arguments
-from idemflow._requests import Send, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist._submission import resolve_signing_key
+from idemflow.async_worklist.aborts import stored_arguments
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
+from idemflow.core.policy import DEFAULT_POLICY
+from idemflow.core.requests import Send, Steps
+from idemflow.engine.drive import drive
+from idemflow.engine.drive_asyncio import adrive
 from idemflow.errors import InvalidInputError
-from idemflow.policy import DEFAULT_POLICY
 from idemflow.records import RunRecord, RunStatus
-from idemflow.runner import status_steps
+from idemflow.running.runner import status_steps
 from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Store
 

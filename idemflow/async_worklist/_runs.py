@@ -14,20 +14,20 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from idemflow._drive import drive
-from idemflow._requests import Commit, Read, Steps
-from idemflow.expiry import extend, extension_due
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
+from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
+from idemflow.core.requests import Commit, Read, Steps
+from idemflow.engine.drive import drive
 from idemflow.records import Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Capabilities, Committed, Put, Row, RowRef, Store
+from idemflow.stores.expiry import extend, extension_due
 
 
 @dataclass(frozen=True, slots=True)
 class Keep:
     """A record write for a request that waits until ``until`` (epoch seconds; ``now`` is its
     clock's time): the record, and first every row in ``known`` if their bound is too near
-    (:func:`idemflow.expiry.extension_due`), expire a retention after the wait ends, not after now."""
+    (:func:`idemflow.stores.expiry.extension_due`), expire a retention after the wait ends, not after now."""
 
     until: float
     now: float

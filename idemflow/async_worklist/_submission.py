@@ -41,10 +41,6 @@ from typing import Any
 from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
 
 from idemflow import telemetry
-from idemflow._adrive import adrive
-from idemflow._asyncio_runner import arun_status
-from idemflow._drive import drive
-from idemflow._requests import CommitCache, Read, Send, Sleep, Steps
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist._scheduling import Priority, check_lanes, schedule, waiting_until
@@ -53,7 +49,13 @@ from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.queues.lanes import has_lanes
-from idemflow.engine import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
+from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.core.requests import CommitCache, Read, Send, Sleep, Steps
+from idemflow.engine.drive import drive
+from idemflow.engine.drive_asyncio import adrive
+from idemflow.engine.execution import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
+from idemflow.engine.monad import Bind, Call, Checkpoint, Idem
+from idemflow.engine.tx import Reader
 from idemflow.errors import (
     BackendError,
     InvalidInputError,
@@ -62,8 +64,6 @@ from idemflow.errors import (
     WorkflowAborted,
 )
 from idemflow.keys import check_duration, check_request_id
-from idemflow.monad import Bind, Call, Checkpoint, Idem
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.records import (
     Continuation,
     Failure,
@@ -74,11 +74,11 @@ from idemflow.records import (
     run_ref,
     submitted_input,
 )
-from idemflow.runner import Request, describe_request, execution_steps, run_status
+from idemflow.running.runner import Request, describe_request, execution_steps, run_status
+from idemflow.running.runner_asyncio import arun_status
 from idemflow.serialization import JSON
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Delete, Store
-from idemflow.tx import Reader
 
 SIGNING_KEY_ENV = "IDEMFLOW_SIGNING_KEY"
 

@@ -1,7 +1,7 @@
 """Messages sent from outside any workflow: an HTTP handler, a script, a webhook.
 
 ``send_message(store, workflow, request_id, topic, value, key=...)`` is the
-``send`` step of :mod:`idemflow.coordination` run as a request of its own,
+``send`` step of :mod:`idemflow.running.coordination` run as a request of its own,
 under the idempotency ``key``: sent twice with one key, the message arrives
 once. With ``queue=`` a receiver waiting for it is woken at once; without,
 a worker's relay wakes it (within its ``relay_every``).
@@ -31,24 +31,31 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
-from idemflow._adrive import adrive
-from idemflow._drive import drive
-from idemflow._requests import ReadMany, Steps
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist._submission import announcer, resolve_signing_key
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.coordination import send
-from idemflow.engine import Plan
+from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, kept_for
+from idemflow.core.requests import ReadMany, Steps
+from idemflow.engine.drive import drive
+from idemflow.engine.drive_asyncio import adrive
+from idemflow.engine.execution import Plan
+from idemflow.engine.monad import Idem
+from idemflow.engine.tx import Reader
 from idemflow.errors import MessageNotDeliveredError
 from idemflow.keys import check_request_id
-from idemflow.monad import Idem
-from idemflow.policy import DEFAULT_POLICY, RetryPolicy, kept_for
 from idemflow.records import RunRecord, run_ref
-from idemflow.runner import Workflow, describe_request, execution_steps, result_of, under_limits, workflow
+from idemflow.running.coordination import send
+from idemflow.running.runner import (
+    Workflow,
+    describe_request,
+    execution_steps,
+    result_of,
+    under_limits,
+    workflow,
+)
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
-from idemflow.tx import Reader
 
 __all__ = ["arun_announcing", "asend_message", "send_message"]
 

@@ -29,15 +29,15 @@ import time
 from collections.abc import Callable
 
 from idemflow import telemetry
-from idemflow._adrive import adrive
-from idemflow._drive import drive
-from idemflow._requests import Commit, Read, Scan, Send, Steps
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
+from idemflow.core.policy import DEFAULT_POLICY, resent
+from idemflow.core.requests import Commit, Read, Scan, Send, Steps
+from idemflow.engine.drive import drive
+from idemflow.engine.drive_asyncio import adrive
 from idemflow.keys import OUTBOX, RUNS_TABLE, outbox_key, outbox_partitions, parse_outbox_key
-from idemflow.policy import DEFAULT_POLICY, resent
 from idemflow.records import OutboxEntry, RunRecord, run_ref
 from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Delete, Row, RowRef, Store

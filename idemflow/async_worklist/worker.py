@@ -49,16 +49,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from idemflow import telemetry
-from idemflow._drive import drive
-from idemflow._signals import stop_on_signals
 from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
 from idemflow.async_worklist._queue_answers import on_queue
 from idemflow.async_worklist.outbox import relay_steps
 from idemflow.async_worklist.queues.base import Message, Queue
+from idemflow.async_worklist.signals import stop_on_signals
+from idemflow.core.policy import RetryPolicy
+from idemflow.core.step_retry import StepRetry
+from idemflow.engine.drive import drive
 from idemflow.errors import MessageLostError
-from idemflow.policy import RetryPolicy
-from idemflow.runner import Workflow
-from idemflow.step_retry import StepRetry
+from idemflow.running.runner import Workflow
 from idemflow.stores.base import Store
 
 __all__ = ["Worker", "WorkerStats"]
@@ -72,12 +72,12 @@ class Worker(Handling):
     messages; ``signing_key`` (default: ``IDEMFLOW_SIGNING_KEY``) makes the
     worker refuse unsigned or tampered messages; a step that raises is tried
     again under its retry policy (its call's, else its workflow's, else
-    ``step_retry``, by default :data:`~idemflow.step_retry.DEFAULT_STEP_RETRY`:
+    ``step_retry``, by default :data:`~idemflow.core.step_retry.DEFAULT_STEP_RETRY`:
     a day), each attempt a delayed continuation counted in the run record,
     and once the policy ends the request is ``failed`` (or compensated);
     ``max_deliveries`` only bounds a message that cannot even be read
     (a workflow no worker here holds); ``policy`` is
-    the runs' :class:`~idemflow.policy.RetryPolicy` (a request keeps the retention
+    the runs' :class:`~idemflow.core.policy.RetryPolicy` (a request keeps the retention
     ``submit`` stored with it; ``policy.retention`` is for requests that carry none:
     children, and records written before 1.0); ``wait`` is the receive
     long-poll in seconds; ``version_wait`` (at most 900 s, SQS's longest

@@ -7,10 +7,13 @@ commits nothing of its own but its decision is memoized, then the
 compensations of the completed steps run in reverse order, each as an
 idempotent step with its own memo (``c<n>``), so a crash in the middle
 resumes where it stopped and never repeats one. Every execution of the
-request then ends the same way: :class:`WorkflowAborted` from ``run``, or
-``Failure(WorkflowAborted)`` from :func:`run_result`.
+request then ends the same way: :class:`~idemflow.WorkflowAborted` from ``run``, or
+``Failure(WorkflowAborted)`` from :func:`~idemflow.run_result`.
 
->>> from idemflow import atomic, workflow
+The saga itself lives in :mod:`idemflow.compensation.compensator`; what a workflow writes
+(``abort``, ``run_result``, the errors) is imported from :mod:`idemflow`.
+
+>>> from idemflow import atomic, run_result, workflow
 >>> from idemflow.stores import MemoryStore
 >>> def debit(tx):
 ...     tx.increment("balance", -10)
@@ -28,22 +31,22 @@ request then ends the same way: :class:`WorkflowAborted` from ``run``, or
 
 from __future__ import annotations
 
-from idemflow._asyncio_runner import arun_result
-from idemflow.errors import CompensationError, WorkflowAborted, deprecated_error
-from idemflow.monad import Abort, Idem
-from idemflow.runner import run_result
-from idemflow.serialization import JSON, encode
+from idemflow.core.moved import Moves, resolve
+from idemflow.errors import deprecated_error
+
+_MOVES: Moves = {
+    "CompensationError": "idemflow",
+    "WorkflowAborted": "idemflow",
+    "abort": "idemflow",
+    "arun_result": "idemflow",
+    "run_result": "idemflow",
+}
+
+__all__: list[str] = []
 
 
-def abort(reason: JSON = None) -> Idem[None]:
-    """Abort the workflow from its generator: ``yield abort("out of stock")``."""
-    encode(reason, "abort reason")
-    return Idem(Abort(reason))
-
-
-__all__ = ["CompensationError", "WorkflowAborted", "abort", "arun_result", "run_result"]
-
-
-def __getattr__(name: str) -> type[Exception]:
+def __getattr__(name: str) -> object:
+    if name in _MOVES:
+        return resolve(__name__, name, _MOVES)
     # CompensationFailed before 1.0: idemflow.errors.CompensationError now.
     return deprecated_error(__name__, name)

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow._collection import parse_duration
 from idemflow.admin import (
     RunSummary,
     abort_request,
@@ -30,8 +29,9 @@ from idemflow.admin import (
 from idemflow.console._settings import ConsoleSettings
 from idemflow.errors import ConsoleRefusedError, InvalidInputError, RequestNotFoundError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE
+from idemflow.operator.collection import parse_duration
 from idemflow.records import RunRecord, RunStatus
-from idemflow.runner import Workflow
+from idemflow.running.runner import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores.base import Store
 from idemflow.worker import Queue

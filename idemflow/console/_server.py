@@ -37,7 +37,7 @@ from idemflow.errors import (
     InvalidInputError,
     RequestNotFoundError,
 )
-from idemflow.runner import Workflow
+from idemflow.running.runner import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores.base import Store
 from idemflow.worker import Queue
@@ -179,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(api, HTTPStatus.FORBIDDEN, str(exc))
         except InvalidInputError as exc:
             self._refuse(api, HTTPStatus.BAD_REQUEST, str(exc))
-        except IdemflowError as exc:  # a backend's error names no secret (see idemflow._urls)
+        except IdemflowError as exc:  # a backend's error names no secret (see idemflow.core.urls)
             self._refuse(api, HTTPStatus.BAD_GATEWAY, f"{type(exc).__name__}: {exc}")
         except Exception:
             log.exception("console: %s %s failed", method, path)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from idemflow._lazy import load_optional
-from idemflow._moved import Moves as _Moves
-from idemflow._moved import resolve as _resolve
+from idemflow.core.lazy import load_optional
+from idemflow.core.moved import Moves as _Moves
+from idemflow.core.moved import resolve as _resolve
 from idemflow.stores._moved import alias
 from idemflow.stores._openers import OPTIONAL
 from idemflow.stores.async_adapters import to_async

@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from idemflow._requests import Commit, Sleep
-from idemflow._trampoline import atrampoline
-from idemflow.policy import DEFAULT_POLICY, apause, resent
+from idemflow.core.policy import DEFAULT_POLICY, apause, resent
+from idemflow.core.requests import Commit, Sleep
+from idemflow.core.trampoline import atrampoline
 from idemflow.stores._cache_writer import CLOSE_GRACE
 from idemflow.stores.base import AsyncStore, Conflict, Op
 
@@ -76,7 +76,7 @@ class AsyncCacheWriter:
             self._log.debug("a cache write (%s) not applied: %s", self._name, outcome)
 
     async def _answer(self, request: object) -> Any:
-        """The commit and the retry waits of :func:`~idemflow.policy.resent`: answered here, not by
+        """The commit and the retry waits of :func:`~idemflow.core.policy.resent`: answered here, not by
         the engine's driver, which a store must not import."""
         if isinstance(request, Sleep):
             return await apause(request)

@@ -181,7 +181,8 @@ def _wait_for_writer(state: RetryCallState) -> float:
 
 
 def resolving() -> Retrying:
-    """The tenacity retryer of one commit's batches (:func:`idemflow.policy.retried` yields its waits)."""
+    """The tenacity retryer of one commit's batches (:func:`idemflow.core.policy.retried` yields
+    its waits)."""
     return Retrying(
         stop=stop_after_attempt(MAX_ATTEMPTS),
         wait=_wait_for_writer,

@@ -3,12 +3,12 @@
 Sans-IO: the logic of a read, a ``read_many`` group and a commit (entity
 mapping, tombstone hints, error mapping, the increment re-read loop) is a
 generator that *yields* a :class:`Call` (one SDK call on a logical table's
-``TableClient``) or a :class:`~idemflow._requests.Sleep` (a retry's wait) and is sent
+``TableClient``) or a :class:`~idemflow.core.requests.Sleep` (a retry's wait) and is sent
 the answer, or has the SDK's exception thrown in at the ``yield``.
 :class:`~idemflow.stores.azure_tables.AzureTableStore` carries the calls out
 with the blocking ``TableClient``;
 :class:`~idemflow.stores.azure_tables_async.AsyncAzureTableStore` awaits them
-on ``azure.data.tables.aio`` clients. Retries are tenacity's (:mod:`idemflow.policy`). A call whose
+on ``azure.data.tables.aio`` clients. Retries are tenacity's (:mod:`idemflow.core.policy`). A call whose
 ``collect`` is set returns a query's pages: the driver answers with its
 entities as a list (the aio client's are iterated asynchronously).
 """
@@ -29,7 +29,8 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableTransactionError
 
-from idemflow._requests import Sleep
+from idemflow.core.policy import DEFAULT_POLICY, retried
+from idemflow.core.requests import Sleep
 from idemflow.errors import (
     BackendError,
     ConfigurationError,
@@ -38,7 +39,6 @@ from idemflow.errors import (
     TransientError,
     backend_error,
 )
-from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores._azure_batch import (

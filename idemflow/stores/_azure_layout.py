@@ -25,7 +25,7 @@ def open_service(from_connection_string: Callable[..., S], connection_string: st
     """The SDK's service client (blocking or aio), a malformed string reported without its key.
 
     azure-core's retries are off (``retry_total=0``) unless ``options`` set them: idemflow
-    retries every call itself (:mod:`idemflow.policy`), and the two layers would multiply."""
+    retries every call itself (:mod:`idemflow.core.policy`), and the two layers would multiply."""
     try:
         return from_connection_string(connection_string, **{"retry_total": 0, **options})
     except ValueError as exc:

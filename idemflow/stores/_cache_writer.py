@@ -10,7 +10,7 @@ does real I/O hands its cache writes to a :class:`CacheWriter`:
   :meth:`CacheWriter.flush` can wait for all earlier ones;
 - a write that meets a transient error (a throttle, a transaction conflict
   on a hot row) is resent until the policy's deadline
-  (:meth:`idemflow.policy.RetryPolicy.resending`), or until
+  (:meth:`idemflow.core.policy.RetryPolicy.resending`), or until
   :data:`CLOSE_GRACE` after the store is closed (a process shutting down with
   its backend unreachable must not hang): a completion record
   dropped on a conflict would leave ``status`` saying ``running`` for a
@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from idemflow.policy import DEFAULT_POLICY
+from idemflow.core.policy import DEFAULT_POLICY
 from idemflow.stores.base import Conflict
 
 CLOSE_GRACE = 2.0

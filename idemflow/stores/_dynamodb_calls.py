@@ -21,11 +21,11 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.useragent import UserAgentString
 
-from idemflow._requests import Sleep
-from idemflow._sdk_calls import SdkCall
+from idemflow.core.policy import DEFAULT_POLICY, retried
+from idemflow.core.requests import Sleep
+from idemflow.core.sdk_calls import SdkCall
 from idemflow.errors import ErrorCode, InvalidNameError, TransientError, backend_error
 from idemflow.keys import RUNS_TABLE, check_table
-from idemflow.policy import DEFAULT_POLICY, retried
 from idemflow.records import open_workflow
 from idemflow.stores._aws_errors import RETRYABLE, api_name, classify, classify_sdk
 from idemflow.stores._dynamodb_errors import (
@@ -77,7 +77,7 @@ def user_agent() -> str:
 
 def client_config(*, validate: bool) -> Config:
     """The botocore configuration of both stores' clients: one attempt per call, botocore's
-    retries off. idemflow retries (:mod:`idemflow.policy`, tenacity): the engine a step's reads
+    retries off. idemflow retries (:mod:`idemflow.core.policy`, tenacity): the engine a step's reads
     and commits, and :meth:`DynamoDBCalls.call` every other call. Stacked, the two layers sent a
     call up to 27 times. The User-Agent is fixed (:func:`user_agent`)."""
     return Config(

@@ -156,7 +156,8 @@ def key_bytes(ref: RowRef) -> int:
 
 
 def number(value: object) -> str | None:
-    """The N text of an int, float or Decimal DynamoDB can hold (:mod:`idemflow.number_model`), else None."""
+    """The N text of an int, float or Decimal DynamoDB can hold (:mod:`idemflow.number_model`),
+    else None."""
     if not is_number(value):
         return None
     assert isinstance(value, (int, float, Decimal))

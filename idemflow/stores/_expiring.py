@@ -1,6 +1,6 @@
 """When a store sweeps its expired rows: the schedule, kept apart from the rules.
 
-The rules (what to delete, what to keep) are :mod:`idemflow.expiry`; this leaf
+The rules (what to delete, what to keep) are :mod:`idemflow.stores.expiry`; this leaf
 module holds only what ``commit`` needs on its hot path, so the store modules
 import it without importing the engine's machinery (which imports them).
 """

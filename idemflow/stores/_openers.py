@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from idemflow._lazy import OptionalClasses, load_optional
-from idemflow._urls import Url
+from idemflow.core.lazy import OptionalClasses, load_optional
+from idemflow.core.urls import Url
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.stores.sqlite import SqliteStore

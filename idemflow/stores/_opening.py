@@ -6,7 +6,7 @@ workflow's author reaches for first), while the store classes are :mod:`idemflow
 
 from __future__ import annotations
 
-from idemflow._urls import Url, parse_url
+from idemflow.core.urls import Url, parse_url
 from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Store
 from idemflow.stores.registry import STORES, Backend, load

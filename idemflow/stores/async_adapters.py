@@ -48,7 +48,8 @@ class ThreadedStore:
         self.store = store
         self.capabilities = store.capabilities
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="idemflow-store")
-        """The threads its calls run on (:func:`idemflow._adrive.adrive` runs whole computations there)."""
+        """The threads its calls run on (:func:`idemflow.engine.drive_asyncio.adrive` runs whole
+        computations there)."""
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)

@@ -25,7 +25,7 @@ Azure cannot add server-side, so ``Increment`` reads the row inside
 that row moved. Azure reports one failing operation per batch (the first);
 the protocol allows that.
 
-Rows expire by themselves (:mod:`idemflow.expiry`): at most once per
+Rows expire by themselves (:mod:`idemflow.stores.expiry`): at most once per
 ``expire_every`` seconds a ``commit`` starts a sweep on a thread of the
 store, off the caller's path. Azure has no secondary index, so a sweep reads
 one page (``expires_at lt now``, at most 100 entities) of each table, resuming
@@ -42,10 +42,10 @@ from typing import Any, TypeVar
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient, TableServiceClient
 
-from idemflow._requests import Sleep
-from idemflow._trampoline import trampoline
+from idemflow.core.policy import DEFAULT_POLICY, pause
+from idemflow.core.requests import Sleep
+from idemflow.core.trampoline import trampoline
 from idemflow.keys import RUNS_TABLE
-from idemflow.policy import DEFAULT_POLICY, pause
 from idemflow.stores._azure_batch import AZURE_CAPABILITIES
 from idemflow.stores._azure_calls import (
     AzureCalls,
@@ -66,6 +66,7 @@ from idemflow.stores._azure_runs import KEY_ORDER, run_page
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, swept
 from idemflow.stores.base import NO_EXPIRY, CommitOutcome, ExpiryReport, Op, Row, RowRef, RunQuery, RunRow
+from idemflow.stores.expiry import apply
 
 __all__ = ["AZURE_CAPABILITIES", "AzureTableStore"]
 
@@ -174,8 +175,7 @@ class AzureTableStore(AzureCalls):
 
     def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
         """Settle one page (at most ``limit`` rows) of each table whose ``expires_at`` is before
-        ``now`` (see :mod:`idemflow.expiry`), on the caller's thread."""
-        from idemflow.expiry import apply  # the rules import the engine, which imports stores
+        ``now`` (see :mod:`idemflow.stores.expiry`), on the caller's thread."""
 
         at = self._expiry.clock() if now is None else now
         report = NO_EXPIRY

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from azure.data.tables.aio import TableClient, TableServiceClient
 
-from idemflow._requests import Sleep
-from idemflow._trampoline import atrampoline
-from idemflow.policy import DEFAULT_POLICY, apause
+from idemflow.core.policy import DEFAULT_POLICY, apause
+from idemflow.core.requests import Sleep
+from idemflow.core.trampoline import atrampoline
 from idemflow.stores._async_cache import AsyncCacheWriter
 from idemflow.stores._azure_calls import (
     AzureCalls,
@@ -42,6 +42,7 @@ from idemflow.stores._azure_layout import (
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, aswept
 from idemflow.stores.azure_tables import AzureTableStore
 from idemflow.stores.base import NO_EXPIRY, CommitOutcome, ExpiryReport, Op, Row, RowRef
+from idemflow.stores.expiry import aapply
 
 logger = logging.getLogger("idemflow.stores.azure_tables")
 
@@ -134,8 +135,7 @@ class AsyncAzureTableStore(AzureCalls):
 
     async def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
         """Settle one page (at most ``limit`` rows) of each table whose ``expires_at`` is before
-        ``now`` (see :mod:`idemflow.expiry`)."""
-        from idemflow.expiry import aapply  # the rules import the engine, which imports stores
+        ``now`` (see :mod:`idemflow.stores.expiry`)."""
 
         at = self._expiry.clock() if now is None else now
         report = NO_EXPIRY

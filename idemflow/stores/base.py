@@ -19,113 +19,27 @@ hit costs no extra round trip where the backend returns the old item.
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from idemflow._row import Row as Row
-from idemflow._row import RowRef as RowRef
-from idemflow._row import Version as Version
-from idemflow.number_model import Number
-from idemflow.serialization import JSON
-
-
-class Cond(enum.Enum):
-    """Conditions that are not a specific version."""
-
-    ABSENT = "absent"
-    """The row must not exist."""
-    ANY = "any"
-    """No condition: a blind write."""
-
-
-Expect = Version | Cond
-
-
-@dataclass(frozen=True, slots=True)
-class Put:
-    """Write ``value`` (``text`` is its canonical JSON) if the row matches ``expect``."""
-
-    ref: RowRef
-    value: JSON
-    text: str
-    expect: Expect = Cond.ANY
-    expires_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Insert:
-    """Create the row only if absent (memo rows, run records).
-
-    On failure the store reports the existing row with the failure.
-    """
-
-    ref: RowRef
-    value: JSON
-    text: str
-    expires_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    """Delete the row if it matches ``expect`` (deleting an absent row is a no-op)."""
-
-    ref: RowRef
-    expect: Expect = Cond.ANY
-
-
-@dataclass(frozen=True, slots=True)
-class Increment:
-    """Add ``delta`` to a numeric row server-side, creating it at 0 if absent.
-
-    Every store applies it; a backend that cannot add server-side (Azure)
-    reads the row inside ``commit`` and writes it back under a version
-    condition, retrying that read-write itself when only this row moved.
-    Incrementing a row whose value is not a number raises
-    :class:`InvalidValueError`.
-    """
-
-    ref: RowRef
-    delta: Number
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """Require the row to match ``expect`` without writing it (a row only read)."""
-
-    ref: RowRef
-    expect: Expect
-
-
-Op = Put | Insert | Delete | Increment | Check
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """Every operation was applied."""
-
-
-COMMITTED = Committed()
-
-
-@dataclass(frozen=True, slots=True)
-class OpFailure:
-    """One operation whose condition failed; ``existing`` is set for a failed Insert."""
-
-    index: int
-    existing: Row | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Conflict:
-    """Nothing was applied; ``failures`` lists the failing operations by index."""
-
-    failures: tuple[OpFailure, ...]
-
-
-CommitOutcome = Committed | Conflict
+from idemflow.core.ops import COMMITTED as COMMITTED
+from idemflow.core.ops import Check as Check
+from idemflow.core.ops import CommitOutcome as CommitOutcome
+from idemflow.core.ops import Committed as Committed
+from idemflow.core.ops import Cond as Cond
+from idemflow.core.ops import Conflict as Conflict
+from idemflow.core.ops import Delete as Delete
+from idemflow.core.ops import Expect as Expect
+from idemflow.core.ops import Increment as Increment
+from idemflow.core.ops import Insert as Insert
+from idemflow.core.ops import Op as Op
+from idemflow.core.ops import OpFailure as OpFailure
+from idemflow.core.ops import Put as Put
+from idemflow.core.row import Row as Row
+from idemflow.core.row import RowRef as RowRef
+from idemflow.core.row import Version as Version
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +134,7 @@ class Store(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Expired:
-    """A row whose ``expires_at`` has passed, as a store's sweep found it (see :mod:`idemflow.expiry`).
+    """A row whose ``expires_at`` has passed, as a store's sweep found it (see :mod:`idemflow.stores.expiry`).
 
     ``text`` is the row's canonical JSON, so a row that must stay can be written back
     unchanged with a later ``expires_at``; it is None for a row that reads as absent
@@ -272,7 +186,7 @@ class Expiring(Protocol):
 
     def expire(self, now: float | None = None, limit: int = 100) -> ExpiryReport:
         """Settle at most ``limit`` rows (per table) whose ``expires_at`` is before ``now``
-        (wall time by default), by the rules of :mod:`idemflow.expiry`."""
+        (wall time by default), by the rules of :mod:`idemflow.stores.expiry`."""
         ...
 
     def schedule_expiry(self, every: float | None, *, clock: Callable[[], float] = time.time) -> None:

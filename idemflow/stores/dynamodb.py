@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError
 
-from idemflow._requests import Sleep
-from idemflow._sdk_calls import SdkCall, drive
+from idemflow.core.policy import pause
+from idemflow.core.requests import Sleep
+from idemflow.core.sdk_calls import SdkCall, drive
 from idemflow.errors import ConfigurationError
-from idemflow.policy import pause
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._call_count import CallCount
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
@@ -125,7 +125,7 @@ class DynamoDBStore:
         Not ``TransactGetItems``: the service cancels a transactional read
         that meets a commit in flight, and a step's reads need no snapshot
         (its commit's conditions check every version read; see
-        :mod:`idemflow.tx`). Keys the service leaves unprocessed (throttling)
+        :mod:`idemflow.engine.tx`). Keys the service leaves unprocessed (throttling)
         are asked again while it makes progress, else the read fails
         transiently and the caller's retry layer backs off.
         """
@@ -187,7 +187,7 @@ class DynamoDBStore:
 
     def _invoke(self, call: SdkCall | Sleep) -> Any:
         """Count one backend call and make it (its failure is mapped where it was asked for)."""
-        if isinstance(call, Sleep):  # a retry's wait (idemflow.policy)
+        if isinstance(call, Sleep):  # a retry's wait (idemflow.core.policy)
             return pause(call)
         self._calls_made.add()
         if call.waiter:

@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, NoRegionError
 
-from idemflow._requests import Sleep
-from idemflow._sdk_calls import SdkCall, adrive
+from idemflow.core.policy import apause
+from idemflow.core.requests import Sleep
+from idemflow.core.sdk_calls import SdkCall, adrive
 from idemflow.errors import BackendError, ConfigurationError, ErrorCode
-from idemflow.policy import apause
 from idemflow.stores._async_cache import AsyncCacheWriter
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES
@@ -155,7 +155,7 @@ class AsyncDynamoDBStore:
         return await adrive(calls, self._invoke)
 
     async def _invoke(self, call: SdkCall | Sleep) -> Any:
-        if isinstance(call, Sleep):  # a retry's wait (idemflow.policy)
+        if isinstance(call, Sleep):  # a retry's wait (idemflow.core.policy)
             return await apause(call)
         client = self._client or await self._open()
         self._round_trips += 1

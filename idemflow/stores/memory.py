@@ -32,6 +32,7 @@ from idemflow.stores.base import (
     RunQuery,
     RunRow,
 )
+from idemflow.stores.expiry import apply
 
 _UNLIMITED = 1 << 62
 _START = (float("-inf"), ("", "", ""))
@@ -48,7 +49,7 @@ MEMORY_CAPABILITIES = Capabilities(
 class MemoryStore:
     """Rows in a dict keyed by (table, partition, key), guarded by a lock.
 
-    Rows expire as on SQLite (:mod:`idemflow.expiry`): a ``commit`` sweeps at
+    Rows expire as on SQLite (:mod:`idemflow.stores.expiry`): a ``commit`` sweeps at
     most once per ``expire_every`` seconds (None: never), by a scan, in expiry
     order from where the last sweep stopped: a row it must leave (a finished run
     record in its hold) is met once per pass, and never stands before the rows
@@ -103,7 +104,8 @@ class MemoryStore:
         self._expires.pop(key, None)
 
     def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
-        """Settle the ``limit`` rows that expired first, before ``now`` (see :mod:`idemflow.expiry`)."""
+        """Settle the ``limit`` rows that expired first, before ``now`` (see
+        :mod:`idemflow.stores.expiry`)."""
         at = self._expiry.clock() if now is None else now
         after = self._cursor
         with self._lock:
@@ -114,7 +116,6 @@ class MemoryStore:
             found = [Expired(RowRef(*key), self._rows[key][1], when, self._rows[key][0]) for when, key in due]
         wrapped = len(due) < limit
         self._cursor = _START if wrapped else due[-1]
-        from idemflow.expiry import apply  # the rules import the engine, which imports stores
 
         report = apply(self, found, at)
         self._expiry.passes.note(report, len(found), wrapped, at)

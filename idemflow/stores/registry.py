@@ -63,7 +63,7 @@ class TestBed:
 class Backend:
     """One backend of a registry (stores or queues).
 
-    ``opener`` takes ``(url: idemflow._urls.Url, *, create: bool)`` and returns the blocking
+    ``opener`` takes ``(url: idemflow.core.urls.Url, *, create: bool)`` and returns the blocking
     store (queue); ``async_opener`` takes the same and returns its asyncio one (None: the
     blocking one on threads of its own, or on the loop for memory); ``twin`` takes a blocking
     store of exactly ``blocking_class`` and returns the asyncio one on the same tables (None:
@@ -174,7 +174,7 @@ class Registry:
         return next((entry for entry in self._entries.values() if entry.blocking_class == path), None)
 
     def parameters(self) -> dict[str, frozenset[str]]:
-        """``{scheme: parameters it accepts}``, as :func:`idemflow._urls.parse_url` takes them."""
+        """``{scheme: parameters it accepts}``, as :func:`idemflow.core.urls.parse_url` takes them."""
         return {scheme: entry.accepts() for entry in self._entries.values() for scheme in entry.schemes}
 
     def usage(self) -> str:

@@ -31,6 +31,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from idemflow.errors import ConfigurationError
 from idemflow.serialization import decode
 from idemflow.stores import _sqlite_sweep as sweep
+from idemflow.stores import expiry
 from idemflow.stores._expiring import EXPIRE_EVERY, LIMIT, Backlog, Schedule, swept
 from idemflow.stores._limits import check_commit
 from idemflow.stores._runs_order import NEWEST_FIRST, Place
@@ -95,7 +96,7 @@ class SqliteStore:
     SQLite admits one writer anyway, and its busy handler makes a blocked
     writer sleep for milliseconds where a lock hands over in microseconds.
 
-    Rows expire by themselves (:mod:`idemflow.expiry`): a ``commit``, once its
+    Rows expire by themselves (:mod:`idemflow.stores.expiry`): a ``commit``, once its
     own work is done, reads the next 2,000 rows in key order after where the
     last sweep stopped (wrapping around at the end) and settles those whose
     ``expires_at`` passed, at most 100, in short write transactions. It does so
@@ -197,7 +198,7 @@ class SqliteStore:
 
     def expire(self, now: float | None = None, limit: int = LIMIT) -> ExpiryReport:
         """Settle at most ``limit`` rows expired before ``now`` among the next window of rows
-        (see the class docstring and :mod:`idemflow.expiry`), in expiry order."""
+        (see the class docstring and :mod:`idemflow.stores.expiry`), in expiry order."""
         at = self._expiry.clock() if now is None else now
         self._round_trips += 1
         conn = self._connection("main")
@@ -206,9 +207,8 @@ class SqliteStore:
         except sqlite3.OperationalError as exc:
             raise sqlite_error(f"SQLite expiry query on {self.path!r} failed", exc, "SELECT") from exc
         rows.sort(key=lambda row: row.expires_at)
-        from idemflow.expiry import apply  # the rules import the engine, which imports stores
 
-        report = apply(self, rows, at)
+        report = expiry.apply(self, rows, at)
         self._window.written -= report.deleted + report.kept  # the sweep's own commits
         self._window.advanced(covered, wrapped, at)
         self._expiry.passes.note(report, covered, wrapped, at)

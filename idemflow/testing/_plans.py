@@ -14,9 +14,9 @@ from typing import Any
 
 from tenacity import stop_after_attempt, wait_none, wait_random
 
+from idemflow.core.policy import RetryPolicy
+from idemflow.engine.monad import Idem
 from idemflow.keys import DATA
-from idemflow.monad import Idem
-from idemflow.policy import RetryPolicy
 from idemflow.stores.base import CommitOutcome, Committed, Op, Store
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, Plan, SimulatedCrash
 from idemflow.testing.report import Outcome, Snapshot, describe_commit
@@ -26,7 +26,7 @@ class MovedClock:
     """The checker's clock of one scenario: the clock it was given, plus the time its waits passed.
 
     A ``sleep``, a ``receive(timeout=)`` or a retry's backoff under ``run`` moves it on to the
-    wait's end (:class:`~idemflow._requests.SkippingClock`) instead of sleeping: the given clock
+    wait's end (:class:`~idemflow.core.requests.SkippingClock`) instead of sleeping: the given clock
     is frozen by default, so a real wait would never end. Racing executions of one scenario share
     it and move it to the same memoized ends, so every scenario sees the reference's times.
 

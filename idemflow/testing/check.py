@@ -49,12 +49,12 @@ from typing import Any
 from idemflow.async_worklist._submission import resolve_signing_key
 from idemflow.async_worklist.outbox import DEFAULT_GRACE, relay
 from idemflow.client import status, submit
-from idemflow.engine import Plan as ExecutionPlan
+from idemflow.core.policy import RetryPolicy
+from idemflow.engine.execution import Plan as ExecutionPlan
+from idemflow.engine.monad import Idem
 from idemflow.errors import ConflictError, TransientError
-from idemflow.monad import Idem
-from idemflow.policy import RetryPolicy
 from idemflow.records import Memo, RunStatus
-from idemflow.runner import Workflow, describe, describe_request, execute
+from idemflow.running.runner import Workflow, describe, describe_request, execute
 from idemflow.stores.base import Insert, Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.testing._plans import (

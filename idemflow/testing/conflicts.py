@@ -56,7 +56,7 @@ from typing import Any
 from botocore.awsrequest import AWSResponse
 from botocore.compat import HTTPHeaders
 
-from idemflow._urls import Url
+from idemflow.core.urls import Url
 
 Item = tuple[str, str]
 """(table name, canonical JSON of the item's key attributes)."""

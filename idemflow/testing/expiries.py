@@ -45,7 +45,7 @@ def dynamodb(store: Any) -> dict[Where, float | None]:
 
 def azure_tables(store: Any) -> dict[Where, float | None]:
     """Every entity of the store's tables but tombstones, and its ``expires_at``."""
-    from idemflow.stores import _azure_entity as ent
+    from idemflow.stores import _azure_entity as ent  # the [azure] extra
 
     rows: dict[Where, float | None] = {}
     for table in store.tables():

@@ -23,10 +23,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from idemflow._requests import ProcessDied
+from idemflow.core.policy import resend
+from idemflow.core.requests import ProcessDied
 from idemflow.errors import TransientError
 from idemflow.keys import DATA
-from idemflow.policy import resend
+from idemflow.running.reads import rows
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
     Capabilities,
@@ -230,7 +231,6 @@ class FaultyStore(StoreWrapper):
 def data_rows(store: Store, *tables: str) -> dict[tuple[str, str, str], JSON]:
     """Every user data row of ``tables`` as ``{(table, partition, key): value}``
     (memo and bookkeeping rows left out): what "the tables" mean in a comparison."""
-    from idemflow.reads import rows
 
     return {
         (table, partition, key): value

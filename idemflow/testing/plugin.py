@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from idemflow.monad import Idem
+from idemflow.engine.monad import Idem
 from idemflow.stores.base import Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.stores.sqlite import SqliteStore

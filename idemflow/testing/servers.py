@@ -34,6 +34,8 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from idemflow.async_worklist.queues.base import Queue
+from idemflow.async_worklist.queues.memory import MemoryQueue
+from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.stores.registry import load
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -147,7 +149,6 @@ class InMemory:
         return "memory:"
 
     def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
-        from idemflow.async_worklist.queues.memory import MemoryQueue
 
         if clock is None:
             return MemoryQueue(visibility_timeout=visibility_timeout)
@@ -170,7 +171,6 @@ class OnDisk:
         return f"sqlite:{folder / prefix}.sqlite3"
 
     def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
-        from idemflow.async_worklist.queues.sqlite import SqliteQueue
 
         path = folder / "queue.sqlite3"
         if clock is None:
@@ -197,7 +197,7 @@ class Moto:
         return f"dynamodb:?endpoint={self.endpoint}&region={self.region}&prefix={prefix}"
 
     def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
-        from idemflow.async_worklist.queues.sqs import SqsQueue
+        from idemflow.async_worklist.queues.sqs import SqsQueue  # the [aws] extra
 
         return SqsQueue(
             name, endpoint_url=self.endpoint, region_name=self.region, visibility_timeout=visibility_timeout
@@ -248,7 +248,7 @@ class Azurite:
         return f"azure:?connection_string={quote(self.connection_string, safe='')}&prefix={prefix}"
 
     def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
-        from idemflow.async_worklist.queues.azure_queue import AzureQueue
+        from idemflow.async_worklist.queues.azure_queue import AzureQueue  # the [azure] extra
 
         return AzureQueue(
             name, connection_string=self.connection_string, visibility_timeout=visibility_timeout

@@ -13,10 +13,10 @@ from tenacity import Retrying, stop_after_attempt
 from idemflow import Idem, WorkflowAborted, atomic, checkpoint, now, sleep, workflow
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.client import RequestStatus, RunStatus
+from idemflow.core.policy import DEFAULT_POLICY, resend
 from idemflow.keys import MAX_ID_CHARS
-from idemflow.policy import DEFAULT_POLICY, resend
 from idemflow.records import run_ref
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import Store
 from idemflow.stores.base import Committed, Delete
 from idemflow.worker import MemoryQueue

@@ -387,8 +387,8 @@ def test_a_queue_that_blips_never_stops_a_worker(store: Store, api: Api) -> None
 
 
 def test_the_relay_drops_an_entry_whose_request_was_never_claimed(store: Store, api: Api) -> None:
+    from idemflow.core.policy import resend
     from idemflow.keys import outbox_key, outbox_partition
-    from idemflow.policy import resend
     from idemflow.records import OutboxEntry
     from idemflow.serialization import encode
     from idemflow.stores.base import Put, RowRef

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 
 from idemflow import RetryPolicy, atomic
-from idemflow._collection import parse_duration
 from idemflow.admin import RunRecord, collect
 from idemflow.client import RunStatus
+from idemflow.core.policy import resend
 from idemflow.errors import InvalidInputError
-from idemflow.expiry import apply
 from idemflow.keys import RUNS_TABLE, memo_key, parse_memo_key, run_key
-from idemflow.policy import resend
+from idemflow.operator.collection import parse_duration
 from idemflow.records import run_ref
 from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Committed, Delete, Expired, Expiring, Insert, Put, Row, RowRef
+from idemflow.stores.expiry import apply
 from idemflow.testing import FaultyStore, SimulatedCrash
 from tests.apis import Api
 from tests.conformance.test_workflow_contract import before_step, new_space

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from idemflow import Idem, StepRetry, abort, atomic, checkpoint, effect, receive, send, sleep, workflow
-from idemflow._effect_keys import idempotency_key
 from idemflow.admin import retry
 from idemflow.client import RunStatus
+from idemflow.core.effect_keys import idempotency_key
 from idemflow.errors import CompensationError, EffectTimeoutError, InvalidInputError, WorkflowAborted
 from idemflow.keys import RUNS_TABLE, lease_tag, memo_key
 from idemflow.serialization import encode

@@ -34,14 +34,14 @@ from idemflow import (
 from idemflow.admin import RunRecord, cancel, retry
 from idemflow.admin import abort_request as abort
 from idemflow.client import RunStatus, send_message
+from idemflow.core.policy import resend
 from idemflow.errors import InvalidInputError, LimitExceededError
-from idemflow.expiry import sweeps
 from idemflow.keys import RUNS_TABLE
-from idemflow.policy import resend
 from idemflow.records import run_ref
 from idemflow.serialization import encode
 from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import Committed, Put
+from idemflow.stores.expiry import sweeps
 from idemflow.worker import MemoryQueue
 from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
@@ -367,7 +367,7 @@ def test_run_refuses_a_wait_in_place_its_rows_would_not_outlive(
     retention is refused as it begins, naming the wait and what to do; the charge committed
     before is not made again by a retry, which meets the same refusal, and the record says why
     the request is unfinished. (A store that sweeps keeps an unfinished request's rows however
-    long it waits: :func:`idemflow.expiry.sweeps`, and the runner asks it as here.)"""
+    long it waits: :func:`idemflow.stores.expiry.sweeps`, and the runner asks it as here.)"""
     store = make_factory(kind, request, tmp_path)()
     assert not sweeps(store)
     space, clock = new_space(), Clock()

@@ -14,8 +14,8 @@ import pytest
 
 import idemflow
 from idemflow import atomic
+from idemflow.core.policy import resend
 from idemflow.errors import BackendError, InvalidValueError
-from idemflow.policy import resend
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
     Check,

@@ -34,7 +34,7 @@ from idemflow import (
     workflow,
 )
 from idemflow.client import RunStatus
-from idemflow.runner import run_status
+from idemflow.running.runner import run_status
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from tests.apis import Api
@@ -561,7 +561,7 @@ def test_oversize_value_is_refused_before_writing(store: Store, api: Api) -> Non
 def test_bounded_conflicts_raise_conflict_error(store: Store, api: Api) -> None:
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_none
 
-    from idemflow.policy import DataConflict as _DataConflict
+    from idemflow.core.policy import DataConflict as _DataConflict
 
     space = new_space()
     meddler = atomic("items", space + "p", lambda tx: tx.increment("v"))

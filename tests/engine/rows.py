@@ -1,6 +1,6 @@
 """A dict of rows that answers an engine part's requests: the smallest store there is.
 
-The engine's parts never call a store; they yield requests (:mod:`idemflow._requests`).
+The engine's parts never call a store; they yield requests (:mod:`idemflow.core.requests`).
 These tests drive one part's generator with :class:`Rows` instead of one of
 our stores, so a part is checked against the requests it makes and the rows
 they leave, and a failure can be put exactly where a test wants it
@@ -13,22 +13,22 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from idemflow import RetryPolicy
-from idemflow._compensator import Compensator
-from idemflow._coordinator import Coordinator, RunChild
-from idemflow._cursor import Cursor
-from idemflow._deferred import DeferredCommit
-from idemflow._given import Given
-from idemflow._interpreter import Interpreter
-from idemflow._journal import Journal
-from idemflow._memos import MemoReader
-from idemflow._outcome import OutcomeWriter
-from idemflow._recording import RunRecorder
-from idemflow._requests import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Sleep, Steps, Turn
-from idemflow._stepper import Stepper
-from idemflow._store_calls import StoreCalls
-from idemflow._trampoline import trampoline
+from idemflow.compensation.compensator import Compensator
+from idemflow.core.plan import Plan
+from idemflow.core.requests import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Sleep, Steps, Turn
+from idemflow.core.trampoline import trampoline
+from idemflow.engine.coordinator import Coordinator, RunChild
+from idemflow.engine.cursor import Cursor
+from idemflow.engine.deferred import DeferredCommit
+from idemflow.engine.given import Given
+from idemflow.engine.interpreter import Interpreter
+from idemflow.engine.journal import Journal
+from idemflow.engine.memo_reader import MemoReader
+from idemflow.engine.outcome import OutcomeWriter
+from idemflow.engine.run_record import RunRecorder
+from idemflow.engine.stepper import Stepper
+from idemflow.engine.store_calls import StoreCalls
 from idemflow.keys import memo_prefix
-from idemflow.plan import Plan
 from idemflow.records import run_ref
 from idemflow.serialization import JSON
 from idemflow.stores.base import (
@@ -193,7 +193,7 @@ def given(
 
 
 class Parts:
-    """One execution's parts, wired as :class:`~idemflow.engine.Execution` wires them."""
+    """One execution's parts, wired as :class:`~idemflow.engine.execution.Execution` wires them."""
 
     def __init__(
         self,

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from idemflow import Tx
-from idemflow._compensator import Done
+from idemflow.compensation.compensator import Done
+from idemflow.core.plan import Plan
+from idemflow.engine.monad import Atomic, Effect
 from idemflow.errors import CompensationError
-from idemflow.monad import Atomic, Effect
-from idemflow.plan import Plan
 from idemflow.stores.base import RowRef
 from tests.engine.rows import Parts, Rows, given
 
@@ -58,7 +58,7 @@ def test_an_outside_calls_undo_gets_the_calls_own_key_and_answer() -> None:
 
     parts.compensator.register(Done(3, Effect("charge", lambda key: "charged", compensate=refund), "charged"))
     rows.run(parts.compensator.compensate("why", None))
-    from idemflow._effect_keys import idempotency_key
+    from idemflow.core.effect_keys import idempotency_key
 
     assert seen == [(idempotency_key("wf", "r1", 3), "charged")]
 

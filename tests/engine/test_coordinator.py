@@ -6,9 +6,9 @@ import pytest
 
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
+from idemflow.core.plan import Plan, Suspended
+from idemflow.engine.monad import Deadline, Post, Receive, Until, WaitFor
 from idemflow.keys import inbox_prefix
-from idemflow.monad import Deadline, Post, Receive, Until, WaitFor
-from idemflow.plan import Plan, Suspended
 from idemflow.records import Message, run_ref
 from idemflow.stores.base import Capabilities, Insert, Put
 from tests.engine.rows import CROSS, ONE_PARTITION, Parts, Rows, given

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from idemflow._cursor import Cursor
+from idemflow.engine.cursor import Cursor
 
 
 def test_steps_are_numbered_one_by_one_and_a_revisit_takes_no_number() -> None:

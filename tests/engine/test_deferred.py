@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from idemflow._deferred import Pending, Restart
-from idemflow._requests import Commit
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
+from idemflow.core.requests import Commit
+from idemflow.engine.deferred import Pending, Restart
 from idemflow.errors import TransientError
 from idemflow.records import run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef

@@ -11,8 +11,8 @@ import pytest
 from idemflow import Idem, Tx, atomic
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
-from idemflow.engine import Execution
-from idemflow.monad import Call
+from idemflow.engine.execution import Execution
+from idemflow.engine.monad import Call
 from idemflow.records import run_ref
 from tests.engine.rows import CROSS, Rows
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from idemflow import Idem, Tx, atomic, now, pure, uuid4
-from idemflow._memos import AbortWorkflow
+from idemflow.core.plan import AtCheckpoint, Checkpointed, Plan
+from idemflow.engine.memo_reader import AbortWorkflow
+from idemflow.engine.monad import Call, Checkpoint
 from idemflow.errors import InvalidInputError
-from idemflow.monad import Call, Checkpoint
-from idemflow.plan import AtCheckpoint, Checkpointed, Plan
 from tests.engine.rows import Parts, Rows, given
 
 

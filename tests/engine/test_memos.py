@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from idemflow import Tx
-from idemflow._memos import AbortWorkflow
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
+from idemflow.core.plan import Plan
+from idemflow.engine.memo_reader import AbortWorkflow
 from idemflow.errors import NonDeterminismError
-from idemflow.plan import Plan
 from idemflow.records import Memo, run_ref
 from idemflow.stores.base import Delete, Row, RowRef
 from tests.engine.rows import Parts, Rows, given

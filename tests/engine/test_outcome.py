@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from idemflow._deferred import Pending
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
-from idemflow.plan import Plan
+from idemflow.core.plan import Plan
+from idemflow.engine.deferred import Pending
 from idemflow.records import outbox_ref, run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef
 from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
@@ -82,7 +82,7 @@ def test_a_parent_is_woken_by_its_childs_outcome() -> None:
 
 
 def test_a_submissions_outcome_deletes_its_outbox_entry_with_it() -> None:
-    from idemflow.plan import Submission
+    from idemflow.core.plan import Submission
     from idemflow.records import OutboxEntry
 
     plan = Plan(

@@ -6,8 +6,8 @@ import pytest
 
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
+from idemflow.core.plan import Finished, OtherVersion, Plan, Submission
 from idemflow.errors import IdempotencyKeyReuseError
-from idemflow.plan import Finished, OtherVersion, Plan, Submission
 from idemflow.records import OutboxEntry, outbox_ref, run_ref
 from idemflow.stores.base import Insert, Put
 from tests.engine.rows import ONE_PARTITION, Parts, Rows, given

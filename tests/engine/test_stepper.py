@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from idemflow import Tx
-from idemflow._deferred import Pending
-from idemflow._memos import AbortWorkflow
-from idemflow._requests import CallOut
+from idemflow.core.plan import AtCheckpoint, Plan
+from idemflow.core.requests import CallOut
+from idemflow.engine.deferred import Pending
+from idemflow.engine.memo_reader import AbortWorkflow
 from idemflow.errors import NonDeterminismError
 from idemflow.keys import data_key
-from idemflow.plan import AtCheckpoint, Plan
 from idemflow.records import MEMO_AT, RUN_AT, Memo, run_ref
 from idemflow.stores.base import Check, Increment, Insert, Put, RowRef
 from tests.engine.rows import Parts, Rows, given

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from idemflow._requests import Commit, Read
+from idemflow.core.requests import Commit, Read
 from idemflow.errors import LimitExceededError, TransientError
 from idemflow.stores.base import Committed, Insert, RowRef
 from tests.engine.rows import Parts, Rows, given

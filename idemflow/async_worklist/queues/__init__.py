@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from idemflow._lazy import load_optional
-from idemflow._urls import Url, parse_url
 from idemflow.async_worklist.queues._openers import OPTIONAL
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, ThreadedQueue, to_async_queue
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
@@ -22,6 +20,8 @@ from idemflow.async_worklist.queues.lanes import LANES, AsyncLanedQueue, LanedQu
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
+from idemflow.core.lazy import load_optional
+from idemflow.core.urls import Url, parse_url
 from idemflow.errors import MessageLostError
 from idemflow.stores._moved import alias
 from idemflow.stores.registry import Backend, load

@@ -27,7 +27,6 @@ from typing import Any, Literal, TypeVar
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
 from azure.storage.queue import QueueMessage
 
-from idemflow._queue_stats import QueueStats, oldest_lag
 from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
     DeadLetter,
@@ -40,6 +39,7 @@ from idemflow.async_worklist.queues.base import (
     check_wire_body,
     decode_wire,
 )
+from idemflow.core.backlog import QueueStats, oldest_lag
 from idemflow.errors import BackendError, ConfigurationError, InvalidNameError, MessageLostError
 from idemflow.stores._azure_errors import classify_exception, code_of
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from idemflow._lazy import OptionalClasses, load_optional
-from idemflow._urls import Url
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
+from idemflow.core.lazy import OptionalClasses, load_optional
+from idemflow.core.urls import Url
 
 OPTIONAL: OptionalClasses = {
     "SqsQueue": ("idemflow.async_worklist.queues.sqs", "aws"),

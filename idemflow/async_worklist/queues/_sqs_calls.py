@@ -25,8 +25,6 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from idemflow._queue_stats import QueueStats
-from idemflow._sdk_calls import Calls, SdkCall
 from idemflow.async_worklist.queues._errors import Service, queue_error
 from idemflow.async_worklist.queues.base import (
     DeadLetter,
@@ -39,6 +37,8 @@ from idemflow.async_worklist.queues.base import (
     check_wire_body,
     decode_wire,
 )
+from idemflow.core.backlog import QueueStats
+from idemflow.core.sdk_calls import Calls, SdkCall
 from idemflow.errors import BackendError, ConfigurationError, ErrorCode, InvalidNameError, MessageLostError
 from idemflow.stores._aws_errors import answer_of, api_name, classify, classify_sdk
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from idemflow._queue_stats import QueueStats, queue_stats
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
+from idemflow.core.backlog import QueueStats, queue_stats
 
 T = TypeVar("T")
 

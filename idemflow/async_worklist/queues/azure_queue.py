@@ -31,8 +31,6 @@ from typing import Any, TypeVar
 
 from azure.storage.queue import QueueClient
 
-from idemflow._queue_stats import QueueStats
-from idemflow._trampoline import trampoline
 from idemflow.async_worklist.queues._azure_queue_calls import (
     AZURE_MAX_BODY_BYTES,
     MAX_SECONDS,
@@ -44,6 +42,8 @@ from idemflow.async_worklist.queues._azure_queue_calls import (
     connect,
 )
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
+from idemflow.core.backlog import QueueStats
+from idemflow.core.trampoline import trampoline
 
 __all__ = ["AZURE_MAX_BODY_BYTES", "MAX_SECONDS", "AzureQueue", "azure_error"]
 

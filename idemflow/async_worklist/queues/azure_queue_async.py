@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
-from idemflow._queue_stats import QueueStats
-from idemflow._trampoline import atrampoline
 from idemflow.async_worklist.queues._azure_queue_calls import AzureQueueCalls, Call, Calls, Pause, connect
 from idemflow.async_worklist.queues.azure_queue import AzureQueue
 from idemflow.async_worklist.queues.base import DeadLetter, Message
+from idemflow.core.backlog import QueueStats
+from idemflow.core.trampoline import atrampoline
 
 T = TypeVar("T")
 

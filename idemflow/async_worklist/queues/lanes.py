@@ -33,13 +33,14 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from idemflow._urls import Url
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, ThreadedQueue, to_async_queue
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue, check_ids, check_limit
+from idemflow.core.backlog import aqueue_stats, combined, queue_name, queue_stats
+from idemflow.core.urls import Url
 from idemflow.errors import ConfigurationError, InvalidValueError
 
 if TYPE_CHECKING:
-    from idemflow._queue_stats import QueueStats
+    from idemflow.core.backlog import QueueStats
 
 LANES = ("high", "normal", "low")
 """The lanes, highest first; ``normal`` is the queue itself."""
@@ -159,7 +160,6 @@ class LanedQueue(Queue):
     def stats(self) -> QueueStats:
         """The lanes' backlog as one queue's: a worker drains them together, so a scaler sizes
         workers by their sum and by the longest lag of any lane."""
-        from idemflow._queue_stats import combined, queue_name, queue_stats
 
         lanes = self.lanes.values()
         return combined(queue_name(self.lanes["normal"]), [queue_stats(queue) for queue in lanes])
@@ -235,7 +235,6 @@ class AsyncLanedQueue:
 
     async def stats(self) -> QueueStats:
         """:meth:`LanedQueue.stats`, each lane read by :func:`~idemflow.worker.aqueue_stats`."""
-        from idemflow._queue_stats import aqueue_stats, combined, queue_name
 
         lanes = self.lanes.values()
         return combined(queue_name(self.lanes["normal"]), [await aqueue_stats(queue) for queue in lanes])

@@ -28,7 +28,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from idemflow._queue_stats import QueueStats, oldest_lag
 from idemflow.async_worklist.queues.base import (
     DEFAULT_MAX_BODY_BYTES,
     DeadLetter,
@@ -41,6 +40,7 @@ from idemflow.async_worklist.queues.base import (
     check_reason,
     check_seconds,
 )
+from idemflow.core.backlog import QueueStats, oldest_lag
 from idemflow.errors import MessageLostError
 
 log = logging.getLogger(__name__)

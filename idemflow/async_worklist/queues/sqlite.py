@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-from idemflow._queue_stats import QueueStats, oldest_lag
 from idemflow.async_worklist.queues.base import (
     DEFAULT_MAX_BODY_BYTES,
     DeadLetter,
@@ -48,6 +47,7 @@ from idemflow.async_worklist.queues.base import (
     check_reason,
     check_seconds,
 )
+from idemflow.core.backlog import QueueStats, oldest_lag
 from idemflow.errors import ConfigurationError, InvalidNameError, MessageLostError
 from idemflow.stores._sqlite_errors import sqlite_error
 

@@ -29,8 +29,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import boto3
 from botocore.exceptions import BotoCoreError
 
-from idemflow._queue_stats import QueueStats
-from idemflow._sdk_calls import drive
 from idemflow.async_worklist.queues._sqs_calls import (
     CONFIG,
     MAX_DELAY,
@@ -45,6 +43,8 @@ from idemflow.async_worklist.queues._sqs_calls import (
     sqs_error,
 )
 from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
+from idemflow.core.backlog import QueueStats
+from idemflow.core.sdk_calls import drive
 from idemflow.errors import ConfigurationError
 
 if TYPE_CHECKING:

@@ -29,8 +29,6 @@ from typing import Any, TypeVar
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, NoRegionError
 
-from idemflow._queue_stats import QueueStats
-from idemflow._sdk_calls import adrive
 from idemflow.async_worklist.queues._sqs_calls import (
     CONFIG,
     SQS_MAX_BODY_BYTES,
@@ -44,6 +42,8 @@ from idemflow.async_worklist.queues._sqs_calls import (
 )
 from idemflow.async_worklist.queues.base import DeadLetter, Message
 from idemflow.async_worklist.queues.sqs import SqsQueue
+from idemflow.core.backlog import QueueStats
+from idemflow.core.sdk_calls import adrive
 from idemflow.errors import BackendError, ConfigurationError, ErrorCode
 
 __all__ = ["AsyncSqsQueue"]

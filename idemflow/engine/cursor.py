@@ -1,0 +1,74 @@
+"""Where one execution stands: the step it is at, and what it has learnt about its request.
+
+Every part of the engine reads the cursor; it changes only through the
+methods below, so there is one place where a step number is taken
+(:meth:`Cursor.advance`) and one where each of the request's facts is learnt
+(:meth:`Cursor.met`, :meth:`Cursor.committed`). A step number names its memo,
+so a number taken twice, or skipped, is a replay that meets another step's
+memo: that is why no part counts steps on its own.
+
+>>> cursor = Cursor(resume=False)
+>>> cursor.advance(), cursor.advance()
+(1, 2)
+>>> cursor.met(); (cursor.run_known, cursor.replaying)
+(True, True)
+"""
+
+from __future__ import annotations
+
+from idemflow.core.step_retry import StepRetry
+
+
+class Cursor:
+    """The step number and the request's state as this execution knows it."""
+
+    __slots__ = ("cleaning", "commits", "identity", "replaying", "retry", "run_known", "step")
+
+    def __init__(self, resume: bool) -> None:
+        self.step = 0
+        """Number of the last step begun (a compensation or retry is at its step's number)."""
+        self.identity = ""
+        """What the step now running is called (``atomic debit``): its memo holds it."""
+        self.retry: StepRetry | None = None
+        """The policy of the step now running (its own, else the workflow's): a worker's next
+        attempt follows it (:class:`~idemflow.errors.StepFailedError` carries it)."""
+        self.run_known = resume
+        """The run record exists (this execution claimed it, or met it): no claim rides along."""
+        self.replaying = resume
+        """Read each step's memo before running it: the request ran before, up to a step."""
+        self.commits = 0
+        """Steps this execution committed: none means the outcome is an earlier execution's."""
+        self.cleaning = False
+        """Running ``on_abort`` steps: an operator's abort does not replace them."""
+
+    def advance(self) -> int:
+        """Begin the next forward step: its number (the only place a step number is taken)."""
+        self.step += 1
+        return self.step
+
+    def revisit(self, step: int) -> None:
+        """Stand at ``step`` again: its compensation, another attempt at it, ``on_abort`` after it."""
+        self.step = step
+
+    def known(self) -> None:
+        """The run record exists (this execution's claim committed)."""
+        self.run_known = True
+
+    def met(self) -> None:
+        """Another execution's run record was met: from here each step reads its memo first."""
+        self.run_known = True
+        self.replaying = True
+
+    def fresh(self) -> None:
+        """A memo was missing: memos are sequential, so none after it; run bodies from here."""
+        self.replaying = False
+
+    def committed(self) -> None:
+        """A step of this execution committed (with the run record, if it was not known)."""
+        self.run_known = True
+        self.commits += 1
+
+    def restart(self) -> None:
+        """Back to the workflow's start, replaying whatever is committed (see ``Restart``)."""
+        self.replaying = self.replaying or self.run_known
+        self.step, self.identity, self.retry, self.cleaning = 0, "", None, False

@@ -1,0 +1,53 @@
+"""The journal of forward steps: what a continuation carries, and what a resumed run is held to.
+
+``submit`` stops at the first checkpoint and hands the rest to a worker; the
+continuation carries the steps taken so far as ``(table, partition,
+identity)``, and the worker's execution checks each step it reaches against
+them (``Plan.expected``), so a step the code moved to another table or
+partition is caught as non-determinism before it runs, not after it wrote.
+This part keeps that list and makes that check; nothing else journals.
+"""
+
+from __future__ import annotations
+
+from idemflow.core.plan import AtCheckpoint, JournalEntry
+from idemflow.engine.cursor import Cursor
+from idemflow.engine.given import Given
+from idemflow.errors import NonDeterminismError
+
+
+class Journal:
+    """The forward steps of an execution, journaled where a continuation needs them, checked
+    where a resumed execution has them."""
+
+    __slots__ = ("_cursor", "_entries", "_given", "noting")
+
+    def __init__(self, given: Given, cursor: Cursor) -> None:
+        self._given = given
+        self._cursor = cursor
+        plan = given.plan
+        self._entries: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
+        self.noting = self._entries is not None or bool(plan.expected)
+        """Whether steps are noted at all (the hot path of ``run`` asks only this)."""
+
+    def entries(self) -> tuple[JournalEntry, ...]:
+        """The forward steps so far, for a continuation to check its replay against."""
+        return tuple(self._entries or ())
+
+    def restart(self) -> None:
+        """Start over (see :class:`~idemflow.engine.deferred.Restart`): nothing journaled."""
+        if self._entries is not None:
+            self._entries = []
+
+    def note(self, table: str, partition: str, identity: str) -> None:
+        """Journal the current forward step, or check it against a resumed execution's
+        (``("", "", "uuid4")`` for a derived value's step: no memo, but a number of its own)."""
+        if self._entries is not None:
+            self._entries.append((table, partition, identity))
+        given = self._given
+        expected = given.plan.expected
+        step = self._cursor.step
+        if step <= len(expected) and expected[step - 1] != (table, partition, identity):
+            recorded = "{2} on {0}/{1}".format(*expected[step - 1])
+            met = f"{identity} on {table}/{partition}"
+            raise NonDeterminismError(given.workflow, given.request_id, step, repr(recorded), repr(met))

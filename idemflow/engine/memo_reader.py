@@ -1,0 +1,132 @@
+"""Reading a step's memo: the value it holds, the abort it recorded, or another step's memo met.
+
+A memo is the durable answer of one step (:mod:`idemflow.records`). Every way
+an execution meets one (replaying, a commit that lost to it, a body that
+raised on data that moved on, an effect's lease held by another execution)
+answers the same way: the memo's value, :class:`AbortWorkflow` if the step
+aborted, :class:`~idemflow.errors.NonDeterminismError` if the memo is another
+step's. A memo of an earlier run of the request id (it outlived its run
+record: DynamoDB's TTL deletes in no order, a sweep in key order) is no answer
+at all: it is deleted and the step runs anew. This part is that one reading,
+the judging of whose run a memo is, and the replay of table-less steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from idemflow import telemetry
+from idemflow.core.requests import Steps
+from idemflow.engine.cursor import Cursor
+from idemflow.engine.given import Given
+from idemflow.engine.run_record import RunRecorder
+from idemflow.engine.store_calls import StoreCalls
+from idemflow.errors import NonDeterminismError
+from idemflow.keys import RUNS_TABLE, step_tag
+from idemflow.records import MEMO_AT, Memo, of_earlier_run
+from idemflow.serialization import JSON
+from idemflow.stores.base import CommitOutcome, Committed, Delete, Op, Row, RowRef
+
+WAIT_ABORTED = "abort at a wait"
+"""The identity of the memo an abort writes in the place of the step after a wait it met
+(``sleep``): whatever step a racing worker that passed the timer reaches there, it aborts."""
+
+
+class AbortWorkflow(BaseException):
+    """A step aborted (now or in an earlier execution): unwind to compensate."""
+
+    def __init__(self, reason: JSON) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class MemoReader:
+    """What the memos an execution meets answer, and whose run they are."""
+
+    __slots__ = ("_calls", "_cursor", "_given", "_recorder")
+
+    def __init__(self, given: Given, cursor: Cursor, calls: StoreCalls, recorder: RunRecorder) -> None:
+        self._given = given
+        self._cursor = cursor
+        self._calls = calls
+        self._recorder = recorder
+
+    def of_earlier_run(self, memo: Row) -> bool:
+        """Whether ``memo`` belongs to an earlier run of the request id than this execution's."""
+        return of_earlier_run(memo, self._recorder.incarnation)
+
+    def here(self) -> RowRef:
+        """Where the current table-less step's memo lives."""
+        given = self._given
+        return RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(self._cursor.step))
+
+    def replayed(self, identity: str) -> Steps[tuple[bool, Any]]:
+        """The current table-less step's memo when replaying: ``(True, value)``, else
+        ``(False, None)``."""
+        if not self._cursor.replaying:
+            return False, None
+        here = self.here()
+        row = yield from self._calls.read(here)
+        if row is not None and of_earlier_run(row, self._recorder.incarnation):
+            row = yield from self.this_runs(here, row)
+        if row is None:
+            self._cursor.fresh()  # memos are sequential: none after a missing one
+            return False, None
+        return True, self.answer(row, identity)
+
+    def answer(self, row: Row, identity: str) -> Any:
+        """The value the memo in ``row`` holds, or :class:`AbortWorkflow` if its step aborted; a
+        memo of another step than ``identity`` is non-determinism."""
+        given = self._given
+        if given.traced:
+            telemetry.count(telemetry.DUPLICATES_ANSWERED, given.workflow)
+        memo = Memo.from_json(row.value)
+        if memo is not None and memo.aborted and memo.identity == WAIT_ABORTED:
+            raise AbortWorkflow(memo.value)  # aborted at the wait before this step: any step
+        if memo is None or memo.identity != identity:
+            recorded = row.value if memo is None else memo.identity
+            raise NonDeterminismError(
+                given.workflow, given.request_id, self._cursor.step, repr(recorded), repr(identity)
+            )
+        if memo.aborted:
+            raise AbortWorkflow(memo.value)
+        return memo.value
+
+    def this_runs(self, memo_ref: RowRef, row: Row) -> Steps[Row | None]:
+        """``row`` (read at ``memo_ref``), unless it is a memo an earlier request with this id left:
+        then it is deleted, if it is still as read, and the place read again.
+
+        Such a memo outlived its run record (DynamoDB's TTL deletes in no order; a sweep visits
+        rows in key order) and this request reuses the id after retention: it is a new request,
+        and replaying that memo would make it a partial run of the old one. One delete, one
+        read: what is read next is judged by the caller (a racing execution may have claimed
+        the request meanwhile, and only its record says whose memo that is)."""
+        assert row is not None
+        calls = self._calls
+        yield from calls.commit([Delete(memo_ref, expect=row.version)], memo_ref)
+        return (yield from calls.read(memo_ref))
+
+    def earlier_memo_dropped(
+        self, outcome: CommitOutcome, ops: Sequence[Op], memo_ref: RowRef, *, claims: bool
+    ) -> Steps[bool]:
+        """Whether a step's commit failed only on its memo insert meeting an earlier run's memo,
+        now deleted: then the same operations are sent again (no rerun: an effect's call is not
+        made twice). Anything else is left to the caller.
+
+        Where the commit also claims the request (``claims``), this execution's incarnation is
+        only drawn, not established: a memo of another incarnation may be a racing execution's
+        that claimed first (a store may report only the first failed condition). Only a run
+        record that is absent proves the memo an earlier run's: a memo is never written before
+        its run's record, and a record goes only once its request has finished."""
+        assert not isinstance(outcome, Committed)
+        failures = outcome.failures
+        if len(failures) != 1 or failures[0].index != MEMO_AT or ops[MEMO_AT].ref != memo_ref:
+            return False
+        existing = failures[0].existing
+        if existing is None or not of_earlier_run(existing, self._recorder.incarnation):
+            return False
+        if claims and (yield from self._calls.read(self._given.run_ref)) is not None:
+            return False
+        yield from self.this_runs(memo_ref, existing)
+        return True

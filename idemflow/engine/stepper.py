@@ -1,0 +1,512 @@
+"""One step: replay it from its memo, or execute its body and commit it exactly once.
+
+A step's memo is inserted in the same commit as its data; a commit that
+loses to another execution's memo returns that memo, one that meets the run
+record switches the execution to replay, and a data conflict reruns the body
+under the policy's tenacity retryer. A step the workflow goes on from may
+leave its commit :class:`Pending` for the workflow's next move.
+
+The stepper owns what lives for one step (its attempts, an effect's answer);
+what the step is, where it goes and whether
+its commit may wait is passed in, never left on an object for a later method
+to pick up. A commit that waits is handed to :mod:`idemflow.engine.deferred`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from idemflow import telemetry
+from idemflow.core.policy import DataConflict, retried
+from idemflow.core.requests import CallOut, Commit, NeedRows, Prefetched, ProcessDied, ReadMany, Steps, Turn
+from idemflow.engine.cursor import Cursor
+from idemflow.engine.deferred import DeferredCommit, Pending
+from idemflow.engine.given import Given
+from idemflow.engine.journal import Journal
+from idemflow.engine.lease import acquire, capped
+from idemflow.engine.memo_reader import AbortWorkflow, MemoReader
+from idemflow.engine.run_record import RunRecorder
+from idemflow.engine.step_log import observed
+from idemflow.engine.store_calls import StoreCalls
+from idemflow.engine.tx import StepAborted, Tx
+from idemflow.errors import (
+    ConflictError,
+    InvalidValueError,
+    LimitExceededError,
+    LimitReachedError,
+    TransientError,
+)
+from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
+from idemflow.limits.calls import call_over, room
+from idemflow.limits.gate import give_back
+from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row, memo_run, memo_text
+from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
+
+Extra = Callable[[], Steps[list[Op]]]
+"""Operations beyond the step's partition that commit with it (a child's claim, a message),
+recomputed on every attempt."""
+
+NOT_CALLED: Any = object()
+"""No call out was answered in this execution's attempt at the effect."""
+
+
+class _RunRecordSeen(BaseException):
+    """The run record, read beside a first step's first row, exists: stop the body."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__()
+        self.row = row
+
+
+def _stop_if_present(row: Row | None) -> None:
+    if row is not None:
+        raise _RunRecordSeen(row)
+
+
+_RETRY = object()
+_LOOK_AGAIN: Any = object()
+
+
+class _Unreachable:
+    """An attempt whose reads could not reach the store: run it again, and if the step's time
+    runs out, report the store's error rather than a conflict there was none of."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: TransientError) -> None:
+        self.error = error
+
+
+class _Step(NamedTuple):
+    """One step as its retries see it: where its memo lives, what it is called, what it runs
+    (the first attempt takes the same as arguments: no tuple on the hot path)."""
+
+    memo_ref: RowRef
+    identity: str
+    body: Callable[[Tx], Any]
+    abortable: bool
+    call_out: CallOut | None
+    extra: Extra | None
+    defer: bool
+    """This attempt may leave its commit pending (a step's first attempt, where it may fold)."""
+
+
+def constant(value: Any) -> Callable[[Tx], Any]:
+    """A step body that only decides ``value`` (the step's memo is all it writes)."""
+    return lambda tx: value
+
+
+class Stepper:
+    """The steps of an execution, each replayed or executed and committed once."""
+
+    __slots__ = (
+        "_attempts",
+        "_calls",
+        "_cursor",
+        "_deferred",
+        "_given",
+        "_journal",
+        "_memos",
+        "_recorder",
+        "called",
+    )
+
+    def __init__(
+        self,
+        given: Given,
+        cursor: Cursor,
+        calls: StoreCalls,
+        memos: MemoReader,
+        recorder: RunRecorder,
+        deferred: DeferredCommit,
+        journal: Journal,
+    ) -> None:
+        self._given = given
+        self._memos = memos
+        self._deferred = deferred
+        self._cursor = cursor
+        self._calls = calls
+        self._recorder = recorder
+        self._journal = journal
+        self._attempts = 0
+        """Attempts of the current step beyond its first (conflicts, transient reads): for its log."""
+        self.called: Any = NOT_CALLED
+        """What the current effect's call answered in this execution, if it was called (an undo
+        needs it when the request is undone at that very call)."""
+
+    def forget_call(self) -> None:
+        """An effect begins: no answer of it seen yet (its attempts share what they see)."""
+        self.called = NOT_CALLED
+
+    # -- steps --------------------------------------------------------------
+
+    def memoized(
+        self, identity: str, body: Callable[[Tx], Any], call_out: CallOut | None = None
+    ) -> Steps[Any]:
+        """The next step, with no table of its own: its memo sits beside the run record."""
+        self._cursor.advance()
+        return self.forward(RUNS_TABLE, self._given.request_id, identity, body, call_out)
+
+    def forward(
+        self,
+        table: str,
+        partition: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        call_out: CallOut | None,
+        extra: Extra | None = None,
+        *,
+        again: bool = False,
+        defer: bool = False,
+    ) -> Steps[Any]:
+        """The current forward step's computation (a plain function: no generator frame of its
+        own); ``again``: an attempt after a failed one, journaled already; ``defer``: its commit
+        may wait for the workflow's next move (:class:`Pending`)."""
+        given, cursor = self._given, self._cursor
+        plan = given.plan
+        if plan.abort is not None and not cursor.cleaning:  # memos win: only a new step aborts
+            reason = plan.abort.reason
+            body, call_out, extra = (lambda tx: tx.abort(reason)), None, None
+        cursor.identity = identity
+        journal = self._journal
+        if journal.noting and not again:
+            journal.note(table, partition, identity)
+        tag = step_tag(cursor.step)
+        return self.run_step(
+            table, partition, tag, identity, body, True, call_out, extra, defer and not again
+        )
+
+    def run_step(
+        self,
+        table: str,
+        partition: str,
+        tag: str,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None = None,
+        extra: Extra | None = None,
+        defer: bool = False,
+    ) -> Steps[Any]:
+        """The computation that replays the step from its memo, or executes and commits it
+        exactly once (a plain function: no generator frame of its own). A step whose
+        body calls out (an effect) resends its commit on a transient error instead of rerunning:
+        a rerun would call the outside service again."""
+        given = self._given
+        memo_ref = RowRef(table, partition, given.memo_prefix + tag)
+        self._calls.renew()
+        step = self._step_once(memo_ref, identity, body, abortable, call_out, extra, defer)
+        if not (given.traced or given.logged):  # the hot path
+            return step
+        self._attempts = 0
+        return observed(given, self._cursor, self._deferred, identity, step, lambda: self._attempts)
+
+    def _step_once(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+        extra: Extra | None,
+        defer: bool,
+    ) -> Steps[Any]:
+        """The step's first attempt, then, if it met a conflict, more under the policy."""
+        try:
+            outcome = yield from self._attempt(memo_ref, identity, body, abortable, call_out, extra, defer)
+        except TransientError:  # the commit's send failed: rerun (the loop re-raises it last)
+            if call_out is not None:  # resent until the deadline already; a rerun would call out again
+                raise
+            outcome = _RETRY
+        if outcome is not _RETRY and type(outcome) is not _Unreachable:
+            return outcome
+        given = self._given
+        retrying = given.policy.rerunning(self._calls.until)
+        # Only a step's first attempt may defer its commit.
+        again = _Step(memo_ref, identity, body, abortable, call_out, extra, False)
+        try:
+            return (yield from retried(retrying, lambda: self._retry(again)))
+        except DataConflict:
+            attempts = retrying.statistics.get("attempt_number", 0) + 1
+            raise ConflictError(
+                given.workflow,
+                given.request_id,
+                self._cursor.step,
+                memo_ref.table,
+                memo_ref.partition,
+                attempts,
+            ) from None
+
+    def _retry(self, step: _Step) -> Steps[Any]:
+        """One more attempt, in this process's turn on the partition (see :mod:`idemflow.engine.turns`)."""
+        memo_ref = step.memo_ref
+        self._attempts += 1
+        if self._given.traced:
+            telemetry.count(telemetry.CONFLICTS_RETRIED, self._given.workflow)
+        give_back = yield Turn(memo_ref.table, memo_ref.partition, self._calls.until)
+        try:
+            outcome = yield from self._attempt(*step)
+        finally:
+            give_back()
+        if outcome is _RETRY:
+            raise DataConflict
+        if type(outcome) is _Unreachable:
+            raise outcome.error  # retried as a conflict is; the last one reaches the caller
+        return outcome
+
+    def _attempt(
+        self,
+        memo_ref: RowRef,
+        identity: str,
+        body: Callable[[Tx], Any],
+        abortable: bool,
+        call_out: CallOut | None,
+        extra: Extra | None,
+        defer: bool,
+    ) -> Steps[Any]:
+        given, cursor, calls, recorder, memos = (
+            self._given,
+            self._cursor,
+            self._calls,
+            self._recorder,
+            self._memos,
+        )
+        since = time.monotonic()  # when an effect first asked for its limit group's room
+        while True:  # loops when the commit revealed an existing run record, or after a wait
+            if cursor.replaying:
+                row = yield from calls.read(memo_ref)
+                if row is not None and memos.of_earlier_run(row):
+                    row = yield from memos.this_runs(memo_ref, row)
+                if row is not None:
+                    return memos.answer(row, identity)
+                cursor.fresh()
+            peek = None
+            if not cursor.run_known:
+                if not given.capabilities.cross_partition_commit:
+                    yield from recorder.claim()
+                    continue
+                peek = (given.run_ref, _stop_if_present)
+            reader = given.reader if given.reader is not None else Prefetched()
+            tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
+            try:
+                while True:  # more than once only where reads are prefetched
+                    try:
+                        result = body(tx)
+                        break
+                    except NeedRows as need:
+                        wanted: Sequence[RowRef] = need.refs
+                    assert isinstance(reader, Prefetched)
+                    reader.add(wanted, (yield ReadMany(wanted)))
+                    tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
+                if call_out is not None:
+                    if call_out.lease is None and call_out.group is None:
+                        result = self.called = yield call_out
+                    else:
+                        if call_out.lease is not None:
+                            recorded = yield from self._leased(memo_ref, call_out.lease)
+                            if recorded is not None:  # another execution made the call
+                                return memos.answer(recorded, identity)
+                        called = yield from self._guarded(memo_ref, call_out, since)
+                        if called is _LOOK_AGAIN:  # waited here for its limit group: look again
+                            continue
+                        result = self.called = called
+            except _RunRecordSeen as seen:
+                yield from recorder.meet(seen.row)  # returns only to replay
+                continue
+            except LimitReachedError:  # the call was not made: nothing to look for
+                raise
+            except StepAborted as abort:
+                if not abortable:
+                    raise
+                aborted, value = True, abort.reason
+                data_ops: list[Op] = [*tx.read_checks()]
+            except TransientError as unreachable:  # a read was throttled or got no answer
+                return _Unreachable(unreachable)
+            except Exception:
+                # A replay whose data moved on may fail where the first run
+                # succeeded: the memo, if any, is the answer.
+                row = yield from calls.read(memo_ref)
+                if row is not None and not cursor.run_known and memo_run(row) is not None:
+                    # No claim yet: a memo never precedes its run's record, which says whose it is.
+                    met = yield from calls.read(given.run_ref)
+                    if met is not None:
+                        yield from recorder.meet(met)
+                    else:
+                        yield from memos.this_runs(memo_ref, row)
+                    continue
+                if row is not None and memos.of_earlier_run(row):
+                    row = yield from memos.this_runs(memo_ref, row)
+                if row is not None:
+                    return memos.answer(row, identity)
+                if (yield from self._stale(tx)):  # reads that were never one snapshot: run it again
+                    return _RETRY
+                raise
+            else:
+                aborted, value = False, result
+                data_ops = tx.ops()
+            expires = given.expiry()
+            run_included = not cursor.run_known
+            claim = recorder.claim_ops(expires, with_outbox=True) if run_included else ()  # draws the run
+            at = int(given.clock() * 1000)
+            run = recorder.incarnation
+            memo_value = memo_row(identity, value, aborted=aborted, at=at, run=run)
+            try:
+                text = memo_text(identity, value, aborted=aborted, at=at, run=run)
+            except InvalidValueError as bad:  # the place is named only when needed: it costs a format
+                where = f"result of step {cursor.step} ({identity}) of workflow {given.workflow!r}"
+                raise InvalidValueError(where, bad.problem) from None
+            ops: list[Op] = [Insert(memo_ref, memo_value, text, expires), *claim]
+            ops.extend(data_ops)
+            if extra is not None and not aborted:
+                ops.extend((yield from extra()))
+            if call_out is not None and call_out.lease is not None:
+                ops.append(Delete(self._lease_ref(memo_ref)))  # ended with the call it guarded
+            if defer and not aborted and extra is None and self._deferred.foldable(ops):
+                # Committed by the workflow's next move: with the outcome, if it returns now.
+                leased = call_out is not None and call_out.lease is not None
+                self._deferred.hold(Pending(ops, memo_ref, run_included, leased))
+                return value
+            while True:  # more than once only to replace a memo an earlier run left
+                if call_out is not None or given.traced:  # an effect's commit is resent as it is
+                    outcome = yield from calls.commit(ops, memo_ref, resend=call_out is not None)
+                else:  # any other's failed send reruns the body
+                    try:
+                        outcome = yield Commit(ops)
+                    except LimitExceededError as refused:
+                        raise calls.named(refused, memo_ref) from None
+                if isinstance(outcome, Committed):
+                    break
+                if not (yield from memos.earlier_memo_dropped(outcome, ops, memo_ref, claims=run_included)):
+                    break
+            if isinstance(outcome, Committed):
+                cursor.committed()
+                if given.traced:
+                    telemetry.count(telemetry.STEPS_COMMITTED, given.workflow)
+                if aborted:
+                    raise AbortWorkflow(value)
+                # Strict encoding guarantees decode(encode(x)) == x: no need to parse it back.
+                return value
+            by_index = {failure.index: failure for failure in outcome.failures}
+            if run_included and RUN_AT in by_index:
+                yield from recorder.meet(by_index[RUN_AT].existing)
+            existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
+            if existing_memo is not None and memos.of_earlier_run(existing_memo):
+                if run_included and RUN_AT not in by_index:  # this claim did not fail: is it the run?
+                    met = yield from calls.read(given.run_ref)
+                    if met is not None:  # another execution's claim: its record says whose memo this is
+                        yield from recorder.meet(met)
+                        continue
+                yield from memos.this_runs(memo_ref, existing_memo)  # an earlier run's
+                continue
+            if existing_memo is not None:
+                return memos.answer(existing_memo, identity)
+            if run_included and RUN_AT in by_index:
+                continue  # replaying now: read the memo first
+            return _RETRY
+
+    # -- replay, leases, limits, stale reads -----------------------------------
+
+    def _guarded(self, memo_ref: RowRef, call_out: CallOut, since: float) -> Steps[Any]:
+        """The call made under its effect lease (held already) and inside its limit group: the
+        call's answer, or ``_LOOK_AGAIN`` once this execution waited for the group here. A call
+        that did not happen (its group was full) or failed gives the lease up, so a retry or a
+        racing execution need not wait for it to end; a failed call keeps its group's slot
+        unless it is over at the provider (:func:`~idemflow.limits.calls.call_over`), so a
+        retry waits for that slot as for any full group; an error that is not an ``Exception``
+        stands for the process dying there, which gives nothing back (the leases end)."""
+        given, group = self._given, call_out.group
+        token = None
+        if group is not None:
+            try:
+                token = yield from room(given, self._recorder, self._journal.entries, group, since)
+            except (GeneratorExit, ProcessDied):  # dropped or dead: the lease ends by itself
+                raise
+            except BaseException:  # full: handed over or refused, the call not made
+                yield from self._lease_given_up(memo_ref, call_out)
+                raise
+            if token is None:
+                yield from self._lease_given_up(memo_ref, call_out)
+                return _LOOK_AGAIN
+        try:
+            answer = yield call_out
+        except Exception as failed:
+            # A call that timed out, lost its connection or raised what nobody declared over may
+            # still be at the provider: its slot stays taken until its lease ends (which outlasts
+            # the call), so no other call takes its place meanwhile.
+            if token is not None and call_over(failed, self._cursor.retry):
+                assert group is not None
+                yield from give_back((group,), token, given.clock)
+            yield from self._lease_given_up(memo_ref, call_out)
+            raise
+        if token is not None:
+            assert group is not None
+            yield from give_back((group,), token, given.clock)
+        return answer
+
+    def undone_at(self, step: int) -> Steps[tuple[float | None, bool]]:
+        """Where the request was undone at effect ``step``: when its abort memo was written (None
+        if this version cannot tell) and whether an execution still holds the call's lease row
+        (it was in the call, and wrote no memo: it may have died there)."""
+        given, calls = self._given, self._calls
+        memo = yield from calls.read(RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(step)))
+        lease = yield from calls.read(
+            RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + lease_tag(step))
+        )
+        decided = None if memo is None else Memo.from_json(memo.value)
+        return (None if decided is None else decided.at), lease is not None
+
+    def _lease_given_up(self, memo_ref: RowRef, call_out: CallOut) -> Steps[None]:
+        if call_out.lease is not None:
+            with contextlib.suppress(TransientError):  # else it ends by itself
+                yield from self._calls.commit([Delete(self._lease_ref(memo_ref))], memo_ref)
+
+    def _lease_ref(self, memo_ref: RowRef) -> RowRef:
+        return RowRef(
+            memo_ref.table, memo_ref.partition, self._given.memo_prefix + lease_tag(self._cursor.step)
+        )
+
+    def _leased(self, memo_ref: RowRef, seconds: float) -> Steps[Row | None]:
+        """Hold the effect's lease (None), or the memo of the execution that held it."""
+        given, calls, memos = self._given, self._calls, self._memos
+        seconds = capped(seconds, given.plan.lease_until)
+        while True:
+            recorded = yield from acquire(
+                memo_ref,
+                self._lease_ref(memo_ref),
+                seconds,
+                commit=lambda ops: calls.commit(ops, memo_ref),
+                read=calls.read,
+                sleep=given.policy.conflicts.sleep,
+                expires=given.expiry(),
+            )
+            if recorded is None:
+                return None
+            if not self._cursor.run_known:  # no claim yet: a memo never precedes its run's record
+                if memo_run(recorded) is None:
+                    return recorded  # written before incarnations: trusted, as it always was
+                met = yield from calls.read(given.run_ref)
+                if met is not None:
+                    raise _RunRecordSeen(met)  # replay, judging the memo by that record's run
+            elif not memos.of_earlier_run(recorded):
+                return recorded
+            yield from memos.this_runs(memo_ref, recorded)  # the lease is taken again over nothing
+
+    def _stale(self, tx: Tx) -> Steps[bool]:
+        """Did a row the body read change before it raised? Then it saw no consistent state.
+
+        Reads inside a body are each strongly consistent but not one snapshot
+        (DynamoDB's are never cancelled by a concurrent commit, Azure's are
+        separate calls); the commit's conditions make a *committed* body
+        serializable, and this check gives the same to a body that raised.
+        """
+        checks = tx.read_checks()
+        if not checks:
+            return False
+        rows = yield ReadMany([check.ref for check in checks])
+        return any(
+            (Cond.ABSENT if row is None else row.version) != check.expect
+            for check, row in zip(checks, rows, strict=True)
+        )

@@ -1,0 +1,1 @@
+"""Platform integrations: the Lambda and Azure Functions hosts and HTTP answers."""

@@ -1,0 +1,1 @@
+"""Operator commands: retry, cancel, resume, abort, collection and a request's timeline."""

@@ -1,0 +1,387 @@
+"""Retention: what happens to a bookkeeping row once its ``expires_at`` has passed.
+
+Memo rows, run records and outbox entries carry ``expires_at = now +
+RetryPolicy.retention``. DynamoDB deletes them by TTL. SQLite, Azure Tables
+and the memory store have no TTL, so they sweep by themselves (see
+:class:`~idemflow.stores.base.Expiring`): each finds a bounded batch of rows
+whose ``expires_at`` has passed and hands it to :func:`settle`, which decides
+per row by the run record of the request the row belongs to:
+
+- a memo or outbox entry of a finished (completed or aborted) request, or of
+  a request with no run record left, is deleted;
+- a finished run record is deleted too: its memos carry its incarnation, so
+  one that outlives it is told apart from a later request's of that id (which
+  deletes it and runs the step anew). A record written before incarnations
+  (format 5) is kept one more retention window (at least :data:`RECHECK`):
+  every sweep pass in that window removes its memos before it goes (a sweep
+  visits rows in key order, not in expiry order; its memos, which carry no
+  incarnation, would be replayed by a later request of that id);
+- a row of a request that is not finished (running, failed, waiting) is never
+  deleted: it is written back unchanged with ``expires_at`` :data:`RECHECK`
+  seconds later, so a stuck request keeps every row it needs to resume and the
+  sweep does not meet the row again at once;
+- a row that reads as absent (an Azure tombstone) is deleted; data rows are
+  never touched.
+
+Every delete and write-back is conditional on the version the sweep read, so a
+writer racing the sweep always wins: a sweep never removes what was committed
+after it looked. Why a decision per row rather than a delete by date, as TTL
+does: a request may stay unfinished longer than ``retention``, and its rows
+must outlive the window. :mod:`idemflow.operator.collection` (``idemflow gc``) uses the same
+rules and commits, with its own "finished more than D ago" selection.
+
+>>> from idemflow import atomic, run
+>>> from idemflow.stores import MemoryStore
+>>> from idemflow import RetryPolicy
+>>> store = MemoryStore(expire_every=None)
+>>> two_steps = atomic("items", "p", lambda tx: tx.put("k", 1)).then(
+...     atomic("items", "q", lambda tx: tx.put("k", 2)))
+>>> run(two_steps, request_id="r", store=store, policy=RetryPolicy(retention=60.0))
+>>> report = store.expire(now=1e12)
+>>> report.deleted, [key for _, key, _ in store.scan("items")]  # two memos and the run record
+(3, ['dk', 'dk'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Awaitable, Generator, Iterable, Sequence
+from typing import Any, TypeVar
+
+from idemflow.core.requests import Commit, CommitCache, Read, ReadMany, Scan, Steps
+from idemflow.core.trampoline import atrampoline, trampoline
+from idemflow.keys import RUN, RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key
+from idemflow.records import RunRecord, outbox_ref, run_ref
+from idemflow.serialization import decode, encode
+from idemflow.stores.base import (
+    AsyncStore,
+    Capabilities,
+    Committed,
+    Delete,
+    Expired,
+    ExpiryReport,
+    Op,
+    Put,
+    Row,
+    RowRef,
+    Store,
+)
+
+T = TypeVar("T")
+
+RECHECK = 24 * 3600.0
+"""Seconds a kept row (of an unfinished request) waits before a sweep looks at it again."""
+BATCH = 100
+"""Most deletes in one commit of a sweep (fewer where the backend allows fewer)."""
+SLACK = 0.5
+"""Fraction of the retention a request's rows must still have left when a wait of it ends: a
+wait ending later than that before the rows' bound extends them first (:func:`extension_due`)."""
+KEEP_ALIVE = 0.25
+"""Fraction of the retention after which a worker wakes a request that waits with no known end
+(a receive with no timeout, a child) to extend its rows and wait again."""
+NOTE_ATTEMPTS = 3
+"""Rounds :func:`left_over` tries its note in before it leaves the record as it was (a racing
+writer, or the store's own transient conflict, may win one)."""
+
+
+class Fate(enum.Enum):
+    """What a sweep does with one expired row."""
+
+    DELETE = "delete"
+    RECHECK = "recheck"
+    """Keep it: written back with a later ``expires_at``."""
+    LEAVE = "leave"
+    """Not a bookkeeping row: never touched."""
+
+
+def owner(ref: RowRef) -> RowRef | None:
+    """Where the run record of the request ``ref`` belongs to lives (itself for a run record),
+    or None for a data row or a key of no known kind.
+
+    >>> owner(RowRef("accounts", "alice", "mtransfer|t-1|s1"))
+    RowRef(table='idemflowruns', partition='t-1', key='rtransfer')
+    """
+    memo = parse_memo_key(ref.key)
+    if memo is not None:
+        return run_ref(memo[0], memo[1])
+    if ref.table != RUNS_TABLE:
+        return None
+    if ref.key.startswith(RUN):
+        return ref
+    sent_to = parse_outbox_key(ref.key) or parse_inbox_key(ref.key)  # wake-ups and messages too
+    return None if sent_to is None else run_ref(*sent_to)
+
+
+def _parsed(record: Row) -> RunRecord | None:
+    """The run record in ``record``, or None for one this version cannot read (kept, as an
+    unfinished request's)."""
+    try:
+        return RunRecord.from_json(record.value)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def fate(item: Expired, record: Row | None, now: float) -> Fate:
+    """The rule of the module docstring for one row, given its request's run record."""
+    if item.text is None:
+        return Fate.DELETE
+    mine = owner(item.ref)
+    if mine is None:
+        return Fate.LEAVE
+    parsed = None if record is None else _parsed(record)
+    if record is not None and (parsed is None or not parsed.status.final):
+        return Fate.RECHECK
+    older = mine == item.ref and parsed is not None and parsed.incarnation is None
+    if older and parsed is not None and now < item.expires_at + _grace(item, parsed):
+        return Fate.LEAVE  # an older record outlives its memos (met again on a later pass)
+    return Fate.DELETE
+
+
+def _grace(item: Expired, record: RunRecord) -> float:
+    """How long a finished run record stays after it expired: one more retention (at least
+    :data:`RECHECK`). A sweep visits rows in key order, not in expiry order, so a memo expiring
+    before its run record may still be met after it; a run record deleted first would leave
+    memos a later request of that id replays (a partial run). Keeping the record one more
+    window lets every pass since the memos expired reach them first."""
+    ended = record.finished_at
+    retention = item.expires_at - ended if ended is not None else 0.0
+    return max(RECHECK, retention)
+
+
+def settle(found: Sequence[Expired], now: float, capabilities: Capabilities) -> Steps[ExpiryReport]:
+    """Apply :func:`fate` to ``found`` (in the order given: expiry order where the store has one).
+
+    Yields one ``ReadMany`` of the run records not among ``found``, then the
+    conditional commits of :func:`commit_each`.
+    """
+    owners = [owner(item.ref) for item in found]
+    mine = {item.ref: item for item in found}
+    wanted = list(dict.fromkeys(ref for ref in owners if ref is not None and ref not in mine))
+    read: list[Row | None] = (yield ReadMany(wanted)) if wanted else []
+    records: dict[RowRef, Row | None] = dict(zip(wanted, read, strict=True))
+    for item in found:
+        if item.text is not None and owner(item.ref) == item.ref:  # a run record met itself
+            records[item.ref] = Row(decode(item.text), item.version)
+    ops: list[Op] = []
+    for item, ref in zip(found, owners, strict=True):
+        chosen = fate(item, None if ref is None else records.get(ref), now)
+        if chosen is Fate.DELETE:
+            ops.append(Delete(item.ref, expect=item.version))
+        elif chosen is Fate.RECHECK and item.text is not None:
+            later = now + RECHECK
+            ops.append(Put(item.ref, decode(item.text), item.text, expect=item.version, expires_at=later))
+    applied = yield from commit_each(ops, capabilities)
+    gone = {op.ref for op in applied if isinstance(op, Delete)}
+    late = max((now - item.expires_at for item in found if item.ref in gone), default=0.0)
+    return ExpiryReport(
+        len(found), len(gone), len(applied) - len(gone), len(ops) - len(applied), max(late, 0.0)
+    )
+
+
+def commit_each(ops: Sequence[Op], capabilities: Capabilities) -> Steps[list[Op]]:
+    """Commit ``ops`` and return those applied: an op whose condition failed (a writer came
+    first) is dropped and the rest of its batch resent.
+
+    Deletes go in batches of up to :data:`BATCH`, across partitions where the backend
+    commits across them, else one table and partition per commit, in the order given.
+    A write-back carries a whole row, so it goes alone (no batch over a byte limit);
+    those are rare: one per row of an unfinished request per :data:`RECHECK`.
+    """
+    size = min(BATCH, capabilities.max_ops_per_commit)
+    batches: list[list[Op]] = []
+    places: dict[tuple[str, str] | None, list[Op]] = {}
+    for op in ops:
+        if isinstance(op, Put):
+            batches.append([op])
+            continue
+        place = None if capabilities.cross_partition_commit else (op.ref.table, op.ref.partition)
+        batch = places.get(place)
+        if batch is None or len(batch) >= size:
+            batch = places[place] = []
+            batches.append(batch)
+        batch.append(op)
+    applied: list[Op] = []
+    for batch in batches:
+        while batch:
+            outcome = yield Commit(batch)
+            if isinstance(outcome, Committed):
+                applied.extend(batch)
+                break
+            failed = {failure.index for failure in outcome.failures}
+            if not failed:  # a backend that names no failure: leave the batch to a later sweep
+                break
+            batch = [op for index, op in enumerate(batch) if index not in failed]
+    return applied
+
+
+def apply(store: Store, found: Sequence[Expired], now: float) -> ExpiryReport:
+    """:func:`settle` on a blocking store."""
+    return trampoline(settle(found, now, store.capabilities), lambda request: _answer(store, request))
+
+
+async def aapply(store: AsyncStore, found: Sequence[Expired], now: float) -> ExpiryReport:
+    """:func:`settle` on an asynchronous store."""
+    return await atrampoline(settle(found, now, store.capabilities), lambda request: _aanswer(store, request))
+
+
+def _answer(store: Store, request: object) -> Any:
+    if isinstance(request, Commit):
+        return store.commit(request.ops)
+    assert isinstance(request, ReadMany), request
+    return store.read_many(request.refs)
+
+
+def _aanswer(store: AsyncStore, request: object) -> Awaitable[Any]:
+    if isinstance(request, Commit):
+        return store.commit(request.ops)
+    assert isinstance(request, ReadMany), request
+    return store.read_many(request.refs)
+
+
+# -- keeping an unfinished request's rows past a long wait ------------------------------------
+#
+# A sweep keeps the rows of an unfinished request (RECHECK above), but DynamoDB's TTL deletes by
+# date alone. So where a request waits longer than its rows are kept, the engine first gives
+# every row of it that it knows a later ``expires_at`` (written back unchanged, conditional on
+# the version read, as a sweep keeps a row), and the run record remembers the new bound
+# (``ku``, :attr:`~idemflow.records.RunRecord.kept_until`); every row written for the request
+# later expires no earlier (:meth:`~idemflow.engine.given.Given.expiry`). Nothing is written on a
+# request's way unless a wait passes that bound: a short sleep costs nothing more.
+
+
+def sweeps(store: object) -> bool:
+    """Whether ``store`` keeps an unfinished request's rows by a sweep of its own (SQLite, Azure
+    Tables, memory), where a wait with no known end keeps them too; not DynamoDB, whose TTL
+    deletes by date alone (nor a wrapper that hides its store's sweep: it gets keep-alives)."""
+    return callable(getattr(store, "expire", None))
+
+
+def kept_bound(record: RunRecord, retention: float) -> float:
+    """Epoch seconds no row of the unfinished request ``record`` expires before: its ``ku``, else
+    its claim's time plus ``retention`` (every row is written at or after the claim)."""
+    if record.kept_until is not None:
+        return record.kept_until
+    return -math.inf if record.started_at is None else record.started_at + retention
+
+
+def extension_due(record: RunRecord, retention: float, until: float) -> bool:
+    """Whether a wait ending at ``until`` must extend the request's rows first: they would have
+    less than :data:`SLACK` of the retention left when it ends."""
+    return until + retention * SLACK > kept_bound(record, retention)
+
+
+def mine(ref: RowRef, run: RowRef) -> bool:
+    """Whether ``ref`` is a bookkeeping row of the request whose run record is ``run`` (its
+    memos, messages, outbox entry), that an extension may write back; never its run record
+    (written after, with the new bound) nor an effect's lease (its holder writes it under the
+    version it read: the lease ends by itself, long before any retention)."""
+    if ref == run or owner(ref) != run:
+        return False
+    memo = parse_memo_key(ref.key)
+    return memo is None or not memo[2].startswith("l")
+
+
+def watched(steps: Steps[T], run: RowRef, known: set[RowRef]) -> Steps[T]:
+    """``steps`` unchanged, noting in ``known`` every row of the request ``run`` names that it
+    reads, scans or writes: what an extension writes back if the execution ends in a long wait.
+    Only a set's insert per row met: nothing is sent to the store."""
+    answer: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = steps.send(answer) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            done: T = stop.value
+            return done
+        if isinstance(request, Read):
+            refs: Iterable[RowRef] = (request.ref,)
+        elif isinstance(request, ReadMany):
+            refs = request.refs
+        elif isinstance(request, Commit | CommitCache):
+            refs = [op.ref for op in request.ops]
+        else:
+            refs = ()
+        known.update(ref for ref in refs if mine(ref, run))
+        try:
+            answer, error = (yield request), None
+        except GeneratorExit:
+            steps.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - thrown into the engine, as the driver meant
+            answer, error = None, exc
+        if isinstance(request, Scan) and answer is not None:
+            answer = list(answer)
+            known.update(
+                ref for partition, key, _ in answer if mine(ref := RowRef(request.table, partition, key), run)
+            )
+
+
+def extend(
+    known: Iterable[RowRef],
+    run: RowRef,
+    workflow: str,
+    request_id: str,
+    until: float,
+    capabilities: Capabilities,
+) -> Generator[Any, Any, int]:
+    """Give every row of the request in ``known`` (and its messages, table-less memos and outbox
+    entry, found here) ``expires_at = until`` where it expires earlier; how many were written.
+
+    Each goes back unchanged, conditional on the version just read: a writer that came between
+    wins (it wrote the row anew, with an expiry of its own). Called only before a run record
+    write that stores ``until`` as the request's bound."""
+    scanned = yield Scan(RUNS_TABLE, run.partition)
+    refs = dict.fromkeys(known)
+    refs.update(
+        (ref, None) for partition, key, _ in scanned if mine(ref := RowRef(RUNS_TABLE, partition, key), run)
+    )
+    refs[outbox_ref(workflow, request_id)] = None
+    wanted = list(refs)
+    ops: list[Op] = []
+    for start in range(0, len(wanted), BATCH):
+        chunk = wanted[start : start + BATCH]
+        rows: list[Row | None] = yield ReadMany(chunk)
+        for ref, row in zip(chunk, rows, strict=True):
+            if row is not None:
+                text = encode(row.value, "kept row", envelope=3)
+                ops.append(Put(ref, row.value, text, expect=row.version, expires_at=until))
+    applied = yield from commit_each(ops, capabilities)
+    return len(applied)
+
+
+def left_over(
+    run: RowRef,
+    workflow: str,
+    request_id: str,
+    why: str,
+    retention: float,
+    now: float,
+    known: Iterable[RowRef],
+    capabilities: Capabilities,
+) -> Generator[Any, Any, bool]:
+    """Say in the run record of a request whose caller's ``run`` raised why it is unfinished
+    (``why``: its last error and step, shown by ``status``, ``runs list`` and the console), and
+    keep its rows a retention from now, extending them first where their bound is too near: a
+    later attempt relies on them. Only on that failure path; False if there was no unfinished
+    record to note (nothing committed yet, or it finished meanwhile)."""
+    for _ in range(NOTE_ATTEMPTS):  # a racing writer (or the store's own conflict) wins a round
+        row = yield Read(run)
+        if row is None:
+            return False
+        record = RunRecord.from_json(row.value)
+        if record.status.final:
+            return False
+        expires = now + retention
+        updated = dataclasses.replace(record, waiting=why[:500])
+        if extension_due(record, retention, now):
+            yield from extend(known, run, workflow, request_id, expires, capabilities)
+            updated = dataclasses.replace(updated, kept_until=expires)
+        if updated.kept_until is not None and updated.kept_until > expires:
+            expires = updated.kept_until
+        value = updated.to_json()
+        put = Put(run, value, encode(value, "run record", envelope=3), expect=row.version, expires_at=expires)
+        if isinstance((yield Commit([put])), Committed):
+            return True
+    return False
