@@ -87,3 +87,12 @@ def test_an_import_inside_a_function_is_one_of_an_optional_extra_and_names_it() 
     ]
     assert unnamed == []
     assert function_level_imports(), "the walk finds the imports the extras need"
+
+
+def test_the_version_is_stated_once_and_is_the_newest_golden_release() -> None:
+    """pyproject.toml's version is the one the golden rows and the record format name."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    releases = {path.stem for path in (ROOT / "tests" / "golden").rglob("*.json")}
+    newest = max(releases, key=lambda release: tuple(int(part) for part in release.split(".")))
+    assert version == newest
+    assert f"({version})" in (PACKAGE / "records.py").read_text(), "the row format names the release"

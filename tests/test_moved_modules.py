@@ -22,7 +22,7 @@ MOVED = [
 
 @pytest.mark.parametrize(("old", "new", "name"), MOVED, ids=[old for old, _, _ in MOVED])
 def test_an_old_path_gives_the_same_object_and_says_where_it_moved(old: str, new: str, name: str) -> None:
-    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated .* import {name} from {new}"):
+    with pytest.warns(DeprecationWarning, match=rf"^{old}\.{name} moved: import {name} from {new}$"):
         value = getattr(importlib.import_module(old), name)
     assert value is getattr(importlib.import_module(new), name)
 

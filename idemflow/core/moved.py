@@ -18,8 +18,10 @@ path, so a test suite can turn exactly these warnings into errors
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 Moves = Mapping[str, str]
 """``{old name: "new.module"}``, or ``"new.module:new_name"`` when the name changed too."""
@@ -47,4 +49,30 @@ def resolve(owner: str, name: str, moves: Moves, *, depth: int = 0) -> object:
     return getattr(importlib.import_module(module), renamed)
 
 
-__all__ = ["Moves", "new_place", "resolve"]
+def forwarding(old: str, new: str) -> Callable[[str], object]:
+    """The ``__getattr__`` of a renamed module ``old``: every name of module ``new``, each with
+    the warning :func:`resolve` gives."""
+
+    def __getattr__(name: str) -> object:
+        if name.startswith("__") or not hasattr(importlib.import_module(new), name):
+            # import machinery and tools probing dunders, or a name the new module lacks too
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        return resolve(old, name, {name: new})
+
+    return __getattr__
+
+
+def alias(package: str, old: str, new: str) -> None:
+    """Make ``package.old`` importable as the renamed module ``package.new``: no file, a module
+    object in ``sys.modules`` whose names resolve with their warning (a ``.pyi`` stub at the old
+    path keeps type checkers finding it), so the renamed file stays a plain rename in history."""
+    name = f"{package}.{old}"
+    if name in sys.modules:
+        return
+    module = types.ModuleType(name, f"Renamed: import from {package}.{new}.")
+    module.__getattr__ = forwarding(name, f"{package}.{new}")  # type: ignore[method-assign]
+    sys.modules[name] = module
+    setattr(sys.modules[package], old, module)
+
+
+__all__ = ["Moves", "alias", "forwarding", "new_place", "resolve"]

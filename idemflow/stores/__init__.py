@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow.core.lazy import load_optional
 from idemflow.core.moved import Moves as _Moves
+from idemflow.core.moved import alias
 from idemflow.core.moved import resolve as _resolve
-from idemflow.stores._moved import alias
 from idemflow.stores._openers import OPTIONAL
 from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Capabilities, Row, RowRef, Store

@@ -21,9 +21,9 @@ from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.core.lazy import load_optional
+from idemflow.core.moved import alias
 from idemflow.core.urls import Url, parse_url
 from idemflow.errors import MessageLostError
-from idemflow.stores._moved import alias
 from idemflow.stores.registry import Backend, load
 
 if TYPE_CHECKING:
