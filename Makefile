@@ -71,7 +71,7 @@ CHAOS_MINUTES ?= 10
 # Then the Lambda handlers (SQS and HTTP) in awslambdaric sandboxes, SIGKILLed and SIGSTOPped, on moto.
 chaos: $(STAMP) $(DYNAMODB_LOCAL)
 	$(BIN)/python -m samples.chaos --minutes $(CHAOS_MINUTES)
-	$(BIN)/python -m tests.lambda_chaos --out benchmarks/results/chaos.md
+	$(BIN)/python -m tests.support.lambda_chaos --out benchmarks/results/chaos.md
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .hypothesis site

@@ -14,7 +14,7 @@ the parent's commands, one JSON line each way on stdin/stdout:
   outbox (``null`` for a version without one);
 - ``{"op": "close"}``.
 
-The workload is ``tests.async_workflows.survey`` with a checkpoint after its
+The workload is ``tests.support.async_workflows.survey`` with a checkpoint after its
 first step (``at=[1]``), copied here: ``submit`` runs step 1 (a put in
 ``tablea``) and returns at the checkpoint; the worker runs step 2 (an
 increment in ``tableb``).
@@ -65,7 +65,7 @@ def _count(tx: Tx, answer: str) -> str:
 
 @workflow("survey")
 def survey(response: dict[str, Any]) -> Generator[Idem[Any], Any, Any]:
-    """Record a response, checkpoint, count it in another table (``tests.async_workflows.survey``,
+    """Record a response, checkpoint, count it in another table (``tests.support.async_workflows.survey``,
     ``at=[1]``)."""
     space = response["space"]
     answer = yield atomic("tablea", space + "responses", lambda tx: _record(tx, response), name="record")

@@ -10,11 +10,11 @@ with the SDK, and times what finishes it:
 - ``handler``: :func:`idemflow.aws_lambda.sqs_handler` called in this process with the message as
   a one-record SQS event (the worker's handling plus the event checks and the final flush);
 - ``lambda``: the same event through AWS's runtime client in a warm sandbox
-  (:mod:`tests.lambda_runtime`): the handler plus the Runtime API round trip and JSON.
+  (:mod:`tests.support.lambda_runtime`): the handler plus the Runtime API round trip and JSON.
 
 The three kinds take turns within each round, so load on a shared machine hits them alike.
 
-``--http`` times ``POST /orders`` (``tests.lambda_functions.orders``: one step) as an HTTP API
+``--http`` times ``POST /orders`` (``tests.support.lambda_functions.orders``: one step) as an HTTP API
 event: its first call, a duplicate in the same sandbox (answered from the handler's cache of
 finished answers), and a duplicate in another sandbox (no cached answer: the run record is read),
 each called in this process and through a warm ``awslambdaric`` sandbox.
@@ -39,10 +39,10 @@ from idemflow.aws_lambda import FixedContext, http_handler, sqs_handler
 from idemflow.client import submit
 from idemflow.testing.servers import moto_server
 from idemflow.worker import Worker, open_queue
-from tests.async_workflows import survey
-from tests.lambda_events import http_event
-from tests.lambda_functions import ORDER_OPTIONS, WORKFLOWS, place_order
-from tests.lambda_runtime import Sandbox
+from tests.support.async_workflows import survey
+from tests.support.lambda_events import http_event
+from tests.support.lambda_functions import ORDER_OPTIONS, WORKFLOWS, place_order
+from tests.support.lambda_runtime import Sandbox
 
 KEY = "bench-key"
 KINDS = ("worker", "handler", "lambda")
@@ -88,8 +88,8 @@ def http(requests: int) -> None:
         times: dict[str, list[float]] = {}
         env = {"IDEMFLOW_STORE_URL": store_url}
         with (
-            Sandbox("tests.lambda_functions.orders", env) as one,
-            Sandbox("tests.lambda_functions.orders", env) as two,
+            Sandbox("tests.support.lambda_functions.orders", env) as one,
+            Sandbox("tests.support.lambda_functions.orders", env) as two,
         ):
             ways: dict[str, tuple[Callable[[dict[str, Any]], Any], ...]] = {
                 "in process": (
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         handler = sqs_handler(WORKFLOWS, store=store, queue=queue, signing_key=KEY)
         env = {"IDEMFLOW_STORE_URL": store_url, "IDEMFLOW_QUEUE_URL": queue_url, "IDEMFLOW_SIGNING_KEY": KEY}
         times: dict[str, list[float]] = {kind: [] for kind in KINDS}
-        with Sandbox("tests.lambda_functions.worker", env) as sandbox:
+        with Sandbox("tests.support.lambda_functions.worker", env) as sandbox:
             finishers: dict[str, Callable[[dict[str, Any]], object]] = {
                 "worker": lambda raw: worker.handle(
                     Message(raw["MessageId"], decode_wire(raw["Body"]), 1, raw["ReceiptHandle"])

@@ -16,7 +16,7 @@ Azurite), driven round by round by this process: baseline, candidate,
 candidate, baseline, ... (the order rotates), so the machine's drift hits
 both alike. Only one subprocess works at a time.
 
-The workload is ``tests.async_workflows.survey`` with a checkpoint after step
+The workload is ``tests.support.async_workflows.survey`` with a checkpoint after step
 1, submitted with a new request id each time: ``submit`` runs step 1 and
 hands the rest to the queue. Per round, each variant times ``per-round``
 submits back to back (the round's sample is their median), then flushes the

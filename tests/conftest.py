@@ -23,7 +23,7 @@ from idemflow.keys import RUNS_TABLE
 from idemflow.stores import Store
 from idemflow.stores.registry import STORES, Feature
 from idemflow.testing.servers import CONFLICT_RATE, Azurite, DynamoDBLocal, Moto, ServerPool
-from tests.selection import (  # noqa: F401 - the hooks and the server guard apply by being here
+from tests.support.selection import (  # noqa: F401 - the hooks and the server guard apply by being here
     _servers_only_under_the_cloud_marker,
     backend_marks,
     pytest_addoption,
@@ -136,7 +136,7 @@ def dynamodb_url(kind: str, request: pytest.FixtureRequest, prefix: str) -> str:
 
 def store_kinds(*needs: Feature, without: tuple[Feature, ...] = ()) -> list[Any]:
     """The registered store test beds as parameters, each marked ``backend(kind)`` and, needing a
-    server, ``cloud`` (:mod:`tests.selection`)."""
+    server, ``cloud`` (:mod:`tests.support.selection`)."""
     return [
         pytest.param(bed.kind, marks=backend_marks(bed.kind), id=bed.kind)
         for _, bed in STORES.beds(*needs, without=without)

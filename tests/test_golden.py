@@ -181,8 +181,8 @@ def test_requests_submitted_with_a_retention_keep_it_on_every_row_written_later(
     release (``make_retention_golden.py``), finish on this version under a worker (and an
     operator's resume) whose own retention is an hour: every row written for them expires by
     theirs. The loaded rows carry no expiry, so those with one are this version's."""
-    from tests.expiries import expiries
     from tests.golden import make_retention_golden as g
+    from tests.support.expiries import expiries
 
     messages = load(store, path)
     began = time.time()

@@ -5,7 +5,7 @@ steps, pure values, continuations), and :func:`idemflow.run` interprets it
 under a request id. So the same ``Idem`` can be run many times, under many
 request ids, from many threads, and a crashed run is simply run again.
 
-It is a monad (checked with hypothesis in ``tests/test_monad_laws.py``):
+It is a monad (checked with hypothesis in ``tests/engine/test_monad_laws.py``):
 
 >>> from idemflow import pure, run
 >>> from idemflow.stores import MemoryStore

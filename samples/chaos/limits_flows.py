@@ -6,7 +6,7 @@ supplier whose effect names a limit group of :data:`SLOTS` calls at once. Each c
 an outside SQLite file (``CHAOS_LIMITS_FILE``), by kind of limit: ``inside`` now, the ``peak``
 ever seen, and who is inside by process (``open``), so the driver can take a SIGKILLed process's
 entries out: a dead process is inside nothing. The test suite's workflows under limits
-(``tests/limit_workflows.py``) keep the same count.
+(``tests/support/limit_workflows.py``) keep the same count.
 
 >>> guarded.limits[0].concurrency
 Concurrency(slots=2, lease=4.0)

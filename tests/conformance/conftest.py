@@ -2,7 +2,7 @@
 
 A test that runs workflows takes ``api`` and calls through it (``api.run``,
 ``api.run_result``, ``api.submit``, ``api.status``, ``api.worker``); it then runs
-once on each API (ids ``blocking`` / ``asyncio``, ``tests/apis.py``). A test that
+once on each API (ids ``blocking`` / ``asyncio``, ``tests/support/apis.py``). A test that
 measures the blocking API itself (calls counted on the blocking store, a
 decorator with no asyncio twin) is marked ``blocking_api``: it runs on the
 blocking API only. A test that took ``api`` and made no call through it fails
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.apis import Api, AsyncioApi, BlockingApi
+from tests.support.apis import Api, AsyncioApi, BlockingApi
 
 API_NAMES = ("blocking", "asyncio")
 

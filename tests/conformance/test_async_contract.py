@@ -21,11 +21,11 @@ from idemflow.stores import Store
 from idemflow.stores.base import Committed, Delete
 from idemflow.worker import MemoryQueue
 from idemflow.worker import QueueMessage as Message
-from tests.apis import Api
-from tests.async_workflows import survey
 from tests.conformance.test_workflow_contract import new_space
-from tests.expiries import expiries
-from tests.workflows import rows_of
+from tests.support.apis import Api
+from tests.support.async_workflows import survey
+from tests.support.expiries import expiries
+from tests.support.workflows import rows_of
 
 KEY = b"test-signing-key"
 

@@ -12,10 +12,10 @@ from idemflow import Idem, IdempotencyKeyReuseError, Tx, atomic, checkpoint, wor
 from idemflow.stores import Store
 from idemflow.testing import FaultyStore, SimulatedCrash
 from idemflow.worker import MemoryQueue
-from tests.apis import Api
-from tests.codec_types import Line, Order, Receipt, Tier, an_order
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import before_step, new_space
+from tests.support.apis import Api
+from tests.support.codec_types import Line, Order, Receipt, Tier, an_order
 
 
 def _charge(order: Order, space: str) -> Any:

@@ -13,9 +13,9 @@ from returns.result import Failure, Success
 from idemflow import CompensationError, Idem, Tx, WorkflowAborted, abort, atomic, workflow
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
-from tests.apis import Api
 from tests.conformance.test_workflow_contract import new_space
-from tests.workflows import rows_of
+from tests.support.apis import Api
+from tests.support.workflows import rows_of
 
 
 def add(key: str, amount: int) -> Any:

@@ -31,8 +31,9 @@ from idemflow.stores import Store
 from idemflow.testing import SimulatedCrash
 from idemflow.worker import MemoryQueue
 from idemflow.worker import QueueMessage as Message
-from tests.apis import Api, Handles
-from tests.checkout_workflows import (
+from tests.conformance.test_workflow_contract import new_space
+from tests.support.apis import Api, Handles
+from tests.support.checkout_workflows import (
     V1,
     V1_AND_V2,
     V2,
@@ -41,8 +42,7 @@ from tests.checkout_workflows import (
     checkout_v1,
     checkout_v2,
 )
-from tests.conformance.test_workflow_contract import new_space
-from tests.workflows import rows_of
+from tests.support.workflows import rows_of
 
 KEY = b"continuation-key"
 

@@ -36,10 +36,10 @@ from idemflow.keys import INBOX, RUNS_TABLE
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultyStore, SimulatedCrash
 from idemflow.worker import MemoryQueue
-from tests.apis import Api, Handles
 from tests.conformance.test_continuations import Clock, deliver_all, outbox_rows
 from tests.conformance.test_workflow_contract import new_space
-from tests.workflows import rows_of
+from tests.support.apis import Api, Handles
+from tests.support.workflows import rows_of
 
 
 def bump(space: str, key: str) -> Any:

@@ -16,7 +16,7 @@ from tenacity import Retrying
 from idemflow import Idem, InvalidInputError, RetryPolicy, effect, idempotent_function, workflow
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores import Store
-from tests.apis import Api, ApiName
+from tests.support.apis import Api, ApiName
 
 RACERS = 4
 

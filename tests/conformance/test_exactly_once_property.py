@@ -24,10 +24,10 @@ from idemflow import Idem, Tx, atomic, workflow
 from idemflow.stores import Store
 from idemflow.stores.registry import Feature
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
-from tests.apis import Api
 from tests.conformance.test_workflow_contract import new_space
 from tests.conftest import StoreFactory, make_factory, store_kinds
-from tests.workflows import rows_of
+from tests.support.apis import Api
+from tests.support.workflows import rows_of
 
 Step = tuple[str, str, str, int]
 

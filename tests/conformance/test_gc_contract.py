@@ -25,10 +25,10 @@ from idemflow.stores import Store
 from idemflow.stores.base import Committed, Delete, Expired, Expiring, Insert, Put, Row, RowRef
 from idemflow.stores.expiry import apply
 from idemflow.testing import FaultyStore, SimulatedCrash
-from tests.apis import Api
 from tests.conformance.test_workflow_contract import before_step, new_space
-from tests.expiries import expiries
-from tests.workflows import rows_of, setup_accounts, transfer
+from tests.support.apis import Api
+from tests.support.expiries import expiries
+from tests.support.workflows import rows_of, setup_accounts, transfer
 
 
 def bookkeeping(store: Store, request_id: str) -> list[str]:

@@ -25,10 +25,10 @@ from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Insert, RowRef
 from idemflow.worker import MemoryQueue
-from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
-from tests.workflows import rows_of
+from tests.support.apis import Api
+from tests.support.workflows import rows_of
 
 FAST = StepRetry(initial=0.001, maximum_interval=0.002, maximum_attempts=6)
 """In-place retries that wait (almost) nothing."""

@@ -26,8 +26,8 @@ from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.errors import InvalidInputError, LimitExceededError
 from idemflow.stores.registry import Feature
 from idemflow.worker import DeadLetter, Queue
-from tests.apis import LOOP
-from tests.selection import kinds
+from tests.support.apis import LOOP
+from tests.support.selection import kinds
 
 CLOUD_VT = 1
 """Visibility timeout on the cloud queues: short, so redelivery tests wait about a second."""

@@ -27,11 +27,11 @@ from idemflow.client import RunStatus
 from idemflow.errors import ChildAborted, InvalidInputError, WorkflowAborted
 from idemflow.stores import Store
 from idemflow.worker import MemoryQueue
-from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_outside_calls import Payments, hold, release
 from tests.conformance.test_workflow_contract import new_space
-from tests.workflows import rows_of
+from tests.support.apis import Api
+from tests.support.workflows import rows_of
 
 
 def awaiting(pay: Payments, *, on_failure: str = "fail", timeout: float | None = 600) -> Any:

@@ -43,11 +43,11 @@ from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import Committed, Put
 from idemflow.stores.expiry import sweeps
 from idemflow.worker import MemoryQueue
-from tests.apis import Api
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.conftest import make_factory
-from tests.expiries import expire_as_the_service_does, expiries
+from tests.support.apis import Api
+from tests.support.expiries import expire_as_the_service_does, expiries
 
 RETENTION = 60.0
 FAILED_ONCE: set[str] = set()

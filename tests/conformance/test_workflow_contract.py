@@ -37,8 +37,8 @@ from idemflow.client import RunStatus
 from idemflow.running.runner import run_status
 from idemflow.stores import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
-from tests.apis import Api
-from tests.workflows import rows_of, setup_accounts, transfer
+from tests.support.apis import Api
+from tests.support.workflows import rows_of, setup_accounts, transfer
 
 _spaces = itertools.count()
 

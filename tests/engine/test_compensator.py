@@ -12,7 +12,7 @@ from idemflow.core.plan import Plan
 from idemflow.engine.monad import Atomic, Effect
 from idemflow.errors import CompensationError
 from idemflow.stores.base import RowRef
-from tests.engine.rows import Parts, Rows, given
+from tests.support.engine_rows import Parts, Rows, given
 
 
 def _undoable(name: str, undone: list[str]) -> Atomic:

@@ -11,7 +11,7 @@ from idemflow.engine.monad import Deadline, Post, Receive, Until, WaitFor
 from idemflow.keys import inbox_prefix
 from idemflow.records import Message, run_ref
 from idemflow.stores.base import Capabilities, Insert, Put
-from tests.engine.rows import CROSS, ONE_PARTITION, Parts, Rows, given
+from tests.support.engine_rows import CROSS, ONE_PARTITION, Parts, Rows, given
 
 
 def test_a_deadline_is_decided_once_and_replayed_as_decided() -> None:

@@ -11,7 +11,7 @@ from idemflow.engine.deferred import Pending, Restart
 from idemflow.errors import TransientError
 from idemflow.records import run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef
-from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
+from tests.support.engine_rows import ONE_PARTITION, Parts, Rows, given
 
 MEMO = RowRef("items", "p1", "mwf|r1|s1")
 RUN = run_ref("wf", "r1")

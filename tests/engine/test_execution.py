@@ -14,7 +14,7 @@ from idemflow.client import RunStatus
 from idemflow.engine.execution import Execution
 from idemflow.engine.monad import Call
 from idemflow.records import run_ref
-from tests.engine.rows import CROSS, Rows
+from tests.support.engine_rows import CROSS, Rows
 
 
 def _add(tx: Tx) -> int:

@@ -12,7 +12,7 @@ from idemflow.core.plan import AtCheckpoint, Checkpointed, Plan
 from idemflow.engine.memo_reader import AbortWorkflow
 from idemflow.engine.monad import Call, Checkpoint
 from idemflow.errors import InvalidInputError
-from tests.engine.rows import Parts, Rows, given
+from tests.support.engine_rows import Parts, Rows, given
 
 
 def _add(tx: Tx) -> int:

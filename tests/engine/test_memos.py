@@ -12,7 +12,7 @@ from idemflow.engine.memo_reader import AbortWorkflow
 from idemflow.errors import NonDeterminismError
 from idemflow.records import Memo, run_ref
 from idemflow.stores.base import Delete, Row, RowRef
-from tests.engine.rows import Parts, Rows, given
+from tests.support.engine_rows import Parts, Rows, given
 
 RUN = run_ref("wf", "r1")
 

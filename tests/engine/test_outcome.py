@@ -8,7 +8,7 @@ from idemflow.core.plan import Plan
 from idemflow.engine.deferred import Pending
 from idemflow.records import outbox_ref, run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef
-from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
+from tests.support.engine_rows import ONE_PARTITION, Parts, Rows, given
 
 RUN = run_ref("wf", "r1")
 MEMO = RowRef("items", "p1", "mwf|r1|s1")

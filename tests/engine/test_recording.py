@@ -10,7 +10,7 @@ from idemflow.core.plan import Finished, OtherVersion, Plan, Submission
 from idemflow.errors import IdempotencyKeyReuseError
 from idemflow.records import OutboxEntry, outbox_ref, run_ref
 from idemflow.stores.base import Insert, Put
-from tests.engine.rows import ONE_PARTITION, Parts, Rows, given
+from tests.support.engine_rows import ONE_PARTITION, Parts, Rows, given
 
 RUN = run_ref("wf", "r1")
 

@@ -15,7 +15,7 @@ from idemflow.errors import NonDeterminismError
 from idemflow.keys import data_key
 from idemflow.records import MEMO_AT, RUN_AT, Memo, run_ref
 from idemflow.stores.base import Check, Increment, Insert, Put, RowRef
-from tests.engine.rows import Parts, Rows, given
+from tests.support.engine_rows import Parts, Rows, given
 
 ROW = RowRef("items", "p1", data_key("n"))
 

@@ -7,7 +7,7 @@ import pytest
 from idemflow.core.requests import Commit, Read
 from idemflow.errors import LimitExceededError, TransientError
 from idemflow.stores.base import Committed, Insert, RowRef
-from tests.engine.rows import Parts, Rows, given
+from tests.support.engine_rows import Parts, Rows, given
 
 REF = RowRef("items", "p1", "k")
 

@@ -1,0 +1,1 @@
+"""The asynchronous worklist: queues, continuations, workers and the pool."""

@@ -1,0 +1,1 @@
+"""The idemflow command line."""

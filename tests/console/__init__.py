@@ -1,0 +1,1 @@
+"""The operator's web console, over HTTP and in headless Chromium."""

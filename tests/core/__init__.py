@@ -1,0 +1,1 @@
+"""Values and formats: keys, serialization, codecs, the row format, errors, telemetry."""

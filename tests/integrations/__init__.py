@@ -1,0 +1,1 @@
+"""The hosts: Lambda, Azure Functions, ASGI, and the deploy templates."""

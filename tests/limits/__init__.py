@@ -1,0 +1,1 @@
+"""Flow control: concurrency and rate limits within and across processes."""

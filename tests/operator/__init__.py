@@ -1,0 +1,1 @@
+"""Operator commands: listing, retry, cancel, abort, a request's timeline."""

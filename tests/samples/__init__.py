@@ -1,0 +1,1 @@
+"""The sample applications and the chaos runs over them."""

@@ -1,0 +1,1 @@
+"""Each backend's own tests, beside the conformance suites every store passes."""

@@ -1,0 +1,1 @@
+"""What the tests share: workflows, fixtures' helpers, servers' and hosts' harnesses."""

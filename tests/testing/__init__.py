@@ -1,0 +1,1 @@
+"""idemflow.testing, the kit users test their workflows with."""
