@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._stats import RESULTS
+from benchmarks.common.stats import RESULTS
 
 ORDER = (
     "overhead",

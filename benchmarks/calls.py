@@ -3,18 +3,18 @@
 For each backend and workload, one client sends requests one at a time to
 three variants, interleaved round by round:
 
-- **baseline**: hand-written SDK code (:mod:`benchmarks._workloads`);
+- **baseline**: hand-written SDK code (:mod:`benchmarks.common.workloads`);
 - **sync**: ``run`` — every step on the client's path;
 - **async**: ``submit`` — the client's path ends at the checkpoint; the
   worker that finishes the request runs *between* rounds (not timed), so
   this is the client latency without workers competing for the machine.
 
 Calls are backend calls counted by the store (read through
-:func:`benchmarks._counting.backend_calls`, which includes e.g. the Azure
+:func:`benchmarks.common.counting.backend_calls`, which includes e.g. the Azure
 store's reads for increments) and by the baselines;
 off-path completion writes and the worker's calls are reported apart.
 Bytes are logical (partition + row key + encoded value per written row; see
-:mod:`benchmarks._counting`). A duplicate of a finished request is measured
+:mod:`benchmarks.common.counting`). A duplicate of a finished request is measured
 at the end (target: one read).
 
 Run: ``python -m benchmarks calls [--stores sqlite,moto,azurite] [--quick]``.
@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._backends import DEFAULT_KINDS, LABELS, Backend, open_backend
-from benchmarks._counting import CountingStore, backend_calls
-from benchmarks._queue_drain import Draining, count_sends
-from benchmarks._report import Report, fmt_ratio
-from benchmarks._stats import RESULTS, paired_ratio
-from benchmarks._workload_base import Workload
-from benchmarks._workloads import WORKLOADS
+from benchmarks.common.backends import DEFAULT_KINDS, LABELS, Backend, open_backend
+from benchmarks.common.counting import CountingStore, backend_calls
+from benchmarks.common.queue_drain import Draining, count_sends
+from benchmarks.common.report import Report, fmt_ratio
+from benchmarks.common.stats import RESULTS, paired_ratio
+from benchmarks.common.workload_base import Workload
+from benchmarks.common.workloads import WORKLOADS
 from idemflow import WorkflowAborted, run
 from idemflow.client import submit
 
@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
                 )
                 report.headline(f"{key}.duplicate_calls", result["duplicate"])
                 bars[f"{kind}\n{name}"] = {v: c.calls for v, c in counts.items()}
-    from benchmarks._plot import bars_figure
+    from benchmarks.common.plot import bars_figure
 
     plot = bars_figure(out / "calls.png", "Backend calls on the client's path per request", "calls", bars)
     report.add(f"![calls]({plot.name})", "")

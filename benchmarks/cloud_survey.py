@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks._counting import backend_calls
-from benchmarks._report import ratio_headline, write_record
-from benchmarks._stats import RESULTS, environment, interleave_samples, paired_ratio, summarize, write
-from benchmarks._two_step_survey import survey
+from benchmarks.common.counting import backend_calls
+from benchmarks.common.report import ratio_headline, write_record
+from benchmarks.common.stats import RESULTS, environment, interleave_samples, paired_ratio, summarize, write
+from benchmarks.common.two_step_survey import survey
 from idemflow import run
 from idemflow.stores import Store
 from idemflow.testing.servers import azurite_server, moto_server

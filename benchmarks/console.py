@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmarks._backends import open_backend
-from benchmarks._report import Report
-from benchmarks._stats import RESULTS
+from benchmarks.common.backends import open_backend
+from benchmarks.common.report import Report
+from benchmarks.common.stats import RESULTS
 from benchmarks.runs_list import populate
 from idemflow import Idem, Tx, atomic, workflow
 from idemflow.admin import runs

@@ -14,9 +14,9 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from benchmarks._backends import prewarm_sqlite
-from benchmarks._report import ratio_headline, write_record
-from benchmarks._stats import (
+from benchmarks.common.backends import prewarm_sqlite
+from benchmarks.common.report import ratio_headline, write_record
+from benchmarks.common.stats import (
     RESULTS,
     Summary,
     environment,

@@ -25,9 +25,9 @@ from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._backends import LABELS, Backend, open_backend
-from benchmarks._report import Report
-from benchmarks._stats import RESULTS
+from benchmarks.common.backends import LABELS, Backend, open_backend
+from benchmarks.common.report import Report
+from benchmarks.common.stats import RESULTS
 from idemflow import Concurrency, LimitGroup, Rate, atomic, checkpoint, effect, run, workflow
 from idemflow.client import submit
 from idemflow.worker import Worker

@@ -19,8 +19,8 @@ from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import Report
-from benchmarks._stats import RESULTS
+from benchmarks.common.report import Report
+from benchmarks.common.stats import RESULTS
 from idemflow import Idem, Tx, Workflow, atomic, checkpoint, workflow
 from idemflow.async_worklist.queues.base import DEFAULT_MAX_BODY_BYTES
 from idemflow.client import submit
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
         "Fixed part, marginal bytes per recorded step, and how many recorded steps fit a queue's limit:", ""
     )
     report.table(["shape", "0 steps (bytes)", "bytes/step", *(f"steps fitting {n}" for n in LIMITS)], rows)
-    from benchmarks._plot import lines_figure
+    from benchmarks.common.plot import lines_figure
 
     plot = lines_figure(
         out / "messages.png",

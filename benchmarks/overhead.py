@@ -24,8 +24,8 @@ from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import Report, fmt_ratio
-from benchmarks._stats import RESULTS, Summary, paired_ratio, summarize
+from benchmarks.common.report import Report, fmt_ratio
+from benchmarks.common.stats import RESULTS, Summary, paired_ratio, summarize
 from idemflow import Idem, Tx, Workflow, atomic, run, workflow
 from idemflow.keys import RUNS_TABLE, data_key, memo_key, run_key, step_tag
 from idemflow.serialization import JSON, encode
@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
     report.headline(
         "overhead.duplicate", lib.median - alone.median, note="µs per duplicate call over one read"
     )
-    from benchmarks._plot import lines_figure
+    from benchmarks.common.plot import lines_figure
 
     plot = lines_figure(
         out / "overhead.png",

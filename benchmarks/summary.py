@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import load_headlines
-from benchmarks._stats import RESULTS
+from benchmarks.common.report import load_headlines
+from benchmarks.common.stats import RESULTS
 
 # (pattern on the headline key, comparison, threshold, the target in words)
 TARGETS: list[tuple[str, str, float, str]] = [

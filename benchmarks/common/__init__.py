@@ -1,0 +1,1 @@
+"""What every benchmark shares: the stores it runs on, statistics, reports, plots, workloads."""

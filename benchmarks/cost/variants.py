@@ -1,0 +1,359 @@
+"""Every variant ``cost`` measures, per backend, wired to its clients and counters.
+
+- DynamoDB Local: the bare handler (``PutItem`` + ``UpdateItem ADD``), Powertools'
+  ``idempotent_function`` around it, idemflow's ``idempotent_function`` around it, the minimal
+  exactly-once protocol and idemflow workflows of 1, 2 and 5 steps, the 2-step workflow on
+  ``arun`` and the asynchronous store; duplicates of the protected 2-step variants.
+- Azurite: the plain handler (upsert + read + ETag update), minimal and workflows of 1, 2, 5 steps
+  (on ``run`` and on ``arun`` with the asynchronous store), idemflow's ``idempotent_function``
+  around the plain handler; duplicates.
+- SQLite: the plain handler (two transactions), minimal and workflows of 1, 2, 5 steps, the
+  function, DBOS Transact's 2-step workflow (:mod:`benchmarks.peers.dbos`); duplicates.
+
+Every client of a server backend reports to one meter per backend (:mod:`benchmarks.cost.meter`);
+SQLite variants count their own transactions, idemflow's SQLite stores their own calls.
+
+Why apart: setting up clients, tables and counters is a job of its own; ``cost`` times and reports.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from benchmarks.common.backends import Backend, boto_config, create_dynamodb_table
+from benchmarks.common.counting import backend_calls
+from benchmarks.cost.flows import COUNTERS, STEPS, SURVEY, TABLES, WORKFLOWS, event
+from benchmarks.cost.handwritten import (
+    SQLITE_SCHEMA,
+    MinimalAzure,
+    MinimalDynamo,
+    MinimalSqlite,
+    SqliteCounts,
+    plain_azure,
+    plain_sqlite_handler,
+)
+from benchmarks.cost.meter import AzureMeter, Counted, DynamoMeter
+from benchmarks.cost.rounds import Loop, Variant
+from benchmarks.peers.powertools import create_idempotency_table, powertools_protect, put_and_add
+from idemflow import arun, idempotent_function, run
+from idemflow.stores import Store
+
+Built = tuple[list[Variant], Callable[[], None]]
+"""A backend's variants and what closes their clients."""
+DUPLICATED = {
+    "dynamodb-local": ("Powertools", "idemflow function", "minimal 2 steps", "idemflow 2 steps"),
+    "azurite": ("idemflow function", "minimal 2 steps", "idemflow 2 steps"),
+    "sqlite": ("idemflow function", "minimal 2 steps", "idemflow 2 steps", "DBOS"),
+}
+"""The variants whose duplicates are measured, per backend."""
+
+
+def steps_name(what: str, steps: int) -> str:
+    return f"{what} {steps} step{'s' if steps > 1 else ''}"
+
+
+def _with_duplicates(kind: str, variants: list[Variant]) -> list[Variant]:
+    by_name = {v.name: v for v in variants}
+    copies = [
+        Variant(kind, f"{name}, duplicate", v.call, v.counted, v.settle, name, v.family, v.steps, v.meter)
+        for name in DUPLICATED[kind]
+        if (v := by_name.get(name)) is not None
+    ]
+    return variants + copies
+
+
+def _called(handler: Callable[[dict[str, Any]], object]) -> Callable[[int], object]:
+    """Request ``i`` as a call of ``handler`` with its event."""
+    return lambda i: handler(event(i))
+
+
+def _workflow_call(store: Store, steps: int) -> Callable[[int], object]:
+    flow = WORKFLOWS[steps]
+    return lambda i: run(flow(event(i)), request_id=f"q{i}", store=store)
+
+
+def _workflow_variant(variant: Callable[..., Variant], store: Any, steps: int) -> Variant:
+    """The idemflow workflow of ``steps`` steps on ``store``, made by a backend's ``variant``."""
+    call = _workflow_call(store, steps)
+    return variant(steps_name("idemflow", steps), call, settle=store.flush, family="workflow", steps=steps)
+
+
+def _async_variant(variant: Callable[..., Variant], loop: Loop, store: Any, steps: int) -> Variant:
+    """The ``steps``-step workflow under ``arun`` on an asynchronous ``store``, opened first."""
+    flow = WORKFLOWS[steps]
+    loop.request(arun(flow(event(0)), request_id=f"q0-{steps}", store=store))  # opens its clients
+    loop.run(store.flush())
+
+    def call(i: int) -> object:
+        return loop.request(arun(flow(event(i)), request_id=f"q{i}", store=store))
+
+    name = steps_name("idemflow", steps) + ", asyncio"
+    return variant(name, call, settle=lambda: loop.run(store.flush()), family="asyncio", steps=steps)
+
+
+# -- DynamoDB Local -------------------------------------------------------------------------------
+
+
+def dynamo_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], DynamoMeter, Callable[[], None]]:
+    import boto3
+
+    from idemflow.stores.dynamodb import DynamoDBStore
+    from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
+
+    kind, setup = backend.kind, backend.dynamodb
+    endpoint, region = setup.meta.endpoint_url, setup.meta.region_name
+    clients: list[Any] = []
+
+    def client(capacity: bool = False, attach: bool = True) -> Any:
+        made = boto3.client("dynamodb", endpoint_url=endpoint, region_name=region, config=boto_config())
+        if attach:
+            meter.attach(made, capacity=capacity)
+        clients.append(made)
+        return made
+
+    meter = DynamoMeter(client(attach=False))
+    prefix = backend.tag("k")
+    for name in ("b", "p", "f", "m"):
+        for table in ("responses", "summaries"):
+            create_dynamodb_table(setup, f"{prefix}{name}{table}")
+    create_dynamodb_table(setup, f"{prefix}mruns")
+    create_idempotency_table(setup, f"{prefix}idempotency")
+
+    def tables(name: str) -> tuple[str, str]:
+        return f"{prefix}{name}responses", f"{prefix}{name}summaries"
+
+    def variant(name: str, call: Callable[[int], object], **more: Any) -> Variant:
+        return Variant(kind, name, call, meter.snapshot, meter=meter, **more)
+
+    bare = put_and_add(client(capacity=True), *tables("b"))
+    pt_client = client()
+    powertools = powertools_protect(pt_client, f"{prefix}idempotency", put_and_add(pt_client, *tables("p")))
+    fn_store: Any = backend.store(backend.tag("kf"))  # the run-record table only: the result lives there
+    meter.attach(fn_store.client)
+    function = idempotent_function(fn_store, key="event.id", name="cost_fn_dynamodb")(
+        put_and_add(client(), *tables("f"))
+    )
+    variants = [
+        variant("bare handler", _called(bare), family="plain"),
+        variant("Powertools", lambda i: powertools(event=event(i)), family="peer"),
+        variant("idemflow function", _called(function), settle=fn_store.flush, family="function"),
+    ]
+    minimal_client = client(capacity=True)
+    for steps in STEPS:
+        minimal = MinimalDynamo(minimal_client, prefix, steps)
+        call = _called(minimal)
+        variants.append(variant(steps_name("minimal", steps), call, family="minimal", steps=steps))
+    for steps in STEPS:
+        store: Any = backend.store(backend.tag(f"kw{steps}"), *TABLES)
+        meter.attach(store.client)
+        variants.append(_workflow_variant(variant, store, steps))
+    indexed_runs = DynamoDBStore(
+        endpoint_url=endpoint, region_name=region, prefix=backend.tag("kn"), open_runs_index=True
+    )
+    indexed_runs.create_tables(*TABLES)
+    meter.attach(indexed_runs.client)
+    indexed = _workflow_variant(variant, indexed_runs, 2)
+    variants.append(replace(indexed, name="idemflow 2 steps, open-runs index"))
+    tag = backend.tag("ka")
+    backend.store(tag, *TABLES)  # creates the asynchronous store's tables
+    aio = AsyncDynamoDBStore(endpoint_url=endpoint, region_name=region, prefix=tag)
+    loop.request(arun(WORKFLOWS[2](event(0)), request_id="q0", store=aio))  # opens its client
+    loop.run(aio.flush())
+    meter.attach(aio.client)
+
+    def async_call(i: int) -> object:
+        return loop.request(arun(WORKFLOWS[2](event(i)), request_id=f"q{i}", store=aio))
+
+    variants.append(
+        variant(
+            "idemflow 2 steps, asyncio",
+            async_call,
+            settle=lambda: loop.run(aio.flush()),
+            family="asyncio",
+            steps=2,
+        )
+    )
+
+    def close() -> None:
+        loop.run(aio.close())
+        indexed_runs.close()
+        for made in clients:
+            made.close()
+
+    return _with_duplicates(kind, variants), meter, close
+
+
+# -- Azurite --------------------------------------------------------------------------------------
+
+
+def azure_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], AzureMeter, Callable[[], None]]:
+    from azure.data.tables import TableServiceClient
+
+    from idemflow.stores.azure_tables import AzureTableStore
+    from idemflow.stores.azure_tables_async import AsyncAzureTableStore
+
+    kind, connection = backend.kind, backend.connection_string
+    assert connection is not None
+    meter = AzureMeter()
+    hooks = meter.hooks()
+    service = TableServiceClient.from_connection_string(connection, **hooks)
+    prefix = backend.tag("z")
+    made: dict[str, Any] = {}
+    for name in ("p", "m", "f"):
+        for table in ("resp", "sum"):
+            made[name + table] = service.create_table(f"{prefix}{name}{table}")
+        for counter in COUNTERS:
+            made[name + "sum"].create_entity({"PartitionKey": SURVEY, "RowKey": counter, "n": 0})
+    stores: list[Any] = []
+
+    def store(tag: str, *tables: str) -> Any:
+        opened = AzureTableStore(connection_string=connection, prefix=tag, **hooks)
+        opened.create_tables(*tables)
+        stores.append(opened)
+        return opened
+
+    def variant(name: str, call: Callable[[int], object], **more: Any) -> Variant:
+        return Variant(kind, name, call, meter.snapshot, meter=meter, **more)
+
+    plain = plain_azure(made["presp"], made["psum"])
+    fn_store = store(backend.tag("zf"))
+    function = idempotent_function(fn_store, key="event.id", name="cost_fn_azure")(
+        plain_azure(made["fresp"], made["fsum"])
+    )
+    variants = [
+        variant("plain handler", _called(plain), family="plain"),
+        variant("idemflow function", _called(function), settle=fn_store.flush, family="function"),
+    ]
+    for steps in STEPS:
+        minimal = MinimalAzure(made["mresp"], made["msum"], steps)
+        call = _called(minimal)
+        variants.append(variant(steps_name("minimal", steps), call, family="minimal", steps=steps))
+    for steps in STEPS:
+        variants.append(_workflow_variant(variant, store(backend.tag(f"zw{steps}"), *TABLES), steps))
+    asyncs: list[Any] = []
+    for steps in STEPS:  # the asyncio store, on a loop of its own thread (as a server's)
+        made_aio = AsyncAzureTableStore.twin_of(store(backend.tag(f"za{steps}"), *TABLES))
+        asyncs.append(made_aio)
+        variants.append(_async_variant(variant, loop, made_aio, steps))
+
+    def close() -> None:
+        for opened_aio in asyncs:
+            loop.run(opened_aio.close())
+        for opened in stores:
+            opened.close()
+        service.close()
+
+    return _with_duplicates(kind, variants), meter, close
+
+
+# -- SQLite ---------------------------------------------------------------------------------------
+
+
+class DbosCounts:
+    """Transactions and statements of every SQLAlchemy engine (DBOS's system and application
+    databases are its only ones here), on the caller's thread or off it."""
+
+    def __init__(self) -> None:
+        from sqlalchemy import event as sa_event
+        from sqlalchemy.engine import Engine
+
+        self.counted = Counted()
+        self._lock = threading.Lock()
+        sa_event.listen(Engine, "commit", self._transaction)
+        sa_event.listen(Engine, "rollback", self._transaction)
+        sa_event.listen(Engine, "before_cursor_execute", self._statement)
+
+    def _transaction(self, *_: Any) -> None:
+        with self._lock:
+            if threading.current_thread() is threading.main_thread():
+                self.counted.path += 1
+            else:
+                self.counted.off += 1
+            self.counted.ops["transactions"] += 1
+
+    def _statement(self, *_: Any) -> None:
+        with self._lock:
+            self.counted.ops["statements"] += 1
+
+    def snapshot(self) -> Counted:
+        with self._lock:
+            return Counted(self.counted.path, self.counted.off, ops=Counter(self.counted.ops))
+
+
+def _sqlite_counts(counts: SqliteCounts, store: Any = None) -> Callable[[], Counted]:
+    def counted() -> Counted:
+        calls = counts.transactions + (backend_calls(store) if store is not None else 0)
+        ops = Counter({"transactions": counts.transactions, "statements": counts.statements})
+        if store is not None:
+            ops["idemflow store calls"] = backend_calls(store)
+        return Counted(calls, ops=+ops)
+
+    return counted
+
+
+def dbos_installed() -> bool:
+    """DBOS Transact comes with the ``bench`` extra; without it the SQLite peer is left out."""
+    import importlib.util
+
+    return importlib.util.find_spec("dbos") is not None
+
+
+def sqlite_variants(backend: Backend, dbos: bool) -> tuple[list[Variant], Callable[[], None]]:
+    kind = backend.kind
+    closers: list[Callable[[], None]] = []
+
+    def connection(hint: str) -> Any:
+        conn = backend.sqlite(backend.tag(hint))
+        for statement in SQLITE_SCHEMA:
+            conn.execute(statement)
+        return conn
+
+    plain_counts = SqliteCounts()
+    plain = plain_sqlite_handler(connection("lp"), plain_counts)
+    fn_store = backend.store(backend.tag("lf"))
+    fn_counts = SqliteCounts()
+    function = idempotent_function(fn_store, key="event.id", name="cost_fn_sqlite")(
+        plain_sqlite_handler(connection("lfh"), fn_counts)
+    )
+    variants = [
+        Variant(kind, "plain handler", _called(plain), _sqlite_counts(plain_counts), family="plain"),
+        Variant(
+            kind,
+            "idemflow function",
+            _called(function),
+            _sqlite_counts(fn_counts, fn_store),
+            fn_store.flush,
+            family="function",
+        ),
+    ]
+    for steps in STEPS:
+        counts = SqliteCounts()
+        minimal = MinimalSqlite(connection(f"lm{steps}"), counts, steps)
+        call = _called(minimal)
+        name = steps_name("minimal", steps)
+        variants.append(Variant(kind, name, call, _sqlite_counts(counts), family="minimal", steps=steps))
+    for steps in STEPS:
+        store = backend.store(backend.tag(f"lw{steps}"))
+        name = steps_name("idemflow", steps)
+        call = _workflow_call(store, steps)
+        counted = _sqlite_counts(SqliteCounts(), store)
+        variants.append(Variant(kind, name, call, counted, store.flush, family="workflow", steps=steps))
+    if dbos and dbos_installed():
+        from benchmarks.peers.dbos import dbos_variants
+
+        folder = backend.folder / "dbos"
+        folder.mkdir()
+        counts_dbos = DbosCounts()
+        made, cleanup = dbos_variants(folder)
+        closers.append(cleanup)
+        variants.append(Variant(kind, "DBOS", made["DBOS"], counts_dbos.snapshot, family="peer", steps=2))
+
+    def close() -> None:
+        for closer in closers:
+            closer()
+
+    return _with_duplicates(kind, variants), close
