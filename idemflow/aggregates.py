@@ -88,6 +88,12 @@ class ShardedCounter:
         """Add ``delta`` to one shard, chosen at random, in this step's commit."""
         tx.increment(self.key(random.randrange(self.shards)), delta)
 
+    @staticmethod
+    def totals(rows: Mapping[str, Any]) -> dict[str, Any]:
+        """Every counter's total in rows already read (``client.rows`` of a partition): the shard
+        rows of each counter folded into ``{name: total}``, other keys kept as they are."""
+        return totals(rows)
+
     def total(self, tx: Tx) -> int | float:
         """The total, read inside a step (every shard is read, so it conflicts with every add)."""
         total: int | float = sum(tx.get(key, 0) for key in self.keys())

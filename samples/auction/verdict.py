@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow.aggregates import totals
+from idemflow import ShardedCounter
 from idemflow.client import rows
 from idemflow.client import status as request_status
 from idemflow.stores import Store
@@ -206,7 +206,9 @@ def check(
     problems: list[tuple[str, str]] = []
     items, purse = _partitions(store, ITEMS), wallets(store)
     winners = _partitions(store, WINNERS)
-    counted: dict[str, Any] = totals({item: n for (_p, item), n in rows(store, POPULAR).items()})
+    counted: dict[str, Any] = ShardedCounter.totals(
+        {item: n for (_p, item), n in rows(store, POPULAR).items()}
+    )
     bids = _partitions(store, BIDS)
     payments = _payments(purse)
     recorded = sold = unsold = 0

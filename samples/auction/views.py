@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from idemflow.aggregates import totals
+from idemflow import ShardedCounter
 from idemflow.client import arows, rows
 from idemflow.stores import AsyncStore, Store
 from samples.auction.tables import ITEMS, POPULAR, WALLETS, WINNERS
@@ -62,7 +62,7 @@ def ranked(counters: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
     >>> ranked({"lamp#0": 2, "vase#3": 1, "lamp#7": 1}, 10)
     [{'item': 'lamp', 'bids': 3}, {'item': 'vase', 'bids': 1}]
     """
-    counts = [(count, item) for item, count in totals(counters).items()]
+    counts = [(count, item) for item, count in ShardedCounter.totals(counters).items()]
     return [
         {"item": item, "bids": count} for count, item in sorted(counts, key=lambda p: (-p[0], p[1]))[:limit]
     ]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from idemflow.aggregates import totals
+from idemflow import ShardedCounter
 from idemflow.client import aget, arows, get, rows
 from idemflow.stores import AsyncStore, Store
 from samples.survey.tables import COUNT, DEFINITION, RESPONSES, SUMMARIES, SURVEYS, Survey, option_key
@@ -29,7 +29,7 @@ def summary(survey_id: str, definition: Survey | None, counters: Mapping[str, An
     """
     if definition is None:
         return None
-    found = totals(counters)
+    found = ShardedCounter.totals(counters)
     return {
         "survey": survey_id,
         "title": definition["title"],
@@ -140,7 +140,7 @@ def check(store: Store, *, settled: bool = True) -> Verdict:
             for question, option in given.items():
                 key = option_key(question, option)
                 expected[key] = expected.get(key, 0) + 1
-        found = totals(summaries.get(survey_id, {}))
+        found = ShardedCounter.totals(summaries.get(survey_id, {}))
         counted += found.get(COUNT, 0)
         for key in sorted(set(found) | set(expected)):
             have, want = found.get(key, 0), expected.get(key, 0)
