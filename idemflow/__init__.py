@@ -49,9 +49,6 @@ from idemflow.errors import (
     CompensationError,
     ConfigurationError,
     ConflictError,
-    ConsoleExposedError,
-    ConsoleRefusedError,
-    DeliveryRetryError,
     EffectTimeoutError,
     ErrorCode,
     IdemflowError,
@@ -91,9 +88,6 @@ __all__ = [
     "Concurrency",
     "ConfigurationError",
     "ConflictError",
-    "ConsoleExposedError",
-    "ConsoleRefusedError",
-    "DeliveryRetryError",
     "EffectTimeoutError",
     "ErrorCode",
     "Idem",
@@ -164,6 +158,9 @@ _MOVES: _Moves = {
     "arows": "idemflow.client",
     "get": "idemflow.client",
     "rows": "idemflow.client",
+    "ConsoleExposedError": "idemflow.admin",
+    "ConsoleRefusedError": "idemflow.admin",
+    "DeliveryRetryError": "idemflow.azure_functions",
 }
 """Names this module gave before 1.0, and where they live now (docs/upgrading.md)."""
 

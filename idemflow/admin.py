@@ -22,6 +22,7 @@ from __future__ import annotations
 from idemflow.async_worklist._dead_letters import adead_letters, aredrive, dead_letters, redrive
 from idemflow.async_worklist._resumption import acancel, aretry, cancel, retry
 from idemflow.async_worklist.outbox import arelay, relay
+from idemflow.errors import ConsoleExposedError, ConsoleRefusedError
 from idemflow.operator.collection import (
     ExpiredStats,
     GcReport,
@@ -42,6 +43,8 @@ from idemflow.operator.timeline import RequestView, StepView, ashow, show
 from idemflow.records import RunRecord
 
 __all__ = [
+    "ConsoleExposedError",
+    "ConsoleRefusedError",
     "ExpiredStats",
     "GcReport",
     "RequestView",

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from idemflow.stores.base import Store
 
 __all__ = [
+    "DeliveryRetryError",
     "QueueFunction",
     "Registered",
     "TimerFunction",

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from idemflow import ConsoleExposedError, InvalidInputError
+from idemflow import InvalidInputError
+from idemflow.admin import ConsoleExposedError
 from idemflow.client import RunStatus, status, submit
 from idemflow.console._settings import ConsoleSettings, parse_basic_auth, shown_url
 from idemflow.serialization import JSON
