@@ -33,13 +33,13 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import boto3
 from botocore.exceptions import BotoCoreError
 
 from idemflow.core.policy import pause
 from idemflow.core.requests import Sleep
 from idemflow.core.sdk_calls import SdkCall, drive
 from idemflow.errors import ConfigurationError
+from idemflow.stores._aws_sessions import boto3_session
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._call_count import CallCount
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
@@ -97,7 +97,7 @@ class DynamoDBStore:
         self._own_client = client is None
         if client is None:
             try:
-                client = boto3.session.Session().client(
+                client = boto3_session().client(
                     "dynamodb", endpoint_url=endpoint_url, region_name=region_name, config=_CONFIG
                 )
             except BotoCoreError as exc:

@@ -31,6 +31,7 @@ from idemflow.core.requests import Sleep
 from idemflow.core.sdk_calls import SdkCall, adrive
 from idemflow.errors import BackendError, ConfigurationError, ErrorCode
 from idemflow.stores._async_cache import AsyncCacheWriter
+from idemflow.stores._aws_sessions import sharing_loader
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
@@ -59,7 +60,7 @@ class AsyncDynamoDBStore:
         **client_options: Any,
     ) -> None:
         self.prefix = prefix
-        self._session = get_session()
+        self._session = sharing_loader(get_session())
         region = region_name or self._session.get_config_variable("region")
         if not region:
             raise ConfigurationError(

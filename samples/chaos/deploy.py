@@ -83,6 +83,10 @@ DOOMED = 10
 """One request in this many is sent only by clients that die between its claim and the send:
 the outbox relay alone sends its continuation."""
 WAITING = "waiting for a worker holding version 1 of 'transfer'"
+WAIT_NOTED = 30.0
+"""Seconds the version 1 requests get, once only version 2 workers run, for a worker to take each
+and note what it waits for. It ends as soon as every one says why; a bound that a loaded machine
+meets (a redelivery after a SIGKILL, workers starting) would report a request that was fine."""
 UNCLAIMED = (RunStatus.UNKNOWN, RunStatus.PENDING)
 
 
@@ -256,7 +260,7 @@ def transfer_deploy(opts: Options, rng: random.Random, round_no: int, totals: To
                 done = 0.0
                 for phase in PHASES:
                     if phase.workers == (1, 2):  # the version 1 requests waiting for this deploy
-                        waited = _waiting(store, clients, time.monotonic() + 5.0)
+                        waited = _waiting(store, clients, time.monotonic() + WAIT_NOTED)
                     if phase.workers is not None:
                         workers.deploy(phase.workers)
                     first, done = round(done * len(submissions)), done + phase.share

@@ -45,6 +45,7 @@ from idemflow.async_worklist.queues.sqs import SqsQueue
 from idemflow.core.backlog import QueueStats
 from idemflow.core.sdk_calls import adrive
 from idemflow.errors import BackendError, ConfigurationError, ErrorCode
+from idemflow.stores._aws_sessions import sharing_loader
 
 __all__ = ["AsyncSqsQueue"]
 
@@ -73,7 +74,7 @@ class AsyncSqsQueue:
     ) -> None:
         self.visibility_timeout = check_options(name, visibility_timeout)
         self.name = name
-        self._session = get_session()
+        self._session = sharing_loader(get_session())
         region = region_name or self._session.get_config_variable("region")
         if not region:
             raise ConfigurationError(
