@@ -16,7 +16,7 @@ from idemflow import telemetry
 from idemflow._cursor import Cursor
 from idemflow._deferred import DeferredCommit
 from idemflow._given import Given
-from idemflow._memos import AbortWorkflow
+from idemflow._memos import AbortWorkflow, WaitOver
 from idemflow._requests import Steps
 
 
@@ -46,6 +46,9 @@ def observed(
         return value
     except AbortWorkflow:
         outcome = "aborted"
+        raise
+    except WaitOver:  # an abort's memo at a wait met what a worker committed there
+        outcome = "replayed"
         raise
     finally:
         if given.logged:

@@ -34,6 +34,7 @@ from typing import Any
 
 from idemflow._adrive import adrive
 from idemflow._drive import STORE_REQUESTS, drive
+from idemflow._memos import WAIT_ENDED
 from idemflow._operator_commands import stored_arguments
 from idemflow._requests import CallOut, Commit, CommitCache, Read, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow.async_worklist._resumption import known_steps
@@ -252,8 +253,8 @@ def _noted(steps: list[StepView], ref: RowRef, row: Any, incarnation: str | None
         return
     _, _, tag = parsed
     memo = Memo.from_json(row.value)
-    if memo is None or not tag[1:].isdigit() or tag[0] not in "scu":
-        return
+    if memo is None or not tag[1:].isdigit() or tag[0] not in "scu" or memo.identity == WAIT_ENDED:
+        return  # not a step's (a completion's after a timer holds its place, no step of its own)
     kind, _, name = memo.identity.partition(" ")
     outcome = "aborted" if memo.aborted else ("compensated" if tag[0] in "cu" else "committed")
     steps.append(StepView(int(tag[1:]), kind, name, ref.table, ref.partition, outcome, memo.value, memo.at))
