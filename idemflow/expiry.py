@@ -351,7 +351,6 @@ def extend(
     return len(applied)
 
 
-
 def left_over(
     run: RowRef,
     workflow: str,
