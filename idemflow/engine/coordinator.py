@@ -19,7 +19,7 @@ from idemflow.core.requests import Scan, SkippingClock, Sleep, Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
 from idemflow.engine.journal import Journal
-from idemflow.engine.memo_reader import WAIT_ABORTED, MemoReader
+from idemflow.engine.memo_reader import WAIT_ABORTED, MemoReader, WaitOver
 from idemflow.engine.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Extra, Stepper, constant
@@ -34,7 +34,6 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, inbox_key, inbox_prefix
 from idemflow.records import (
-    Memo,
     Message,
     OutboxEntry,
     RunRecord,
@@ -120,6 +119,7 @@ class Coordinator:
                     if _skipped_to(given.clock, due):
                         break
                     yield from self._suspend(due, None, "sleeping until " + _when(due))
+                cursor.waited()  # an abort meeting the timer takes the place after it: see WAIT_ENDED
                 return None
             case Start():
                 return (yield from self._start(node))
@@ -135,17 +135,21 @@ class Coordinator:
     def _abort_at_wait(self) -> Steps[None]:
         """An abort meeting a timer (``sleep``, ``sleep_until``) aborts there, whether it is due or
         not: no code after the wait runs here. Its abort memo takes the place of the step after
-        the wait, so a worker whose timer fires meanwhile aborts at whatever step comes next. Only
-        a step a worker already committed there says the wait was over: the replay goes on."""
-        given, cursor, calls = self._given, self._cursor, self._calls
+        the wait, so a worker whose timer fires meanwhile aborts at whatever step comes next.
+
+        That memo is an insert, and only a memo a worker wrote there first says the wait was
+        over: a step's (the replay goes on from it), or the completion's of a request that ended
+        after the wait (:data:`~idemflow.engine.memo_reader.WAIT_ENDED`: its record, completed in the same
+        commit, is the answer). Whichever lands first, the other meets it."""
+        given, cursor = self._given, self._cursor
         step = cursor.advance()
-        if cursor.replaying:
-            row = yield from calls.read(self._memos.here())
-            memo = None if row is None or self._memos.of_earlier_run(row) else Memo.from_json(row.value)
-            if memo is not None and not (memo.aborted and memo.identity == WAIT_ABORTED):
-                cursor.revisit(step - 1)  # that step is the one after the wait: it replays
-                return None
-        yield from self._stepper.forward(RUNS_TABLE, given.request_id, WAIT_ABORTED, constant(None), None)
+        try:
+            yield from self._stepper.forward(RUNS_TABLE, given.request_id, WAIT_ABORTED, constant(None), None)
+        except WaitOver as over:
+            if over.ended:  # raises Finished: the request completed right after the wait
+                yield from self._recorder.meet((yield from self._calls.read(given.run_ref)))
+            cursor.revisit(step - 1)  # that step is the one after the wait: it replays
+            return None
         raise AssertionError("an aborting execution's step aborts")  # pragma: no cover
 
     def hold_until(self, due: float, why: str) -> Steps[bool]:

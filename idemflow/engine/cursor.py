@@ -22,7 +22,7 @@ from idemflow.core.step_retry import StepRetry
 class Cursor:
     """The step number and the request's state as this execution knows it."""
 
-    __slots__ = ("cleaning", "commits", "identity", "replaying", "retry", "run_known", "step")
+    __slots__ = ("after_waits", "cleaning", "commits", "identity", "replaying", "retry", "run_known", "step")
 
     def __init__(self, resume: bool) -> None:
         self.step = 0
@@ -40,11 +40,28 @@ class Cursor:
         """Steps this execution committed: none means the outcome is an earlier execution's."""
         self.cleaning = False
         """Running ``on_abort`` steps: an operator's abort does not replace them."""
+        self.after_waits: list[int] | None = None
+        """The numbers after the timers this execution passed whose place no step's memo took
+        (the workflow ended after the wait, or went on with steps that write none): an abort
+        meeting the timer writes its memo there, so the request's completion takes each place
+        with a memo of its own (:data:`~idemflow.engine.memo_reader.WAIT_ENDED`), and only one stands."""
 
     def advance(self) -> int:
         """Begin the next forward step: its number (the only place a step number is taken)."""
         self.step += 1
         return self.step
+
+    def waited(self) -> None:
+        """A timer ended: the place of the step after it is open until a step's memo takes it."""
+        if self.after_waits is None:
+            self.after_waits = []
+        self.after_waits.append(self.step + 1)
+
+    def took(self) -> None:
+        """The current step's memo takes its place: a wait before it left that place open, if any."""
+        opened = self.after_waits
+        if opened and self.step in opened:
+            opened.remove(self.step)
 
     def revisit(self, step: int) -> None:
         """Stand at ``step`` again: its compensation, another attempt at it, ``on_abort`` after it."""
@@ -72,3 +89,4 @@ class Cursor:
         """Back to the workflow's start, replaying whatever is committed (see ``Restart``)."""
         self.replaying = self.replaying or self.run_known
         self.step, self.identity, self.retry, self.cleaning = 0, "", None, False
+        self.after_waits = None

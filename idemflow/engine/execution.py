@@ -154,7 +154,7 @@ class Execution:
         self._compensator = compensator = Compensator(
             given, cursor, stepper, deferred, _abort_child, coordinator.hold_until
         )
-        self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred)
+        self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred, memos)
         self._interpreter = Interpreter(
             given, cursor, recorder, deferred, journal, stepper, coordinator, compensator
         )
@@ -280,12 +280,13 @@ class Execution:
             yield from self._interpreter.checkpoint()  # a delayed submission: claimed, nothing run
         try:
             value = yield from self._interpreter.evaluate(node)
+            # An operator's abort met at a timer right before the end aborts here too.
+            return (yield from self._outcome.finish(RunStatus.COMPLETED, result=value))
         except AbortWorkflow as abort:
             reached = self._cursor.step
             yield from self._compensator.compensate(abort.reason, self._interpreter.workflow_retry)
             yield from self._notified(abort.reason, reached)
             return (yield from self._outcome.finish(RunStatus.ABORTED, reason=abort.reason))
-        return (yield from self._outcome.finish(RunStatus.COMPLETED, result=value))
 
     def _notified(self, reason: JSON, reached: int) -> Steps[None]:
         """The workflow's ``on_abort``, once its compensations ran: a notification, which never

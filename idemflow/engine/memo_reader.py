@@ -32,6 +32,21 @@ WAIT_ABORTED = "abort at a wait"
 """The identity of the memo an abort writes in the place of the step after a wait it met
 (``sleep``): whatever step a racing worker that passed the timer reaches there, it aborts."""
 
+WAIT_ENDED = "end after a wait"
+"""The identity of the memo a request's completion writes in the place of the step after a wait
+that no step's memo took (the workflow ended there, or went on with steps that write none): an
+abort's memo there and this one are both inserts, so exactly one of them is written, and the
+completion and the abort cannot both stand."""
+
+
+class WaitOver(BaseException):
+    """An abort's memo at a wait met the memo of what came after the wait: a worker whose timer
+    fired committed the step there first, or the request's completion (``ended``)."""
+
+    def __init__(self, *, ended: bool) -> None:
+        super().__init__()
+        self.ended = ended
+
 
 class AbortWorkflow(BaseException):
     """A step aborted (now or in an earlier execution): unwind to compensate."""
@@ -84,6 +99,8 @@ class MemoReader:
         memo = Memo.from_json(row.value)
         if memo is not None and memo.aborted and memo.identity == WAIT_ABORTED:
             raise AbortWorkflow(memo.value)  # aborted at the wait before this step: any step
+        if memo is not None and identity == WAIT_ABORTED:  # the wait was over before the abort
+            raise WaitOver(ended=memo.identity == WAIT_ENDED)
         if memo is None or memo.identity != identity:
             recorded = row.value if memo is None else memo.identity
             raise NonDeterminismError(

@@ -4,7 +4,10 @@ waited (:mod:`idemflow.engine.deferred`), else in a commit of its own.
 Strict encoding guarantees the result equals what duplicates read back; a
 result holding dicts is returned as read back (keys sorted), so the first
 answer and every duplicate's serialise to the same bytes. A submission's
-outcome deletes its outbox entry; a child's wakes its parent.
+outcome deletes its outbox entry; a child's wakes its parent. A completion
+right after a timer also takes the place of the step after it
+(:data:`~idemflow.engine.memo_reader.WAIT_ENDED`), where an operator's abort meeting the
+timer writes its memo: whichever is written first, the other meets it.
 """
 
 from __future__ import annotations
@@ -13,19 +16,21 @@ from idemflow.core.requests import CommitCache, Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit
 from idemflow.engine.given import Given, log
+from idemflow.engine.memo_reader import WAIT_ABORTED, WAIT_ENDED, AbortWorkflow, MemoReader
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.store_calls import StoreCalls
 from idemflow.engine.wakeups import announce, wake_row
-from idemflow.errors import BackendError, InvalidValueError
-from idemflow.records import MEMO_AT, RUN_AT, RunRecord, RunStatus, new_incarnation
+from idemflow.errors import BackendError, InvalidValueError, NonDeterminismError
+from idemflow.keys import RUNS_TABLE, step_tag
+from idemflow.records import MEMO_AT, RUN_AT, Memo, RunRecord, RunStatus, memo_row, memo_text, new_incarnation
 from idemflow.serialization import JSON, encode, sorted_keys
-from idemflow.stores.base import Committed, Delete, Insert, Op, Put
+from idemflow.stores.base import Committed, Conflict, Delete, Insert, Op, Put, RowRef
 
 
 class OutcomeWriter:
     """Writes the completion record: the only code that ends a request's run record."""
 
-    __slots__ = ("_calls", "_cursor", "_deferred", "_given", "_recorder")
+    __slots__ = ("_calls", "_cursor", "_deferred", "_given", "_memos", "_recorder")
 
     def __init__(
         self,
@@ -34,12 +39,14 @@ class OutcomeWriter:
         calls: StoreCalls,
         recorder: RunRecorder,
         deferred: DeferredCommit,
+        memos: MemoReader,
     ) -> None:
         self._given = given
         self._cursor = cursor
         self._calls = calls
         self._recorder = recorder
         self._deferred = deferred
+        self._memos = memos
 
     def finish(self, status: RunStatus, result: JSON = None, reason: JSON = None) -> Steps[RunRecord]:
         """Record the outcome and return the record the caller answers with."""
@@ -80,6 +87,13 @@ class OutcomeWriter:
                 return record
             yield from recorder.meet(outcome.failures[0].existing)
         ops: list[Op] = [Put(run_ref, value, text, expires_at=given.expiry())]
+        opened = self._cursor.after_waits
+        places: dict[RowRef, int] = {}
+        if opened and status is RunStatus.COMPLETED:  # an abort meeting a timer writes there too
+            for step in opened:
+                ended = self._wait_ended(step, incarnation)
+                places[ended.ref] = step
+                ops.append(ended)
         cleanup: list[Op] = []
         cross = given.capabilities.cross_partition_commit
         if plan.submission is not None:  # nothing left to relay
@@ -102,18 +116,33 @@ class OutcomeWriter:
             else:
                 yield from deferred.commit(pending.ops, pending, None)
         if ops:
-            yield from self._settle(ops)
+            yield from self._settle(ops, places)
         if cleanup:
             yield CommitCache(cleanup)
         if parent is not None and wake is not None:
             yield from announce(given, parent, wake.ref)
         return record
 
-    def _settle(self, ops: list[Op]) -> Steps[None]:
-        """Write the outcome (Puts and Deletes that expect nothing: applied). Where nothing but
-        the caller relies on it (``run``: every step is committed, a duplicate replays them), a
-        store that stays unreachable costs the record, not the answer."""
+    def _wait_ended(self, step: int, incarnation: str | None) -> Insert:
+        """The completion's memo in the place of step ``step``, the one after a timer: an insert,
+        as the memo an operator's abort meeting the timer writes there."""
         given = self._given
+        at = int(given.clock() * 1000)
+        ref = RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(step))
+        value: JSON = memo_row(WAIT_ENDED, None, at=at, run=incarnation)
+        return Insert(ref, value, memo_text(WAIT_ENDED, None, at=at, run=incarnation), given.expiry())
+
+    def _settle(self, ops: list[Op], places: dict[RowRef, int]) -> Steps[None]:
+        """Write the outcome: Puts and Deletes that expect nothing, applied, and the completion's
+        memos in the ``places`` after its timers (step numbers by row), which an abort may have
+        taken (:meth:`_met_after_waits`). Where nothing but the caller relies on it (``run``:
+        every step is committed, a duplicate replays them), a store that stays unreachable costs
+        the record, not the answer; not where an abort may race it."""
+        given = self._given
+        if places:
+            while not isinstance((outcome := (yield from self._calls.commit(ops, given.run_ref))), Committed):
+                ops = yield from self._met_after_waits(outcome, ops, places)
+            return
         if given.plan.durable_outcome or given.plan.parent is not None:
             yield from self._calls.commit(ops, given.run_ref)
             return
@@ -125,3 +154,39 @@ class OutcomeWriter:
                 lost,
                 extra={"workflow": given.workflow, "request_id": given.request_id},
             )
+
+    def _met_after_waits(
+        self, outcome: Conflict, ops: list[Op], places: dict[RowRef, int]
+    ) -> Steps[list[Op]]:
+        """What the completion's memos after its timers met, as the operations to send again.
+
+        An operator's abort at the timer (:data:`~idemflow.engine.memo_reader.WAIT_ABORTED`) came first: the
+        request aborts there, as it would at any step after the wait (its undo runs here too,
+        each step once). Another completion of this run came first (or this one's, its answer
+        lost): that record is the answer. A memo an earlier run of the request id left is
+        deleted and the place taken again."""
+        given, calls, memos = self._given, self._calls, self._memos
+        kept = list(ops)
+        for failure in outcome.failures:
+            op = ops[failure.index]
+            step = places.get(op.ref) if isinstance(op, Insert) else None
+            if step is None:  # pragma: no cover - the record's put and the rest expect nothing
+                raise AssertionError(f"the outcome's {type(op).__name__} on {op.ref} cannot fail")
+            existing = failure.existing if failure.existing is not None else (yield from calls.read(op.ref))
+            if existing is None:
+                continue  # gone meanwhile (an earlier run's, deleted): the place is taken again
+            if memos.of_earlier_run(existing):
+                yield from memos.this_runs(op.ref, existing)
+                continue
+            memo = Memo.from_json(existing.value)
+            if memo is not None and memo.aborted and memo.identity == WAIT_ABORTED:
+                self._cursor.revisit(step)  # where the abort stands: its on_abort is numbered on from it
+                raise AbortWorkflow(memo.value)
+            if memo is None or memo.identity != WAIT_ENDED:
+                recorded = existing.value if memo is None else memo.identity
+                raise NonDeterminismError(
+                    given.workflow, given.request_id, step, repr(recorded), repr(WAIT_ENDED)
+                )
+            yield from self._recorder.meet((yield from calls.read(given.run_ref)))  # Finished, as a rule
+            kept.remove(op)  # a completion of this run stands there: this one's record is the same
+        return kept

@@ -17,7 +17,7 @@ from idemflow.core.requests import Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit
 from idemflow.engine.given import Given
-from idemflow.engine.memo_reader import AbortWorkflow
+from idemflow.engine.memo_reader import AbortWorkflow, WaitOver
 
 
 def observed(
@@ -46,6 +46,9 @@ def observed(
         return value
     except AbortWorkflow:
         outcome = "aborted"
+        raise
+    except WaitOver:  # an abort's memo at a wait met what a worker committed there
+        outcome = "replayed"
         raise
     finally:
         if given.logged:

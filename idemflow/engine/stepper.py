@@ -171,6 +171,8 @@ class Stepper:
             reason = plan.abort.reason
             body, call_out, extra = (lambda tx: tx.abort(reason)), None, None
         cursor.identity = identity
+        if cursor.after_waits:  # a timer before this step left its place open: the memo takes it
+            cursor.took()
         journal = self._journal
         if journal.noting and not again:
             journal.note(table, partition, identity)

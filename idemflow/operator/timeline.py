@@ -38,6 +38,7 @@ from idemflow.core.plan import Checkpointed, Finished, Plan, Suspended
 from idemflow.core.requests import CallOut, Commit, CommitCache, Read, Scan, Send, Settle, Sleep, Steps, Turn
 from idemflow.engine.drive import STORE_REQUESTS, drive
 from idemflow.engine.drive_asyncio import adrive
+from idemflow.engine.memo_reader import WAIT_ENDED
 from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUNS_TABLE, memo_prefix, parse_memo_key
 from idemflow.records import Memo, RunRecord, of_earlier_run
@@ -252,8 +253,8 @@ def _noted(steps: list[StepView], ref: RowRef, row: Any, incarnation: str | None
         return
     _, _, tag = parsed
     memo = Memo.from_json(row.value)
-    if memo is None or not tag[1:].isdigit() or tag[0] not in "scu":
-        return
+    if memo is None or not tag[1:].isdigit() or tag[0] not in "scu" or memo.identity == WAIT_ENDED:
+        return  # not a step's (a completion's after a timer holds its place, no step of its own)
     kind, _, name = memo.identity.partition(" ")
     outcome = "aborted" if memo.aborted else ("compensated" if tag[0] in "cu" else "committed")
     steps.append(StepView(int(tag[1:]), kind, name, ref.table, ref.partition, outcome, memo.value, memo.at))

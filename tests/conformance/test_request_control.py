@@ -3,11 +3,13 @@ timer, an operator's cancel and resume, and what happens to a child when its par
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import threading
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import pytest
 
+import idemflow
 from idemflow import (
     Idem,
     StepRetry,
@@ -19,13 +21,18 @@ from idemflow import (
     sleep,
     sleep_until,
     start,
+    uuid4,
     wait,
     workflow,
 )
-from idemflow.admin import cancel, retry
+from idemflow.admin import abort_request, cancel, retry
 from idemflow.client import RunStatus
+from idemflow.engine.memo_reader import WAIT_ABORTED
 from idemflow.errors import ChildAborted, InvalidInputError, WorkflowAborted
+from idemflow.records import RunRecord, run_ref
 from idemflow.stores import Store
+from idemflow.stores.base import CommitOutcome, Insert, Op, Put, RowRef
+from idemflow.testing import StoreWrapper
 from idemflow.worker import MemoryQueue
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_outside_calls import Payments, hold, release
@@ -324,3 +331,243 @@ def test_a_parent_waiting_on_a_sleeping_child_meets_its_abort(store: Store, api:
     deliver_all(worker, queue, clock, step=600)
     assert api.status(store, "minding", space).result == "child aborted: stop"
     assert rows_of(store, space) == {("tablea", "kid", "n"): 0}
+
+
+class Meanwhile(StoreWrapper):
+    """A store that lets ``then`` run just before the first commit ``when`` picks reaches it:
+    another process acting between what this one read and what it writes (``ran`` says it did,
+    so a test cannot pass on an interleaving that never happened)."""
+
+    def __init__(
+        self, inner: Store, when: Callable[[Sequence[Op]], bool], then: Callable[[], object]
+    ) -> None:
+        super().__init__(inner)
+        self._when = when
+        self._then: Callable[[], object] | None = then
+        self._lock = threading.Lock()
+        self.ran = False
+
+    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        with self._lock:
+            then = self._then if self._then is not None and self._when(ops) else None
+            if then is not None:
+                self._then = None
+        if then is not None:
+            then()
+            self.ran = True
+        return super().commit(ops)
+
+
+def aborting_at_the_wait(ops: Sequence[Op]) -> bool:
+    """The operator's abort writing its memo in the place of the step after the wait."""
+    return any(
+        isinstance(op, Insert) and isinstance(op.value, dict) and op.value.get("id") == WAIT_ABORTED
+        for op in ops
+    )
+
+
+def completing(record: RowRef) -> Callable[[Sequence[Op]], bool]:
+    """A commit recording the request at ``record`` completed."""
+
+    def picked(ops: Sequence[Op]) -> bool:
+        return any(
+            isinstance(op, Put | Insert)
+            and op.ref == record
+            and isinstance(op.value, dict)
+            and op.value.get("status") == RunStatus.COMPLETED.value
+            for op in ops
+        )
+
+    return picked
+
+
+def resting(pay: Payments, told: list[Any], tail: str) -> Any:
+    """Hold a seat, charge, then sleep as the last step: nothing comes after it (``nothing``), or
+    only a step that writes no memo (``uuid4``), so no step's memo takes the place after it."""
+
+    def tell(reason: Any, req: str) -> Generator[Idem[Any], Any, None]:
+        yield effect(lambda key: told.append(reason), name="tell")
+
+    @workflow("resting", on_abort=tell)
+    def flow(req: str) -> Generator[Idem[Any], Any, Any]:
+        yield atomic("tablea", req + "seats", hold("held"), compensate=release("held"))
+        yield effect(pay.charge(3), compensate=pay.refund, name="charge")
+        yield sleep(1000)
+        return "rested" if tail == "nothing" else "rested " + (yield uuid4())
+
+    return flow
+
+
+@pytest.mark.parametrize("tail", ["nothing", "uuid4"])
+@pytest.mark.parametrize("first", ["timer", "operator"])
+def test_an_operators_abort_racing_the_timer_of_a_last_sleep_ends_the_request_one_way(
+    store: Store, api: Api, first: str, tail: str
+) -> None:
+    """The worker whose timer fires writes the outcome at once (no step's memo follows the wait),
+    while the operator's abort writes its memo in the place of the step after the wait: whichever
+    lands first decides. ``timer``: the worker completes the request between the abort's read
+    of that place and its write, and the abort answers the completed record, undoing nothing.
+    ``operator``: the abort lands between the worker's replay and its outcome, and the worker
+    aborts with it: the undo runs once, ``on_abort`` once, nobody records ``completed``."""
+    space, pay, clock, told = new_space(), Payments(), Clock(), list[Any]()
+    queue = MemoryQueue(clock=clock)
+    flow = resting(pay, told, tail)
+    answers: list[RunRecord] = []
+
+    def operator() -> None:
+        answers.append(api.abort_request(store, [flow], "resting", space, reason="closed", clock=clock))
+
+    worked = Meanwhile(store, completing(run_ref("resting", space)), operator)
+    worker = api.worker([flow], store=worked if first == "operator" else store, queue=queue, clock=clock)
+
+    def timer_fires() -> None:
+        clock.now += 1000
+        handle_visible(worker, queue)
+
+    api.submit(flow(space), request_id=space, store=store, queue=queue, clock=clock)
+    handle_visible(worker, queue)  # now asleep
+    assert api.status(store, "resting", space).waiting is not None
+    if first == "timer":
+        aborting = Meanwhile(store, aborting_at_the_wait, timer_fires)
+        answers.append(api.abort_request(aborting, [flow], "resting", space, reason="closed", clock=clock))
+        assert aborting.ran
+    else:
+        timer_fires()
+        assert worked.ran
+    (answer,) = answers
+    ended = api.status(store, "resting", space)
+    if first == "timer":
+        assert answer.status is RunStatus.COMPLETED and str(answer.result).startswith("rested"), answer
+        assert ended.status is RunStatus.COMPLETED and ended.result == answer.result
+        assert rows_of(store, space) == {("tablea", "seats", "held"): 1}
+        assert pay.kept() == 3 and pay.refunds == {} and told == []
+        assert (worker.stats.completed, worker.stats.aborted) == (1, 0)
+    else:
+        assert answer.status is RunStatus.ABORTED and answer.reason == "closed", answer
+        assert ended.status is RunStatus.ABORTED and ended.reason == "closed", ended
+        assert rows_of(store, space) == {("tablea", "seats", "held"): 0}
+        assert pay.kept() == 0 and len(pay.refunds) == 1 and told == ["closed"]
+        assert (worker.stats.completed, worker.stats.aborted) == (0, 1)
+    deliver_all(worker, queue, clock, step=600)  # whatever is still queued changes nothing
+    assert api.status(store, "resting", space).status is ended.status
+    assert len(pay.refunds) == len(told) == (first == "operator")
+
+
+def dozing_and_minding() -> tuple[Any, Any]:
+    """A child whose last step is a sleep, and a parent that waits for it."""
+
+    @workflow("dozing-last")
+    def dozing(req: str) -> Generator[Idem[Any], Any, Any]:
+        yield atomic("tablea", req + "kid", hold("n"), compensate=release("n"))
+        yield sleep(1000)
+        return "kid woke"
+
+    @workflow("minding-last")
+    def minding(req: str) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        child = yield start(dozing(req), request_id=req + "-kid")
+        try:
+            return (yield wait(child))
+        except ChildAborted as aborted:
+            return f"child aborted: {aborted.reason}"
+
+    return dozing, minding
+
+
+def one_way(store: Store, api: Api, space: str, answer: RunRecord, first: str) -> None:
+    """The child ended as the side that came first decided, the operator was told so, and its
+    parent heard the same: ``ChildAborted`` exactly when the child ended aborted."""
+    kid = api.status(store, "dozing-last", space + "-kid")
+    parent = api.status(store, "minding-last", space)
+    assert answer.status is kid.status, (answer, kid)
+    if first == "timer":
+        assert kid.status is RunStatus.COMPLETED and parent.result == "kid woke", (kid, parent)
+        assert rows_of(store, space) == {("tablea", "kid", "n"): 1}
+    else:
+        assert kid.status is RunStatus.ABORTED and parent.result == "child aborted: stop", (kid, parent)
+        assert rows_of(store, space) == {("tablea", "kid", "n"): 0}
+
+
+@pytest.mark.parametrize("first", ["timer", "operator"])
+def test_a_parent_meets_child_aborted_iff_its_sleep_last_child_ended_aborted(
+    store: Store, api: Api, first: str
+) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    dozing, minding = dozing_and_minding()
+    kid = space + "-kid"
+    answers: list[RunRecord] = []
+
+    def operator() -> None:
+        answers.append(api.abort_request(store, [dozing], "dozing-last", kid, reason="stop", clock=clock))
+
+    worked = Meanwhile(store, completing(run_ref("dozing-last", kid)), operator)
+    worker = api.worker(
+        [minding, dozing], store=worked if first == "operator" else store, queue=queue, clock=clock
+    )
+
+    def timer_fires() -> None:
+        clock.now += 1000
+        handle_visible(worker, queue)
+
+    api.submit(minding(space), request_id=space, store=store, queue=queue, clock=clock)
+    handle_visible(worker, queue)  # the parent waits, the child sleeps
+    if first == "timer":
+        aborting = Meanwhile(store, aborting_at_the_wait, timer_fires)
+        answers.append(api.abort_request(aborting, [dozing], "dozing-last", kid, reason="stop", clock=clock))
+        assert aborting.ran
+    else:
+        timer_fires()
+        assert worked.ran
+    worker.relay()  # the child's outcome wakes its parent
+    deliver_all(worker, queue, clock, step=600)
+    (answer,) = answers
+    one_way(store, api, space, answer, first)
+
+
+class Timer(Clock):
+    """A test's clock that a timer moves on to its end (``run`` then waits for nothing), letting
+    ``then`` run first: an operator acting while the run waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.then: Callable[[], object] | None = None
+
+    def skip_to(self, when: float) -> None:
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        self.now = max(self.now, when)
+
+
+@pytest.mark.parametrize("first", ["timer", "operator"])
+def test_under_run_a_sleep_last_child_racing_an_operators_abort_ends_one_way(
+    store: Store, api: Api, first: str
+) -> None:
+    """``run`` runs the child in its process; while the child waits, the operator aborts it.
+    ``operator``: the abort lands before the child's timer ends. ``timer``: another ``run`` of
+    the child completes it between the abort's read and its write (and the first run then meets
+    that outcome). The operator's abort is the blocking one here: the hook runs inside ``arun``."""
+    space, clock = new_space(), Timer()
+    dozing, minding = dozing_and_minding()
+    kid = space + "-kid"
+    answers: list[RunRecord] = []
+
+    def another_run() -> None:
+        later = Clock()
+        later.now = clock.now + 2000
+        assert idemflow.run(dozing(space), request_id=kid, store=store, clock=later) == "kid woke"
+
+    def operator() -> None:
+        if first == "operator":
+            answers.append(abort_request(store, [dozing], "dozing-last", kid, reason="stop", clock=clock))
+            return
+        aborting = Meanwhile(store, aborting_at_the_wait, another_run)
+        answers.append(abort_request(aborting, [dozing], "dozing-last", kid, reason="stop", clock=clock))
+        assert aborting.ran
+
+    clock.then = operator
+    api.run(minding(space), request_id=space, store=store, clock=clock)
+    assert clock.then is None  # the child waited, and the operator acted then
+    (answer,) = answers
+    one_way(store, api, space, answer, first)

@@ -6,11 +6,12 @@ import pytest
 
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
-from idemflow.core.plan import Plan, Suspended
+from idemflow.core.plan import Aborting, Finished, Plan, Suspended
+from idemflow.engine.memo_reader import WAIT_ABORTED, WAIT_ENDED, AbortWorkflow
 from idemflow.engine.monad import Deadline, Post, Receive, Until, WaitFor
 from idemflow.keys import inbox_prefix
-from idemflow.records import Message, run_ref
-from idemflow.stores.base import Capabilities, Insert, Put
+from idemflow.records import Memo, Message, run_ref
+from idemflow.stores.base import Capabilities, Insert, Put, RowRef
 from tests.support.engine_rows import CROSS, ONE_PARTITION, Parts, Rows, given
 
 
@@ -28,6 +29,56 @@ def test_a_timer_suspends_a_request_workers_run_until_it_is_due() -> None:
         rows.run(parts.coordinator.coordinate(Until(1500.0)))
     assert suspended.value.due == 1500.0
     assert rows.run(Parts(given(clock=lambda: 1500.0)).coordinator.coordinate(Until(1500.0))) is None
+
+
+def test_a_timer_passed_leaves_the_place_after_it_for_the_completion() -> None:
+    parts = Parts(given(clock=lambda: 1500.0))
+    Rows().run(parts.coordinator.coordinate(Until(1500.0)))
+    assert parts.cursor.after_waits == [1]
+
+
+AFTER_WAIT = RowRef("idemflowruns", "r1", "mwf|r1|s1")
+
+
+def _aborting() -> Parts:
+    return Parts(given(Plan(resume=True, abort=Aborting("closed"), incarnation="run1"), clock=lambda: 1000.0))
+
+
+def test_an_abort_at_a_timer_writes_its_memo_in_the_place_after_it() -> None:
+    rows, parts = Rows(), _aborting()
+    with pytest.raises(AbortWorkflow):
+        rows.run(parts.coordinator.coordinate(Until(1500.0)))
+    memo = Memo.from_json(rows.rows[AFTER_WAIT][0])
+    assert memo is not None and (memo.identity, memo.aborted, memo.value) == (WAIT_ABORTED, True, "closed")
+
+
+def test_an_abort_at_a_timer_that_meets_the_completion_after_it_answers_with_the_record() -> None:
+    rows, parts = Rows(), _aborting()
+    done = RunRecord("fp", RunStatus.RUNNING, incarnation="run1").finished(RunStatus.COMPLETED, 9.0)
+    rows.put(run_ref("wf", "r1"), done.to_json())
+    rows.put(AFTER_WAIT, {"id": WAIT_ENDED, "v": None, "i": "run1"})
+    with pytest.raises(Finished) as finished:
+        rows.run(parts.coordinator.coordinate(Until(1500.0)))
+    assert finished.value.record == done and rows.commits() == []  # nothing undone, nothing written
+
+
+def test_an_abort_at_a_timer_that_meets_the_step_after_it_replays_on() -> None:
+    rows, parts = Rows(), _aborting()
+    rows.put(AFTER_WAIT, {"id": "effect mail", "v": 1, "i": "run1"})
+    assert rows.run(parts.coordinator.coordinate(Until(1500.0))) is None
+    assert parts.cursor.step == 0 and rows.commits() == []  # that step replays next
+
+
+def test_an_abort_at_a_timer_whose_insert_loses_to_the_completion_answers_with_the_record() -> None:
+    rows, parts = Rows(), _aborting()
+    done = RunRecord("fp", RunStatus.RUNNING, incarnation="run1").finished(RunStatus.COMPLETED, 9.0)
+    parts.cursor.fresh()  # read nothing there: the completion lands between the read and the write
+    rows.put(run_ref("wf", "r1"), done.to_json())
+    rows.put(AFTER_WAIT, {"id": WAIT_ENDED, "v": None, "i": "run1"})
+    with pytest.raises(Finished):
+        rows.run(parts.coordinator.coordinate(Until(1500.0)))
+    kept = Memo.from_json(rows.rows[AFTER_WAIT][0])
+    assert len(rows.commits()) == 1 and kept is not None and kept.identity == WAIT_ENDED
 
 
 def _sent(rows: Rows, capabilities: Capabilities = CROSS) -> Parts:

@@ -50,3 +50,17 @@ def test_a_missing_memo_ends_the_replay_but_not_what_is_known() -> None:
     cursor.met()
     cursor.fresh()
     assert (cursor.run_known, cursor.replaying) == (True, False)
+
+
+def test_a_timer_leaves_the_place_after_it_open_until_a_steps_memo_takes_it() -> None:
+    cursor = Cursor(resume=True)
+    cursor.advance()
+    cursor.waited()  # a sleep after step 1: an abort meeting it writes at step 2
+    cursor.advance()  # a step writing no memo (uuid4) takes the number, not the place
+    cursor.waited()
+    assert cursor.after_waits == [2, 3]
+    cursor.advance()
+    cursor.took()  # step 3's memo
+    assert cursor.after_waits == [2]
+    cursor.restart()  # replayed from the start: the timers are met again
+    assert cursor.after_waits is None

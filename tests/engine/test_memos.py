@@ -8,7 +8,7 @@ from idemflow import Tx
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
 from idemflow.core.plan import Plan
-from idemflow.engine.memo_reader import AbortWorkflow
+from idemflow.engine.memo_reader import WAIT_ABORTED, WAIT_ENDED, AbortWorkflow, WaitOver
 from idemflow.errors import NonDeterminismError
 from idemflow.records import Memo, run_ref
 from idemflow.stores.base import Delete, Row, RowRef
@@ -28,6 +28,20 @@ def test_a_memo_answers_its_value_its_abort_or_non_determinism() -> None:
         memos.answer(Row({"id": "abort", "abort": "no"}, 1), "abort")
     with pytest.raises(NonDeterminismError):
         memos.answer(Row({"id": "now", "v": 3}, 1), "effect mail")
+
+
+def test_an_abort_at_a_wait_is_any_steps_abort_and_meets_what_came_after_the_wait() -> None:
+    memos = Parts(given()).memos
+    with pytest.raises(AbortWorkflow):  # a worker past the timer, at whatever step comes next
+        memos.answer(Row({"id": WAIT_ABORTED, "abort": "closed"}, 1), "effect mail")
+    with pytest.raises(WaitOver) as stepped:  # a worker committed the step after the wait first
+        memos.answer(Row({"id": "effect mail", "v": 1}, 1), WAIT_ABORTED)
+    assert not stepped.value.ended
+    with pytest.raises(WaitOver) as ended:  # or the request's completion right after it
+        memos.answer(Row({"id": WAIT_ENDED, "v": None}, 1), WAIT_ABORTED)
+    assert ended.value.ended
+    with pytest.raises(NonDeterminismError):  # no step of the code is the completion's place
+        memos.answer(Row({"id": WAIT_ENDED, "v": None}, 1), "effect mail")
 
 
 def test_a_replay_deletes_a_memo_of_an_earlier_run_and_runs_the_step_anew() -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus
-from idemflow.core.plan import Plan
+from idemflow.core.plan import Finished, Plan
 from idemflow.engine.deferred import Pending
-from idemflow.records import outbox_ref, run_ref
+from idemflow.engine.memo_reader import WAIT_ABORTED, WAIT_ENDED, AbortWorkflow
+from idemflow.records import Memo, outbox_ref, run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef
 from tests.support.engine_rows import ONE_PARTITION, Parts, Rows, given
 
@@ -93,3 +96,62 @@ def test_a_submissions_outcome_deletes_its_outbox_entry_with_it() -> None:
     rows.run(parts.outcome.finish(RunStatus.COMPLETED))
     assert outbox_ref("wf", "r1") not in rows.rows
     assert len(rows.commits()) == 1
+
+
+AFTER_WAIT = RowRef("idemflowruns", "r1", "mwf|r1|s3")
+"""The place of the step after a timer that followed step 2."""
+
+
+def _after_a_timer(plan: Plan | None = None) -> Parts:
+    """An execution that replayed steps 1 and 2, then passed a timer: the workflow ends there."""
+    parts = Parts(given(plan or Plan(resume=True, incarnation="run1")))
+    parts.cursor.revisit(2)
+    parts.cursor.waited()
+    return parts
+
+
+def test_a_completion_right_after_a_timer_takes_the_place_of_the_step_after_it() -> None:
+    rows, parts = Rows(), _after_a_timer()
+    rows.run(parts.outcome.finish(RunStatus.COMPLETED, result="rested"))
+    [commit] = rows.commits()
+    assert [op.ref for op in commit] == [RUN, AFTER_WAIT]
+    assert isinstance(commit[1], Insert)  # fails, as the abort's memo does, if the other is there
+    ended = Memo.from_json(rows.rows[AFTER_WAIT][0])
+    assert ended is not None and (ended.identity, ended.aborted, ended.run) == (WAIT_ENDED, False, "run1")
+
+
+def test_an_aborted_outcome_after_a_timer_takes_no_place() -> None:
+    rows, parts = Rows(), _after_a_timer()
+    rows.run(parts.outcome.finish(RunStatus.ABORTED, reason="no"))
+    assert [[op.ref for op in commit] for commit in rows.commits()] == [[RUN]]
+
+
+def test_a_completion_that_meets_an_abort_at_its_timer_aborts_there() -> None:
+    rows, parts = Rows(), _after_a_timer()
+    rows.put(AFTER_WAIT, {"id": WAIT_ABORTED, "abort": "closed", "i": "run1"})
+    parts.cursor.advance()  # a step that writes no memo (uuid4) came after the timer
+    with pytest.raises(AbortWorkflow) as aborted:
+        rows.run(parts.outcome.finish(RunStatus.COMPLETED, result="rested"))
+    assert aborted.value.reason == "closed" and RUN not in rows.rows
+    assert parts.cursor.step == 3  # where the operator's abort stands: on_abort numbers on from it
+
+
+def test_a_completion_that_meets_another_completion_after_its_timer_answers_with_its_record() -> None:
+    rows, parts = Rows(), _after_a_timer()
+    done = RunRecord("fp", RunStatus.RUNNING, incarnation="run1").finished(
+        RunStatus.COMPLETED, 9.0, result="r"
+    )
+    rows.put(RUN, done.to_json())
+    rows.put(AFTER_WAIT, {"id": WAIT_ENDED, "v": None, "i": "run1"})
+    with pytest.raises(Finished) as finished:
+        rows.run(parts.outcome.finish(RunStatus.COMPLETED, result="r"))
+    assert finished.value.record == done and len(rows.commits()) == 1  # nothing written over it
+
+
+def test_a_completion_after_a_timer_replaces_a_memo_an_earlier_run_left_there() -> None:
+    rows, parts = Rows(), _after_a_timer()
+    rows.put(AFTER_WAIT, {"id": WAIT_ABORTED, "abort": "long ago", "i": "run0"})
+    record = rows.run(parts.outcome.finish(RunStatus.COMPLETED, result="rested"))
+    assert record.status is RunStatus.COMPLETED
+    ended = Memo.from_json(rows.rows[AFTER_WAIT][0])
+    assert ended is not None and (ended.identity, ended.run) == (WAIT_ENDED, "run1")

@@ -225,7 +225,7 @@ class Parts:
         self.compensator = Compensator(
             facts, self.cursor, self.stepper, self.deferred, abort_child or _no_child
         )
-        self.outcome = OutcomeWriter(facts, self.cursor, self.calls, self.recorder, self.deferred)
+        self.outcome = OutcomeWriter(facts, self.cursor, self.calls, self.recorder, self.deferred, self.memos)
         self.interpreter = Interpreter(
             facts,
             self.cursor,
