@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from idemflow.async_worklist._handling import event
-from idemflow.async_worklist._submission import resolve_signing_key
+from idemflow.async_worklist.messages import resolve_signing_key
 from idemflow.async_worklist.queues.base import Message, decode_wire
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.worker import Worker

@@ -26,9 +26,15 @@ from tenacity import wait_exponential
 
 from idemflow import telemetry
 from idemflow.async_worklist import _runs
-from idemflow.async_worklist._submission import MAX_HOP, announcer, hop, resolve_signing_key
+from idemflow.async_worklist._scheduling import MAX_HOP, hop
 from idemflow.async_worklist.aborts import abort_steps
-from idemflow.async_worklist.messages import Pointer, decode_pointer, encode_pointer
+from idemflow.async_worklist.messages import (
+    Pointer,
+    announcer,
+    decode_pointer,
+    encode_pointer,
+    resolve_signing_key,
+)
 from idemflow.async_worklist.queues.base import Message, check_seconds
 from idemflow.async_worklist.queues.lanes import lane_of
 from idemflow.core.limit_spec import limit_whys

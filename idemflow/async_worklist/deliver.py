@@ -32,7 +32,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
-from idemflow.async_worklist._submission import announcer, resolve_signing_key
+from idemflow.async_worklist.messages import announcer, resolve_signing_key
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, kept_for

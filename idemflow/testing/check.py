@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from idemflow.async_worklist._submission import resolve_signing_key
+from idemflow.async_worklist.messages import resolve_signing_key
 from idemflow.async_worklist.outbox import DEFAULT_GRACE, relay
 from idemflow.client import status, submit
 from idemflow.core.policy import RetryPolicy
