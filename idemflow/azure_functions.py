@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from idemflow.async_worklist.worker import Worker, WorkerStats
     from idemflow.core.policy import RetryPolicy
     from idemflow.core.step_retry import StepRetry
-    from idemflow.running.runner import Workflow
+    from idemflow.running.workflows import Workflow
     from idemflow.stores.base import Store
 
 __all__ = [

@@ -46,7 +46,7 @@ from idemflow.core.policy import RetryPolicy
 from idemflow.core.step_retry import StepRetry
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.errors import MessageLostError
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 

@@ -55,7 +55,9 @@ from idemflow.errors import (
 )
 from idemflow.limits.gate import gated
 from idemflow.records import Attempts, Continuation, RunRecord, RunStatus, run_ref
-from idemflow.running.runner import Workflow, describe_request, execution_steps, status_steps
+from idemflow.running.request_spec import describe_request
+from idemflow.running.runner import execution_steps, status_steps
+from idemflow.running.workflows import Workflow
 from idemflow.stores.base import AsyncStore, RowRef, Store
 from idemflow.stores.expiry import KEEP_ALIVE, sweeps, watched
 

@@ -57,7 +57,8 @@ from idemflow.engine.tx import Reader
 from idemflow.errors import BackendError, InvalidInputError, VersionNotHeldError
 from idemflow.keys import check_duration, check_request_id
 from idemflow.records import Continuation, OutboxEntry, RunRecord, outbox_ref, run_ref, submitted_input
-from idemflow.running.runner import Request, describe_request, execution_steps
+from idemflow.running.request_spec import Request, describe_request
+from idemflow.running.runner import execution_steps
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Delete, Store
 

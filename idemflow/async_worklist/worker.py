@@ -58,7 +58,7 @@ from idemflow.core.policy import RetryPolicy
 from idemflow.core.step_retry import StepRetry
 from idemflow.engine.drive import drive
 from idemflow.errors import MessageLostError
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.stores.base import Store
 
 __all__ = ["Worker", "WorkerStats"]

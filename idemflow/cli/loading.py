@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from idemflow.errors import InvalidInputError
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 
 
 def load_callable(spec: str) -> Any:

@@ -20,7 +20,7 @@ from idemflow.cli.loading import load_object, load_workflows
 from idemflow.core.policy import RetryPolicy
 from idemflow.core.step_retry import StepRetry
 from idemflow.keys import check_duration
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.stores import Store
 from idemflow.stores._opening import open_async_store
 from idemflow.worker import AsyncWorker, Worker, open_async_queue, open_queue

@@ -37,7 +37,7 @@ from idemflow.errors import (
     InvalidInputError,
     RequestNotFoundError,
 )
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores.base import Store
 from idemflow.worker import Queue

@@ -54,7 +54,9 @@ from idemflow.engine.execution import Plan as ExecutionPlan
 from idemflow.engine.monad import Idem
 from idemflow.errors import ConflictError, TransientError
 from idemflow.records import Memo, RunStatus
-from idemflow.running.runner import Workflow, describe, describe_request, execute
+from idemflow.running.request_spec import describe, describe_request
+from idemflow.running.runner import execute
+from idemflow.running.workflows import Workflow
 from idemflow.stores.base import Insert, Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.testing._plans import (
