@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from idemflow.async_worklist._handling import event
+from idemflow.async_worklist._delivery import event
 from idemflow.async_worklist.messages import resolve_signing_key
 from idemflow.async_worklist.queues.base import Message, decode_wire
 from idemflow.async_worklist.queues.memory import MemoryQueue

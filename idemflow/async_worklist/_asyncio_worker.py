@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from idemflow import telemetry
-from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
+from idemflow.async_worklist._delivery import Holder, WorkerStats, event
+from idemflow.async_worklist._handling import Handling
 from idemflow.async_worklist._queue_answers import on_async_queue
 from idemflow.async_worklist.outbox import relay_steps
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
