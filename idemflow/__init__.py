@@ -75,8 +75,9 @@ from idemflow.errors import (
 from idemflow.running.answer_cache import AnswerCache
 from idemflow.running.coordination import Child, receive, send, sleep, sleep_until, start, wait
 from idemflow.running.handlers import idempotent, idempotent_function
-from idemflow.running.runner import Workflow, run, run_result, workflow
+from idemflow.running.runner import run, run_result
 from idemflow.running.runner_asyncio import arun, arun_result
+from idemflow.running.workflows import Workflow, workflow
 from idemflow.stores._opening import open_async_store, open_store
 
 __all__ = [

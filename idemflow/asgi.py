@@ -56,7 +56,8 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from idemflow.async_worklist._submission import astatus, asubmit
+from idemflow.async_worklist._handles import astatus
+from idemflow.async_worklist._submission import asubmit
 from idemflow.async_worklist.deliver import arun_announcing
 from idemflow.async_worklist.queues import open_async_queue
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue

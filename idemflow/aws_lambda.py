@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from idemflow.async_worklist._submission import resolve_signing_key
+from idemflow.async_worklist.messages import resolve_signing_key
 from idemflow.async_worklist.queues.base import Message, decode_wire
 from idemflow.async_worklist.worker import Worker
 from idemflow.core.policy import DEFAULT_POLICY
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from idemflow.core.policy import RetryPolicy
     from idemflow.core.step_retry import StepRetry
     from idemflow.running.answer_cache import AnswerCache
-    from idemflow.running.runner import Workflow
+    from idemflow.running.workflows import Workflow
     from idemflow.stores.base import Store
 
 __all__ = [

@@ -48,8 +48,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from idemflow.async_worklist._handling import event
-from idemflow.async_worklist._submission import resolve_signing_key
+from idemflow.async_worklist._delivery import event
+from idemflow.async_worklist.messages import resolve_signing_key
 from idemflow.async_worklist.queues.base import Message, decode_wire
 from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.worker import Worker
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from idemflow.async_worklist.worker import Worker, WorkerStats
     from idemflow.core.policy import RetryPolicy
     from idemflow.core.step_retry import StepRetry
-    from idemflow.running.runner import Workflow
+    from idemflow.running.workflows import Workflow
     from idemflow.stores.base import Store
 
 __all__ = [

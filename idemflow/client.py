@@ -20,16 +20,9 @@ Each blocking function has its asyncio twin, named ``a`` + its name (``submit``/
 
 from __future__ import annotations
 
+from idemflow.async_worklist._handles import AsyncPending, Pending, RequestStatus, astatus, status
 from idemflow.async_worklist._scheduling import Priority
-from idemflow.async_worklist._submission import (
-    AsyncPending,
-    Pending,
-    RequestStatus,
-    astatus,
-    asubmit,
-    status,
-    submit,
-)
+from idemflow.async_worklist._submission import asubmit, submit
 from idemflow.async_worklist.deliver import asend_message, send_message
 from idemflow.records import RunStatus
 from idemflow.running.reads import aget, arows, get, rows

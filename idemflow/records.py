@@ -1,8 +1,11 @@
 """The on-disk format of bookkeeping rows: step memos, run records, outbox entries.
 
 Requests in flight outlive a release, so this module is the single owner of
-what those rows hold; every reader and writer goes through these classes,
-and ``tests/golden/`` pins rows written by earlier releases, which every
+what those rows hold: every reader and writer goes through its classes (the
+memo's in :mod:`idemflow.core.memos`, the run record's structured fields in
+:mod:`idemflow.core.run_fields` and a request's inbox message in
+:mod:`idemflow.core.inbox`, all re-exported here, so every name keeps this
+path), and ``tests/golden/`` pins rows written by earlier releases, which every
 later version must still read.
 
 A memo is ``{"id": identity, "v": result}`` for a committed step, or
@@ -32,13 +35,50 @@ Memo(identity='atomic debit', value=5, aborted=False, at=None, run=None)
 from __future__ import annotations
 
 import enum
-import secrets
 from dataclasses import dataclass, replace
 from typing import Any
 
-from idemflow.core.row import Row, RowRef
+from idemflow.core.inbox import Message
+from idemflow.core.memos import (
+    MEMO_AT,
+    RUN_AT,
+    Memo,
+    memo_row,
+    memo_run,
+    memo_text,
+    new_incarnation,
+    of_earlier_run,
+)
+from idemflow.core.row import RowRef
+from idemflow.core.run_fields import Attempts, Continuation, Failure
 from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
-from idemflow.serialization import JSON, encode
+from idemflow.serialization import JSON
+
+__all__ = [
+    "FORMAT",
+    "MEMO_AT",
+    "OPEN_STATUSES",
+    "RUN_AT",
+    "STORED_LANES",
+    "Attempts",
+    "Continuation",
+    "Failure",
+    "Memo",
+    "Message",
+    "OutboxEntry",
+    "RunRecord",
+    "RunStatus",
+    "child_outcome",
+    "memo_row",
+    "memo_run",
+    "memo_text",
+    "new_incarnation",
+    "of_earlier_run",
+    "open_workflow",
+    "outbox_ref",
+    "run_ref",
+    "submitted_input",
+]
 
 FORMAT = 5
 """The revision of this format: raised whenever a row gains a field or a kind of row appears,
@@ -71,11 +111,6 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
 STORED_LANES = ("high", "low")
 """The lanes a run record names (``in.ln``); the normal lane is stored as no ``ln``."""
 
-MEMO_AT = 0
-"""Position of the memo insert in a step's commit (its failure carries the existing memo)."""
-RUN_AT = 1
-"""Position of the run-record insert when it rides in a step's commit."""
-
 
 class RunStatus(enum.StrEnum):
     """Where a request stands, as the run record tells."""
@@ -99,36 +134,6 @@ class RunStatus(enum.StrEnum):
     def final(self) -> bool:
         """Completed and aborted never change again (failed may be retried or aborted)."""
         return self in (RunStatus.COMPLETED, RunStatus.ABORTED)
-
-
-@dataclass(frozen=True, slots=True)
-class Memo:
-    """A step's memo: its identity and result, or the abort it decided."""
-
-    identity: str
-    value: JSON
-    aborted: bool = False
-    at: float | None = None
-    """When the step committed (epoch seconds; absent before format 4, which writes milliseconds)."""
-    run: str | None = None
-    """The incarnation of the run that wrote it (absent before format 5)."""
-
-    def to_json(self) -> dict[str, JSON]:
-        at = None if self.at is None else round(self.at * 1000)
-        return memo_row(self.identity, self.value, aborted=self.aborted, at=at, run=self.run)
-
-    @classmethod
-    def from_json(cls, raw: Any) -> Memo | None:
-        """The memo a row holds, or None if it is not one (so a replay reports non-determinism)."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
-            return None
-        at = raw.get("t")
-        at = at / 1000 if type(at) is int else None  # milliseconds: an int is cheaper to write
-        run = raw.get("i")
-        run = run if isinstance(run, str) else None
-        if "abort" in raw:
-            return cls(raw["id"], raw["abort"], aborted=True, at=at, run=run)
-        return cls(raw["id"], raw.get("v"), at=at, run=run)
 
 
 def run_ref(workflow: str, request_id: str) -> RowRef:
@@ -161,208 +166,12 @@ def outbox_ref(workflow: str, request_id: str) -> RowRef:
     return RowRef(RUNS_TABLE, outbox_partition(request_id), outbox_key(workflow, request_id))
 
 
-def memo_row(
-    identity: str, value: JSON, *, aborted: bool = False, at: int | None = None, run: str | None = None
-) -> dict[str, JSON]:
-    """``Memo(identity, value, aborted, at, run).to_json()`` without building the Memo: every step
-    writes one (``at`` in epoch milliseconds)."""
-    row: dict[str, JSON] = {"id": identity, "abort": value} if aborted else {"id": identity, "v": value}
-    if at is not None:
-        row["t"] = at
-    if run is not None:
-        row["i"] = run
-    return row
-
-
-_EXACT_INT = 2**53
-"""Ints inside ±2**53 are written as ``str`` writes them, which is what the JSON encoder does."""
-
-
-def memo_text(
-    identity: str, value: JSON, *, aborted: bool = False, at: int | None = None, run: str | None = None
-) -> str:
-    """``encode(memo_row(...), envelope=1)``, the text every step's memo is written as, built from
-    its parts: the envelope is the library's own (an ASCII name, an int, a hex incarnation), so
-    only the step's value needs the full encoding, and its usual answers (None, a bool, a small
-    int) none at all. The same text, and the same :class:`~idemflow.errors.InvalidValueError`
-    (naming no place: the caller names the step), as the full encoding; a memo whose envelope
-    is not that plain is encoded whole.
-
-    >>> memo_text("atomic debit", None, at=1700000000000, run="a1b2")
-    '{"i":"a1b2","id":"atomic debit","t":1700000000000,"v":null}'
-    """
-    if not (identity.isascii() and type(at) is int and (run is None or (run.isascii() and run.isalnum()))):
-        return encode(memo_row(identity, value, aborted=aborted, at=at, run=run), "", envelope=1)
-    if value is None:
-        text = "null"
-    elif value is True or value is False:
-        text = "true" if value else "false"
-    elif type(value) is int and -_EXACT_INT < value < _EXACT_INT:
-        text = str(value)
-    else:
-        text = encode(value, "")
-    head = "{" if run is None else '{"i":"' + run + '",'
-    if aborted:
-        head = '{"abort":' + text + "," + head[1:]
-    body = head + '"id":' + encode(identity, "") + ',"t":' + str(at)
-    return body + "}" if aborted else body + ',"v":' + text + "}"
-
-
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
 def _number_or_none(value: Any) -> float | None:
     return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
-
-
-def new_incarnation() -> str:
-    """A fresh run's incarnation: what tells its memos from those of an earlier request that had
-    the same id.
-
-    A run record may go before its memos: DynamoDB's TTL deletes in no order, within about two
-    days of expiry, and a store's sweep visits rows in key order. A later request reusing the id
-    then claims a new record, and without incarnations it would replay the old memos (a partial
-    run). 48 random bits: two runs of one request id drawing the same is not a practical risk.
-    """
-    return secrets.token_hex(6)
-
-
-def of_earlier_run(memo: Row, incarnation: str | None) -> bool:
-    """Whether ``memo`` belongs to an earlier run of its request id than ``incarnation``'s.
-
-    Only a memo and a run that both carry an incarnation can be told apart: a memo written
-    before format 5 (or by an older server during a rolling deploy, which drops the field) may
-    be this run's own, so it is trusted, as every memo was before."""
-    if incarnation is None:
-        return False
-    theirs = memo_run(memo)
-    return theirs is not None and theirs != incarnation
-
-
-def memo_run(memo: Row) -> str | None:
-    """The incarnation of the run that wrote ``memo`` (None before format 5)."""
-    value = memo.value
-    theirs = value.get("i") if type(value) is dict else None
-    return theirs if isinstance(theirs, str) else None
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """Why a request ended ``failed``: the last error, at which step, after how many attempts.
-
-    ``identity`` names the step as its memo would (``atomic reserve``, ``effect charge``,
-    ``compensate effect charge``); None in records of earlier releases, and for a request that
-    failed before any step (no worker could run it: step 0)."""
-
-    reason: str
-    step: int
-    attempts: int
-    identity: str | None = None
-
-    def to_json(self) -> dict[str, JSON]:
-        shown: dict[str, JSON] = {"reason": self.reason, "step": self.step, "attempts": self.attempts}
-        if self.identity is not None:
-            shown["identity"] = self.identity
-        return shown
-
-    @classmethod
-    def from_json(cls, raw: Any) -> Failure:
-        identity = raw.get("identity")
-        return cls(
-            str(raw["reason"]),
-            int(raw["step"]),
-            int(raw["attempts"]),
-            None if identity is None else str(identity),
-        )
-
-    def where(self) -> str:
-        """The step, as an operator reads it: ``step 2 (atomic reserve)``.
-
-        >>> Failure("ValueError: no stock", 2, 1, "atomic reserve").where()
-        'step 2 (atomic reserve)'
-        """
-        return f"step {self.step}" if self.identity is None else f"step {self.step} ({self.identity})"
-
-
-@dataclass(frozen=True, slots=True)
-class Continuation:
-    """Which queued continuation of a waiting request is the one to run.
-
-    A request waiting on a timer has one pointer on the queue; a pointer
-    that replays it again (a relay racing a send, a redelivery, a timer
-    a message's wake made obsolete) would queue a second one, and both
-    would live on for every wait that follows. Each pointer a suspension
-    sends carries a continuation, recorded in the run record *after* the
-    send: a later generation than the record's is the newest (its write may
-    not have landed), an older one, or the same generation from another
-    execution, was superseded and is dropped after one read.
-    """
-
-    generation: int
-    nonce: str
-
-    def to_json(self) -> list[JSON]:
-        return [self.generation, self.nonce]
-
-    @classmethod
-    def from_json(cls, raw: Any) -> Continuation:
-        return cls(int(raw[0]), str(raw[1]))
-
-    @classmethod
-    def after(cls, *seen: Continuation | None) -> Continuation:
-        """The next continuation of a request whose record or pointer held ``seen``."""
-        generation = max((c.generation for c in seen if c is not None), default=0) + 1
-        return cls(generation, secrets.token_hex(4))
-
-    def superseded_by(self, recorded: Continuation | None) -> bool:
-        """Whether a pointer carrying this one must not run, the record holding ``recorded``."""
-        if recorded is None or self.generation > recorded.generation:
-            return False
-        return self.generation < recorded.generation or self.nonce != recorded.nonce
-
-
-@dataclass(frozen=True, slots=True)
-class Attempts:
-    """A step that failed under a worker and is tried again: the run record keeps its count, so
-    restarts, redeliveries and duplicate messages neither shorten nor multiply the budget.
-
-    ``identity`` names the step (a compensation is a step of its own); ``first`` is when it
-    first failed and ``due`` when the next attempt may start (epoch seconds); ``error`` the
-    last one.
-    """
-
-    step: int
-    identity: str
-    count: int
-    first: float
-    due: float
-    error: str
-
-    def to_json(self) -> dict[str, JSON]:
-        return {
-            "s": self.step,
-            "id": self.identity,
-            "n": self.count,
-            "first": self.first,
-            "due": self.due,
-            "err": self.error,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Any) -> Attempts:
-        return cls(
-            int(raw["s"]),
-            str(raw["id"]),
-            int(raw["n"]),
-            float(raw["first"]),
-            float(raw["due"]),
-            str(raw["err"]),
-        )
-
-    def of(self, step: int, identity: str) -> int:
-        """Failed attempts counted for this step so far."""
-        return self.count if (self.step, self.identity) == (step, identity) else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -542,38 +351,6 @@ class OutboxEntry:
     @classmethod
     def from_json(cls, raw: Any) -> OutboxEntry:
         return cls(str(raw["wf"]), int(raw["wv"]), str(raw["id"]), float(raw["due"]))
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """A message sent to a request (``send``), until a ``receive`` consumes it.
-
-    ``sender`` names the sending step (workflow, request, step) and ``seq`` its step number, so
-    one sender's messages are received in the order sent; ``at`` (the sender's clock) orders
-    the first messages of different senders.
-    """
-
-    value: JSON
-    sender: str
-    seq: int
-    at: float
-    taken: bool = False
-    """Taken by a ``receive``: the row stays (without its value) until the request's rows are
-    collected, so a sender resending its step meets it instead of sending the message again."""
-
-    def to_json(self) -> dict[str, JSON]:
-        row: dict[str, JSON] = {"v": self.value, "s": self.sender, "n": self.seq, "at": self.at}
-        if self.taken:
-            row["taken"] = True
-        return row
-
-    @classmethod
-    def from_json(cls, raw: Any) -> Message:
-        return cls(raw.get("v"), str(raw["s"]), int(raw["n"]), float(raw["at"]), bool(raw.get("taken")))
-
-    def as_taken(self) -> Message:
-        """This message's row once a ``receive`` took it."""
-        return replace(self, value=None, taken=True)
 
 
 def submitted_input(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from idemflow.async_worklist._asyncio_worker import AsyncWorker
-from idemflow.async_worklist._handling import WorkerStats
+from idemflow.async_worklist._delivery import WorkerStats
 from idemflow.async_worklist.pool.policy import BacklogPolicy, PoolView, Scaling, ScalingPolicy
 from idemflow.async_worklist.queues import (
     _LAZY,

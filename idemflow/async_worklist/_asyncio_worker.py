@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from idemflow import telemetry
-from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
+from idemflow.async_worklist._delivery import Holder, WorkerStats, event
+from idemflow.async_worklist._handling import Handling
 from idemflow.async_worklist._queue_answers import on_async_queue
 from idemflow.async_worklist.outbox import relay_steps
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
@@ -46,7 +47,7 @@ from idemflow.core.policy import RetryPolicy
 from idemflow.core.step_retry import StepRetry
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.errors import MessageLostError
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 

@@ -23,9 +23,8 @@ from __future__ import annotations
 from idemflow import telemetry
 from idemflow.async_worklist import _runs
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
-from idemflow.async_worklist._submission import resolve_signing_key
 from idemflow.async_worklist.aborts import stored_arguments
-from idemflow.async_worklist.messages import Pointer, encode_pointer
+from idemflow.async_worklist.messages import Pointer, encode_pointer, resolve_signing_key
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.core.policy import DEFAULT_POLICY

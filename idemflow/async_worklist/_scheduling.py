@@ -1,5 +1,8 @@
 """When a submitted request may start and in which queue lane: ``submit(delay=, not_before=,
-priority=)`` checked before anything is written.
+priority=)`` checked before anything is written; and how its continuations are timed on the
+queue (:func:`hop`, :data:`MAX_HOP`) and when a copy of a ``submit`` takes over sending one
+(:data:`TAKEOVER`). Both the submitting client and the worker that re-queues an early pointer
+time continuations by these, so they live here rather than on either side.
 
 A delayed request is claimed at once (its input, its outbox entry) but runs nothing before its
 time, not even the steps before its first checkpoint that ``submit`` otherwise runs in the
@@ -104,4 +107,31 @@ def waiting_until(not_before: float) -> str:
     return "waiting until " + datetime.fromtimestamp(not_before, UTC).isoformat(timespec="milliseconds")
 
 
-__all__ = ["PRIORITIES", "Priority", "Schedule", "check_lanes", "schedule", "waiting_until"]
+TAKEOVER = 5.0
+"""Seconds after a request's claim before a copy of its ``submit`` sends the continuation itself
+if the first has not (its outbox entry is still there): a live ``submit`` sends well within this,
+so racing copies enqueue nothing, and a client retrying later than this after a crash is not left
+to the relay (a sooner retry is: the outbox grace, ``submit(grace=)``)."""
+
+
+MAX_HOP = 900.0
+"""The longest delay a suspended continuation is queued with (SQS's limit, used on every queue):
+a timer due later is re-queued when it arrives, until it is due."""
+
+
+def hop(due: float, now: float) -> float:
+    """The delay to queue a continuation due at ``due`` with."""
+    return min(max(due - now, 0.0), MAX_HOP)
+
+
+__all__ = [
+    "MAX_HOP",
+    "PRIORITIES",
+    "TAKEOVER",
+    "Priority",
+    "Schedule",
+    "check_lanes",
+    "hop",
+    "schedule",
+    "waiting_until",
+]

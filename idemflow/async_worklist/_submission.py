@@ -1,4 +1,4 @@
-"""The client side of the asynchronous variant: ``checkpoint``, ``submit``, ``status``.
+"""The client side of the asynchronous variant: ``checkpoint``, ``submit``, ``asubmit``.
 
 ``submit`` runs a workflow in the caller up to its first ``checkpoint()``,
 durably enqueues the rest as a continuation message and returns at once;
@@ -7,6 +7,8 @@ it. The same workflow code runs under :func:`idemflow.run`, where the
 checkpoint is a no-op. Submitting the same request again is harmless and
 cheap: a copy of a request already submitted answers from its run record and
 enqueues nothing, so the workers run it once however many copies arrive.
+The handle it returns and the status it reads are :mod:`idemflow.async_worklist._handles`';
+the pointer it sends and its signing key :mod:`idemflow.async_worklist.messages`'.
 
 >>> from idemflow import atomic, workflow
 >>> from idemflow.stores import MemoryStore
@@ -30,21 +32,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
-
 from idemflow import telemetry
 from idemflow.async_worklist import _runs
+from idemflow.async_worklist._handles import AsyncPending, Pending, RequestStatus
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
-from idemflow.async_worklist._scheduling import Priority, check_lanes, schedule, waiting_until
-from idemflow.async_worklist.messages import Pointer, encode_pointer
+from idemflow.async_worklist._scheduling import TAKEOVER, Priority, check_lanes, hop, schedule, waiting_until
+from idemflow.async_worklist.messages import Pointer, announcer, encode_pointer, resolve_signing_key
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
@@ -56,31 +54,13 @@ from idemflow.engine.drive_asyncio import adrive
 from idemflow.engine.execution import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
 from idemflow.engine.monad import Bind, Call, Checkpoint, Idem
 from idemflow.engine.tx import Reader
-from idemflow.errors import (
-    BackendError,
-    InvalidInputError,
-    RequestFailedError,
-    VersionNotHeldError,
-    WorkflowAborted,
-)
+from idemflow.errors import BackendError, InvalidInputError, VersionNotHeldError
 from idemflow.keys import check_duration, check_request_id
-from idemflow.records import (
-    Continuation,
-    Failure,
-    OutboxEntry,
-    RunRecord,
-    RunStatus,
-    outbox_ref,
-    run_ref,
-    submitted_input,
-)
-from idemflow.running.runner import Request, describe_request, execution_steps, run_status
-from idemflow.running.runner_asyncio import arun_status
-from idemflow.serialization import JSON
+from idemflow.records import Continuation, OutboxEntry, RunRecord, outbox_ref, run_ref, submitted_input
+from idemflow.running.request_spec import Request, describe_request
+from idemflow.running.runner import execution_steps
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Delete, Store
-
-SIGNING_KEY_ENV = "IDEMFLOW_SIGNING_KEY"
 
 log = logging.getLogger("idemflow.submit")
 
@@ -88,213 +68,6 @@ log = logging.getLogger("idemflow.submit")
 def checkpoint() -> Idem[None]:
     """Where a client may be answered early: ``yield checkpoint()``."""
     return Idem(Checkpoint())
-
-
-def resolve_signing_key(explicit: bytes | str | None) -> bytes | None:
-    """The HMAC key: the one given, else ``IDEMFLOW_SIGNING_KEY``, else None (unsigned)."""
-    key = explicit if explicit is not None else os.environ.get(SIGNING_KEY_ENV)
-    if key is None or key == "":
-        return None
-    return key.encode("utf-8") if isinstance(key, str) else key
-
-
-@dataclass(frozen=True, slots=True)
-class RequestStatus:
-    """Where a request stands and its outcome.
-
-    ``status`` is ``unknown | running | completed | aborted | failed``;
-    ``version`` the workflow version it runs on; ``failure`` why it failed;
-    ``waiting`` why no worker could run it yet (e.g. no worker holds its version) or what it
-    waits for (``sleeping until ...``, a child, a message).
-    """
-
-    status: RunStatus
-    result: JSON = None
-    reason: JSON = None
-    version: int = 1
-    failure: Failure | None = None
-    waiting: str | None = None
-
-    @classmethod
-    def of(cls, record: RunRecord) -> RequestStatus:
-        return cls(
-            record.status, record.result, record.reason, record.version, record.failure, record.waiting
-        )
-
-
-def status(store: Store, workflow: str, request_id: str) -> RequestStatus:
-    """The status of a request as its run record tells (``unknown`` if it has none)."""
-    return _status_of(run_status(store, workflow, request_id))
-
-
-async def astatus(store: Store | AsyncStore, workflow: str, request_id: str) -> RequestStatus:
-    """:func:`status`, awaitable."""
-    return _status_of(await arun_status(store, workflow, request_id))
-
-
-def _status_of(record: RunRecord | None) -> RequestStatus:
-    return RequestStatus(RunStatus.UNKNOWN) if record is None else RequestStatus.of(record)
-
-
-_NOT_YET = object()
-
-
-def _not_yet(answer: Any) -> bool:
-    return answer is _NOT_YET
-
-
-class _Handle:
-    """What both handles share: the request they stand for and its outcome once known.
-
-    ``outcome`` is the final :class:`RequestStatus` when it is known without
-    asking the store: ``submit`` saw the request finish (it completed or
-    aborted before any checkpoint, or was a duplicate of a finished request),
-    or this handle already read a final status.
-    """
-
-    def __init__(
-        self,
-        workflow: str,
-        request_id: str,
-        outcome: RequestStatus | None,
-        clock: Callable[[], float],
-    ) -> None:
-        self.workflow = workflow
-        self.request_id = request_id
-        self.outcome = outcome
-        self._clock = clock
-
-    def _seen(self, current: RequestStatus) -> RequestStatus:
-        if current.status.final:
-            self.outcome = current  # final: it never changes again
-        return current
-
-    def _answer(self, current: RequestStatus, deadline: float | None) -> Any:
-        """The result of a finished request (or its error raised), else ``_NOT_YET``."""
-        if current.status is RunStatus.COMPLETED:
-            return current.result
-        if current.status is RunStatus.ABORTED:
-            raise WorkflowAborted(current.reason, self.workflow, self.request_id)
-        if current.status is RunStatus.FAILED and current.failure is not None:
-            failure = current.failure
-            raise RequestFailedError(
-                self.workflow,
-                self.request_id,
-                failure.step,
-                failure.reason,
-                failure.attempts,
-                failure.identity,
-            )
-        if deadline is not None and self._clock() >= deadline:
-            raise TimeoutError(f"request {self.request_id!r} of {self.workflow!r} not finished")
-        return _NOT_YET
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.workflow}/{self.request_id}>"
-
-
-class Pending(_Handle):
-    """A handle on a request :func:`submit` submitted, asked through a blocking store.
-
-    ``sleep`` and ``clock`` (monotonic seconds) pace :meth:`result`'s polling.
-    :func:`asubmit` gives an :class:`AsyncPending` instead: each API has its
-    own handle, so awaiting a blocking one (or blocking on an asynchronous
-    one) is a type error mypy reports, not a failure at run time.
-
-    >>> from idemflow.stores import MemoryStore
-    >>> Pending(MemoryStore(), "checkout", "o-1").status().value
-    'unknown'
-    """
-
-    def __init__(
-        self,
-        store: Store,
-        workflow: str,
-        request_id: str,
-        *,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        outcome: RequestStatus | None = None,
-    ) -> None:
-        super().__init__(workflow, request_id, outcome, clock)
-        self.store = store
-        self._sleep = sleep
-
-    def _current(self) -> RequestStatus:
-        if self.outcome is None:
-            return self._seen(status(self.store, self.workflow, self.request_id))
-        return self.outcome
-
-    def status(self) -> RunStatus:
-        """``unknown | running | completed | aborted | failed``."""
-        return self._current().status
-
-    def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
-        """Wait for the workers to finish; the result, or :class:`WorkflowAborted`.
-
-        Raises :class:`~idemflow.errors.RequestFailedError` for a request that
-        ended ``failed`` and :class:`TimeoutError` if not finished within
-        ``timeout`` seconds.
-        """
-        deadline = None if timeout is None else self._clock() + timeout
-        polling = Retrying(sleep=self._sleep, wait=wait_fixed(poll), retry=retry_if_result(_not_yet))
-        return polling(lambda: self._answer(self._current(), deadline))
-
-
-class AsyncPending(_Handle):
-    """A handle on a request :func:`asubmit` submitted: :class:`Pending`, awaitable.
-
-    It polls the store with ``asyncio.sleep``, never blocking the event loop.
-
-    >>> import asyncio
-    >>> from idemflow.stores import MemoryStore
-    >>> asyncio.run(AsyncPending(MemoryStore(), "checkout", "o-1").status()).value
-    'unknown'
-    """
-
-    def __init__(
-        self,
-        store: Store | AsyncStore,
-        workflow: str,
-        request_id: str,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        outcome: RequestStatus | None = None,
-    ) -> None:
-        super().__init__(workflow, request_id, outcome, clock)
-        self.store = store
-
-    async def _current(self) -> RequestStatus:
-        if self.outcome is None:
-            return self._seen(await astatus(self.store, self.workflow, self.request_id))
-        return self.outcome
-
-    async def status(self) -> RunStatus:
-        """``unknown | running | completed | aborted | failed``."""
-        return (await self._current()).status
-
-    async def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
-        """Wait for the workers to finish: :meth:`Pending.result`, awaitable."""
-        deadline = None if timeout is None else self._clock() + timeout
-
-        async def answer() -> Any:
-            return self._answer(await self._current(), deadline)
-
-        return await AsyncRetrying(wait=wait_fixed(poll), retry=retry_if_result(_not_yet))(answer)
-
-    async def aresult(self, timeout: float | None = None, poll: float = 0.05) -> Any:
-        """Deprecated: :meth:`result` (an asynchronous handle's methods are awaited by their names)."""
-        warnings.warn(
-            "AsyncPending.aresult() is deprecated: await pending.result()", DeprecationWarning, stacklevel=2
-        )
-        return await self.result(timeout, poll)
-
-    async def astatus(self) -> RunStatus:
-        """Deprecated: :meth:`status`."""
-        warnings.warn(
-            "AsyncPending.astatus() is deprecated: await pending.status()", DeprecationWarning, stacklevel=2
-        )
-        return await self.status()
 
 
 def submit(
@@ -557,28 +330,6 @@ def _deadline(request: Request, deadline: object, now: float) -> float | None:
         float(at) for at in (deadline, None if timeout is None else now + timeout) if at is not None
     ]
     return min(candidates) if candidates else None
-
-
-TAKEOVER = 5.0
-"""Seconds after a request's claim before a copy of its ``submit`` sends the continuation itself
-if the first has not (its outbox entry is still there): a live ``submit`` sends well within this,
-so racing copies enqueue nothing, and a client retrying later than this after a crash is not left
-to the relay (a sooner retry is: the outbox grace, ``submit(grace=)``)."""
-
-
-MAX_HOP = 900.0
-"""The longest delay a suspended continuation is queued with (SQS's limit, used on every queue):
-a timer due later is re-queued when it arrives, until it is due."""
-
-
-def hop(due: float, now: float) -> float:
-    """The delay to queue a continuation due at ``due`` with."""
-    return min(max(due - now, 0.0), MAX_HOP)
-
-
-def announcer(key: bytes | None) -> Callable[[OutboxEntry], str]:
-    """How the engine words the continuation of another request it wakes (a child, a receiver)."""
-    return lambda entry: encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), key)
 
 
 def _send(

@@ -17,7 +17,9 @@ from idemflow.core.requests import Steps
 from idemflow.engine.tx import Reader
 from idemflow.errors import CompensationError, InvalidInputError, VersionNotHeldError
 from idemflow.records import RunRecord
-from idemflow.running.runner import Workflow, describe_request, execution_steps, status_steps
+from idemflow.running.request_spec import describe_request
+from idemflow.running.runner import execution_steps, status_steps
+from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores.base import AsyncStore, Store
 

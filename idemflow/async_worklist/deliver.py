@@ -32,7 +32,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from idemflow.async_worklist._queue_answers import on_async_queue, on_queue
-from idemflow.async_worklist._submission import announcer, resolve_signing_key
+from idemflow.async_worklist.messages import announcer, resolve_signing_key
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, kept_for
@@ -46,14 +46,9 @@ from idemflow.errors import MessageNotDeliveredError
 from idemflow.keys import check_request_id
 from idemflow.records import RunRecord, run_ref
 from idemflow.running.coordination import send
-from idemflow.running.runner import (
-    Workflow,
-    describe_request,
-    execution_steps,
-    result_of,
-    under_limits,
-    workflow,
-)
+from idemflow.running.request_spec import describe_request
+from idemflow.running.runner import execution_steps, result_of, under_limits
+from idemflow.running.workflows import Workflow, workflow
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
 

@@ -6,7 +6,9 @@ record and the memos), so any input the store accepts can be resumed,
 whatever the queue's size limit, and a worker always checks what it replays
 against the memos. It is JSON only, never pickle, and parsed strictly.
 When a signing key is configured the message carries an HMAC-SHA256 over its
-canonical form and a worker with a key refuses unsigned or tampered ones. A
+canonical form and a worker with a key refuses unsigned or tampered ones (the
+key given, else ``IDEMFLOW_SIGNING_KEY``: :func:`resolve_signing_key`, for
+every side that signs or checks). A
 forged pointer can at worst resume a request somebody submitted, which the
 memos make harmless.
 
@@ -24,12 +26,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from idemflow.errors import InvalidValueError, MessageRejectedError, deprecated_error
-from idemflow.records import Continuation
+from idemflow.records import Continuation, OutboxEntry
 from idemflow.serialization import JSON, encode
 
 FORMAT_VERSION = 2
@@ -186,6 +190,23 @@ def _is_step(step: object) -> bool:
         and step[0][1:].isdigit()
         and isinstance(step[1], str)
     )
+
+
+SIGNING_KEY_ENV = "IDEMFLOW_SIGNING_KEY"
+"""Where the signing key is read from when a submitter, worker or host is given none."""
+
+
+def resolve_signing_key(explicit: bytes | str | None) -> bytes | None:
+    """The HMAC key: the one given, else ``IDEMFLOW_SIGNING_KEY``, else None (unsigned)."""
+    key = explicit if explicit is not None else os.environ.get(SIGNING_KEY_ENV)
+    if key is None or key == "":
+        return None
+    return key.encode("utf-8") if isinstance(key, str) else key
+
+
+def announcer(key: bytes | None) -> Callable[[OutboxEntry], str]:
+    """How the engine words the continuation of another request it wakes (a child, a receiver)."""
+    return lambda entry: encode_pointer(Pointer(entry.workflow, entry.version, entry.request_id), key)
 
 
 def __getattr__(name: str) -> Any:

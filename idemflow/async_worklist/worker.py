@@ -49,7 +49,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from idemflow import telemetry
-from idemflow.async_worklist._handling import Handling, Holder, WorkerStats, event
+from idemflow.async_worklist._delivery import Holder, WorkerStats, event
+from idemflow.async_worklist._handling import Handling
 from idemflow.async_worklist._queue_answers import on_queue
 from idemflow.async_worklist.outbox import relay_steps
 from idemflow.async_worklist.queues.base import Message, Queue
@@ -58,7 +59,7 @@ from idemflow.core.policy import RetryPolicy
 from idemflow.core.step_retry import StepRetry
 from idemflow.engine.drive import drive
 from idemflow.errors import MessageLostError
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.stores.base import Store
 
 __all__ = ["Worker", "WorkerStats"]

@@ -31,7 +31,7 @@ from idemflow.errors import ConsoleRefusedError, InvalidInputError, RequestNotFo
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.operator.collection import parse_duration
 from idemflow.records import RunRecord, RunStatus
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores.base import Store
 from idemflow.worker import Queue

@@ -27,7 +27,7 @@ from idemflow.errors import IdemflowError, InvalidInputError, LimitExceededError
 from idemflow.integrations.http_answers import OUTSIDE_FAILURES, Refusal, one_key, refusal
 from idemflow.integrations.lambda_queues import seconds_left, store_of
 from idemflow.running.handlers import _derived_name, _refuse_a_plain_function, decorated
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.stores.base import Store
 
 if TYPE_CHECKING:

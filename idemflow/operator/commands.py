@@ -40,7 +40,8 @@ from idemflow.engine.drive_asyncio import adrive
 from idemflow.errors import InvalidInputError
 from idemflow.keys import RUN, RUNS_TABLE, check_duration
 from idemflow.records import OPEN_STATUSES, RunRecord, RunStatus
-from idemflow.running.runner import Workflow, run_status
+from idemflow.running.runner import run_status
+from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores._runs_order import NEWEST_FIRST, newest_first
 from idemflow.stores.async_adapters import sync_reader, to_async

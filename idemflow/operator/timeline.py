@@ -42,7 +42,9 @@ from idemflow.engine.memo_reader import WAIT_ENDED
 from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUNS_TABLE, memo_prefix, parse_memo_key
 from idemflow.records import Memo, RunRecord, of_earlier_run
-from idemflow.running.runner import Workflow, describe_request, execution_steps
+from idemflow.running.request_spec import describe_request
+from idemflow.running.runner import execution_steps
+from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Row, RowRef, Store

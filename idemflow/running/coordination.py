@@ -55,7 +55,8 @@ from typing import Any
 from idemflow.engine.monad import Bind, Call, Child, Deadline, Idem, Post, Receive, Start, Until, WaitFor
 from idemflow.errors import InvalidInputError, InvalidValueError
 from idemflow.keys import check_request_id, check_workflow_name
-from idemflow.running.runner import Workflow, describe_request
+from idemflow.running.request_spec import describe_request
+from idemflow.running.workflows import Workflow
 from idemflow.serialization import encode
 
 __all__ = ["Child", "receive", "send", "sleep", "sleep_until", "start", "wait"]

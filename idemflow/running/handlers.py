@@ -34,8 +34,10 @@ from idemflow.errors import InvalidInputError
 from idemflow.records import RunRecord
 from idemflow.running.answer_cache import AnswerCache
 from idemflow.running.pickers import Pick, picker
-from idemflow.running.runner import Request, Workflow, describe_request, execute, result_of
+from idemflow.running.request_spec import Request, describe_request
+from idemflow.running.runner import execute, result_of
 from idemflow.running.runner_asyncio import aexecute
+from idemflow.running.workflows import Workflow
 from idemflow.stores.base import AsyncStore, Store
 
 P = ParamSpec("P")

@@ -1,7 +1,8 @@
 """What an Azure table store does per call, once for the blocking and the asyncio store.
 
 Sans-IO: the logic of a read, a ``read_many`` group and a commit (entity
-mapping, tombstone hints, error mapping, the increment re-read loop) is a
+mapping, tombstone hints, error mapping; a commit's batch and its resolution loop
+are :mod:`idemflow.stores._azure_commits`') is a
 generator that *yields* a :class:`Call` (one SDK call on a logical table's
 ``TableClient``) or a :class:`~idemflow.core.requests.Sleep` (a retry's wait) and is sent
 the answer, or has the SDK's exception thrown in at the ``yield``.
@@ -23,11 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from azure.core.exceptions import (
-    HttpResponseError,
-    ResourceExistsError,
     ResourceNotFoundError,
 )
-from azure.data.tables import TableTransactionError
 
 from idemflow.core.policy import DEFAULT_POLICY, retried
 from idemflow.core.requests import Sleep
@@ -35,40 +33,20 @@ from idemflow.errors import (
     BackendError,
     ConfigurationError,
     ErrorCode,
-    LimitExceededError,
-    TransientError,
     backend_error,
 )
 from idemflow.serialization import decode
 from idemflow.stores import _azure_entity as ent
 from idemflow.stores._azure_batch import (
     AZURE_CAPABILITIES,
-    MAX_ATTEMPTS,
-    Again,
-    Learned,
-    Operation,
     Raw,
     escaped,
-    expects_absent,
-    operation,
-    plan,
-    resolving,
 )
-from idemflow.stores._azure_batch import Plan as Planned
-from idemflow.stores._azure_errors import RETRYABLE, classify_exception
+from idemflow.stores._azure_errors import RETRYABLE, classify_exception, code_of
 from idemflow.stores._call_count import CallCount
 from idemflow.stores._expiring import Backlog, Schedule
 from idemflow.stores.base import (
-    COMMITTED,
-    CommitOutcome,
-    Cond,
-    Conflict,
-    Delete,
     Expired,
-    Increment,
-    Insert,
-    Op,
-    OpFailure,
     Row,
     RowRef,
 )
@@ -78,11 +56,8 @@ T = TypeVar("T")
 BACKEND = "azure_tables"
 
 _TABLE = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
-_CONDITION_CODES = frozenset({"UpdateConditionNotSatisfied", "EntityAlreadyExists", "ResourceNotFound"})
 _MAX_HINTS = 10_000
 """Tombstone ETags remembered, so writing over a tombstone costs no extra round trip."""
-_SINGLE = frozenset({"create", "upsert", "update", "delete"})
-"""Writes sent alone when a batch holds one (``write_entity`` of :mod:`idemflow.stores._azure_clients`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +145,12 @@ class AzureCalls:
                 if len(self._tombstones) > _MAX_HINTS:
                     del self._tombstones[next(iter(self._tombstones))]
 
+    def _tombstone_hints(self, table: str, partition: str, keys: Sequence[str]) -> list[str | None]:
+        """The tombstone ETags remembered for ``keys`` of one partition (None: none known), for a
+        commit's inserts to overwrite (:mod:`idemflow.stores._azure_commits`)."""
+        with self._lock:
+            return [self._tombstones.get((table, partition, key)) for key in keys]
+
     def _count(self) -> None:
         self._calls_made.add()
 
@@ -216,7 +197,7 @@ class AzureCalls:
         try:
             entity = yield Call(ref.table, "get_entity", (partition, key))
         except ResourceNotFoundError as exc:
-            if _code(exc) == "TableNotFound":
+            if code_of(exc) == "TableNotFound":
                 raise self._error(exc, ref.table, "read", "get_entity") from exc
             self._hint(ref.table, partition, key, None)
             return None
@@ -318,116 +299,3 @@ class AzureCalls:
         for row_key in keys:
             self._hint(first.table, partition, row_key, found.get(row_key))
         return [found.get(row_key) for row_key in keys]
-
-    # -- commits ----------------------------------------------------------------
-
-    def _submit(self, table: str, batch: list[Operation]) -> Calls[None]:
-        self.physical(table)  # a bad name fails this commit like the SDK's errors
-        kind = batch[0][0]
-        if len(batch) == 1 and kind in _SINGLE:
-            # One write needs no entity group transaction: the plain request is
-            # atomic by itself and smaller, for Azure and for us (the run-record insert).
-            answers: list[Mapping[str, Any]] = [(yield from _single(table, batch[0]))]
-        else:
-            answers = yield Call(table, "submit_transaction", (batch,))
-        for (_, entity, _), answer in zip(batch, answers, strict=False):
-            etag = answer.get("etag") if entity.get(ent.TOMB) else None
-            raw = None if etag is None else (str(etag), None)
-            self._hint(table, entity["PartitionKey"], entity["RowKey"], raw)
-
-    def _commit(self, ops: Sequence[Op]) -> Calls[CommitOutcome]:
-        if not ops:
-            return COMMITTED
-        planned = plan(ops)
-        partition, keys, first = planned.partition, planned.keys, ops[0].ref
-        learned = Learned()
-        with self._lock:
-            for index, op in enumerate(ops):
-                hint = self._tombstones.get((first.table, partition, keys[index]))
-                if hint is not None and expects_absent(op):
-                    learned.tomb_etags[index] = hint
-        for index, op in enumerate(ops):
-            if isinstance(op, Increment):
-                learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
-        try:
-            return (yield from retried(resolving(), lambda: self._commit_pass(ops, planned, learned)))
-        except Again:
-            raise TransientError(
-                f"commit on Azure table {self.prefix + first.table!r} partition {first.partition!r}: rows "
-                f"kept changing under it for {MAX_ATTEMPTS} attempts, retry",
-                backend=BACKEND,
-                operation="submit_transaction",
-            ) from None
-
-    def _commit_pass(self, ops: Sequence[Op], planned: Planned, learned: Learned) -> Calls[CommitOutcome]:
-        """One batch: committed, a conflict, or :class:`Again` once it learned what to send next."""
-        partition, keys, first = planned.partition, planned.keys, ops[0].ref
-        now = time.time()
-        entries = [(index, operation(op, index, planned, learned, now)) for index, op in enumerate(ops)]
-        batch = [entry for _, entry in entries if entry is not None]
-        positions = [index for index, entry in entries if entry is not None]
-        if not batch:
-            return COMMITTED
-        try:
-            yield from self._submit(first.table, batch)
-            return COMMITTED
-        except TableTransactionError as exc:
-            code = _code(exc)
-            if code not in _CONDITION_CODES or not 0 <= exc.index < len(positions):
-                raise self._error(exc, first.table, "commit", "submit_transaction") from exc
-            index = positions[exc.index]
-        except _SingleFailed:
-            index = positions[0]
-        except LimitExceededError:
-            raise  # the batch body, sized exactly before sending: nothing was sent
-        except Exception as exc:  # every SDK failure becomes a BackendError
-            raise self._error(exc, first.table, "commit", _write_call(batch)) from exc
-        op = ops[index]
-        if isinstance(op, Increment):  # no read dependency of the caller: read again, retry
-            learned.counters[index] = yield from self._get(op.ref, partition, keys[index])
-            raise Again(contended=True)  # after a pause: let the other writer finish
-        if isinstance(op, Delete) and op.expect is Cond.ANY:
-            learned.blind_absent.add(index)  # nothing to delete: make it absent with a tombstone
-            raise Again(contended=False)
-        if expects_absent(op):
-            raw = yield from self._get(op.ref, partition, keys[index])
-            if raw is not None and raw[1] is not None:
-                existing = Row(decode(raw[1]), raw[0]) if isinstance(op, Insert) else None
-                return Conflict((OpFailure(index, existing),))
-            if raw is None:
-                learned.tomb_etags.pop(index, None)
-            else:  # a tombstone: absent all the same, overwrite it under its ETag
-                learned.tomb_etags[index] = raw[0]
-            raise Again(contended=False)
-        return Conflict((OpFailure(index),))
-
-
-class _SingleFailed(Exception):
-    """A single-entity write's condition failed (as a batch's would have, at index 0)."""
-
-
-def _single(table: str, operation: Operation) -> Calls[dict[str, Any]]:
-    try:
-        answer: dict[str, Any] = yield Call(table, "write_entity", (operation,))
-    except ResourceExistsError as exc:
-        raise _SingleFailed("EntityAlreadyExists") from exc
-    except ResourceNotFoundError as exc:
-        if _code(exc) == "TableNotFound":
-            raise
-        raise _SingleFailed("ResourceNotFound") from exc
-    except HttpResponseError as exc:
-        if exc.status_code == 412:
-            raise _SingleFailed("UpdateConditionNotSatisfied") from exc
-        raise
-    return answer
-
-
-def _write_call(batch: list[Operation]) -> str:
-    """The SDK call that sends ``batch``: a transaction, or one entity's own write."""
-    kind = batch[0][0]
-    return f"{kind}_entity" if len(batch) == 1 and kind in _SINGLE else "submit_transaction"
-
-
-def _code(exc: HttpResponseError) -> str:
-    code = getattr(exc, "error_code", None)
-    return str(getattr(code, "value", code))

@@ -24,9 +24,7 @@ from botocore.useragent import UserAgentString
 from idemflow.core.policy import DEFAULT_POLICY, retried
 from idemflow.core.requests import Sleep
 from idemflow.core.sdk_calls import SdkCall
-from idemflow.errors import ErrorCode, InvalidNameError, TransientError, backend_error
-from idemflow.keys import RUNS_TABLE, check_table
-from idemflow.records import open_workflow
+from idemflow.errors import ErrorCode, TransientError, backend_error
 from idemflow.stores._aws_errors import RETRYABLE, api_name, classify, classify_sdk
 from idemflow.stores._dynamodb_errors import (
     BACKEND,
@@ -34,10 +32,8 @@ from idemflow.stores._dynamodb_errors import (
     error_code,
     error_for,
     error_message,
-    exists,
-    ttl_on,
 )
-from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, key, key_bytes, row, transaction
+from idemflow.stores._dynamodb_items import key, key_bytes, row, transaction
 from idemflow.stores._op_rules import not_a_number
 from idemflow.stores.base import (
     COMMITTED,
@@ -97,41 +93,18 @@ Calls = Generator[SdkCall | Sleep, Any, T]
 _GETS_PER_CALL = 100
 _SINGLE_WRITES = {"Put": "put_item", "Update": "update_item", "Delete": "delete_item"}
 """The call that writes a transaction item's one row on its own."""
-_SCHEMA: Any = {
-    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-    "AttributeDefinitions": [{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],
-    "BillingMode": "PAY_PER_REQUEST",
-}
-_RUNS_SCHEMA: Any = {
-    **_SCHEMA,
-    "AttributeDefinitions": [
-        {"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk", OPEN_ATTRIBUTE)
-    ],
-    "GlobalSecondaryIndexes": [
-        {  # sparse: only run records of unfinished requests carry the attribute
-            "IndexName": OPEN_INDEX,
-            "KeySchema": [
-                {"AttributeName": OPEN_ATTRIBUTE, "KeyType": "HASH"},
-                {"AttributeName": "pk", "KeyType": "RANGE"},
-            ],
-            "Projection": {"ProjectionType": "ALL"},
-        }
-    ],
-}
 
 
 class DynamoDBCalls:
     """The operations of a DynamoDB store on tables ``prefix`` + logical name, as :data:`Calls`.
 
-    ``url`` is the store's URL, named in the advice of a missing table's error.
+    ``url`` is the store's URL, named in the advice of a missing table's error. Its tables are
+    provisioned by :class:`~idemflow.stores._dynamodb_tables.DynamoDBTables`.
     """
 
-    def __init__(self, prefix: str, url: str, *, open_runs_index: bool = False) -> None:
+    def __init__(self, prefix: str, url: str) -> None:
         self.prefix = prefix
         self.url = url
-        self.open_runs_index = open_runs_index
-        """Whether :meth:`create_tables` gives the runs table its sparse index of open runs."""
-        self._index_seen: bool | None = None
 
     def table_name(self, table: str) -> str:
         return self.prefix + table
@@ -242,87 +215,6 @@ class DynamoDBCalls:
             start = page.get("LastEvaluatedKey")
             if not start:
                 return rows
-
-    def tables(self) -> Calls[list[str]]:
-        """Logical tables under this prefix: ``ListTables``, keeping valid logical names."""
-        names: list[str] = []
-        start: dict[str, Any] = {}
-        while True:
-            page = yield from self.call("list tables", [], "list_tables", start)
-            names.extend(page.get("TableNames", []))
-            if not page.get("LastEvaluatedTableName"):
-                break
-            start = {"ExclusiveStartTableName": page["LastEvaluatedTableName"]}
-        cut = len(self.prefix)
-        return sorted(name[cut:] for name in names if name.startswith(self.prefix) and _logical(name[cut:]))
-
-    def create_tables(self, *names: str) -> Calls[None]:
-        """Create each table and the runs table (existing ones are fine), wait until ACTIVE, enable TTL."""
-        tables = list(dict.fromkeys((*names, RUNS_TABLE)))
-        self._index_seen = None  # asked again after: this call may add the index
-        runs_schema = _RUNS_SCHEMA if self.open_runs_index else _SCHEMA
-        for table in tables:  # every creation first: on AWS they become ACTIVE in parallel
-            create = {
-                "TableName": self.table_name(table),
-                **(runs_schema if table == RUNS_TABLE else _SCHEMA),
-            }
-            yield from self.call("create table", [table], "create_table", create, exists)
-        for table in tables:
-            name = self.table_name(table)
-            wait = {"TableName": name, "WaiterConfig": {"Delay": 1, "MaxAttempts": 120}}
-            yield from self.call("wait for table", [table], "table_exists", wait, waiter=True)
-            ttl = yield from self.call("describe TTL", [table], "describe_time_to_live", {"TableName": name})
-            if ttl.get("TimeToLiveDescription", {}).get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
-                spec = {"Enabled": True, "AttributeName": "expires_at"}
-                enable = {"TableName": name, "TimeToLiveSpecification": spec}
-                yield from self.call("enable TTL", [table], "update_time_to_live", enable, ttl_on)
-        if self.open_runs_index:
-            yield from self._open_index()
-
-    def has_open_index(self) -> Calls[bool]:
-        """Whether the runs table has its index of open runs (asked once: a table made without it
-        is listed by a filtered scan, and one given it later by ``create_tables`` is seen on the
-        next store)."""
-        if self._index_seen is None:
-            index = yield from self._described_open_index()
-            self._index_seen = index is not None and index.get("IndexStatus", "ACTIVE") == "ACTIVE"
-        return self._index_seen
-
-    def _described_open_index(self) -> Calls[dict[str, Any] | None]:
-        """The runs table's index of open runs as ``DescribeTable`` gives it, None if it has none."""
-        name = self.table_name(RUNS_TABLE)
-        described = yield from self.call(
-            "describe table", [RUNS_TABLE], "describe_table", {"TableName": name}
-        )
-        indexes = described.get("Table", {}).get("GlobalSecondaryIndexes") or []
-        return next((index for index in indexes if index.get("IndexName") == OPEN_INDEX), None)
-
-    def _open_index(self) -> Calls[None]:
-        """Give a runs table created before 0.2 its index of open runs, and mark its open runs."""
-        if (yield from self._described_open_index()) is not None:
-            return
-        name = self.table_name(RUNS_TABLE)
-        update = {
-            "TableName": name,
-            "AttributeDefinitions": _RUNS_SCHEMA["AttributeDefinitions"],
-            "GlobalSecondaryIndexUpdates": [{"Create": _RUNS_SCHEMA["GlobalSecondaryIndexes"][0]}],
-        }
-        yield from self.call("add the open-runs index", [RUNS_TABLE], "update_table", update)
-        wait = {"TableName": name, "WaiterConfig": {"Delay": 1, "MaxAttempts": 300}}
-        yield from self.call("wait for table", [RUNS_TABLE], "table_exists", wait, waiter=True)
-        for partition, row_key, found in (yield from self.scan(RUNS_TABLE)):
-            opened = open_workflow(RowRef(RUNS_TABLE, partition, row_key), found.value)
-            if opened is None:
-                continue
-            mark = {  # only if the record is still as read: a finish racing this wins
-                "TableName": name,
-                "Key": {"pk": {"S": partition}, "sk": {"S": row_key}},
-                "UpdateExpression": "SET #open = :open",
-                "ConditionExpression": "#ver = :ver",
-                "ExpressionAttributeNames": {"#open": OPEN_ATTRIBUTE, "#ver": "ver"},
-                "ExpressionAttributeValues": {":open": {"S": opened}, ":ver": {"N": str(found.version)}},
-            }
-            yield from self.call("mark an open run", [RUNS_TABLE], "update_item", mark, condition_failed)
 
     # -- calls and errors --------------------------------------------------------------------------
 
@@ -440,11 +332,3 @@ def _not_a_number(op: Increment, item: Mapping[str, Any] | None, operation: str,
     held = type(row(item).value).__name__ if item else "JSON text"
     note = " DynamoDB can add"
     return not_a_number(op.ref, held, note, backend=BACKEND, operation=operation, service_code=condition)
-
-
-def _logical(name: str) -> bool:
-    try:
-        check_table(name)
-    except InvalidNameError:
-        return False
-    return True

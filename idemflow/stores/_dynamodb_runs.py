@@ -19,8 +19,9 @@ from typing import Any
 
 from idemflow.errors import InvalidInputError
 from idemflow.keys import RUN, RUNS_TABLE
-from idemflow.stores._dynamodb_calls import Calls, DynamoDBCalls
+from idemflow.stores._dynamodb_calls import Calls
 from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, row
+from idemflow.stores._dynamodb_tables import DynamoDBTables
 from idemflow.stores._runs_order import wanted
 from idemflow.stores.base import RunQuery, RunRow
 
@@ -30,11 +31,12 @@ _MAX_READ = 1000
 """Items one call may read: a page of 10 reads about 30 (memos and outbox entries share the table)."""
 
 
-def run_page(calls: DynamoDBCalls, query: RunQuery) -> Calls[list[RunRow]]:
+def run_page(tables: DynamoDBTables, query: RunQuery) -> Calls[list[RunRow]]:
     """At most ``query.limit`` run records after ``query.after``, in key order."""
+    calls = tables.calls
     args: dict[str, Any] = {"TableName": calls.table_name(RUNS_TABLE)}
     operation = "scan"
-    indexed = query.open_only and (yield from calls.has_open_index())
+    indexed = query.open_only and (yield from tables.has_open_index())
     keys = ("pk", "sk", OPEN_ATTRIBUTE) if indexed else ("pk", "sk")  # what a position resumes after
     if indexed:
         args["IndexName"] = OPEN_INDEX

@@ -54,6 +54,7 @@ from idemflow.stores._azure_calls import (
     Page,
 )
 from idemflow.stores._azure_clients import table_client
+from idemflow.stores._azure_commits import commit
 from idemflow.stores._azure_layout import (
     assemble,
     logical_tables,
@@ -168,7 +169,7 @@ class AzureTableStore(AzureCalls):
         return assemble(len(refs), jobs, found)
 
     def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        outcome = self._drive(self._commit(ops))
+        outcome = self._drive(commit(self, ops))
         if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             self._sweep_later()
         return outcome

@@ -31,6 +31,7 @@ from idemflow.stores._azure_calls import (
     Page,
 )
 from idemflow.stores._azure_clients import async_table_client
+from idemflow.stores._azure_commits import commit
 from idemflow.stores._azure_layout import (
     assemble,
     logical_tables,
@@ -124,7 +125,7 @@ class AsyncAzureTableStore(AzureCalls):
         return assemble(len(refs), jobs, found)
 
     async def commit(self, ops: Sequence[Op]) -> CommitOutcome:
-        outcome = await self._drive(self._commit(ops))
+        outcome = await self._drive(commit(self, ops))
         if self._expiry.ticks() >= self._expiry.next_at and self._expiry.due():
             if self._cache.closed:
                 self._expiry.done(None, LIMIT)

@@ -45,6 +45,7 @@ from idemflow.stores._call_count import CallCount
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES, ITEM_LIMIT, PARTITION_LIMIT
 from idemflow.stores._dynamodb_runs import KEY_ORDER, run_page
+from idemflow.stores._dynamodb_tables import DynamoDBTables
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef, RunQuery, RunRow
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ class DynamoDBStore:
         """The boto3 client (for tools, and fault injection through its event hooks)."""
         self.url = store_url(client.meta.endpoint_url, client.meta.region_name, prefix, open_runs_index)
         """A URL for :func:`~idemflow.open_store` reaching the same tables."""
-        self._calls = DynamoDBCalls(prefix, self.url, open_runs_index=open_runs_index)
+        self._calls = DynamoDBCalls(prefix, self.url)
+        self._tables = DynamoDBTables(self._calls, open_runs_index=open_runs_index)
         self._calls_made = CallCount()
         self._cache = CacheWriter("dynamodb", self.commit, log)
 
@@ -145,18 +147,18 @@ class DynamoDBStore:
 
     def run_page(self, query: RunQuery) -> list[RunRow]:
         """Run records a page at a time, in key order (see :mod:`idemflow.stores._dynamodb_runs`)."""
-        return self._run(run_page(self._calls, query))
+        return self._run(run_page(self._tables, query))
 
     def tables(self) -> list[str]:
         """Logical tables under this prefix: ``ListTables``, keeping valid logical names.
 
         A prefix that begins another store's prefix (``t`` and ``tx``) sees that store's tables too.
         """
-        return self._run(self._calls.tables())
+        return self._run(self._tables.names())
 
     def create_tables(self, *names: str) -> None:
         """Create each table and the runs table (existing ones are fine), wait until ACTIVE, enable TTL."""
-        self._run(self._calls.create_tables(*names))
+        self._run(self._tables.create(*names))
 
     @property
     def open_runs_index(self) -> bool:
@@ -164,7 +166,7 @@ class DynamoDBStore:
         (``open_runs_index=1`` in a URL; off by default): 2 index write units per request that
         does not finish in one write, against a scan of every run record when an operator lists
         the open ones. A table that has the index is read through it whatever this says."""
-        return self._calls.open_runs_index
+        return self._tables.open_runs_index
 
     def flush(self) -> None:
         self._cache.flush()

@@ -34,6 +34,7 @@ from idemflow.stores._async_cache import AsyncCacheWriter
 from idemflow.stores._aws_sessions import sharing_loader
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
 from idemflow.stores._dynamodb_items import DYNAMODB_CAPABILITIES
+from idemflow.stores._dynamodb_tables import DynamoDBTables
 from idemflow.stores.base import CommitOutcome, Op, Row, RowRef
 from idemflow.stores.dynamodb import DynamoDBStore, store_url
 
@@ -74,7 +75,8 @@ class AsyncDynamoDBStore:
         }
         self.url = store_url(endpoint_url, region, prefix, open_runs_index)
         """A URL for :func:`~idemflow.open_store` reaching the same tables."""
-        self._calls = DynamoDBCalls(prefix, self.url, open_runs_index=open_runs_index)
+        self._calls = DynamoDBCalls(prefix, self.url)
+        self._tables = DynamoDBTables(self._calls, open_runs_index=open_runs_index)
         self._client: Any = None
         self._stack: AsyncExitStack | None = None
         self._opening = asyncio.Lock()
@@ -144,11 +146,11 @@ class AsyncDynamoDBStore:
 
     async def tables(self) -> list[str]:
         """Logical tables under this prefix (see :meth:`DynamoDBStore.tables`)."""
-        return await self._run(self._calls.tables())
+        return await self._run(self._tables.names())
 
     async def create_tables(self, *names: str) -> None:
         """Create the tables and the runs table, wait until ACTIVE, enable TTL."""
-        await self._run(self._calls.create_tables(*names))
+        await self._run(self._tables.create(*names))
 
     # -- calls -------------------------------------------------------------------------------------
 

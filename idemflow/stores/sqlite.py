@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
-
 from idemflow.errors import ConfigurationError
 from idemflow.serialization import decode
 from idemflow.stores import _sqlite_sweep as sweep
@@ -37,7 +35,8 @@ from idemflow.stores._limits import check_commit
 from idemflow.stores._runs_order import NEWEST_FIRST, Place
 from idemflow.stores._sqlite_commit import SELECT_ROW, UPDATE_BUMP, apply
 from idemflow.stores._sqlite_errors import sqlite_error
-from idemflow.stores._sqlite_runs import page_query, upgrade
+from idemflow.stores._sqlite_file import connect, file_size
+from idemflow.stores._sqlite_runs import page_query
 from idemflow.stores.base import (
     COMMITTED,
     Capabilities,
@@ -63,24 +62,6 @@ SQLITE_CAPABILITIES = Capabilities(
     max_key_bytes=64 * 1024,
 )
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS idemflow_rows (
-    tbl TEXT NOT NULL,
-    part TEXT NOT NULL,
-    rk TEXT NOT NULL,
-    v TEXT NOT NULL,
-    ver INTEGER NOT NULL,
-    expires REAL,
-    started REAL,
-    PRIMARY KEY (tbl, part, rk)
-) WITHOUT ROWID
-"""
-_FLOOR_SCHEMA = """
-CREATE TABLE IF NOT EXISTS idemflow_floor (
-    id INTEGER PRIMARY KEY CHECK (id = 0),
-    ver INTEGER NOT NULL
-)
-"""
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
@@ -142,22 +123,7 @@ class SqliteStore:
             return conn
         # A cache write (completion record) needs no fsync: losing it costs a replay.
         sync = "NORMAL" if role == "cache" and self._synchronous != "OFF" else self._synchronous
-        try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            prepare = Retrying(
-                stop=stop_after_delay(max(self._busy_ms / 1000, 1.0)),
-                wait=wait_random(0.005, 0.05),
-                retry=retry_if_exception(_locked),
-                reraise=True,
-            )
-            prepare(_set_up, conn, sync)
-        except sqlite3.Error as exc:
-            if conn is not None:
-                conn.close()
-            raise sqlite_error(
-                f"cannot open SQLite store at {self.path!r}", exc, "connect", opening=True
-            ) from exc
+        conn = connect(self.path, self._busy_ms, sync)
         setattr(self._local, role, conn)
         with self._connections_lock:
             self._connections.append(conn)
@@ -260,7 +226,7 @@ class SqliteStore:
         """Rewrite the whole file (``VACUUM``), switching it to ``auto_vacuum=INCREMENTAL``;
         ``(bytes before, bytes after)``. For files made before the mode was set: it holds the
         write lock (every writer waits) for as long as the copy takes, seconds per 100 MB."""
-        before = _size(self.path)
+        before = file_size(self.path)
         conn = self._connection("main")
         try:
             with self._write_lock:
@@ -270,7 +236,7 @@ class SqliteStore:
         except sqlite3.OperationalError as exc:
             raise sqlite_error(f"VACUUM of SQLite store {self.path!r} failed", exc, "VACUUM") from exc
         self._shrinks = sweep.auto_vacuum(conn)
-        return before, _size(self.path)
+        return before, file_size(self.path)
 
     def expired_rows(self, now: float | None = None) -> Iterator[tuple[RowRef, float]]:
         """Every row whose ``expires_at`` passed (by ``now``), with it: one scan of the file."""
@@ -375,36 +341,9 @@ class SqliteStore:
         return self._round_trips
 
 
-def _set_up(conn: sqlite3.Connection, synchronous: str) -> None:
-    """WAL mode and the schema, on a connection to a file other processes may be opening too.
-
-    ``auto_vacuum`` first, on a new (empty) file only: SQLite takes it only before the first
-    table, and on an existing file the statement would take the write lock to rewrite the header
-    (an existing file keeps its mode)."""
-    if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-        conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {synchronous}")
-    conn.execute(_SCHEMA)
-    conn.execute(_FLOOR_SCHEMA)
-    upgrade(conn)  # the index of run records by start time (a file from before 1.0 gets it)
-
-
 def _started(at: object) -> float:
     """A start time as the index holds it (a number; anything else only in a record not ours)."""
     return float(at) if isinstance(at, (int, float)) else 0.0
-
-
-def _size(path: str) -> int:
-    """The database file and its write-ahead log, in bytes."""
-    return sum(os.path.getsize(name) for name in (path, path + "-wal") if os.path.exists(name))
-
-
-def _locked(exc: BaseException) -> bool:
-    """SQLite answers "locked" without waiting in its busy handler when processes race to
-    create a file or switch it to WAL mode: that race resolves itself, so retry it."""
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

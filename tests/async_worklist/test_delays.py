@@ -25,7 +25,7 @@ import pytest
 from idemflow import atomic, checkpoint, now, workflow
 from idemflow.admin import cancel, retry, show
 from idemflow.asgi import Idempotency
-from idemflow.async_worklist import _submission
+from idemflow.async_worklist import _scheduling
 from idemflow.async_worklist.messages import Pointer, encode_pointer
 from idemflow.aws_lambda import FixedContext, sqs_handler
 from idemflow.client import RunStatus, rows, status, submit
@@ -138,8 +138,8 @@ def test_a_delay_longer_than_the_queues_longest_hops_until_due(
     re-sent by the worker that received it early. The cloud queues run with the cap lowered to
     one second; the local ones with SQS's own."""
     if queue_factory.cloud:
-        monkeypatch.setattr(_submission, "MAX_HOP", 1.0)
-    cap = _submission.MAX_HOP
+        monkeypatch.setattr(_scheduling, "MAX_HOP", 1.0)
+    cap = _scheduling.MAX_HOP
     store, queue, clock = MemoryStore(), queue_factory(), _clock(queue_factory)
     delay = 2.5 * cap
     api.submit(delayed("k"), request_id="d-3", store=store, queue=queue, clock=clock, delay=delay)

@@ -299,7 +299,7 @@ def test_python_dash_m_idemflow_is_the_command(tmp_path: Path) -> None:
 def test_workflows_name_one_workflow_or_a_list_and_nothing_else(tmp_path: Path, monkeypatch: Any) -> None:
     """``--workflows app:book`` names one workflow as well as ``app:WORKFLOWS`` names a list (a
     stranger's first console run named one and met a traceback); anything else is refused."""
-    from idemflow.cli import _load_workflows
+    from idemflow.cli.loading import load_workflows
 
     (tmp_path / "oneflow.py").write_text(
         "from idemflow import workflow, atomic\n"
@@ -311,12 +311,12 @@ def test_workflows_name_one_workflow_or_a_list_and_nothing_else(tmp_path: Path, 
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert [flow.name for flow in _load_workflows("oneflow:book")] == ["book"]
-    assert [flow.name for flow in _load_workflows("oneflow:WORKFLOWS")] == ["book"]
+    assert [flow.name for flow in load_workflows("oneflow:book")] == ["book"]
+    assert [flow.name for flow in load_workflows("oneflow:WORKFLOWS")] == ["book"]
     with pytest.raises(InvalidInputError, match="not a @workflow"):
-        _load_workflows("oneflow:NAMES")
+        load_workflows("oneflow:NAMES")
     with pytest.raises(InvalidInputError, match="MODULE:ATTR"):
-        _load_workflows("oneflow")
+        load_workflows("oneflow")
 
 
 @pytest.mark.parametrize(

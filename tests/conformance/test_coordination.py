@@ -30,7 +30,7 @@ from idemflow import (
     wait,
     workflow,
 )
-from idemflow.async_worklist._submission import MAX_HOP
+from idemflow.async_worklist._scheduling import MAX_HOP
 from idemflow.client import RunStatus
 from idemflow.keys import INBOX, RUNS_TABLE
 from idemflow.stores import Store

@@ -19,7 +19,7 @@ from idemflow import run
 from idemflow.aws_lambda import FixedContext, HttpHandler
 from idemflow.keys import RUNS_TABLE
 from idemflow.stores import MemoryStore
-from idemflow.stores._dynamodb_calls import _RUNS_SCHEMA
+from idemflow.stores._dynamodb_tables import RUNS_SCHEMA
 from idemflow.stores.base import Op, Row, RowRef
 from samples.survey.tables import TABLES
 
@@ -77,10 +77,10 @@ def test_the_tables_are_those_the_store_and_the_sample_use(template: dict[str, A
     assert names == {"${Prefix}" + table for table in (*TABLES, RUNS_TABLE)}
     for props in tables.values():
         assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
-        assert props["KeySchema"] == _RUNS_SCHEMA["KeySchema"]
+        assert props["KeySchema"] == RUNS_SCHEMA["KeySchema"]
         if props["TableName"]["Sub"].endswith(RUNS_TABLE):  # as create_tables makes it
-            assert props["GlobalSecondaryIndexes"] == _RUNS_SCHEMA["GlobalSecondaryIndexes"]
-            assert props["AttributeDefinitions"] == _RUNS_SCHEMA["AttributeDefinitions"]
+            assert props["GlobalSecondaryIndexes"] == RUNS_SCHEMA["GlobalSecondaryIndexes"]
+            assert props["AttributeDefinitions"] == RUNS_SCHEMA["AttributeDefinitions"]
 
 
 def test_the_queue_follows_the_rules_the_serverless_page_states(template: dict[str, Any]) -> None:

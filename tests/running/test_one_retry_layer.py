@@ -19,7 +19,7 @@ from azure.core.pipeline.transport import RequestsTransport
 from botocore.awsrequest import AWSRequest, AWSResponse
 
 from idemflow import Idem, RetryPolicy, Tx, atomic, run, workflow
-from idemflow.async_worklist._handling import redelivery_delay
+from idemflow.async_worklist._delivery import redelivery_delay
 from idemflow.errors import TransientError
 from idemflow.serialization import encode
 from idemflow.stores.azure_tables import AzureTableStore

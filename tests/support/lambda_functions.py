@@ -19,7 +19,7 @@ from typing import Any
 from idemflow import Idem, Tx, atomic, checkpoint, workflow
 from idemflow.aws_lambda import HttpRequest, http_handler, schedule_handler, sqs_handler
 from idemflow.errors import BackendError
-from idemflow.running.runner import Workflow
+from idemflow.running.workflows import Workflow
 from idemflow.stores.base import Row, RowRef, Store
 from tests.support.async_workflows import survey
 
