@@ -10,31 +10,21 @@ The loader's search path is read once, from ``AWS_DATA_PATH`` as the process sta
 from __future__ import annotations
 
 import threading
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import boto3.session
 import botocore.loaders
 import botocore.session
 
 S = TypeVar("S", bound=botocore.session.Session)
 
-_LOADER = botocore.loaders.create_loader(botocore.session.get_session().get_config_variable("data_path"))
-_LOCK = threading.Lock()
+LOADER = botocore.loaders.create_loader(botocore.session.get_session().get_config_variable("data_path"))
+LOCK = threading.Lock()
 
 
 def sharing_loader(session: S) -> S:
     """``session`` (botocore's, or aiobotocore's) reading service models through the shared loader."""
-    session.register_component("data_loader", _LOADER)
+    session.register_component("data_loader", LOADER)
     return session
 
 
-def boto3_session() -> boto3.session.Session:
-    """A new boto3 session on the shared loader."""
-    with _LOCK:  # boto3 adds its own folder to the loader's search path: once is enough
-        session = boto3.session.Session(botocore_session=sharing_loader(botocore.session.get_session()))
-        paths: list[Any] = _LOADER.search_paths
-        paths[:] = list(dict.fromkeys(paths))
-    return session
-
-
-__all__ = ["boto3_session", "sharing_loader"]
+__all__ = ["LOADER", "LOCK", "sharing_loader"]

@@ -33,13 +33,15 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import boto3.session
+import botocore.session
 from botocore.exceptions import BotoCoreError
 
 from idemflow.core.policy import pause
 from idemflow.core.requests import Sleep
 from idemflow.core.sdk_calls import SdkCall, drive
 from idemflow.errors import ConfigurationError
-from idemflow.stores._aws_sessions import boto3_session
+from idemflow.stores._aws_sessions import LOADER, LOCK, sharing_loader
 from idemflow.stores._cache_writer import CacheWriter
 from idemflow.stores._call_count import CallCount
 from idemflow.stores._dynamodb_calls import CONFIG, Calls, DynamoDBCalls
@@ -72,6 +74,16 @@ def store_url(
         ("open_runs_index", index),
     )
     return "dynamodb:?" + "&".join(f"{name}={value}" for name, value in params if value)
+
+
+def boto3_session() -> boto3.session.Session:
+    """A new boto3 session on the process's one botocore loader (:mod:`idemflow.stores._aws_sessions`):
+    its credentials and hooks its own, the service models parsed once."""
+    with LOCK:  # boto3 adds its own folder to the loader's search path: once is enough
+        session = boto3.session.Session(botocore_session=sharing_loader(botocore.session.get_session()))
+        paths: list[str] = LOADER.search_paths
+        paths[:] = list(dict.fromkeys(paths))
+    return session
 
 
 class DynamoDBStore:

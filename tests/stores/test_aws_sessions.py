@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from aiobotocore.session import get_session  # type: ignore[import-untyped]
 
-from idemflow.stores._aws_sessions import boto3_session, sharing_loader
+from idemflow.stores._aws_sessions import sharing_loader
+from idemflow.stores.dynamodb import boto3_session
 
 
 def test_sessions_share_one_loader_whose_search_path_stays_as_long() -> None:
