@@ -306,30 +306,16 @@ def test_an_operators_abort_of_a_sleeping_request_runs_nothing_past_its_timer(
 def test_a_parent_waiting_on_a_sleeping_child_meets_its_abort(store: Store, api: Api) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-
-    @workflow("dozing")
-    def dozing(req: str) -> Generator[Idem[Any], Any, Any]:
-        yield atomic("tablea", req + "kid", hold("n"), compensate=release("n"))
-        yield sleep(1000)
-        return "kid woke"
-
-    @workflow("minding")
-    def minding(req: str) -> Generator[Idem[Any], Any, Any]:
-        yield checkpoint()
-        child = yield start(dozing(req), request_id=req + "-kid")
-        try:
-            return (yield wait(child))
-        except ChildAborted as aborted:
-            return f"child aborted: {aborted.reason}"
+    dozing, minding = dozing_and_minding()
 
     api.submit(minding(space), request_id=space, store=store, queue=queue, clock=clock)
     worker = api.worker([minding, dozing], store=store, queue=queue, clock=clock)
     handle_visible(worker, queue)  # the parent waits, the child sleeps
-    record = api.abort_request(store, [dozing], "dozing", space + "-kid", reason="stop", clock=clock)
+    record = api.abort_request(store, [dozing], "dozing-last", space + "-kid", reason="stop", clock=clock)
     assert record.status is RunStatus.ABORTED
     worker.relay()  # the child's outcome wakes its parent
     deliver_all(worker, queue, clock, step=600)
-    assert api.status(store, "minding", space).result == "child aborted: stop"
+    assert api.status(store, "minding-last", space).result == "child aborted: stop"
     assert rows_of(store, space) == {("tablea", "kid", "n"): 0}
 
 
