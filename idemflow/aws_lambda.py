@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from idemflow.async_worklist.messages import resolve_signing_key
 from idemflow.async_worklist.queues.base import Message, decode_wire
@@ -57,6 +57,7 @@ from idemflow.async_worklist.worker import Worker
 from idemflow.core.policy import DEFAULT_POLICY
 from idemflow.errors import InvalidInputError
 from idemflow.integrations.http_answers import KEY_HEADER
+from idemflow.integrations.lambda_context import LambdaContext
 from idemflow.integrations.lambda_http import REPLAYED_HEADER, HttpHandler, HttpOptions, HttpRequest
 from idemflow.integrations.lambda_queues import (
     Batch,
@@ -95,12 +96,6 @@ __all__ = [
 
 SQS_EVENT_SOURCE = "aws:sqs"
 SCHEDULED_EVENT = "Scheduled Event"
-
-
-class LambdaContext(Protocol):
-    """What the handlers read from Lambda's context object: the time the invocation has left."""
-
-    def get_remaining_time_in_millis(self) -> int: ...
 
 
 class FixedContext:

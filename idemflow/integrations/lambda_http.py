@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from idemflow.errors import IdemflowError, InvalidInputError, LimitExceededError
 from idemflow.integrations.http_answers import OUTSIDE_FAILURES, Refusal, one_key, refusal
+from idemflow.integrations.lambda_context import LambdaContext
 from idemflow.integrations.lambda_queues import seconds_left, store_of
 from idemflow.running.handlers import _derived_name, _refuse_a_plain_function, decorated
 from idemflow.running.workflows import Workflow
 from idemflow.stores.base import Store
 
 if TYPE_CHECKING:
-    from idemflow.aws_lambda import LambdaContext
     from idemflow.core.policy import RetryPolicy
     from idemflow.running.answer_cache import AnswerCache
     from idemflow.stores.base import Store

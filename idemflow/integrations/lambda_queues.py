@@ -16,11 +16,11 @@ from idemflow.async_worklist.outbox import relay
 from idemflow.async_worklist.queues import _parsed, open_queue
 from idemflow.async_worklist.queues.lanes import LANES, LanedQueue, lane_url
 from idemflow.errors import ConfigurationError
+from idemflow.integrations.lambda_context import LambdaContext
 from idemflow.stores._opening import open_store
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.base import DeadLetter, Message, Queue
-    from idemflow.aws_lambda import LambdaContext
     from idemflow.stores.base import Store
 
 _OPENED: dict[tuple[str, str], Any] = {}
