@@ -88,7 +88,9 @@ class MemoReader:
         if row is None:
             self._cursor.fresh()  # memos are sequential: none after a missing one
             return False, None
-        return True, self.answer(row, identity)
+        value = self.answer(row, identity)
+        self._cursor.took()  # its memo stands in the place a timer before it left open, if any
+        return True, value
 
     def answer(self, row: Row, identity: str) -> Any:
         """The value the memo in ``row`` holds, or :class:`AbortWorkflow` if its step aborted; a

@@ -182,11 +182,13 @@ class OutcomeWriter:
             if memo is not None and memo.aborted and memo.identity == WAIT_ABORTED:
                 self._cursor.revisit(step)  # where the abort stands: its on_abort is numbered on from it
                 raise AbortWorkflow(memo.value)
-            if memo is None or memo.identity != WAIT_ENDED:
-                recorded = existing.value if memo is None else memo.identity
+            if memo is None:
                 raise NonDeterminismError(
-                    given.workflow, given.request_id, step, repr(recorded), repr(WAIT_ENDED)
+                    given.workflow, given.request_id, step, repr(existing.value), repr(WAIT_ENDED)
                 )
+            if memo.identity != WAIT_ENDED:  # a step's own memo (a send's, say): the wait was over
+                kept.remove(op)  # before it, and an abort meeting it replays on: nothing to hold
+                continue
             yield from self._recorder.meet((yield from calls.read(given.run_ref)))  # Finished, as a rule
             kept.remove(op)  # a completion of this run stands there: this one's record is the same
         return kept
