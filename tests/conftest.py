@@ -134,9 +134,13 @@ def dynamodb_url(kind: str, request: pytest.FixtureRequest, prefix: str) -> str:
     return store_url(kind, request, prefix, exact=False)
 
 
-def store_kinds(*needs: Feature, without: tuple[Feature, ...] = ()) -> list[Any]:
+def store_kinds(*needs: Feature, without: tuple[Feature, ...] = (), every_bed: bool = False) -> list[Any]:
     """The registered store test beds as parameters, each marked ``backend(kind)`` and, needing a
-    server, ``cloud`` (:mod:`tests.support.selection`)."""
+    server, ``cloud`` (:mod:`tests.support.selection`). Beds for the store's own suites only
+    (:attr:`Feature.STORE_SUITES`, moto beside DynamoDB Local) are left out unless ``every_bed``
+    (the ``every_bed`` mark): a workflow suite runs each backend once, on its most faithful bed."""
+    if not every_bed and Feature.STORE_SUITES not in needs:
+        without = (*without, Feature.STORE_SUITES)
     return [
         pytest.param(bed.kind, marks=backend_marks(bed.kind), id=bed.kind)
         for _, bed in STORES.beds(*needs, without=without)
@@ -147,7 +151,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Every registered store backend, read when tests are collected: a backend registered by a
     # plugin (pytest -p) or an earlier conftest is picked up with no edit here.
     if "store_kind" in metafunc.fixturenames:
-        metafunc.parametrize("store_kind", store_kinds(), indirect=True)
+        every_bed = metafunc.definition.get_closest_marker("every_bed") is not None
+        metafunc.parametrize("store_kind", store_kinds(every_bed=every_bed), indirect=True)
 
 
 @pytest.fixture

@@ -35,6 +35,8 @@ from idemflow.worker import LanedQueue, MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.golden.make_golden import golden
 
+pytestmark = pytest.mark.every_bed  # a contract of the store itself: on every bed, moto too
+
 GOLDEN = sorted(Path(__file__).with_name("golden").glob("*.json"))
 
 

@@ -43,6 +43,11 @@ class Feature(enum.Enum):
     """It meets the service's transaction conflicts (emulated where the server has none)."""
     FAKE_CLOCK = "fake clock"
     """(Queues) it runs on the test's clock, so visibility timeouts pass without waiting."""
+    STORE_SUITES = "store suites"
+    """A second emulator of a backend that another of its beds emulates more faithfully (moto
+    beside AWS's own DynamoDB Local): it takes the suites of the store itself (the store, codec,
+    collection and golden-row contracts, the backend's own tests), not those of the workflows
+    above the store, which run the same store code and which the backend passes on its other bed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +251,7 @@ STORES = Registry(
             extra="aws",
             test_parameters=MappingProxyType({"conflicts": "idemflow.testing.conflicts:install_from_url"}),
             test_beds=(
-                TestBed("dynamodb", f"{_SERVERS}:moto_server", _CLOUD),
+                TestBed("dynamodb", f"{_SERVERS}:moto_server", _CLOUD | {Feature.STORE_SUITES}),
                 TestBed("dynamodb-local", f"{_SERVERS}:dynamodb_local_server", _CLOUD | {Feature.CONFLICTS}),
             ),
         ),

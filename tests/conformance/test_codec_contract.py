@@ -17,6 +17,8 @@ from tests.conformance.test_workflow_contract import before_step, new_space
 from tests.support.apis import Api
 from tests.support.codec_types import Line, Order, Receipt, Tier, an_order
 
+pytestmark = pytest.mark.every_bed  # a contract of the store itself: on every bed, moto too
+
 
 def _charge(order: Order, space: str) -> Any:
     def body(tx: Tx) -> Receipt:

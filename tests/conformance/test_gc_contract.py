@@ -30,6 +30,8 @@ from tests.support.apis import Api
 from tests.support.expiries import expiries
 from tests.support.workflows import rows_of, setup_accounts, transfer
 
+pytestmark = pytest.mark.every_bed  # a contract of the store itself: on every bed, moto too
+
 
 def bookkeeping(store: Store, request_id: str) -> list[str]:
     rows = []

@@ -30,7 +30,7 @@ from idemflow.stores.base import (
     Store,
 )
 
-pytestmark = pytest.mark.exact_calls
+pytestmark = [pytest.mark.exact_calls, pytest.mark.every_bed]  # the store itself: on every bed
 
 
 def ref(store: Store, key: str, partition: str = "p1", table: str = "accounts") -> RowRef:
