@@ -9,29 +9,29 @@ leave its commit :class:`Pending` for the workflow's next move.
 The stepper owns what lives for one step (its attempts, an effect's answer);
 what the step is, where it goes and whether
 its commit may wait is passed in, never left on an object for a later method
-to pick up. A commit that waits is handed to :mod:`idemflow.engine.deferred`.
+to pick up. A commit that waits is handed to :mod:`idemflow.engine.deferred`; the guard
+around an effect's call (its lease, its limit group) is :mod:`idemflow.engine.effect_call`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from idemflow import telemetry
 from idemflow.core.policy import DataConflict, retried
-from idemflow.core.requests import CallOut, Commit, NeedRows, Prefetched, ProcessDied, ReadMany, Steps, Turn
+from idemflow.core.requests import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit, Pending
+from idemflow.engine.effect_call import LOOK_AGAIN, EffectCall, RunRecordSeen
 from idemflow.engine.given import Given
 from idemflow.engine.journal import Journal
-from idemflow.engine.lease import acquire, capped
 from idemflow.engine.memo_reader import AbortWorkflow, MemoReader
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.step_log import observed
 from idemflow.engine.store_calls import StoreCalls
-from idemflow.engine.tx import StepAborted, Tx
+from idemflow.engine.tx import StepAborted, Tx, stale
 from idemflow.errors import (
     ConflictError,
     InvalidValueError,
@@ -39,11 +39,9 @@ from idemflow.errors import (
     LimitReachedError,
     TransientError,
 )
-from idemflow.keys import RUNS_TABLE, lease_tag, step_tag
-from idemflow.limits.calls import call_over, room
-from idemflow.limits.gate import give_back
-from idemflow.records import MEMO_AT, RUN_AT, Memo, memo_row, memo_run, memo_text
-from idemflow.stores.base import Committed, Cond, Delete, Insert, Op, Row, RowRef
+from idemflow.keys import RUNS_TABLE, step_tag
+from idemflow.records import MEMO_AT, RUN_AT, memo_row, memo_run, memo_text
+from idemflow.stores.base import Committed, Delete, Insert, Op, Row, RowRef
 
 Extra = Callable[[], Steps[list[Op]]]
 """Operations beyond the step's partition that commit with it (a child's claim, a message),
@@ -53,21 +51,12 @@ NOT_CALLED: Any = object()
 """No call out was answered in this execution's attempt at the effect."""
 
 
-class _RunRecordSeen(BaseException):
-    """The run record, read beside a first step's first row, exists: stop the body."""
-
-    def __init__(self, row: Row) -> None:
-        super().__init__()
-        self.row = row
-
-
 def _stop_if_present(row: Row | None) -> None:
     if row is not None:
-        raise _RunRecordSeen(row)
+        raise RunRecordSeen(row)
 
 
 _RETRY = object()
-_LOOK_AGAIN: Any = object()
 
 
 class _Unreachable:
@@ -107,6 +96,7 @@ class Stepper:
         "_calls",
         "_cursor",
         "_deferred",
+        "_effect",
         "_given",
         "_journal",
         "_memos",
@@ -131,6 +121,8 @@ class Stepper:
         self._calls = calls
         self._recorder = recorder
         self._journal = journal
+        self._effect = EffectCall(given, cursor, calls, memos, recorder, journal)
+        """The guard around an effect's call: its lease, its limit group's slot."""
         self._attempts = 0
         """Attempts of the current step beyond its first (conflicts, transient reads): for its log."""
         self.called: Any = NOT_CALLED
@@ -308,14 +300,14 @@ class Stepper:
                         result = self.called = yield call_out
                     else:
                         if call_out.lease is not None:
-                            recorded = yield from self._leased(memo_ref, call_out.lease)
+                            recorded = yield from self._effect.leased(memo_ref, call_out.lease)
                             if recorded is not None:  # another execution made the call
                                 return memos.answer(recorded, identity)
-                        called = yield from self._guarded(memo_ref, call_out, since)
-                        if called is _LOOK_AGAIN:  # waited here for its limit group: look again
+                        called = yield from self._effect.guarded(memo_ref, call_out, since)
+                        if called is LOOK_AGAIN:  # waited here for its limit group: look again
                             continue
                         result = self.called = called
-            except _RunRecordSeen as seen:
+            except RunRecordSeen as seen:
                 yield from recorder.meet(seen.row)  # returns only to replay
                 continue
             except LimitReachedError:  # the call was not made: nothing to look for
@@ -343,7 +335,7 @@ class Stepper:
                     row = yield from memos.this_runs(memo_ref, row)
                 if row is not None:
                     return memos.answer(row, identity)
-                if (yield from self._stale(tx)):  # reads that were never one snapshot: run it again
+                if (yield from stale(tx)):  # reads that were never one snapshot: run it again
                     return _RETRY
                 raise
             else:
@@ -365,7 +357,7 @@ class Stepper:
             if extra is not None and not aborted:
                 ops.extend((yield from extra()))
             if call_out is not None and call_out.lease is not None:
-                ops.append(Delete(self._lease_ref(memo_ref)))  # ended with the call it guarded
+                ops.append(Delete(self._effect.lease_ref(memo_ref)))  # ended with the call it guarded
             if defer and not aborted and extra is None and self._deferred.foldable(ops):
                 # Committed by the workflow's next move: with the outcome, if it returns now.
                 leased = call_out is not None and call_out.lease is not None
@@ -411,104 +403,6 @@ class Stepper:
 
     # -- replay, leases, limits, stale reads -----------------------------------
 
-    def _guarded(self, memo_ref: RowRef, call_out: CallOut, since: float) -> Steps[Any]:
-        """The call made under its effect lease (held already) and inside its limit group: the
-        call's answer, or ``_LOOK_AGAIN`` once this execution waited for the group here. A call
-        that did not happen (its group was full) or failed gives the lease up, so a retry or a
-        racing execution need not wait for it to end; a failed call keeps its group's slot
-        unless it is over at the provider (:func:`~idemflow.limits.calls.call_over`), so a
-        retry waits for that slot as for any full group; an error that is not an ``Exception``
-        stands for the process dying there, which gives nothing back (the leases end)."""
-        given, group = self._given, call_out.group
-        token = None
-        if group is not None:
-            try:
-                token = yield from room(given, self._recorder, self._journal.entries, group, since)
-            except (GeneratorExit, ProcessDied):  # dropped or dead: the lease ends by itself
-                raise
-            except BaseException:  # full: handed over or refused, the call not made
-                yield from self._lease_given_up(memo_ref, call_out)
-                raise
-            if token is None:
-                yield from self._lease_given_up(memo_ref, call_out)
-                return _LOOK_AGAIN
-        try:
-            answer = yield call_out
-        except Exception as failed:
-            # A call that timed out, lost its connection or raised what nobody declared over may
-            # still be at the provider: its slot stays taken until its lease ends (which outlasts
-            # the call), so no other call takes its place meanwhile.
-            if token is not None and call_over(failed, self._cursor.retry):
-                assert group is not None
-                yield from give_back((group,), token, given.clock)
-            yield from self._lease_given_up(memo_ref, call_out)
-            raise
-        if token is not None:
-            assert group is not None
-            yield from give_back((group,), token, given.clock)
-        return answer
-
     def undone_at(self, step: int) -> Steps[tuple[float | None, bool]]:
-        """Where the request was undone at effect ``step``: when its abort memo was written (None
-        if this version cannot tell) and whether an execution still holds the call's lease row
-        (it was in the call, and wrote no memo: it may have died there)."""
-        given, calls = self._given, self._calls
-        memo = yield from calls.read(RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(step)))
-        lease = yield from calls.read(
-            RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + lease_tag(step))
-        )
-        decided = None if memo is None else Memo.from_json(memo.value)
-        return (None if decided is None else decided.at), lease is not None
-
-    def _lease_given_up(self, memo_ref: RowRef, call_out: CallOut) -> Steps[None]:
-        if call_out.lease is not None:
-            with contextlib.suppress(TransientError):  # else it ends by itself
-                yield from self._calls.commit([Delete(self._lease_ref(memo_ref))], memo_ref)
-
-    def _lease_ref(self, memo_ref: RowRef) -> RowRef:
-        return RowRef(
-            memo_ref.table, memo_ref.partition, self._given.memo_prefix + lease_tag(self._cursor.step)
-        )
-
-    def _leased(self, memo_ref: RowRef, seconds: float) -> Steps[Row | None]:
-        """Hold the effect's lease (None), or the memo of the execution that held it."""
-        given, calls, memos = self._given, self._calls, self._memos
-        seconds = capped(seconds, given.plan.lease_until)
-        while True:
-            recorded = yield from acquire(
-                memo_ref,
-                self._lease_ref(memo_ref),
-                seconds,
-                commit=lambda ops: calls.commit(ops, memo_ref),
-                read=calls.read,
-                sleep=given.policy.conflicts.sleep,
-                expires=given.expiry(),
-            )
-            if recorded is None:
-                return None
-            if not self._cursor.run_known:  # no claim yet: a memo never precedes its run's record
-                if memo_run(recorded) is None:
-                    return recorded  # written before incarnations: trusted, as it always was
-                met = yield from calls.read(given.run_ref)
-                if met is not None:
-                    raise _RunRecordSeen(met)  # replay, judging the memo by that record's run
-            elif not memos.of_earlier_run(recorded):
-                return recorded
-            yield from memos.this_runs(memo_ref, recorded)  # the lease is taken again over nothing
-
-    def _stale(self, tx: Tx) -> Steps[bool]:
-        """Did a row the body read change before it raised? Then it saw no consistent state.
-
-        Reads inside a body are each strongly consistent but not one snapshot
-        (DynamoDB's are never cancelled by a concurrent commit, Azure's are
-        separate calls); the commit's conditions make a *committed* body
-        serializable, and this check gives the same to a body that raised.
-        """
-        checks = tx.read_checks()
-        if not checks:
-            return False
-        rows = yield ReadMany([check.ref for check in checks])
-        return any(
-            (Cond.ABSENT if row is None else row.version) != check.expect
-            for check, row in zip(checks, rows, strict=True)
-        )
+        """See :meth:`~idemflow.engine.effect_call.EffectCall.undone_at` (the compensator asks)."""
+        return self._effect.undone_at(step)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol
 
+from idemflow.core.requests import ReadMany, Steps
 from idemflow.errors import InvalidValueError
 from idemflow.keys import check_key, data_key
 from idemflow.number_model import DIGITS, Number, check, is_number, sum_of
@@ -225,3 +226,21 @@ class Tx:
             Check(RowRef(self._table, self._partition, data_key(key)), version)
             for key, version in self._read_versions.items()
         ]
+
+
+def stale(tx: Tx) -> Steps[bool]:
+    """Did a row the body read change before it raised? Then it saw no consistent state.
+
+    Reads inside a body are each strongly consistent but not one snapshot
+    (DynamoDB's are never cancelled by a concurrent commit, Azure's are
+    separate calls); the commit's conditions make a *committed* body
+    serializable, and this check gives the same to a body that raised.
+    """
+    checks = tx.read_checks()
+    if not checks:
+        return False
+    rows = yield ReadMany([check.ref for check in checks])
+    return any(
+        (Cond.ABSENT if row is None else row.version) != check.expect
+        for check, row in zip(checks, rows, strict=True)
+    )
