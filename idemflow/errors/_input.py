@@ -1,0 +1,139 @@
+"""Errors of what a caller gave or a workflow did: refused input, reused keys, other code, conflicts."""
+
+from __future__ import annotations
+
+from idemflow.errors._codes import ErrorCode, IdemflowError
+
+
+class InvalidInputError(IdemflowError, ValueError):
+    """Bad input found before anything was written."""
+
+    code = ErrorCode.INVALID_INPUT
+
+
+class InvalidNameError(InvalidInputError):
+    """An empty or illegal table, partition, key, workflow or request id."""
+
+    def __init__(self, what: str, value: object, problem: str) -> None:
+        super().__init__(what, value, problem)
+        self.what = what
+        self.value = value
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"invalid {self.what} {self.value!r}: {self.problem}"
+
+
+class InvalidValueError(InvalidInputError):
+    """A value that is not JSON-compatible or too large for the backend."""
+
+    def __init__(
+        self,
+        where: str,
+        problem: str,
+        *,
+        backend: str | None = None,
+        operation: str | None = None,
+        service_code: str | None = None,
+    ) -> None:
+        super().__init__(where, problem)
+        self.where = where
+        self.problem = problem
+        self._origin(None, backend, operation, service_code)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.problem}"
+
+
+class LimitExceededError(InvalidValueError):
+    """A step's write exceeds a backend limit (size, operations per commit)."""
+
+    code = ErrorCode.LIMIT_EXCEEDED
+
+
+class MessageRejectedError(InvalidInputError):
+    """A queue message that must not be executed (malformed, tampered, unknown, forged)."""
+
+    code = ErrorCode.MESSAGE_REJECTED
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class MissingIdempotencyKeyError(InvalidInputError):
+    """An HTTP request without an ``Idempotency-Key`` header (answered 400)."""
+
+
+class IdempotencyKeyReuseError(IdemflowError):
+    """A request id was reused with a different input.
+
+    The first invocation wins: its input fingerprint is stored with the run
+    record, and a later call with another input is refused before it writes.
+    """
+
+    code = ErrorCode.KEY_REUSED
+
+    def __init__(self, workflow: str, request_id: str, stored: str, given: str) -> None:
+        super().__init__(workflow, request_id, stored, given)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.stored_fingerprint = stored
+        self.given_fingerprint = given
+
+    def __str__(self) -> str:
+        return (
+            f"request id {self.request_id!r} of workflow {self.workflow!r} was first used "
+            f"with another input (stored fingerprint {self.stored_fingerprint[:12]}…, "
+            f"this call {self.given_fingerprint[:12]}…); use a new request id"
+        )
+
+
+class NonDeterminismError(IdemflowError):
+    """A replayed step met a memo recorded by a different step.
+
+    Usually the workflow code changed under an in-flight request, or control
+    flow depends on something other than inputs and step results.
+    """
+
+    code = ErrorCode.NON_DETERMINISM
+
+    def __init__(self, workflow: str, request_id: str, step: int, recorded: str, met: str) -> None:
+        super().__init__(workflow, request_id, step, recorded, met)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.step = step
+        self.recorded = recorded
+        self.met = met
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r} step {self.step}: "
+            f"recorded {self.recorded} but this run met {self.met}"
+        )
+
+
+class ConflictError(IdemflowError):
+    """A step body kept conflicting with concurrent writers past the retry bound."""
+
+    code = ErrorCode.CONFLICT
+
+    def __init__(
+        self, workflow: str, request_id: str, step: int, table: str, partition: str, attempts: int
+    ) -> None:
+        super().__init__(workflow, request_id, step, table, partition, attempts)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.step = step
+        self.table = table
+        self.partition = partition
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return (
+            f"workflow {self.workflow!r} request {self.request_id!r} step {self.step} on "
+            f"{self.table}/{self.partition}: still conflicting after {self.attempts} attempts"
+        )
