@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 from idemflow.stores import Store
 from idemflow.stores.registry import STORES, load
 from idemflow.testing import StoreWrapper
@@ -49,5 +51,23 @@ def expire_as_the_service_does(store: Store, now: float, seed: int = 0) -> int:
     random.Random(seed).shuffle(victims)
     client: Any = store.client  # type: ignore[attr-defined]
     for table, partition, key in victims:
-        client.delete_item(TableName=table, Key={"pk": {"S": partition}, "sk": {"S": key}})
+        _delete_as_ttl_does(client, table, {"pk": {"S": partition}, "sk": {"S": key}})
     return len(victims)
+
+
+def _delete_as_ttl_does(client: Any, table: str, key: dict[str, Any]) -> None:
+    """Delete one expired item; the service's TTL comes back later to an item a transaction
+    holds (DynamoDB Local answers ``TransactionConflictException`` while one is ongoing)."""
+    for attempt in Retrying(
+        retry=retry_if_exception(lambda exc: _code(exc) == "TransactionConflictException"),
+        wait=wait_exponential(multiplier=0.01, max=0.5),
+        stop=stop_after_attempt(30),
+        reraise=True,
+    ):
+        with attempt:
+            client.delete_item(TableName=table, Key=key)
+
+
+def _code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
