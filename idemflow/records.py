@@ -35,6 +35,7 @@ Memo(identity='atomic debit', value=5, aborted=False, at=None, run=None)
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,6 +52,7 @@ from idemflow.core.memos import (
 )
 from idemflow.core.row import RowRef
 from idemflow.core.run_fields import Attempts, Continuation, Failure
+from idemflow.core.tags import stored_tags
 from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON
 
@@ -106,6 +108,10 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    it: :attr:`RunRecord.not_before`) and a prioritised one ``ln`` (its queue lane:
    :attr:`RunRecord.lane`, one of :data:`STORED_LANES`); a record without them is neither delayed
    nor prioritised, and a lane this release does not know is the normal lane.
+   Run records also gain ``tg``, the request's tags (``submit(tags=)``, ``run(tags=)``: a JSON
+   object of str to str, :mod:`idemflow.core.tags`), beside the status rather than in ``in``, so
+   the finished record keeps them; a request without tags writes no ``tg``, byte for byte the
+   record it wrote before tags existed.
 """
 
 STORED_LANES = ("high", "low")
@@ -210,6 +216,9 @@ class RunRecord:
     """Epoch seconds no row of this unfinished request expires before (``ku``): set when its
     rows were last given a later expiry for a long wait (:func:`idemflow.stores.expiry.extend`), and
     every row written for it since expires no earlier. None: its claim's time plus retention."""
+    tags: Mapping[str, str] | None = None
+    """What the request is about (``tg``: ``submit(tags=)``, ``run(tags=)``), as its first claim
+    stored them, sorted by key; kept by every rewrite of the record, its outcome's too. None: no tags."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
@@ -223,6 +232,8 @@ class RunRecord:
             record["at"] = self.finished_at
         if self.parent is not None:
             record["par"] = [self.parent.workflow, self.parent.version, self.parent.request_id]
+        if self.tags:
+            record["tg"] = dict(self.tags)
         if self.status is RunStatus.COMPLETED:
             record["result"] = self.result
         elif self.status is RunStatus.ABORTED:
@@ -266,6 +277,7 @@ class RunRecord:
             continuation=None if continuation is None else Continuation.from_json(continuation),
             incarnation=_text_or_none(value.get("i")),
             kept_until=_number_or_none(value.get("ku")),
+            tags=stored_tags(value.get("tg")),
         )
 
     @property

@@ -7,7 +7,8 @@ requests caught waiting on a timer, a child and a message (``make_coordination_g
 ``retrying/`` requests a worker was retrying (``make_retrying_golden.py``), ``retention/``
 requests submitted with a retention of their own (``make_retention_golden.py``), ``scheduled/``
 delayed and prioritised requests waiting, with their messages' lanes and visible times
-(``make_scheduled_golden.py``).
+(``make_scheduled_golden.py``), ``tagged/`` requests started with tags in every state a record
+keeps them (``make_tagged_golden.py``).
 Loaded into each store, this version must answer the finished ones from their records, finish the
 others exactly once, and read the old messages.
 """
@@ -23,10 +24,12 @@ from typing import Any
 import pytest
 
 from idemflow import RetryPolicy, WorkflowAborted, run
-from idemflow.admin import retry
+from idemflow.admin import RunRecord, retry, runs
 from idemflow.async_worklist.queues.lanes import LANES, lane_of
 from idemflow.client import RunStatus, rows, status
+from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.records import FORMAT
+from idemflow.running.runner import run_status
 from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Insert, RowRef
@@ -329,11 +332,67 @@ def _assert_waiting(store: Store, due: dict[str, float]) -> None:
     assert not {partition for (partition, _) in rows(store, "tablea")} & {"sue", "ned", "lea"}
 
 
+TAGGED = sorted(Path(__file__).with_name("golden").joinpath("tagged").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", TAGGED, ids=lambda path: path.stem)
+def test_tagged_requests_of_every_release_are_listed_by_tag_and_keep_their_tags_to_the_end(
+    store: Store, path: Path
+) -> None:
+    """Tagged requests as an earlier release left them (``make_tagged_golden.py``: finished,
+    queued, asleep on a timer, cancelled) are listed by their tags, finish once on this version
+    (the cancelled one once resumed), and every record still carries its tags."""
+    from tests.golden import make_tagged_golden as g
+
+    messages = load(store, path)
+    ids = set(g.TAGS)
+
+    def tagged(**tags: str) -> list[str]:
+        return sorted(found.request_id for found in runs(store, tags=tags).runs if found.request_id in ids)
+
+    assert tagged(customer="c-1") == ["cancel-cole", "done-dan", "queue-quinn"]
+    assert tagged(region="eu") == ["done-dan", "nap-nell"]
+    clock = Clock()
+    clock.now = g.NOW + g.NAP + 1  # the nap is over
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    deliver_all(worker, queue, clock)
+    retry(store, queue, "g-tag", "cancel-cole")
+    deliver_all(worker, queue, clock)
+    assert worker.stats.dead_lettered == 0
+    for rid, tags in g.TAGS.items():
+        record = run_status(store, "g-tag", rid)
+        assert record is not None and record.status is RunStatus.COMPLETED, rid
+        assert (record.result, record.tags) == ("shipped " + rid.split("-")[1], tags)
+    assert tagged(customer="c-1", region="eu") == ["done-dan"]
+    assert {(partition, key): value for (partition, key), value in rows(store, "tablea").items()} == {
+        (who, what): 1 for who in ("dan", "quinn", "nell", "cole") for what in ("paid", "shipped")
+    }
+
+
+def test_every_run_record_of_every_release_writes_back_byte_for_byte() -> None:
+    """What a release wrote reads back as this version writes it, to the byte: a record without
+    tags (or any field added since) gains nothing, and one with tags keeps them as stored."""
+    paths = [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED]
+    records = [
+        value
+        for path in paths
+        for table, _, key, value in json.loads(path.read_text())["rows"]
+        if table == RUNS_TABLE and key.startswith(RUN)
+    ]
+    assert len(records) > 30 and any("tg" in value for value in records)
+    for value in records:
+        assert encode(RunRecord.from_json(value).to_json()) == encode(value)
+
+
 RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5}
 """The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
 
 
 def test_every_format_revision_has_golden_rows() -> None:
     """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
-    releases = {path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED]}
+    releases = {path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED]}
     assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))

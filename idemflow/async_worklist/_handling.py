@@ -131,6 +131,7 @@ class Handling(Outcomes):
             lane=record.lane,
             no_longer_waiting=clearing,
             kept_until=record.kept_until,
+            tags=record.tags,  # kept in the completion record
         )
         try:
             steps = execution_steps(

@@ -33,7 +33,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -49,6 +49,7 @@ from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.queues.lanes import has_lanes
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.core.requests import CommitCache, Read, Send, Sleep, Steps
+from idemflow.core.tags import check_tags
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.engine.execution import AtCheckpoint, Checkpointed, Plan, Submission, Suspended
@@ -84,6 +85,7 @@ def submit(
     delay: float | timedelta | None = None,
     not_before: float | datetime | None = None,
     priority: Priority = "normal",
+    tags: Mapping[str, str] | None = None,
 ) -> Pending:
     """Run ``m`` up to its first checkpoint, hand the rest to workers, return a :class:`Pending`.
 
@@ -124,9 +126,15 @@ def submit(
     ``@workflow(timeout=)`` then counts from that time. ``priority`` (``"high"``, ``"normal"``,
     ``"low"``) picks the lane of a queue opened with lanes (``?lanes=true``), which workers drain
     highest first. A copy of a request already submitted keeps the first one's time and lane.
+
+    ``tags`` (``{"customer": "c-1"}``: at most 16, keys of letters, digits and ``_ - . :``,
+    values up to 256 characters) say what the request is about: its run record keeps them to
+    the end, and ``idemflow runs list --tag customer=c-1`` (``admin.runs(tags=)``) finds it. They
+    are not part of the input: a copy with other tags is a copy, and the first one's stay.
     """
     request = _submission(m, request_id)
     check_lanes(priority, has_lanes(queue))
+    stored = check_tags(tags)
     steps = submission_steps(
         m,
         request,
@@ -140,6 +148,7 @@ def submit(
         reader=store,
         deadline=deadline,
         timing=(delay, not_before, priority),
+        tags=stored,
     )
     outcome = drive(steps, store, on_queue(queue))
     return Pending(store, request.workflow, request_id, outcome=outcome)
@@ -159,6 +168,7 @@ async def asubmit(
     delay: float | timedelta | None = None,
     not_before: float | datetime | None = None,
     priority: Priority = "normal",
+    tags: Mapping[str, str] | None = None,
 ) -> AsyncPending:
     """:func:`submit`, awaitable: the same steps, claim, outbox and pointer, on the event loop.
 
@@ -168,6 +178,7 @@ async def asubmit(
     """
     request = _submission(m, request_id)
     check_lanes(priority, has_lanes(queue))
+    stored = check_tags(tags)
     target, sink = to_async(store), to_async_queue(queue)
     steps = submission_steps(
         m,
@@ -182,6 +193,7 @@ async def asubmit(
         reader=sync_reader(target),
         deadline=deadline,
         timing=(delay, not_before, priority),
+        tags=stored,
     )
     outcome = await adrive(steps, target, on_async_queue(sink))
     return AsyncPending(target, request.workflow, request_id, outcome=outcome)
@@ -209,10 +221,12 @@ def submission_steps(
     reader: Reader | None,
     deadline: float | None = None,
     timing: tuple[object, object, object] = (None, None, "normal"),
+    tags: Mapping[str, str] | None = None,
 ) -> Steps[RequestStatus | None]:
     """What ``submit`` and ``asubmit`` do (one computation): the outcome, if known already.
 
-    ``timing`` is ``submit``'s ``(delay, not_before, priority)``, checked here before any write.
+    ``timing`` is ``submit``'s ``(delay, not_before, priority)``, checked here before any write;
+    ``tags`` its tags, checked by the caller (:func:`~idemflow.core.tags.check_tags`).
     """
     wall = time.time if clock is None else clock
     started = wall()
@@ -235,6 +249,7 @@ def submission_steps(
         suspend=True,
         announce=announcer(key),
         lane=when.lane,
+        tags=tags,
     )
     if request.call is not None and request.call.limits:
         # Under limits nothing runs in the caller: the request is claimed and queued at once, as if

@@ -70,6 +70,7 @@ def abort_steps(
         parent=record.parent,  # a child's abort wakes the parent waiting for it
         started_at=record.started_at,  # kept in the completion record
         incarnation=record.incarnation,
+        tags=record.tags,  # kept in the completion record
         retry_in_place=retry_in_place,
         in_place_for=in_place_for,
     )

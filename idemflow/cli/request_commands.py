@@ -17,6 +17,8 @@ from typing import Any
 from idemflow.admin import abort_request, cancel, retry, runs
 from idemflow.cli.loading import load_workflows
 from idemflow.client import status
+from idemflow.core.tags import parse_tag, tag_filter
+from idemflow.errors import InvalidInputError
 from idemflow.operator.collection import parse_duration
 from idemflow.operator.commands import ABORT_WAIT
 from idemflow.operator.timeline import show
@@ -37,7 +39,7 @@ def add_request_parsers(commands: Any) -> None:
     runs = commands.add_parser("runs", help="list requests")
     runs_commands = runs.add_subparsers(dest="action", required=True)
     listing = runs_commands.add_parser(
-        "list", help="requests by workflow, status and age, a page at a time (SQLite: newest first)"
+        "list", help="requests by workflow, status, age and tags, a page at a time (SQLite: newest first)"
     )
     listing.add_argument("--store", required=True)
     listing.add_argument("--workflow")
@@ -45,6 +47,14 @@ def add_request_parsers(commands: Any) -> None:
         "--status", choices=[status.value for status in RunStatus if status.value != "pending"]
     )
     listing.add_argument("--older-than", help="started at least this long ago, e.g. 1h")
+    listing.add_argument(
+        "--tag",
+        action="append",
+        type=_tag,
+        default=[],
+        metavar="KEY=VALUE",
+        help="carrying this tag (submit(tags=)); repeat it for requests carrying every one",
+    )
     listing.add_argument("--limit", type=int, help="at most this many (a page; the next one with --after)")
     listing.add_argument("--after", metavar="CURSOR", help="the page after the one that printed CURSOR")
     listing.add_argument(
@@ -132,7 +142,13 @@ def _runs(args: argparse.Namespace, store: Store) -> int:
     older = None if args.older_than is None else parse_duration(args.older_than)
     wanted = None if args.status is None else RunStatus(args.status)
     page = runs(
-        store, workflow=args.workflow, status=wanted, older_than=older, limit=args.limit, after=args.after
+        store,
+        workflow=args.workflow,
+        status=wanted,
+        older_than=older,
+        limit=args.limit,
+        after=args.after,
+        tags=dict(tag_filter(args.tag)),  # one key given twice is refused, not overwritten
     )
     for summary in page.runs:
         if args.json:
@@ -141,9 +157,10 @@ def _runs(args: argparse.Namespace, store: Store) -> int:
         started = summary.age_from()
         when = "-" if started is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started))
         note = summary.record.waiting or (summary.record.failure.reason if summary.record.failure else "")
+        tags = " ".join(f"{key}={value}" for key, value in (summary.record.tags or {}).items())
         print(
             f"{when}  {summary.status.value:9}  {summary.workflow} v{summary.record.version}  "
-            f"{summary.request_id}  {note}".rstrip()
+            f"{summary.request_id}  {note}  {tags}".rstrip()
         )
     if args.json:
         if page.next is not None:
@@ -152,6 +169,14 @@ def _runs(args: argparse.Namespace, store: Store) -> int:
     more = "" if page.next is None else f"; next page: --after {page.next}"
     print(f"{len(page.runs)} request(s), {page.order}{more}", file=sys.stderr)
     return 0
+
+
+def _tag(text: str) -> tuple[str, str]:
+    """``--tag KEY=VALUE`` as a pair; argparse says what is wrong with one that is not."""
+    try:
+        return parse_tag(text)
+    except InvalidInputError as bad:
+        raise argparse.ArgumentTypeError(str(bad)) from None
 
 
 def _show(args: argparse.Namespace, store: Store) -> int:

@@ -4,7 +4,7 @@
 ``idemflow`` command.
 
 A listing reads a page of run records, never the table: the filters a store can apply while
-paging (workflow, status, age) go to :func:`idemflow.admin.runs`; a request id is looked up in its
+paging (workflow, status, age, tags) go to :func:`idemflow.admin.runs`; a request id is looked up in its
 own partition (one read); a request id *prefix* is a filter the console applies to the pages it
 reads, at most :data:`PREFIX_BUDGET` records per page it shows.
 """
@@ -27,6 +27,7 @@ from idemflow.admin import (
     show,
 )
 from idemflow.console._settings import ConsoleSettings
+from idemflow.core.tags import TagFilter, carries, parse_tag, tag_filter
 from idemflow.errors import ConsoleRefusedError, InvalidInputError, RequestNotFoundError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.operator.collection import parse_duration
@@ -54,6 +55,9 @@ class Filters:
     request_id: str | None = None
     prefix: bool = False
     after: str | None = None
+    tags: TagFilter = ()
+    """Tags every request listed carries: the ``tags`` parameter, ``key=value`` pairs separated by
+    commas (``customer=c-1,region=eu``)."""
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> Filters:
@@ -67,6 +71,8 @@ class Filters:
         match = params.get("match") or "exact"
         if match not in ("exact", "prefix"):
             raise InvalidInputError(f"match must be exact or prefix, not {match!r}")
+        given = (params.get("tags") or "").split(",")
+        tags = tag_filter(parse_tag(pair.strip()) for pair in given if pair.strip())
         return cls(
             workflow=params.get("workflow") or None,
             status=None if status is None else RunStatus(status),
@@ -74,6 +80,7 @@ class Filters:
             request_id=params.get("id") or None,
             prefix=match == "prefix",
             after=params.get("after") or None,
+            tags=tags,
         )
 
     def to_json(self) -> dict[str, JSON]:
@@ -83,6 +90,7 @@ class Filters:
             "age": self.older_than,
             "id": self.request_id,
             "match": "prefix" if self.prefix else "exact",
+            "tags": ",".join(f"{key}={value}" for key, value in self.tags) or None,
         }
         return {key: value for key, value in shown.items() if value is not None}
 
@@ -115,6 +123,7 @@ class ConsoleData:
                 for summary in self._by_id(filters.request_id)
                 if (filters.workflow is None or summary.workflow == filters.workflow)
                 and (filters.status is None or summary.status is filters.status)
+                and carries(summary.record.tags, filters.tags)
             ]
             return self._page(found, None, "one partition", len(found), filters)
         if filters.request_id is None:
@@ -125,6 +134,7 @@ class ConsoleData:
                 older_than=older,
                 limit=size,
                 after=filters.after,
+                tags=dict(filters.tags),
             )
             return self._page(list(page.runs), page.next, page.order, len(page.runs), filters)
         found, after, scanned, order = [], filters.after, 0, ""
@@ -136,6 +146,7 @@ class ConsoleData:
                 older_than=older,
                 limit=min(500, PREFIX_BUDGET),
                 after=after,
+                tags=dict(filters.tags),
             )
             order, after, scanned = page.order, page.next, scanned + len(page.runs)
             found += [summary for summary in page.runs if summary.request_id.startswith(filters.request_id)]
@@ -328,6 +339,7 @@ def _record_only(summary: RunSummary) -> dict[str, JSON]:
         "started_at": record.started_at,
         "finished_at": record.finished_at,
         "deadline": record.deadline,
+        "tags": None if record.tags is None else dict(record.tags),
         "steps": [],
         "waits_for": record.waiting,
         "retrying": None if record.attempts is None else record.attempts.to_json(),

@@ -86,10 +86,11 @@ def list_page(
             f'<td><span class="status status-{escape(status)}">{escape(status)}</span></td>'
             f"<td>{escape(workflow)} v{escape(str(found.get('version', 1)))}</td>"
             f'<td class="mono">{link(request_href(workflow, request_id), request_id)}</td>'
+            f'<td class="tags">{_tags(found.get("tags"))}</td>'
             f"<td>{escape(str(note))}</td></tr>"
         )
     if not rows:
-        rows.append('<tr><td colspan="5" class="meta">no request matches</td></tr>')
+        rows.append('<tr><td colspan="6" class="meta">no request matches</td></tr>')
     status_now = str(filters.get("status", ""))
     statuses = ["", "running", "failed", "cancelled", "completed", "aborted"]
     status_options = "".join(
@@ -116,6 +117,7 @@ def list_page(
         age=escape(str(filters.get("age", ""))),
         id=escape(str(filters.get("id", ""))),
         match_options=match_options,
+        tags=escape(str(filters.get("tags", ""))),
         meta=meta,
         rows="\n".join(rows),
         next=next_link,
@@ -142,6 +144,7 @@ def request_page(settings: ConsoleSettings, shown: dict[str, JSON], csrf: str, a
         retrying=shown_json(shown["retrying"], 300) if shown.get("retrying") else "-",
         failure=_failure(shown.get("failure")),
         parent=_parent(shown.get("parent")),
+        tags=_tags(shown.get("tags")) or "-",
         actions=_actions(shown, csrf, action_id),
         steps="\n".join(_step_row(step) for step in steps) or _NO_STEPS,
         children=_step_list(shown.get("children"), "no child request"),
@@ -287,6 +290,13 @@ def _failure(failure: JSON) -> str:
     named = f"step {step}" if identity is None else f"step {step}: {identity}"
     where = f" ({named}, {failure.get('attempts')} attempt(s))" if step else ""
     return escape(str(failure.get("reason")) + where)
+
+
+def _tags(tags: JSON) -> str:
+    """A request's tags as ``key=value`` items, each escaped (empty for none)."""
+    if not isinstance(tags, dict):
+        return ""
+    return " ".join(f'<span class="tag">{escape(f"{key}={value}")}</span>' for key, value in tags.items())
 
 
 def _parent(parent: JSON) -> str:

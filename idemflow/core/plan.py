@@ -8,7 +8,7 @@ an execution's state. The signals below unwind an execution to its caller.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Generator
+from collections.abc import Callable, Collection, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +115,11 @@ class Plan:
     lane: str | None = None
     """The request's queue lane (``submit(priority=)``; None: normal): the children it starts
     inherit it, and the continuations it sends to wake another request go to it."""
+    tags: Mapping[str, str] | None = None
+    """The request's tags, checked (:func:`idemflow.core.tags.check_tags`): those its claim stores
+    (``submit(tags=)``, ``run(tags=)``), or, resuming, those its run record holds, as a resuming
+    caller read them: the completion record is written blind, and must keep them. An execution
+    that meets a record claimed first keeps that record's instead (the first claim's win)."""
 
 
 DEFAULT_PLAN = Plan()

@@ -345,7 +345,13 @@ def _abort_child(given: Given, node: Start, reason: JSON) -> Steps[None]:
 
 def _run_child(given: Given, call: Call, request_id: str, record: RunRecord) -> Steps[None]:
     """Under ``run``, a child nobody finished yet runs here, as its own request."""
-    plan = Plan(version=record.version, resume=True, durable_outcome=True, incarnation=record.incarnation)
+    plan = Plan(
+        version=record.version,
+        resume=True,
+        durable_outcome=True,
+        incarnation=record.incarnation,
+        tags=record.tags,
+    )
     inner = Execution(
         given.capabilities,
         call.name,

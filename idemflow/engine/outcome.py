@@ -58,18 +58,7 @@ class OutcomeWriter:
         incarnation = recorder.incarnation
         if incarnation is None and not self._cursor.run_known:  # a request with no step claims here
             incarnation = new_incarnation()
-        record = RunRecord(
-            given.fingerprint,
-            RunStatus.RUNNING,
-            version=plan.version,
-            started_at=recorder.claimed_at(),
-            incarnation=incarnation,
-        ).finished(status, given.clock(), result=result, reason=reason)
-        value: JSON = record.to_json()
-        try:
-            text = encode(value, "", envelope=1)
-        except InvalidValueError as bad:  # the place is named only when needed: it costs a format
-            raise InvalidValueError(f"result of workflow {given.workflow!r}", bad.problem) from None
+        record, value, text = self._record(status, result, reason, incarnation)
         pending = deferred.take()
         if pending is not None and pending.claims:  # the request's only step: its outcome says all
             outcome_insert = Insert(run_ref, value, text, given.expiry())
@@ -86,6 +75,8 @@ class OutcomeWriter:
                 self._cursor.known()
                 return record
             yield from recorder.meet(outcome.failures[0].existing)
+            incarnation = recorder.incarnation  # the record met is the run's: its claim, its tags
+            record, value, text = self._record(status, result, reason, incarnation)
         ops: list[Op] = [Put(run_ref, value, text, expires_at=given.expiry())]
         opened = self._cursor.after_waits
         places: dict[RowRef, int] = {}
@@ -122,6 +113,27 @@ class OutcomeWriter:
         if parent is not None and wake is not None:
             yield from announce(given, parent, wake.ref)
         return record
+
+    def _record(
+        self, status: RunStatus, result: JSON, reason: JSON, incarnation: str | None
+    ) -> tuple[RunRecord, JSON, str]:
+        """The completion record, its value and its text: what the claim or the record met said
+        of the run (when it was claimed, its incarnation, its tags), and the outcome."""
+        given, recorder = self._given, self._recorder
+        record = RunRecord(
+            given.fingerprint,
+            RunStatus.RUNNING,
+            version=given.plan.version,
+            started_at=recorder.claimed_at(),
+            incarnation=incarnation,
+            tags=recorder.tags,
+        ).finished(status, given.clock(), result=result, reason=reason)
+        value: JSON = record.to_json()
+        try:
+            text = encode(value, "", envelope=1)
+        except InvalidValueError as bad:  # the place is named only when needed: it costs a format
+            raise InvalidValueError(f"result of workflow {given.workflow!r}", bad.problem) from None
+        return record, value, text
 
     def _wait_ended(self, step: int, incarnation: str | None) -> Insert:
         """The completion's memo in the place of step ``step``, the one after a timer: an insert,

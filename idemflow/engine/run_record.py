@@ -36,6 +36,7 @@ class RunRecorder:
         "copy",
         "incarnation",
         "started_at",
+        "tags",
     )
 
     def __init__(self, given: Given, cursor: Cursor, calls: StoreCalls) -> None:
@@ -54,6 +55,9 @@ class RunRecorder:
         """This submission stored its input in a record ``run`` claimed: it sends the continuation."""
         self._outbox_written: float | None = None
         """When this submission inserted its outbox entry before its claim (Azure), if it did."""
+        self.tags = given.plan.tags
+        """The request's tags as this execution knows them: its caller's (stored by its claim, or
+        read by a resuming caller), or those of the record it met, which was claimed first."""
 
     def claimed_at(self) -> float | None:
         """The claim time the completion record carries: the caller's (a resumed request's, read
@@ -76,6 +80,7 @@ class RunRecorder:
             waiting=None if submission is None else submission.held,
             started_at=self.started_at,
             incarnation=self.incarnation,
+            tags=self.tags,
         )
         value: JSON = record.to_json()
         try:
@@ -149,6 +154,7 @@ class RunRecorder:
         record = RunRecord.from_json(existing.value)
         self.started_at = record.started_at  # the claim that won, not this execution's attempt
         self.incarnation = record.incarnation
+        self.tags = record.tags  # the first claim's: a copy's own tags are not stored
         if record.fingerprint != given.fingerprint and record.fingerprint not in given.aliases:
             raise IdempotencyKeyReuseError(
                 given.workflow, given.request_id, record.fingerprint, given.fingerprint

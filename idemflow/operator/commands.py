@@ -1,11 +1,13 @@
-"""What an operator needs: list requests by workflow, status and age, a page at a time; abort one.
+"""What an operator needs: list requests by workflow, status, age and tags, a page at a time; abort one.
 
 ``runs`` lists a page of at most ``limit`` requests and a cursor for the next
 one (keyset paging, stable while requests arrive), reading about a page of
 records, not the table: newest first on SQLite (an index of run records' start
 times) and the memory store; in key order on DynamoDB (a paged scan, or its
 sparse index of open runs for the statuses an operator acts on) and Azure
-Tables (a paged query), whose scans have no order by time.
+Tables (a paged query), whose scans have no order by time. Tags (``tags={"customer": "c-1"}``)
+keep the requests that carry all of them: a filter over the pages read, which SQLite applies in
+its query and DynamoDB server-side, and every store in the pages it reads.
 ``abort_request`` ends a request that has not finished: every step not yet
 committed aborts (an abort memo, so a worker racing it agrees), the
 compensations of the committed steps run once in reverse order, and the
@@ -29,12 +31,13 @@ import asyncio
 import base64
 import dataclasses
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from idemflow.async_worklist.aborts import abort_steps
 from idemflow.core.policy import RetryPolicy
+from idemflow.core.tags import TagFilter, carries, tag_filter
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.errors import InvalidInputError
@@ -77,6 +80,7 @@ class RunSummary:
             "finished_at": self.record.finished_at,
             "failure": None if self.record.failure is None else self.record.failure.to_json(),
             "waiting": self.record.waiting,
+            "tags": None if self.record.tags is None else dict(self.record.tags),
         }
         return {key: value for key, value in shown.items() if value is not None}
 
@@ -112,9 +116,15 @@ def runs(
     limit: int | None = None,
     after: str | None = None,
     now: Callable[[], float] = time.time,
+    tags: Mapping[str, str] | None = None,
 ) -> RunsPage:
-    """Requests with a run record, filtered by workflow, status and age (seconds), a page of at
-    most ``limit`` (None: every one) after the cursor ``after``, in the store's order.
+    """Requests with a run record, filtered by workflow, status, age (seconds) and tags, a page
+    of at most ``limit`` (None: every one) after the cursor ``after``, in the store's order.
+
+    ``tags`` keeps the requests whose tags (``submit(tags=)``, ``run(tags=)``) include every one
+    given: ``runs(store, tags={"customer": "c-1"})`` lists every request of customer c-1. It is a
+    filter on the records a page reads, so a page may cost more reads than it lists requests
+    (as ``older_than`` off SQLite), never a request missed or listed twice.
 
     Keyset paging: a cursor names the last request of its page, not a count, so requests
     started meanwhile never shift a page (on SQLite and memory they join the first). A page
@@ -122,7 +132,7 @@ def runs(
     times, DynamoDB reads its index of open runs for ``running``, ``failed`` and ``cancelled``;
     ``older_than`` is a start on SQLite and memory and a filter elsewhere.
     """
-    listing = _listing(workflow, status, older_than, limit, after, now)
+    listing = _listing(workflow, status, older_than, limit, after, now, tag_filter(tags))
     order = store.runs_order if isinstance(store, PagedRuns) else NEWEST_FIRST
     try:
         query = next(listing)
@@ -142,8 +152,9 @@ async def aruns(
     limit: int | None = None,
     after: str | None = None,
     now: Callable[[], float] = time.time,
+    tags: Mapping[str, str] | None = None,
 ) -> RunsPage:
-    """:func:`runs`, awaitable: the same filters, pages and cursors.
+    """:func:`runs`, awaitable: the same filters (``tags`` too), pages and cursors.
 
     A blocking store (or one :func:`~idemflow.open_async_store` runs on threads) pages
     with its own listing; an asynchronous cloud store has no paged listing yet, so it reads
@@ -158,7 +169,7 @@ async def aruns(
     blocking = sync_reader(target)
     paged = blocking if isinstance(blocking, PagedRuns) else None
     order = paged.runs_order if paged is not None else NEWEST_FIRST
-    listing = _listing(workflow, status, older_than, limit, after, now)
+    listing = _listing(workflow, status, older_than, limit, after, now, tag_filter(tags))
     try:
         query = next(listing)
         while True:
@@ -185,6 +196,7 @@ def _listing(
     limit: int | None,
     after: str | None,
     now: Callable[[], float],
+    tags: TagFilter = (),
 ) -> Listing:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidInputError(f"limit must be a whole number of requests >= 1, not {limit!r}")
@@ -196,12 +208,13 @@ def _listing(
         status=None if status is None else status.value,
         open_only=status is not None and status.value in OPEN_STATUSES,
         started_by=cutoff,
+        tags=tags,
     )
     found: list[RunSummary] = []
     while True:
         page = yield query
         for item in page:
-            summary = _listed(item, workflow, status, cutoff)
+            summary = _listed(item, workflow, status, cutoff, tags)
             if summary is not None:
                 found.append(summary)
                 if len(found) == limit:
@@ -222,7 +235,7 @@ def _scanned(store: Store, query: RunQuery) -> list[RunRow]:
 
 
 def _listed(
-    item: RunRow, workflow: str | None, status: RunStatus | None, cutoff: float | None
+    item: RunRow, workflow: str | None, status: RunStatus | None, cutoff: float | None, tags: TagFilter
 ) -> RunSummary | None:
     """The summary of a listed record if it passes every filter (a store's are hints)."""
     if not item.key.startswith(RUN) or (workflow is not None and item.key[1:] != workflow):
@@ -232,6 +245,8 @@ def _listed(
     except (KeyError, TypeError, ValueError):
         return None  # not a run record this version can read: left to the tools of its version
     if status is not None and summary.status is not status:
+        return None
+    if not carries(summary.record.tags, tags):
         return None
     started = summary.age_from()
     if cutoff is not None and (started is None or started > cutoff):

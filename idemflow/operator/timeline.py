@@ -94,9 +94,15 @@ class RequestView:
     waits_for: str | None = None
     """What it waits for (a timer, a child, a message, a retry's backoff), if it waits."""
 
+    @property
+    def tags(self) -> dict[str, str]:
+        """What the request is about, as its run record keeps it (``submit(tags=)``; ``{}``: none)."""
+        return dict(self.record.tags or {})
+
     def to_json(self) -> dict[str, JSON]:
         record = self.record
         attempts = record.attempts
+        tags: dict[str, JSON] = dict(self.tags)
         shown: dict[str, JSON] = {
             "workflow": self.workflow,
             "request_id": self.request_id,
@@ -105,6 +111,7 @@ class RequestView:
             "started_at": record.started_at,
             "finished_at": record.finished_at,
             "deadline": record.deadline,
+            "tags": tags or None,
             "steps": [step.to_json() for step in self.steps],
             "next_step": self.next_step,
             "waits_for": self.waits_for or record.waiting,
@@ -119,6 +126,8 @@ class RequestView:
         """The view as ``idemflow runs show`` prints it: one line per step, then where it is."""
         record = self.record
         shown = [f"{self.workflow} v{record.version} {self.request_id}: {record.status.value}"]
+        if self.tags:
+            shown.append("  tags: " + " ".join(f"{key}={value}" for key, value in self.tags.items()))
         for step in self.steps:
             when = "-" if step.at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(step.at))
             value = json.dumps(step.value)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from returns.result import Failure, Result, Success
@@ -36,6 +36,7 @@ from returns.result import Failure, Result, Success
 from idemflow import records
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.core.requests import Read, Steps
+from idemflow.core.tags import check_tags
 from idemflow.engine.drive import drive
 from idemflow.engine.execution import Execution, OtherVersion, Plan
 from idemflow.engine.monad import Idem
@@ -61,16 +62,21 @@ def execute(
     plan: Plan | None = None,
     versions: Iterable[Workflow[Any, Any]] = (),
     request: Request | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> records.RunRecord:
     """Run ``m`` to its end (completed, or aborted and compensated) and return the record.
 
     A request that started on another version of the workflow finishes on
     that version if ``versions`` holds it, else :class:`VersionNotHeldError`.
-    ``request`` is ``describe_request(m)`` when the caller has it already.
+    ``request`` is ``describe_request(m)`` when the caller has it already; ``tags`` are stored
+    with the request's claim when no ``plan`` is given (a ``plan`` carries its own).
     """
     check_request_id(request_id)
     request = request or describe_request(m)
-    steps = execution_steps(m, request, request_id, store, policy, clock, plan, versions, reader=store)
+    stored = check_tags(tags)
+    steps = execution_steps(
+        m, request, request_id, store, policy, clock, plan, versions, reader=store, tags=stored
+    )
     if plan is None and request.call is not None and request.call.limits:  # run(): under its limits
         steps = under_limits(steps, request, request_id, policy, clock)
     return drive(steps, store)
@@ -109,15 +115,17 @@ def execution_steps(
     versions: Iterable[Workflow[Any, Any]],
     *,
     reader: Reader | None,
+    tags: Mapping[str, str] | None = None,
 ) -> Steps[records.RunRecord]:
     """The engine's computation for :func:`execute` and :func:`aexecute` (one algorithm).
 
     Under ``run`` (no ``plan``), a step's error, or the store's, leaves the request unfinished
     for the caller to retry: its run record then says why, and its rows are kept a retention
-    from this attempt (:func:`idemflow.stores.expiry.left_over`)."""
+    from this attempt (:func:`idemflow.stores.expiry.left_over`). ``tags`` (checked) are
+    ``run``'s, stored with its claim."""
     if plan is None:  # run: a wait here keeps no row alive where rows expire by date alone
         longest = None if expiry.sweeps(store) else (policy or DEFAULT_POLICY).retention * expiry.SLACK
-        base = Plan(version=request.version, longest_wait_here=longest)
+        base = Plan(version=request.version, longest_wait_here=longest, tags=tags)
     else:
         base = plan
     execution = _execution(request, request_id, store, policy, clock, base, reader)
@@ -179,7 +187,12 @@ def _versioned(
                 request.workflow, request_id, started, tuple(sorted({request.version, *held}))
             ) from None
         again = flow(*request.call.args, **request.call.kwargs)
-        plan = Plan(version=started, durable_outcome=base.durable_outcome, step_errors=base.step_errors)
+        plan = Plan(
+            version=started,
+            durable_outcome=base.durable_outcome,
+            step_errors=base.step_errors,
+            tags=base.tags,
+        )
         return (
             yield from _execution(request, request_id, store, policy, clock, plan, reader).run(again.node)
         )
@@ -215,15 +228,20 @@ def run(
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] = time.time,
     versions: Iterable[Workflow[Any, Any]] = (),
+    tags: Mapping[str, str] | None = None,
 ) -> R:
     """Run ``m`` under ``request_id`` to completion in the caller; exactly once.
 
     Duplicates, retries after crashes and racing callers all return the same
     result. Raises :class:`~idemflow.errors.WorkflowAborted` if it aborted.
     ``versions`` are other versions of the workflow, to finish a request that
-    started on one of them (a retry across a deploy).
+    started on one of them (a retry across a deploy). ``tags`` (``{"customer": "c-1"}``)
+    say what the request is about: its run record keeps them, and ``idemflow runs list
+    --tag customer=c-1`` finds it (a duplicate's own tags are not stored: the first's stay).
     """
-    record = execute(m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions)
+    record = execute(
+        m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions, tags=tags
+    )
     return result_of(record, m, request_id)
 
 
@@ -243,6 +261,7 @@ def run_result(
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] = time.time,
     versions: Iterable[Workflow[Any, Any]] = (),
+    tags: Mapping[str, str] | None = None,
 ) -> Result[R, WorkflowAborted]:
     """Like :func:`run`, with an abort as ``Failure(WorkflowAborted)`` instead of raised.
 
@@ -253,7 +272,15 @@ def run_result(
     """
     try:
         return Success(
-            run(m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions)
+            run(
+                m,
+                request_id=request_id,
+                store=store,
+                policy=policy,
+                clock=clock,
+                versions=versions,
+                tags=tags,
+            )
         )
     except WorkflowAborted as aborted:
         return Failure(aborted)

@@ -22,13 +22,14 @@ reads are prefetched (the body runs again once they arrive), retry waits are
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from returns.result import Failure, Result, Success
 
 from idemflow import records
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy
+from idemflow.core.tags import check_tags
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.engine.execution import Plan
 from idemflow.engine.monad import Idem
@@ -53,13 +54,15 @@ async def aexecute(
     plan: Plan | None = None,
     versions: Iterable[Workflow[Any, Any]] = (),
     request: Request | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> records.RunRecord:
     """:func:`idemflow.running.runner.execute` on the event loop."""
     check_request_id(request_id)
     request = request or describe_request(m)
+    stored = check_tags(tags)
     target = to_async(store)
     steps = execution_steps(
-        m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target)
+        m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target), tags=stored
     )
     if plan is None and request.call is not None and request.call.limits:  # arun(): under its limits
         steps = under_limits(steps, request, request_id, policy, clock)
@@ -74,15 +77,17 @@ async def arun(
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] = time.time,
     versions: Iterable[Workflow[Any, Any]] = (),
+    tags: Mapping[str, str] | None = None,
 ) -> R:
     """:func:`idemflow.run`, awaitable: runs ``m`` under ``request_id`` to completion, exactly once.
 
     ``store`` is an :class:`~idemflow.stores.base.AsyncStore` (DynamoDB and
     Azure on their SDKs' asynchronous clients), or a blocking store, which
     is then used from threads of its own (:func:`idemflow.stores.async_adapters.to_async`).
+    ``tags`` are stored with the request, as :func:`idemflow.run`'s.
     """
     record = await aexecute(
-        m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions
+        m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions, tags=tags
     )
     return result_of(record, m, request_id)
 
@@ -95,11 +100,20 @@ async def arun_result(
     policy: RetryPolicy | None = None,
     clock: Callable[[], float] = time.time,
     versions: Iterable[Workflow[Any, Any]] = (),
+    tags: Mapping[str, str] | None = None,
 ) -> Result[R, WorkflowAborted]:
     """:func:`idemflow.run_result`, awaitable: an abort is ``Failure(WorkflowAborted)``."""
     try:
         return Success(
-            await arun(m, request_id=request_id, store=store, policy=policy, clock=clock, versions=versions)
+            await arun(
+                m,
+                request_id=request_id,
+                store=store,
+                policy=policy,
+                clock=clock,
+                versions=versions,
+                tags=tags,
+            )
         )
     except WorkflowAborted as aborted:
         return Failure(aborted)

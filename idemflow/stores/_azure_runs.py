@@ -37,8 +37,9 @@ def run_page(calls: AzureCalls, query: RunQuery) -> Calls[list[RunRow]]:
         # Spaced out: the SDK finds each parameter as a word between spaces.
         where.append("( PartitionKey gt @part or ( PartitionKey eq @part and RowKey gt @after ) )")
         parameters.update(part=partition, after=key)
-    # A status is filtered here, after the query: ask for more entities a call, not ten calls.
-    filtered = query.status is not None or query.open_only
+    # A status or tags are filtered here, after the query (Azure's filters cannot look into a
+    # record's text): ask for more entities a call, not ten calls.
+    filtered = query.status is not None or query.open_only or bool(query.tags)
     size = min(_MAX_READ, max(query.limit, 100)) if filtered else query.limit
     page = Page(RUNS_TABLE, " and ".join(where), parameters, size)
     found: list[RunRow] = []

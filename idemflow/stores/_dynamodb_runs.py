@@ -10,6 +10,9 @@ table made without that index (the default; ``open_runs_index=1`` adds it), by a
 keeps the records carrying the index's attribute (every record read: cheap on writes, dear on
 listings). Both are
 stable under inserts: a page never repeats or skips a record that existed through the listing.
+Tags asked for are a ``FilterExpression`` on the record's text (``contains`` of each tag as its
+canonical JSON writes it): the items read are the same, fewer come back, and each is checked
+again exactly here and by the caller.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from idemflow.errors import InvalidInputError
 from idemflow.keys import RUN, RUNS_TABLE
+from idemflow.serialization import encode
 from idemflow.stores._dynamodb_calls import Calls
 from idemflow.stores._dynamodb_items import OPEN_ATTRIBUTE, OPEN_INDEX, row
 from idemflow.stores._dynamodb_tables import DynamoDBTables
@@ -55,6 +59,8 @@ def run_page(tables: DynamoDBTables, query: RunQuery) -> Calls[list[RunRow]]:
     else:  # memos and outbox entries share the table: only run records come back
         args["FilterExpression"] = "begins_with(sk, :run)"
         args["ExpressionAttributeValues"] = {":run": {"S": RUN}}
+    if query.tags:
+        _filter_tags(args, query)
     start = None if query.after is None else _start_key(query.after, keys)
     found: list[RunRow] = []
     while len(found) < query.limit:
@@ -74,6 +80,24 @@ def run_page(tables: DynamoDBTables, query: RunQuery) -> Calls[list[RunRow]]:
         if not start:
             break
     return found
+
+
+def _filter_tags(args: dict[str, Any], query: RunQuery) -> None:
+    """Keep, server-side, the records whose text holds each tag asked for as a run record's
+    canonical JSON spells it (``"customer":"c-1"``): a superset (the text could hold it
+    elsewhere, in the input), which :func:`wanted` narrows to the records that carry them."""
+    names, values = (
+        args.setdefault("ExpressionAttributeNames", {}),
+        args.setdefault("ExpressionAttributeValues", {}),
+    )
+    names["#val"] = "v"
+    held = []
+    for n, (key, value) in enumerate(query.tags):
+        values[f":tg{n}"] = {"S": f"{encode(key)}:{encode(value)}"}
+        held.append(f"contains(#val, :tg{n})")
+    where = " AND ".join(held)
+    found = args.get("FilterExpression")
+    args["FilterExpression"] = where if found is None else f"({found}) AND {where}"
 
 
 def _start_key(position: str, keys: tuple[str, ...]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from idemflow.core.tags import carries, stored_tags
 from idemflow.errors import InvalidInputError
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.records import OPEN_STATUSES
@@ -78,6 +79,9 @@ def wanted(query: RunQuery, key: str, value: Any) -> bool:
         return False
     status = value.get("status") if isinstance(value, dict) else None
     if query.status is not None and status != query.status:
+        return False
+    held = value.get("tg") if isinstance(value, dict) else None
+    if query.tags and not carries(stored_tags(held), query.tags):
         return False
     return not (query.open_only and status not in OPEN_STATUSES)
 

@@ -80,6 +80,9 @@ def page_query(query: RunQuery) -> tuple[str, list[Any]]:
     elif query.open_only:
         where.append(f"json_extract(v, '$.status') IN ({', '.join('?' * len(OPEN_STATUSES))})")
         params += OPEN_STATUSES
+    for key, value in query.tags:  # a key is letters, digits and _ - . : (core.tags): no quote in it
+        where.append("json_extract(v, ?) = ?")
+        params += [f'$.tg."{key}"', value]
     sql = (
         "SELECT part, rk, v, ver, started FROM idemflow_rows INDEXED BY idemflow_runs_by_start "
         f"WHERE {' AND '.join(where)} ORDER BY started DESC, rk DESC, part DESC LIMIT ?"

@@ -40,6 +40,7 @@ from idemflow.core.ops import Put as Put
 from idemflow.core.row import Row as Row
 from idemflow.core.row import RowRef as RowRef
 from idemflow.core.row import Version as Version
+from idemflow.core.tags import TagFilter
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +237,8 @@ class RunQuery:
     """Only requests not finished: the store's index of open runs where it keeps one."""
     started_by: float | None = None
     """Only requests started at or before this time (epoch seconds), where the order is by start."""
+    tags: TagFilter = ()
+    """Only requests whose tags (``tg``) include every ``(key, value)`` here."""
 
 
 @dataclass(frozen=True, slots=True)

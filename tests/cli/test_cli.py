@@ -259,6 +259,44 @@ def test_runs_list_pages_with_a_cursor(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "not a" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_runs_list_finds_requests_by_their_tags_and_runs_show_prints_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--tag KEY=VALUE`` (repeatable: every one) lists the requests carrying the tags, in lines
+    and JSON; ``runs show`` prints them; a tag without ``=`` is one clear line, nothing listed."""
+    path = tmp_path / "tagged.sqlite3"
+    store = SqliteStore(path)
+    queue = SqliteQueue(tmp_path / "queue.sqlite3")
+    tagged = {"ann": {"customer": "c-1", "region": "eu"}, "bob": {"customer": "c-1"}, "cy": None}
+    for name, tags in tagged.items():
+        submit(greeting(name), request_id=name, store=store, queue=queue, tags=tags)
+    queue.close()
+    store.close()
+    url = f"sqlite:{path}"
+    assert main(["runs", "list", "--store", url, "--tag", "customer=c-1", "--json"]) == 0
+    shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(one["request_id"], one["tags"]) for one in shown] == [
+        ("bob", {"customer": "c-1"}),
+        ("ann", {"customer": "c-1", "region": "eu"}),
+    ]
+    assert main(["runs", "list", "--store", url, "--tag", "customer=c-1", "--tag", "region=eu"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert "  ann  " in line and line.endswith("customer=c-1 region=eu")
+    assert (
+        main(
+            ["runs", "show", "--store", url, "--workflows", "tests.cli.test_cli:greeting", "greeting", "ann"]
+        )
+        == 0
+    )
+    assert "  tags: customer=c-1 region=eu" in capsys.readouterr().out.splitlines()
+    with pytest.raises(SystemExit) as refused:
+        main(["runs", "list", "--store", url, "--tag", "customer"])
+    said = capsys.readouterr()
+    assert refused.value.code == 2 and "argument --tag: a tag is key=value" in said.err and not said.out
+    assert main(["runs", "list", "--store", url, "--tag", "k=a", "--tag", "k=b"]) == 2
+    assert "tag 'k' is asked for with two values" in capsys.readouterr().err
+
+
 def test_gc_counts_expired_rows_and_vacuums_on_sqlite(tmp_path: Path) -> None:
     """``gc --stats`` counts the expired rows still in the file by kind; ``gc --vacuum`` rewrites
     the file; neither needs ``--older-than``, and a store with no file to vacuum is refused."""

@@ -18,6 +18,7 @@ import pytest
 from idemflow import InvalidInputError
 from idemflow.admin import ConsoleExposedError
 from idemflow.client import RunStatus, status, submit
+from idemflow.console._data import ConsoleData, Filters
 from idemflow.console._settings import ConsoleSettings, parse_basic_auth, shown_url
 from idemflow.serialization import JSON
 from idemflow.stores import SqliteStore
@@ -440,3 +441,45 @@ def test_pages_reuse_the_stores_connections(backends: tuple[SqliteStore, SqliteQ
             before = len(list(descriptors.iterdir()))
             assert set(pool.map(page, range(200))) == {200}
         assert len(list(descriptors.iterdir())) <= before + 8  # a thread per page: +400
+
+
+def test_the_list_filters_by_tags_and_a_request_page_shows_them(tmp_path: Path) -> None:
+    """The tags field (``key=value`` pairs, commas between) keeps the requests carrying every one,
+    on the list, its JSON and an exact request id; a request's page shows its tags, escaped; a
+    tag that is not ``key=value`` is a 400 naming it."""
+    store = SqliteStore(str(tmp_path / "s.db"))
+    queue = SqliteQueue(str(tmp_path / "q.db"))
+    tags = {"ship-eu": {"customer": "c-1", "region": "eu"}, "ship-us": {"customer": "c-1"}, "ship-x": None}
+    for request_id, tagged in tags.items():
+        submit(shipment(request_id), request_id=request_id, store=store, queue=queue, tags=tagged)
+    submit(shipment("odd"), request_id="ship-odd", store=store, queue=queue, tags={"note": "<b>&"})
+    data = ConsoleData(_settings(), store, queue, WORKFLOWS)
+
+    def ids(**params: str) -> list[str]:
+        listing = data.runs(Filters.parse(params))
+        return sorted(str(found["request_id"]) for found in listing["runs"])  # type: ignore[union-attr, index]
+
+    assert ids(tags="customer=c-1") == ["ship-eu", "ship-us"]
+    assert ids(tags=" region=eu , customer=c-1 ") == ["ship-eu"]
+    assert ids(tags="customer=c-1", id="ship-x") == [] and ids(tags="region=eu", id="ship-eu") == ["ship-eu"]
+    assert ids(tags="customer=c-1", id="ship-", match="prefix") == ["ship-eu", "ship-us"]
+    assert Filters.parse({"tags": "region=eu,customer=c-1"}).to_json()["tags"] == "customer=c-1,region=eu"
+    with pytest.raises(InvalidInputError, match="key=value"):
+        Filters.parse({"tags": "customer"})
+    with running(_settings(), store, queue) as console:
+        client = Client(console.url)
+        listed = client.get("/api/runs?tags=customer%3Dc-1").json()
+        assert {found["request_id"]: found["tags"] for found in listed["runs"]} == {
+            "ship-eu": {"customer": "c-1", "region": "eu"},
+            "ship-us": {"customer": "c-1"},
+        }
+        page = client.get("/?tags=region%3Deu").body
+        assert 'name="tags" value="region=eu"' in page and '<span class="tag">region=eu</span>' in page
+        assert "ship-us" not in page
+        shown = client.get("/runs/ship-odd?workflow=shipment").body
+        assert '<dd id="tags"><span class="tag">note=&lt;b&gt;&amp;</span></dd>' in shown
+        assert client.get("/api/runs/ship-eu").json()["tags"] == {"customer": "c-1", "region": "eu"}
+        bad = client.get("/api/runs?tags=customer")
+        assert bad.status == 400 and "a tag is key=value" in bad.json()["error"]
+    queue.close()
+    store.close()

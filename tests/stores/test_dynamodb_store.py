@@ -21,6 +21,7 @@ from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 from idemflow import Idem, Tx, atomic, open_store, run, workflow
 from idemflow.errors import BackendError, InvalidValueError, LimitExceededError, TransientError
 from idemflow.keys import RUNS_TABLE
+from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import (
     Check,
@@ -206,6 +207,38 @@ def test_a_runs_table_made_without_the_index_lists_its_open_runs_by_a_scan(moto:
     assert [index["IndexName"] for index in indexes] == ["open"]
     page = indexed.run_page(RunQuery(limit=10, workflow="half", open_only=True))
     assert [found.partition for found in page] == ["r-failed"]
+
+
+def test_tags_are_filtered_server_side_on_every_listing_path(moto: Moto) -> None:
+    """Tags asked for are a filter on the record's text whichever way a page is read: a scan of
+    the runs table, its index of open runs (queried for one workflow, scanned for all), or a scan
+    keeping open runs on a table without the index; a record that holds the tag's text only in
+    its input is not listed."""
+    for indexed in (True, False):
+        store = DynamoDBStore(
+            endpoint_url=moto.endpoint,
+            region_name=moto.region,
+            prefix=f"tags{indexed:d}",
+            open_runs_index=indexed,
+        )
+        store.create_tables()
+        decoy = {"args": [{"customer": "c-1"}], "kwargs": {}}
+        for n, tags in enumerate(
+            [{"customer": "c-1"}, {"customer": "c-2"}, None, {"customer": "c-1", "x": "é"}]
+        ):
+            value = RunRecord(
+                "f" * 64, RunStatus.RUNNING, input=decoy, started_at=1.0 + n, tags=tags
+            ).to_json()
+            store.commit([Insert(run_ref("w", f"r{n}"), value, encode(value))])
+        wanted = (("customer", "c-1"),)
+        for query in (
+            RunQuery(limit=10, tags=wanted),
+            RunQuery(limit=10, tags=wanted, open_only=True),
+            RunQuery(limit=10, tags=wanted, open_only=True, workflow="w"),
+            RunQuery(limit=1, tags=(("x", "é"), *wanted), open_only=True, workflow="w"),
+        ):
+            found = sorted(row.partition for row in store.run_page(query))
+            assert found == (["r3"] if query.limit == 1 else ["r0", "r3"]), (indexed, query)
 
 
 def _refuse(tx: Tx) -> None:
