@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each a benchmark run in a process of its own
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

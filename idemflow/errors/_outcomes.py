@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from idemflow.errors._codes import ErrorCode, IdemflowError
 from idemflow.errors._input import InvalidInputError
-
-if TYPE_CHECKING:
-    from idemflow.core.step_retry import StepRetry
 
 
 class WorkflowAborted(IdemflowError):
@@ -110,7 +105,7 @@ class StepFailedError(IdemflowError):
         step: int,
         identity: str,
         cause: str,
-        retry: StepRetry | None = None,
+        retry: object = None,
         error: BaseException | None = None,
     ) -> None:
         super().__init__(workflow, request_id, step, identity, cause)
@@ -120,7 +115,8 @@ class StepFailedError(IdemflowError):
         self.identity = identity
         self.cause = cause
         self.retry = retry
-        """The step's own or its workflow's retry policy (None: the worker's default)."""
+        """The step's own or its workflow's retry policy, an :class:`idemflow.StepRetry` (None: the
+        worker's default). Typed ``object`` here: the errors sit below the policies they carry."""
         self.error = error
         """What the step raised (a failed compensation: what the compensation raised), which the
         policy judges (non-retryable types)."""
