@@ -37,6 +37,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
             "users",
             "contention",
             "outbox",
+            "events",
             "--quick",
             "--no-servers",
             "--out",
@@ -58,6 +59,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
         "contention.png",
         "outbox.md",
         "outbox.png",
+        "events.md",
         "summary.md",
     ):
         assert (out / name).stat().st_size > 0, name
@@ -77,6 +79,9 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
     assert outbox["parameters"]["stores"] == ["sqlite"]
     assert outbox["headlines"]["outbox.sqlite.calls_on_path"]["value"]["candidate"] > 0
     assert "outbox.sqlite.candidate_over_baseline_latency" in summary
+    events = json.loads((out / "events.json").read_text())
+    assert events["parameters"]["stores"] == ["sqlite"]
+    assert events["headlines"]["events.sqlite.set_event_calls"]["value"] > 0
 
 
 def test_quick_asyncio_api_writes_its_results(tmp_path: Path) -> None:
