@@ -202,3 +202,11 @@ def test_a_handle_used_with_the_other_api_is_a_type_error(tmp_path: Path) -> Non
     # mypy's cache may give the path of an earlier identical file: match from the file's name on
     assert 'misuse.py:5: error: Incompatible types in "await"' in report
     assert 'misuse.py:6: error: "Coroutine[Any, Any, RunStatus]" has no attribute "value"' in report
+
+
+def test_cancellation_is_an_outcome_error_of_the_root_as_a_failure_is() -> None:
+    for name in ("RequestCancelledError", "ChildCancelledError", "RequestFailedError"):
+        assert name in idemflow.__all__ and name in idemflow.errors.__all__
+        assert getattr(idemflow, name) is getattr(idemflow.errors, name)
+    assert issubclass(idemflow.ChildCancelledError, idemflow.RequestCancelledError)
+    assert idemflow.RequestCancelledError.code is idemflow.ErrorCode.CANCELLED

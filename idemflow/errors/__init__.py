@@ -51,6 +51,7 @@ from idemflow.errors._input import (
 )
 from idemflow.errors._outcomes import (
     ChildAborted,
+    ChildCancelledError,
     CompensationError,
     ConsoleExposedError,
     ConsoleRefusedError,
@@ -58,6 +59,7 @@ from idemflow.errors._outcomes import (
     EffectTimeoutError,
     LimitReachedError,
     MessageNotDeliveredError,
+    RequestCancelledError,
     RequestFailedError,
     RequestNotFoundError,
     StepFailedError,
@@ -108,6 +110,7 @@ def __getattr__(name: str) -> type[IdemflowError]:
 __all__ = [
     "BackendError",
     "ChildAborted",
+    "ChildCancelledError",
     "CompensationError",
     "ConfigurationError",
     "ConflictError",
@@ -129,6 +132,7 @@ __all__ = [
     "MissingIdempotencyKeyError",
     "NonDeterminismError",
     "QueueError",
+    "RequestCancelledError",
     "RequestFailedError",
     "RequestNotFoundError",
     "StepFailedError",
