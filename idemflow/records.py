@@ -57,6 +57,7 @@ from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON
 
 __all__ = [
+    "CANCELLED_NOTE",
     "FORMAT",
     "MEMO_AT",
     "OPEN_STATUSES",
@@ -112,7 +113,13 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    object of str to str, :mod:`idemflow.core.tags`), beside the status rather than in ``in``, so
    the finished record keeps them; a request without tags writes no ``tg``, byte for byte the
    record it wrote before tags existed.
+   A cancelled record also carries ``reason`` (the operator's), a field run records have had since
+   revision 1, which every release reads whatever the status: a cancelled record written without
+   it has its reason in its ``wait`` note only (:attr:`RunRecord.cancel_reason`).
 """
+
+CANCELLED_NOTE = "cancelled: "
+"""How a cancelled request's ``wait`` note begins (the operator's reason follows)."""
 
 STORED_LANES = ("high", "low")
 """The lanes a run record names (``in.ln``); the normal lane is stored as no ``ln``."""
@@ -243,6 +250,8 @@ class RunRecord:
                 record["in"] = self.input
             if self.failure is not None and self.status is RunStatus.FAILED:
                 record["fail"] = self.failure.to_json()
+            if self.reason is not None and self.status is RunStatus.CANCELLED:
+                record["reason"] = self.reason
             if self.waiting is not None:
                 record["wait"] = self.waiting
             if self.attempts is not None:
@@ -296,6 +305,21 @@ class RunRecord:
         if isinstance(kept, bool) or not isinstance(kept, (int, float)) or not kept > 0:
             return None
         return float(kept)
+
+    @property
+    def cancel_reason(self) -> JSON:
+        """Why an operator cancelled the request (None if it is not ``cancelled``): its ``reason``,
+        or, in a record an earlier release cancelled, the note that release wrote.
+
+        >>> RunRecord("fp", RunStatus.CANCELLED, waiting="cancelled: checking").cancel_reason
+        'checking'
+        """
+        if self.status is not RunStatus.CANCELLED:
+            return None
+        note = self.waiting or ""
+        if self.reason is None and note.startswith(CANCELLED_NOTE):
+            return note[len(CANCELLED_NOTE) :]
+        return self.reason
 
     @property
     def not_before(self) -> float | None:
@@ -387,7 +411,10 @@ def submitted_input(
 
 
 def child_outcome(record: RunRecord) -> dict[str, JSON]:
-    """What ``wait(child)`` memoizes of a finished child: its status and result or reason."""
+    """What ``wait(child)`` memoizes of a finished (or cancelled) child: its status and result or
+    reason."""
     if record.status is RunStatus.COMPLETED:
         return {"status": record.status.value, "result": record.result}
+    if record.status is RunStatus.CANCELLED:
+        return {"status": record.status.value, "reason": record.cancel_reason}
     return {"status": record.status.value, "reason": record.reason}
