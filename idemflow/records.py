@@ -141,7 +141,8 @@ class RunStatus(enum.StrEnum):
     its committed steps stay. ``idemflow retry`` resumes it, ``idemflow abort`` compensates it."""
     CANCELLED = "cancelled"
     """An operator stopped it (``idemflow cancel``): workers run none of its steps until it is
-    resumed (``idemflow resume``); nothing was undone (``idemflow abort`` undoes)."""
+    resumed (``idemflow resume``), and its handle's ``result()`` raises
+    :class:`~idemflow.errors.RequestCancelledError`; nothing was undone (``idemflow abort`` undoes)."""
 
     @property
     def final(self) -> bool:
