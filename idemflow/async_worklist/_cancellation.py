@@ -4,8 +4,9 @@ started, depth first: an outcome that takes effect at once, undoing nothing.
 The run record says ``cancelled`` as soon as :func:`cancel` returns, whatever the request waits
 for (a timer, a message, a child, a retry's backoff, a limit): its handle's ``result()`` raises
 :class:`~idemflow.errors.RequestCancelledError` then, and a continuation of it that a worker
-takes later runs nothing. A worker inside it finishes the step it runs and stops before the
-next (it reads the record at each step boundary); if it completes the request first, the request
+takes later runs nothing. A worker inside it finishes the step it runs and calls out no more
+(it reads the record before each outside call, and writes its completion only over the version
+it read); if it completes the request first, the request
 stays ``completed`` and :func:`cancel` says so. The parent that started a cancelled child is
 woken, and its ``wait`` raises :class:`~idemflow.errors.ChildCancelledError`. ``retry``
 (:mod:`idemflow.async_worklist._resumption`) resumes a cancelled request where it stopped.

@@ -151,7 +151,9 @@ class Handling(Outcomes):
             if flow.limits:
                 steps = self._under_limits(steps, flow, pointer.request_id, clearing)
             done = yield from watched(steps, run_ref(pointer.workflow, pointer.request_id), holder.known)
-        except Cancelled:  # an operator's cancel landed while it ran: it stopped at a step boundary
+        except (
+            Cancelled
+        ):  # an operator's cancel landed while it ran: it stopped before an outside call or at its completion
             return "cancelled"
         except LimitReachedError as full:  # a delayed continuation, never an attempt
             why = full.why

@@ -122,7 +122,7 @@ class Plan:
     caller read them: the completion record is written blind, and must keep them. An execution
     that meets a record claimed first keeps that record's instead (the first claim's win)."""
     stop_if_cancelled: bool = False
-    """Read the run record before each step this execution runs anew, and stop there
+    """Read the run record before each outside call this execution makes anew, and stop there
     (:class:`Cancelled`) if an operator cancelled the request; its completion is then written
     only over the record's version last read, so a cancel that lands first is never overwritten
     (workers, and a child ``run`` runs in the process)."""

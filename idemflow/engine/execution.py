@@ -366,7 +366,7 @@ def _run_child(given: Given, call: Call, request_id: str, record: RunRecord) -> 
         durable_outcome=True,
         incarnation=record.incarnation,
         tags=record.tags,
-        stop_if_cancelled=True,  # a child is cancelled as a worker's request is: at a step boundary
+        stop_if_cancelled=True,  # a child is cancelled as a worker's request is: before an outside call
     )
     inner = Execution(
         given.capabilities,

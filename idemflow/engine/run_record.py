@@ -148,14 +148,20 @@ class RunRecorder:
             yield from self.claim()
         raise Suspended(entries, due, why, duplicate=self.copy, claimed_at=self.started_at)
 
-    def look(self) -> Steps[None]:
+    def look(self, *, reading: bool = True) -> Steps[None]:
         """Read the run record before a step runs anew (``Plan.stop_if_cancelled``): raises
         :class:`~idemflow.core.plan.Cancelled` if an operator cancelled the request (nothing more
         of it runs); else keeps the version read (:attr:`seen`). A record that ended meanwhile
         stops nothing here: the memos decide (an abort's, met by a call that answered late, is
-        undone by this execution too), and the outcome's write then meets that record."""
+        undone by this execution too), and the outcome's write then meets that record.
+
+        Only an outside call's step reads (``reading``): an atomic step is one local commit whose
+        cost the hand-written minimum sets, and a cancel landing before it is still kept, by the
+        completion written over the version last read."""
         if self._read_before:  # a worker read it as it took the message: the first step's look
             self._read_before = False
+            return
+        if not reading:
             return
         row = yield from self._calls.read(self._given.run_ref)
         if row is None:
