@@ -66,6 +66,8 @@ MADE: list[IdemflowError] = [
     errors.ConsoleExposedError("0.0.0.0"),
     errors.LimitReachedError("wf", "r", "concurrency slot of workflow wf (2 at once)", 0.25),
     errors.ChildAborted("why", "child", "r-c"),
+    errors.RequestCancelledError("wf", "r", "customer called"),
+    errors.ChildCancelledError("child", "r-c", {"by": "ops"}),
     backend_error(
         "refused", ErrorCode.CREDENTIALS_REFUSED, backend="sqs", operation="SendMessage", service_code="403"
     ),
