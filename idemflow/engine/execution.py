@@ -56,6 +56,7 @@ from idemflow.core.plan import (
 )
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.core.requests import CommitCache, Steps
+from idemflow.engine.branches import Branches
 from idemflow.engine.coordinator import Coordinator
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit, Restart
@@ -69,6 +70,7 @@ from idemflow.engine.outcome import OutcomeWriter
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
+from idemflow.engine.together import Together
 from idemflow.engine.tx import Reader
 from idemflow.errors import CompensationError, LimitReachedError, NonDeterminismError, StepFailedError
 from idemflow.keys import memo_prefix
@@ -155,8 +157,19 @@ class Execution:
             given, cursor, stepper, deferred, _abort_child, coordinator.hold_until
         )
         self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred, memos)
+        together = Together(
+            given,
+            cursor,
+            calls,
+            memos,
+            recorder,
+            journal,
+            stepper,
+            coordinator,
+            Branches(cursor, stepper, calls),
+        )
         self._interpreter = Interpreter(
-            given, cursor, recorder, deferred, journal, stepper, coordinator, compensator
+            given, cursor, recorder, deferred, journal, stepper, coordinator, compensator, together
         )
 
     @property
