@@ -7,10 +7,10 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, cost, limits, pool, summary; and ``soak`` (10 minutes of steady load on one SQLite
-file: run by name only, never by default). ``--stores`` limits the store-parametrized benchmarks
-(calls, users, outbox, asyncio_api, runs_list, timers, and contention, booking and cost, which run
-sqlite,dynamodb-local,azurite unless told); ``cloud``
+runs_list, timers, booking, cost, limits, pool, together, summary; and ``soak`` (10 minutes of
+steady load on one SQLite file: run by name only, never by default). ``--stores`` limits the
+store-parametrized benchmarks (calls, users, outbox, asyncio_api, runs_list, timers, and
+contention, booking and cost, which run sqlite,dynamodb-local,azurite unless told); ``cloud``
 and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
 server stores, leaving only the pure-Python and SQLite parts). ``--library PATH`` and ``--tag TAG``
 go to ``cost`` and ``soak``: the idemflow under PATH is imported instead of this tree's, and the
@@ -45,6 +45,7 @@ ORDER = (
     "cost",
     "limits",
     "pool",
+    "together",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -69,6 +70,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "soak",
         "summary",
         "pool",
+        "together",
     ):
         import importlib
 

@@ -35,6 +35,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
             "users",
             "contention",
             "outbox",
+            "together",
             "--quick",
             "--no-servers",
             "--out",
@@ -56,6 +57,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
         "contention.png",
         "outbox.md",
         "outbox.png",
+        "together.md",
         "summary.md",
     ):
         assert (out / name).stat().st_size > 0, name

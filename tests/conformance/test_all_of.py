@@ -281,3 +281,32 @@ def test_bad_branches_are_refused_before_anything_is_written(store: Store, api: 
     with pytest.raises(InvalidInputError):
         api.run(bad(space), request_id=space, store=store)
     assert api.status(store, "bad-together", space).status is RunStatus.UNKNOWN
+
+
+@workflow("sleepy-kid")
+def sleepy_kid(space: str, n: int) -> Generator[Any, Any, Any]:
+    yield sleep(10_000)
+    return n
+
+
+@workflow("waiting-parent")
+def waiting_parent(space: str) -> Generator[Any, Any, Any]:
+    kids = []
+    for n in (1, 2):
+        kids.append((yield start(sleepy_kid(space, n), request_id=f"{space}kid{n}")))
+    return (yield all_of(*(wait(kid) for kid in kids), receive("go")))
+
+
+def test_an_operators_abort_of_a_parent_waiting_for_all_aborts_its_children(store: Store, api: Api) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    api.submit(waiting_parent(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([waiting_parent, sleepy_kid], store=store, queue=queue, clock=clock)
+    while received := queue.receive():  # each child's first delivery: asleep now
+        worker.handle(received[0])
+    assert api.status(store, "waiting-parent", space).status is RunStatus.RUNNING
+    flows = [waiting_parent, sleepy_kid]
+    record = api.abort_request(store, flows, "waiting-parent", space, reason="operator", clock=clock)
+    assert record.status is RunStatus.ABORTED
+    for n in (1, 2):
+        assert api.status(store, "sleepy-kid", f"{space}kid{n}").status is RunStatus.ABORTED

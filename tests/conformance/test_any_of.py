@@ -227,3 +227,26 @@ def test_a_child_or_a_timeout_under_a_worker(store: Store, api: Api, seconds: fl
         settled=lambda: api.status(store, "minder", space).status is RunStatus.COMPLETED,
     )
     assert api.status(store, "minder", space).result == expected
+
+
+def test_an_operators_abort_of_a_request_waiting_in_any_of_undoes_it(store: Store, api: Api) -> None:
+    space, service, clock = new_space(), Service(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("held-booking")
+    def held(space: str) -> Generator[Any, Any, Any]:
+        yield effect(service.quote("hold", 9), compensate=service.refund)
+        yield checkpoint()
+        index, _ = yield any_of(receive("confirm"), sleep(3600))
+        return index
+
+    api.submit(held(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([held], store=store, queue=queue, clock=clock)
+    worker.handle(queue.receive()[0])  # it now waits for a confirmation or its timeout
+    assert api.status(store, "held-booking", space).status is RunStatus.RUNNING and service.kept() == 9
+    record = api.abort_request(store, [held], "held-booking", space, reason="operator", clock=clock)
+    assert record.status is RunStatus.ABORTED and service.kept() == 0
+    api.run(send("held-booking", space, "confirm", "too late"), request_id=space + "send", store=store)
+    deliver_all(worker, queue, clock, step=600)  # its timer's continuation finds it ended
+    assert api.status(store, "held-booking", space).status is RunStatus.ABORTED
+    assert service.calls == {"hold": 1} and len(service.refunds) == 1
