@@ -62,7 +62,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 test: setup lint typecheck docs
-	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 2 -q
+	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 4 -q
 
 bench: setup
 	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m benchmarks

@@ -7,11 +7,11 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, cost, limits, pool, together, summary; and ``soak`` (10 minutes of
-steady load on one SQLite file: run by name only, never by default). ``--stores`` limits the
-store-parametrized benchmarks (calls, users, outbox, asyncio_api, runs_list, timers, and
-contention, booking and cost, which run sqlite,dynamodb-local,azurite unless told); ``cloud``
-and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
+runs_list, timers, booking, cost, limits, pool, events, together, summary; and ``soak`` (10
+minutes of steady load on one SQLite file: run by name only, never by default). ``--stores``
+limits the store-parametrized benchmarks (calls, users, outbox, asyncio_api, runs_list, timers,
+and contention, booking, cost and events, which run sqlite,dynamodb-local,azurite unless told);
+``cloud`` and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
 server stores, leaving only the pure-Python and SQLite parts). ``--library PATH`` and ``--tag TAG``
 go to ``cost`` and ``soak``: the idemflow under PATH is imported instead of this tree's, and the
 pages are written as ``cost-TAG.*`` / ``soak-TAG.*`` (a before/after pair in one folder).
@@ -45,6 +45,7 @@ ORDER = (
     "cost",
     "limits",
     "pool",
+    "events",
     "together",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
@@ -70,6 +71,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "soak",
         "summary",
         "pool",
+        "events",
         "together",
     ):
         import importlib
@@ -127,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if name in ("calls", "users", "outbox", "asyncio_api", "runs_list", "timers")
             else []
         )
-        if name in ("contention", "booking", "cost", "limits") and (
+        if name in ("contention", "booking", "cost", "limits", "events") and (
             args.stores or args.no_servers
         ):  # else their own
             extra = ["--stores", stores]

@@ -67,6 +67,8 @@ from idemflow.errors import (
     RequestFailedError,
     RequestNotFoundError,
     StepFailedError,
+    StreamClosedError,
+    StreamTimeoutError,
     TransientError,
     VersionNotHeldError,
     WorkflowAborted,
@@ -75,6 +77,7 @@ from idemflow.errors import (
 from idemflow.running.answer_cache import AnswerCache
 from idemflow.running.coordination import Child, receive, send, sleep, sleep_until, start, wait
 from idemflow.running.handlers import idempotent, idempotent_function
+from idemflow.running.publishing import close_stream, set_event, write_stream
 from idemflow.running.runner import run, run_result
 from idemflow.running.runner_asyncio import arun, arun_result
 from idemflow.running.together import all_of, any_of
@@ -114,6 +117,8 @@ __all__ = [
     "ShardedCounter",
     "StepFailedError",
     "StepRetry",
+    "StreamClosedError",
+    "StreamTimeoutError",
     "TransientError",
     "Tx",
     "VersionNotHeldError",
@@ -127,6 +132,7 @@ __all__ = [
     "atomic",
     "bind",
     "checkpoint",
+    "close_stream",
     "effect",
     "idempotent",
     "idempotent_function",
@@ -140,12 +146,14 @@ __all__ = [
     "run",
     "run_result",
     "send",
+    "set_event",
     "sleep",
     "sleep_until",
     "start",
     "uuid4",
     "wait",
     "workflow",
+    "write_stream",
 ]
 
 _MOVES: _Moves = {

@@ -39,12 +39,14 @@ from idemflow.operator.commands import (
     aruns,
     runs,
 )
+from idemflow.operator.published import EventView, StreamView
 from idemflow.operator.timeline import RequestView, StepView, ashow, show
 from idemflow.records import RunRecord
 
 __all__ = [
     "ConsoleExposedError",
     "ConsoleRefusedError",
+    "EventView",
     "ExpiredStats",
     "GcReport",
     "RequestView",
@@ -52,6 +54,7 @@ __all__ = [
     "RunSummary",
     "RunsPage",
     "StepView",
+    "StreamView",
     "aabort_request",
     "abort_request",
     "acancel",

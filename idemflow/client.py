@@ -1,5 +1,6 @@
 """Everything a program outside a workflow calls: submit a request, read its status, hold its
-handle, send it a message, read what workflows wrote.
+handle, send it a message, read what workflows wrote and what a running request publishes (its
+events and streams: :func:`get_event`, :func:`read_stream`).
 
 Each blocking function has its asyncio twin, named ``a`` + its name (``submit``/``asubmit``,
 ``status``/``astatus``); each API has its own handle: :class:`Pending` from ``submit``,
@@ -25,6 +26,7 @@ from idemflow.async_worklist._scheduling import Priority
 from idemflow.async_worklist._submission import asubmit, submit
 from idemflow.async_worklist.deliver import asend_message, send_message
 from idemflow.records import RunStatus
+from idemflow.running.published_reads import aget_event, aread_stream, get_event, read_stream
 from idemflow.running.reads import aget, arows, get, rows
 
 __all__ = [
@@ -34,11 +36,15 @@ __all__ = [
     "RequestStatus",
     "RunStatus",
     "aget",
+    "aget_event",
+    "aread_stream",
     "arows",
     "asend_message",
     "astatus",
     "asubmit",
     "get",
+    "get_event",
+    "read_stream",
     "rows",
     "send_message",
     "status",

@@ -21,6 +21,12 @@ reach a memo or bookkeeping row, whatever characters it holds:
   its memo (``<sender>`` names the sending step: a resent send meets it).
 - ``l<kind>|<name>|slots`` and ``|bucket`` a concurrency or rate limit's state, in the
   ``limits`` partition of :data:`RUNS_TABLE` (:mod:`idemflow.limits.slots`).
+- ``e<workflow>|<request>|<key>`` an event a request set (``set_event``), beside its run record:
+  one point read fetches it;
+- ``t<workflow>|<request>|<key>|<offset>`` the value a request wrote at ``offset`` of a stream
+  (``write_stream``; the offset in ten digits, so a stream sorts in order), and
+  ``t<workflow>|<request>|<key>|end`` where ``close_stream`` ended it, beside its run record: a
+  reader reads a page of offsets in one ``read_many``.
 
 Workflow names and request ids are escaped (``%`` → ``%25``, ``|`` → ``%7C``)
 so the ``|`` separators are unambiguous: the encoding is injective.
@@ -48,6 +54,13 @@ MAX_ID_CHARS = 255
 MAX_KEY_CHARS = 512
 
 DATA, MEMO, RUN, OUTBOX, INBOX, LIMIT = "d", "m", "r", "o", "q", "l"
+EVENT, STREAM = "e", "t"
+STREAM_END = "end"
+"""The last part of the key of a stream's end (``close_stream``): after every offset's digits."""
+OFFSET_DIGITS = 10
+"""Digits of a stream value's offset in its key: every offset a stream can reach sorts in order."""
+MAX_PUBLISHED_KEY_CHARS = 100
+"""Longest event or stream key (as a message's topic): it is part of row keys and step identities."""
 
 LIMITS_PARTITION = "limits"
 """The :data:`RUNS_TABLE` partition of flow-control rows (``l<kind>|<name>|<part>``): one partition,
@@ -174,6 +187,73 @@ def parse_inbox_key(row_key: str) -> tuple[str, str] | None:
     if len(parts) != 4:
         return None
     return _unescape(parts[0]), _unescape(parts[1])
+
+
+def event_key(workflow: str, request_id: str, key: str) -> str:
+    """Row key of the event ``key`` a request set (partition: the request id).
+
+    >>> event_key("pay", "p|1", "status")
+    'epay|p%7C1|status'
+    """
+    return f"{EVENT}{_escape(workflow)}|{_escape(request_id)}|{_escape(key)}"
+
+
+def event_prefix(workflow: str, request_id: str) -> str:
+    """What the key of every event of a request starts with."""
+    return f"{EVENT}{_escape(workflow)}|{_escape(request_id)}|"
+
+
+def stream_prefix(workflow: str, request_id: str, key: str | None = None) -> str:
+    """What the key of every row of a request's stream ``key`` starts with (of all its streams
+    with no ``key``)."""
+    start = f"{STREAM}{_escape(workflow)}|{_escape(request_id)}|"
+    return start if key is None else f"{start}{_escape(key)}|"
+
+
+def stream_key(workflow: str, request_id: str, key: str, offset: int) -> str:
+    """Row key of the value at ``offset`` of a request's stream ``key``.
+
+    >>> stream_key("pay", "p-1", "log", 3)
+    'tpay|p-1|log|0000000003'
+    """
+    return f"{stream_prefix(workflow, request_id, key)}{offset:0{OFFSET_DIGITS}d}"
+
+
+def stream_end_key(workflow: str, request_id: str, key: str) -> str:
+    """Row key of the end of a request's stream ``key`` (written by ``close_stream``)."""
+    return stream_prefix(workflow, request_id, key) + STREAM_END
+
+
+def parse_published_key(row_key: str) -> tuple[str, str, str, str | None] | None:
+    """``(workflow, request id, key, part)`` of an event's or a stream's row key, or None; ``part``
+    is None for an event, an offset's digits or :data:`STREAM_END` for a stream.
+
+    >>> parse_published_key(event_key("pay", "p|1", "a|b"))
+    ('pay', 'p|1', 'a|b', None)
+    >>> parse_published_key(stream_end_key("pay", "p-1", "log"))
+    ('pay', 'p-1', 'log', 'end')
+    """
+    if not row_key.startswith((EVENT, STREAM)):
+        return None
+    parts = row_key[1:].split("|")
+    if len(parts) != (3 if row_key[0] == EVENT else 4):
+        return None
+    part = parts[3] if row_key[0] == STREAM else None
+    if part is not None and part != STREAM_END and not (len(part) == OFFSET_DIGITS and part.isdigit()):
+        return None
+    return _unescape(parts[0]), _unescape(parts[1]), _unescape(parts[2]), part
+
+
+def check_published_key(key: object, what: str) -> str:
+    """An event's or a stream's key: non-empty text of at most :data:`MAX_PUBLISHED_KEY_CHARS`
+    characters, else :class:`InvalidNameError` naming ``what``.
+
+    >>> check_published_key(7, "event key")
+    Traceback (most recent call last):
+    ...
+    idemflow.errors.InvalidNameError: invalid event key 7: must be a str, not int
+    """
+    return _check_text(what, key, MAX_PUBLISHED_KEY_CHARS)
 
 
 def user_key(row_key: str) -> str | None:

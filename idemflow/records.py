@@ -3,8 +3,9 @@
 Requests in flight outlive a release, so this module is the single owner of
 what those rows hold: every reader and writer goes through its classes (the
 memo's in :mod:`idemflow.core.memos`, the run record's structured fields in
-:mod:`idemflow.core.run_fields` and a request's inbox message in
-:mod:`idemflow.core.inbox`, all re-exported here, so every name keeps this
+:mod:`idemflow.core.run_fields`, a request's inbox message in
+:mod:`idemflow.core.inbox` and its events and stream values in :mod:`idemflow.core.published`,
+all re-exported here, so every name keeps this
 path), and ``tests/golden/`` pins rows written by earlier releases, which every
 later version must still read.
 
@@ -50,6 +51,7 @@ from idemflow.core.memos import (
     new_incarnation,
     of_earlier_run,
 )
+from idemflow.core.published import Event, StreamEnd, StreamItem
 from idemflow.core.row import RowRef
 from idemflow.core.run_fields import Attempts, Continuation, Failure
 from idemflow.core.tags import stored_tags
@@ -64,12 +66,15 @@ __all__ = [
     "STORED_LANES",
     "Attempts",
     "Continuation",
+    "Event",
     "Failure",
     "Memo",
     "Message",
     "OutboxEntry",
     "RunRecord",
     "RunStatus",
+    "StreamEnd",
+    "StreamItem",
     "child_outcome",
     "memo_row",
     "memo_run",
@@ -82,7 +87,7 @@ __all__ = [
     "submitted_input",
 ]
 
-FORMAT = 5
+FORMAT = 6
 """The revision of this format: raised whenever a row gains a field or a kind of row appears,
 together with golden rows of the new revision under ``tests/golden`` (a test holds every revision
 to its rows). Readers take every earlier revision: a field a row lacks has its old meaning.
@@ -112,6 +117,10 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    object of str to str, :mod:`idemflow.core.tags`), beside the status rather than in ``in``, so
    the finished record keeps them; a request without tags writes no ``tg``, byte for byte the
    record it wrote before tags existed.
+6. (1.1.0) events and stream values appear, beside the run record: :class:`Event` rows
+   (``set_event``: ``v``, ``n`` the step that set it, ``at``), :class:`StreamItem` rows
+   (``write_stream``: ``v``, ``n``; the offset in the key) and :class:`StreamEnd` rows
+   (``close_stream``: ``len``, ``n``, ``at``); see :mod:`idemflow.keys` for their keys.
 """
 
 STORED_LANES = ("high", "low")

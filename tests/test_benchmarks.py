@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each a benchmark run in a process of its own
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -35,6 +37,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
             "users",
             "contention",
             "outbox",
+            "events",
             "together",
             "--quick",
             "--no-servers",
@@ -57,6 +60,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
         "contention.png",
         "outbox.md",
         "outbox.png",
+        "events.md",
         "together.md",
         "summary.md",
     ):
@@ -77,6 +81,9 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
     assert outbox["parameters"]["stores"] == ["sqlite"]
     assert outbox["headlines"]["outbox.sqlite.calls_on_path"]["value"]["candidate"] > 0
     assert "outbox.sqlite.candidate_over_baseline_latency" in summary
+    events = json.loads((out / "events.json").read_text())
+    assert events["parameters"]["stores"] == ["sqlite"]
+    assert events["headlines"]["events.sqlite.set_event_calls"]["value"] > 0
 
 
 def test_quick_asyncio_api_writes_its_results(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@
 (finished, aborted, submitted with its queue message, and abandoned after its first commit) and
 the message; ``make_golden.py`` made them. ``tests/golden/coordination/<release>.json`` holds
 requests caught waiting on a timer, a child and a message (``make_coordination_golden.py``),
-``retrying/`` requests a worker was retrying (``make_retrying_golden.py``), ``retention/``
+``retrying/`` requests a worker was retrying (``make_retrying_golden.py``), ``events/`` requests
+that set events and wrote streams (``make_events_golden.py``), ``retention/``
 requests submitted with a retention of their own (``make_retention_golden.py``), ``scheduled/``
 delayed and prioritised requests waiting, with their messages' lanes and visible times
 (``make_scheduled_golden.py``), ``tagged/`` requests started with tags in every state a record
@@ -24,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from idemflow import RetryPolicy, WorkflowAborted, run
+from idemflow import RetryPolicy, StreamTimeoutError, WorkflowAborted, run
 from idemflow.admin import RunRecord, retry, runs
 from idemflow.async_worklist.queues.lanes import LANES, lane_of
-from idemflow.client import RunStatus, rows, status
+from idemflow.client import RunStatus, get_event, read_stream, rows, status
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.records import FORMAT
 from idemflow.running.runner import run_status
@@ -422,13 +423,48 @@ def test_every_run_record_of_every_release_writes_back_byte_for_byte() -> None:
         assert encode(RunRecord.from_json(value).to_json()) == encode(value)
 
 
-RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5}
+EVENTS = sorted(Path(__file__).with_name("golden").joinpath("events").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", EVENTS, ids=lambda path: path.stem)
+def test_events_and_streams_of_every_release_are_read_and_go_on_at_their_next_offset(
+    store: Store, path: Path
+) -> None:
+    """A finished request's event and closed stream, and a submitted one caught at its checkpoint
+    with its event set and one value written, as an earlier release left them
+    (``make_events_golden.py``): readers read both, and this version's worker writes the second
+    request's next value at offset 1, once, sets its event and closes its stream."""
+    from tests.golden import make_events_golden as g
+
+    messages = load(store, path)
+    assert list(read_stream(store, "g-publisher", "done-dot", "log")) == ["accepted dot", "shipped dot"]
+    assert get_event(store, "g-publisher", "done-dot", "stage", timeout=0) == "shipped"
+    assert get_event(store, "g-publisher", "open-oli", "stage", timeout=0) == "accepted"
+    with pytest.raises(StreamTimeoutError):
+        list(read_stream(store, "g-publisher", "open-oli", "log", offset=1, timeout=0.1))
+    clock = Clock()
+    clock.now = g.NOW + 60
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    deliver_all(Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None), queue, clock)
+    assert status(store, "g-publisher", "open-oli").result == "published oli"
+    assert list(read_stream(store, "g-publisher", "open-oli", "log")) == ["accepted oli", "shipped oli"]
+    assert get_event(store, "g-publisher", "open-oli", "stage", timeout=0) == "shipped"
+    assert run(g.publisher("dot"), request_id="done-dot", store=store) == "published dot"
+    written = [key for _, key, _ in store.scan(RUNS_TABLE, "open-oli") if key.startswith("tg-publisher")]
+    assert len(written) == 3  # two values and the end: nothing written twice
+
+
+RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5, "1.1.0": 6}
 """The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
 
 
 def test_every_format_revision_has_golden_rows() -> None:
     """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
     releases = {
-        path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED, *TOGETHER]
+        path.stem
+        for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED, *EVENTS, *TOGETHER]
     }
     assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))

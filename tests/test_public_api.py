@@ -87,14 +87,19 @@ def test_no_public_function_shares_its_name_with_a_module_of_the_package() -> No
     assert shadowing == []
 
 
+def _awaited(function: object) -> bool:
+    """An asyncio function: a coroutine function, or an asynchronous iterator's (``async for``)."""
+    return inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+
+
 def test_every_coroutine_function_is_the_twin_of_a_blocking_one_and_back() -> None:
-    """One asyncio naming rule: ``a`` + the blocking name, for functions."""
+    """One asyncio naming rule: ``a`` + the blocking name, for functions (and async iterators)."""
     unpaired = []
     for name in PUBLIC_MODULES:
         module = _module(name)
         for entry in _exported(name):
             found = getattr(module, entry)
-            if inspect.iscoroutinefunction(found) and entry[1:] not in module.__all__:
+            if _awaited(found) and entry[1:] not in module.__all__:
                 unpaired.append(f"{name}.{entry}")
     assert unpaired == []
 
@@ -130,7 +135,7 @@ def test_every_asyncio_class_is_async_plus_its_blocking_twins_name() -> None:
 def test_every_blocking_function_of_the_client_and_the_operator_has_its_twin(name: str) -> None:
     module = _module(name)
     functions = [entry for entry in _exported(name) if inspect.isfunction(getattr(module, entry))]
-    blocking = [entry for entry in functions if not inspect.iscoroutinefunction(getattr(module, entry))]
+    blocking = [entry for entry in functions if not _awaited(getattr(module, entry))]
     assert [entry for entry in blocking if "a" + entry not in functions] == []
 
 
@@ -202,3 +207,16 @@ def test_a_handle_used_with_the_other_api_is_a_type_error(tmp_path: Path) -> Non
     # mypy's cache may give the path of an earlier identical file: match from the file's name on
     assert 'misuse.py:5: error: Incompatible types in "await"' in report
     assert 'misuse.py:6: error: "Coroutine[Any, Any, RunStatus]" has no attribute "value"' in report
+
+
+def test_events_and_streams_are_written_from_the_root_and_read_from_the_client() -> None:
+    """What a workflow publishes is written with steps beside ``send`` and read from outside."""
+    import idemflow.client
+
+    assert {"set_event", "write_stream", "close_stream", "StreamClosedError", "StreamTimeoutError"} <= set(
+        idemflow.__all__
+    )
+    assert {"get_event", "aget_event", "read_stream", "aread_stream"} <= set(idemflow.client.__all__)
+    assert inspect.iscoroutinefunction(idemflow.client.aget_event)
+    assert inspect.isasyncgenfunction(idemflow.client.aread_stream)
+    assert inspect.isgeneratorfunction(idemflow.client.read_stream)

@@ -130,7 +130,7 @@ class Outcomes:
         """A step raised: try it again later under its policy, as a delayed continuation whose
         count is in the run record; once the policy ends, fail or compensate the request."""
         fields["step"] = failed.step
-        policy = failed.retry if failed.retry is not None else self.step_retry
+        policy = _retry_of(failed) or self.step_retry
         seen, now = holder.seen, self.clock()
         count = (0 if seen is None else seen.of(failed.step, failed.identity)) + 1
         first = seen.first if seen is not None and count > 1 else now
@@ -200,7 +200,7 @@ class Outcomes:
             return
         except CompensationError as undo:  # tried again as a step of its own, from the abort memo
             cause = f"{type(undo.__cause__ or undo).__name__}: {undo.__cause__ or undo}"
-            retry = failed.retry if failed.retry is not None else flow.retry
+            retry = _retry_of(failed) or flow.retry
             name = undo.name if undo.name.startswith("compensate ") else "compensate " + undo.name
             again = StepFailedError(
                 failed.workflow, failed.request_id, undo.step, name, cause, retry, undo.__cause__
@@ -272,3 +272,9 @@ class Outcomes:
         if sent:
             with self._lock:
                 self.stats.relayed += sent
+
+
+def _retry_of(failed: StepFailedError) -> StepRetry | None:
+    """The retry policy the engine attached to a step's failure (None: the default applies)."""
+    retry = failed.retry
+    return retry if isinstance(retry, StepRetry) else None

@@ -58,7 +58,8 @@ def _gc(args: argparse.Namespace, store: Store) -> int:
         report = collect(store, older_than=older_than)
         print(
             f"collected {report.requests} finished requests: {report.memo_rows} memo rows, "
-            f"{report.run_records} run records; {report.pages_released} free pages given back"
+            f"{report.published_rows} event and stream rows, {report.run_records} run records; "
+            f"{report.pages_released} free pages given back"
         )
     if args.vacuum:
         assert isinstance(store, Shrinking)

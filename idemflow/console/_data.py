@@ -31,6 +31,7 @@ from idemflow.core.tags import TagFilter, carries, parse_tag, tag_filter
 from idemflow.errors import ConsoleRefusedError, InvalidInputError, RequestNotFoundError, VersionNotHeldError
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.operator.collection import parse_duration
+from idemflow.operator.published import read_published
 from idemflow.records import RunRecord, RunStatus
 from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
@@ -167,11 +168,13 @@ class ConsoleData:
             try:
                 shown = show(self.store, flows, summary.workflow, request_id).to_json()
             except VersionNotHeldError as exc:
-                shown, note = _record_only(summary), str(exc)
+                shown, note = self._record_only(summary), str(exc)
         else:
-            shown = _record_only(summary)
+            shown = self._record_only(summary)
             note = f"no code of workflow {summary.workflow!r} was given (--workflows): steps are not shown"
         redact = self.settings.redact
+        for event in _listed(shown, "events"):
+            event["value"] = redact(event.get("value"))
         steps = shown.get("steps", [])
         assert isinstance(steps, list)
         for step in steps:
@@ -292,6 +295,15 @@ class ConsoleData:
                 continue  # a record this version cannot read
         return found
 
+    def _record_only(self, summary: RunSummary) -> dict[str, JSON]:
+        """:func:`_record_only`, with the events and streams the request published (read beside
+        its run record: no replay needs them)."""
+        shown = _record_only(summary)
+        events, streams = read_published(self.store, summary.workflow, summary.request_id)
+        shown["events"] = [event.to_json() for event in events]
+        shown["streams"] = [stream.to_json() for stream in streams]
+        return shown
+
     def _one(self, request_id: str, workflow: str | None) -> RunSummary:
         found = [
             summary for summary in self._by_id(request_id) if workflow is None or summary.workflow == workflow
@@ -326,6 +338,13 @@ class ConsoleData:
 
 def _kind(step: JSON) -> str:
     return str(step.get("kind")) if isinstance(step, dict) else ""
+
+
+def _listed(shown: dict[str, JSON], name: str) -> list[dict[str, JSON]]:
+    """The entries of the list ``shown[name]`` (a page's events, streams)."""
+    found = shown.get(name) or []
+    assert isinstance(found, list)
+    return [entry for entry in found if isinstance(entry, dict)]
 
 
 def _record_only(summary: RunSummary) -> dict[str, JSON]:

@@ -149,6 +149,8 @@ def request_page(settings: ConsoleSettings, shown: dict[str, JSON], csrf: str, a
         steps="\n".join(_step_row(step) for step in steps) or _NO_STEPS,
         children=_step_list(shown.get("children"), "no child request"),
         messages=_step_list(shown.get("messages"), "no message sent or received"),
+        events=_events(shown.get("events")),
+        streams=_streams(shown.get("streams")),
         input=shown_json(shown.get("input")),
         result=shown_json(shown.get("result", shown.get("reason"))),
     )
@@ -281,6 +283,41 @@ def _step_list(steps: JSON, empty: str) -> str:
         if isinstance(s, dict)
     )
     return f"<ul>{items}</ul>"
+
+
+def _events(events: JSON) -> str:
+    """The events a request set, each with the value it holds now (through the redaction hook)."""
+    if not isinstance(events, list) or not events:
+        return '<p class="meta" id="events">no event set</p>'
+    rows = "".join(
+        f'<tr><td class="mono">{escape(str(e.get("key")))}</td>'
+        f'<td class="mono value">{shown_json(e.get("value"), 200)}</td>'
+        f"<td>{escape(str(e.get('step')))}</td><td>{when(e.get('at'))}</td></tr>"
+        for e in events
+        if isinstance(e, dict)
+    )
+    head = "<thead><tr><th>Key</th><th>Value</th><th>Set at step</th><th>Set (UTC)</th></tr></thead>"
+    return f'<table class="events" id="events">{head}<tbody>{rows}</tbody></table>'
+
+
+def _streams(streams: JSON) -> str:
+    """The streams a request wrote: how many values each holds, and whether it is closed."""
+    if not isinstance(streams, list) or not streams:
+        return '<p class="meta" id="streams">no stream written</p>'
+    rows = "".join(
+        f'<tr><td class="mono">{escape(str(s.get("key")))}</td><td>{escape(str(s.get("length")))}</td>'
+        f"<td>{_stream_state(s)}</td></tr>"
+        for s in streams
+        if isinstance(s, dict)
+    )
+    head = "<thead><tr><th>Key</th><th>Values</th><th>State</th></tr></thead>"
+    return f'<table class="streams" id="streams">{head}<tbody>{rows}</tbody></table>'
+
+
+def _stream_state(stream: dict[str, JSON]) -> str:
+    if not stream.get("closed"):
+        return "open"
+    return "closed at step " + escape(str(stream.get("closed_at_step")))
 
 
 def _failure(failure: JSON) -> str:

@@ -41,7 +41,9 @@ from tenacity import (
     RetryCallState,
     Retrying,
     retry_if_exception_type,
+    retry_if_result,
     stop_never,
+    wait_exponential,
     wait_random_exponential,
 )
 from tenacity.stop import stop_base
@@ -206,6 +208,46 @@ def retried(retrying: Retrying, attempt: Callable[[], Generator[Y, Any, T]]) -> 
         else:
             answer: T = do
             return answer
+
+
+class _LastLookAt(tenacity.wait.wait_base):
+    """``wait``, shortened so that the last look is made at ``deadline`` (monotonic) itself."""
+
+    def __init__(self, deadline: float, wait: tenacity.wait.wait_base) -> None:
+        self.deadline = deadline
+        self.wait = wait
+
+    def __call__(self, state: RetryCallState) -> float:
+        return max(0.0, min(self.wait(state), self.deadline - time.monotonic()))
+
+
+NOT_YET: Any = object()
+"""What a look of :func:`polling` answers while the row it waits for is not there."""
+
+FIRST_LOOK_AGAIN = 0.01
+"""Seconds a reader waits before its second look at a row another request writes (then twice as
+long after each look, up to its ``poll``)."""
+
+
+def polling(until: float | None, longest: float) -> Retrying:
+    """The retryer of a reader waiting for a row another request writes (an event, a stream's
+    next value), on stores that cannot tell it: a look answering :data:`NOT_YET` is made again
+    after :data:`FIRST_LOOK_AGAIN` seconds, then twice as long each time up to ``longest``, until
+    the ``time.monotonic()`` deadline ``until`` (None: for as long as it takes), when the last
+    look's :data:`NOT_YET` is the answer. Its waits are yielded (:func:`retried`), so a blocking
+    reader sleeps and an asynchronous one awaits; an error of a look is raised at once.
+
+    >>> [backoff(polling(None, 0.05).wait, attempt) for attempt in (1, 2, 3, 4)]
+    [0.01, 0.02, 0.04, 0.05]
+    """
+    growing = wait_exponential(multiplier=FIRST_LOOK_AGAIN, max=longest)
+    return Retrying(
+        stop=stop_never if until is None else (lambda state: time.monotonic() >= until),
+        wait=growing if until is None else _LastLookAt(until, growing),
+        retry=retry_if_result(lambda answer: answer is NOT_YET),
+        retry_error_callback=lambda state: NOT_YET,
+        reraise=True,
+    )
 
 
 def backoff(wait: tenacity.wait.wait_base, attempt: int) -> float:

@@ -28,8 +28,8 @@ on an asynchronous one (``arun``): one algorithm for both APIs.
 its own state (``docs/architecture.md``): the cursor (step number, what is
 known of the request), the store calls under a step's deadline, the run
 record, the deferred commit, the memos, the stepper (one step), the
-coordinator (timers, children, messages), the compensator, the outcome's
-writer and, on top, the interpreter. It runs the request to its outcome:
+coordinator (timers, children, messages), the publisher (events, streams), the
+compensator, the outcome's writer and, on top, the interpreter. It runs the request to its outcome:
 restarts, compensation after an abort, a step's error as the caller wants it.
 """
 
@@ -67,6 +67,7 @@ from idemflow.engine.journal import Journal
 from idemflow.engine.memo_reader import AbortWorkflow, MemoReader
 from idemflow.engine.monad import Call, Node, Start
 from idemflow.engine.outcome import OutcomeWriter
+from idemflow.engine.publisher import Publisher
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
@@ -113,6 +114,7 @@ class Execution:
         "_interpreter",
         "_journal",
         "_outcome",
+        "_publisher",
         "_recorder",
     )
 
@@ -157,6 +159,7 @@ class Execution:
             given, cursor, stepper, deferred, _abort_child, coordinator.hold_until
         )
         self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred, memos)
+        self._publisher = publisher = Publisher(given, cursor, stepper)
         together = Together(
             given,
             cursor,
@@ -169,7 +172,16 @@ class Execution:
             Branches(cursor, stepper, calls),
         )
         self._interpreter = Interpreter(
-            given, cursor, recorder, deferred, journal, stepper, coordinator, compensator, together
+            given,
+            cursor,
+            recorder,
+            deferred,
+            journal,
+            stepper,
+            coordinator,
+            compensator,
+            publisher,
+            together,
         )
 
     @property
@@ -329,6 +341,7 @@ class Execution:
         self._deferred.drop()
         self._journal.restart()
         self._compensator.restart()
+        self._publisher.restart()
         self._interpreter.restart()
 
 

@@ -2,8 +2,8 @@
 
 It walks an :class:`~idemflow.engine.monad.Idem` (an explicit stack keeps long
 bind chains flat), drives generator and ``async def`` workflows, numbers each
-step on the cursor and hands it to the stepper, the coordinator or, for its
-undo, the compensator. It owns what only interpretation knows: the workflow
+step on the cursor and hands it to the stepper, the coordinator, the publisher or,
+for its undo, the compensator. It owns what only interpretation knows: the workflow
 call (its retry policy, its ``on_abort``) and whether a step's commit may
 still wait for the next move (off once an execution restarted).
 """
@@ -36,6 +36,7 @@ from idemflow.engine.monad import (
     Bind,
     Call,
     Checkpoint,
+    CloseStream,
     Deadline,
     Effect,
     Idem,
@@ -45,12 +46,15 @@ from idemflow.engine.monad import (
     Pure,
     Random,
     Receive,
+    SetEvent,
     Start,
     TableLess,
     Until,
     Uuid4,
     WaitFor,
+    WriteStream,
 )
+from idemflow.engine.publisher import Publisher
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.together import Together
@@ -78,6 +82,7 @@ class Interpreter:
         "_fold",
         "_given",
         "_journal",
+        "_publisher",
         "_recorder",
         "_stepper",
         "_together",
@@ -95,6 +100,7 @@ class Interpreter:
         stepper: Stepper,
         coordinator: Coordinator,
         compensator: Compensator,
+        publisher: Publisher,
         together: Together,
     ) -> None:
         self._given = given
@@ -105,6 +111,7 @@ class Interpreter:
         self._stepper = stepper
         self._coordinator = coordinator
         self._compensator = compensator
+        self._publisher = publisher
         self._together = together
         plan = given.plan
         self._fold = plan.fold and plan.submission is None
@@ -150,6 +157,8 @@ class Interpreter:
                         self._compensator.register(Done(self._cursor.step, node, value))
                 case Deadline() | Until() | WaitFor() | Post() | Receive():
                     value = yield from self._coordinator.coordinate(node)
+                case SetEvent() | WriteStream() | CloseStream():
+                    value = yield from self._publisher.publish(node)
                 case AllOf():
                     value = yield from self._together.all_of(node, self._branch_effect, self._undone)
                 case AnyOf():

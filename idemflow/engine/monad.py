@@ -158,6 +158,30 @@ class Receive(NamedTuple):
     due: float | None
 
 
+class SetEvent(NamedTuple):
+    """``set_event(key, value)``: publish ``value`` under ``key`` (a later one of the key wins)."""
+
+    key: str
+    value: Any
+    text: str
+    """The value's canonical JSON, encoded (and so checked) when the step was made."""
+
+
+class WriteStream(NamedTuple):
+    """``write_stream(key, value)``: append ``value`` to the stream ``key``."""
+
+    key: str
+    value: Any
+    text: str
+    """The value's canonical JSON, encoded (and so checked) when the step was made."""
+
+
+class CloseStream(NamedTuple):
+    """``close_stream(key)``: end the stream ``key`` (its readers stop after its last value)."""
+
+    key: str
+
+
 class Child(NamedTuple):
     """What ``yield start(...)`` gives: the child's workflow and request id, for ``wait``."""
 
@@ -238,6 +262,9 @@ TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint
 Coordination = Deadline | Until | Start | WaitFor | Post | Receive
 """Steps that wait for time, for another request, or reach one (:mod:`idemflow.running.coordination`)."""
 
+Publishing = SetEvent | WriteStream | CloseStream
+"""Steps that publish what a request's readers see while it runs (:mod:`idemflow.running.publishing`)."""
+
 Node = (
     Pure
     | Bind
@@ -250,6 +277,7 @@ Node = (
     | Abort
     | Checkpoint
     | Coordination
+    | Publishing
     | AllOf
     | AnyOf
 )

@@ -48,6 +48,7 @@ from idemflow.errors._input import (
     MessageRejectedError,
     MissingIdempotencyKeyError,
     NonDeterminismError,
+    StreamClosedError,
 )
 from idemflow.errors._outcomes import (
     ChildAborted,
@@ -61,6 +62,7 @@ from idemflow.errors._outcomes import (
     RequestFailedError,
     RequestNotFoundError,
     StepFailedError,
+    StreamTimeoutError,
     VersionNotHeldError,
     WorkflowAborted,
 )
@@ -132,6 +134,8 @@ __all__ = [
     "RequestFailedError",
     "RequestNotFoundError",
     "StepFailedError",
+    "StreamClosedError",
+    "StreamTimeoutError",
     "TransientError",
     "VersionNotHeldError",
     "WorkflowAborted",

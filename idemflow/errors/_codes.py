@@ -48,11 +48,14 @@ class ErrorCode(StrEnum):
     REQUEST_FAILED = "request_failed"
     """A submitted request ended failed: retry it after a fix, or abort it."""
     TIMEOUT = "timeout"
-    """An effect's attempt took longer than its timeout: that attempt failed."""
+    """An effect's attempt took longer than its timeout (that attempt failed), or a stream's reader
+    waited longer than its own for the next value."""
     VERSION_NOT_HELD = "version_not_held"
     """The request started on a workflow version this process does not hold."""
     DELIVERY_RETRY = "delivery_retry"
     """A queue-triggered function asks its host to deliver the message again (it counts)."""
+    STREAM_CLOSED = "stream_closed"
+    """A stream written after its ``close_stream``, or read from an offset past its end."""
     LIMIT_REACHED = "limit_reached"
     """A concurrency or rate limit is full: try again after ``retry_after`` seconds, or submit."""
 

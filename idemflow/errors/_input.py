@@ -137,3 +137,30 @@ class ConflictError(IdemflowError):
             f"workflow {self.workflow!r} request {self.request_id!r} step {self.step} on "
             f"{self.table}/{self.partition}: still conflicting after {self.attempts} attempts"
         )
+
+
+class StreamClosedError(InvalidInputError):
+    """A stream used past its end: a workflow's ``write_stream`` (or ``close_stream``) after its
+    ``close_stream``, or a reader's ``offset`` beyond the values of a stream that is over.
+
+    The write is refused before anything of it is written; it raises in the workflow as its own
+    error would, on every replay alike. ``offset`` is None for a write.
+    """
+
+    code = ErrorCode.STREAM_CLOSED
+
+    def __init__(
+        self, workflow: str, request_id: str, key: str, length: int, offset: int | None = None
+    ) -> None:
+        super().__init__(workflow, request_id, key, length, offset)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.key = key
+        self.length = length
+        self.offset = offset
+
+    def __str__(self) -> str:
+        where = f"stream {self.key!r} of workflow {self.workflow!r} request {self.request_id!r}"
+        if self.offset is None:
+            return f"{where} was closed after {self.length} value(s): nothing more can be written to it"
+        return f"{where} ended after {self.length} value(s): offset {self.offset} is past its end"

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from idemflow.errors._codes import ErrorCode, IdemflowError
 from idemflow.errors._input import InvalidInputError
-
-if TYPE_CHECKING:
-    from idemflow.core.step_retry import StepRetry
 
 
 class WorkflowAborted(IdemflowError):
@@ -110,7 +107,7 @@ class StepFailedError(IdemflowError):
         step: int,
         identity: str,
         cause: str,
-        retry: StepRetry | None = None,
+        retry: object = None,
         error: BaseException | None = None,
     ) -> None:
         super().__init__(workflow, request_id, step, identity, cause)
@@ -120,7 +117,8 @@ class StepFailedError(IdemflowError):
         self.identity = identity
         self.cause = cause
         self.retry = retry
-        """The step's own or its workflow's retry policy (None: the worker's default)."""
+        """The step's own or its workflow's retry policy, an :class:`idemflow.StepRetry` (None: the
+        worker's default). Typed ``object`` here: the errors sit below the policies they carry."""
         self.error = error
         """What the step raised (a failed compensation: what the compensation raised), which the
         policy judges (non-retryable types)."""
@@ -183,6 +181,34 @@ class EffectTimeoutError(IdemflowError, TimeoutError):
 
     def __str__(self) -> str:
         return f"effect {self.name!r} did not answer within {self.seconds:g} s"
+
+
+class StreamTimeoutError(IdemflowError, TimeoutError):
+    """A stream's reader waited ``seconds`` for its next value (or its end) and none came.
+
+    Nothing is lost: read again from ``offset``, the first value not yet read.
+    """
+
+    code = ErrorCode.TIMEOUT
+
+    def __init__(self, workflow: str, request_id: str, key: str, offset: int, seconds: float) -> None:
+        super().__init__(workflow, request_id, key, offset, seconds)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.key = key
+        self.offset = offset
+        self.seconds = seconds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError (TimeoutError's base) keeps only two of five arguments in ``args``.
+        fields = (self.workflow, self.request_id, self.key, self.offset, self.seconds)
+        return (type(self), fields, super().__reduce__()[2])
+
+    def __str__(self) -> str:
+        return (
+            f"no value at offset {self.offset} of stream {self.key!r} of workflow {self.workflow!r} "
+            f"request {self.request_id!r} within {self.seconds:g} s"
+        )
 
 
 class VersionNotHeldError(IdemflowError):

@@ -1,4 +1,5 @@
-"""Garbage collection of memo rows and run records of finished requests, on demand.
+"""Garbage collection of memo rows, events, stream values and run records of finished requests,
+on demand.
 
 DynamoDB expires them by TTL (``expires_at``), and SQLite, Azure Tables and
 the memory store by themselves (:mod:`idemflow.stores.expiry`), once
@@ -6,7 +7,7 @@ the memory store by themselves (:mod:`idemflow.stores.expiry`), once
 measure, at once, with the same conditional deletes: only requests whose run
 record says they finished (completed or aborted) more than ``older_than``
 seconds ago are collected: a request that is not finished keeps every row it
-needs to resume. Memos go first and the run record last, so a duplicate
+needs to resume. Memos, events and stream values go first and the run record last, so a duplicate
 arriving during collection still finds the finished record and returns it.
 After collection a duplicate of that request id is a new request: the
 retention window is the deduplication window. On SQLite the pages the deletes
@@ -36,7 +37,7 @@ from idemflow.core.requests import Request, Scan, Steps
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.errors import InvalidInputError
-from idemflow.keys import RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key
+from idemflow.keys import RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key, parse_published_key
 from idemflow.records import RunRecord
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import (
@@ -64,6 +65,8 @@ class GcReport:
     run_records: int
     pages_released: int = 0
     """Free pages given back to the file system afterwards (SQLite)."""
+    published_rows: int = 0
+    """Events and stream values the requests published (deleted with their memos)."""
 
 
 def collect(store: Store, *, older_than: float, now: Callable[[], float] = time.time) -> GcReport:
@@ -117,15 +120,19 @@ def collect_steps(tables: Sequence[str], cutoff: float, capabilities: Capabiliti
         if record.status.final and record.finished_at is not None and record.finished_at <= cutoff:
             finished[ref] = row
     memos: list[Op] = []
+    published: list[Op] = []
     for table in tables:
         for partition, key, row in (yield from _resent(Scan(table, None))):
             ref = RowRef(table, partition, key)
             if parse_memo_key(key) is not None and owner(ref) in finished:
                 memos.append(Delete(ref, expect=row.version))
+            elif table == RUNS_TABLE and parse_published_key(key) is not None and owner(ref) in finished:
+                published.append(Delete(ref, expect=row.version))
     records: list[Op] = [Delete(ref, expect=row.version) for ref, row in finished.items()]
     memo_rows = len((yield from _each_resent(commit_each(memos, capabilities))))
+    published_rows = len((yield from _each_resent(commit_each(published, capabilities))))
     run_records = len((yield from _each_resent(commit_each(records, capabilities))))
-    return GcReport(len(finished), memo_rows, run_records)
+    return GcReport(len(finished), memo_rows, run_records, published_rows=published_rows)
 
 
 def _resent(request: Request) -> Steps[Any]:
@@ -147,7 +154,7 @@ def _each_resent(steps: Steps[T]) -> Steps[T]:
             answer, failure = None, exc
 
 
-KINDS = ("memos", "run records", "outbox/inbox", "other")
+KINDS = ("memos", "run records", "outbox/inbox", "events/streams", "other")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +187,8 @@ def kind(ref: RowRef) -> str:
         return "run records"
     if ref.table == RUNS_TABLE and (parse_outbox_key(ref.key) or parse_inbox_key(ref.key)):
         return "outbox/inbox"
+    if ref.table == RUNS_TABLE and parse_published_key(ref.key):
+        return "events/streams"
     return "other"
 
 

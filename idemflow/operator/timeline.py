@@ -53,6 +53,7 @@ from idemflow.engine.drive_asyncio import adrive
 from idemflow.engine.memo_reader import WAIT_ENDED
 from idemflow.errors import InvalidInputError, VersionNotHeldError
 from idemflow.keys import RUNS_TABLE, memo_prefix, parse_memo_key
+from idemflow.operator.published import EventView, StreamView, published_views
 from idemflow.records import Memo, RunRecord, of_earlier_run
 from idemflow.running.request_spec import describe_request
 from idemflow.running.runner import execution_steps
@@ -105,6 +106,10 @@ class RequestView:
     """The step the request is at (no memo yet), if the replay reached one."""
     waits_for: str | None = None
     """What it waits for (a timer, a child, a message, a retry's backoff), if it waits."""
+    events: list[EventView] = field(default_factory=list)
+    """The events it set (``set_event``), each with the value it holds now, by key."""
+    streams: list[StreamView] = field(default_factory=list)
+    """The streams it wrote (``write_stream``), each with its length and whether it is closed."""
 
     @property
     def tags(self) -> dict[str, str]:
@@ -125,6 +130,8 @@ class RequestView:
             "deadline": record.deadline,
             "tags": tags or None,
             "steps": [step.to_json() for step in self.steps],
+            "events": [event.to_json() for event in self.events],
+            "streams": [stream.to_json() for stream in self.streams],
             "next_step": self.next_step,
             "waits_for": self.waits_for or record.waiting,
             "retrying": None if attempts is None else attempts.to_json(),
@@ -145,8 +152,15 @@ class RequestView:
             value = json.dumps(step.value)
             value = value if len(value) <= 60 else value[:57] + "..."
             shown.append(
-                f"  {step.number:>3}  {step.kind:10} {step.name:24} {step.outcome:11} {when}  {value}"
+                f"  {step.number:>3}  {step.kind:12} {step.name:24} {step.outcome:11} {when}  {value}"
             )
+        for event in self.events:
+            value = json.dumps(event.value)
+            value = value if len(value) <= 60 else value[:57] + "..."
+            shown.append(f"  event  {event.key} = {value} (step {event.step})")
+        for stream in self.streams:
+            closed = f"closed at step {stream.closed_at_step}" if stream.closed else "open"
+            shown.append(f"  stream {stream.key}: {stream.length} value(s), {closed}")
         failure = record.failure
         for label, text in (("at", self.next_step), ("waits for", self.waits_for or record.waiting)):
             if text:
@@ -198,10 +212,11 @@ def _view_steps(
 ) -> Steps[RequestView]:
     """:func:`show` as a computation whose requests are reads only (both APIs answer them)."""
     record = yield from known_steps(workflow, request_id)
+    beside: list[tuple[str, str, Row]] = yield Scan(RUNS_TABLE, request_id)
+    events, streams = published_views(workflow, request_id, beside)
     if record.status.final:  # no input kept to replay from: the steps kept beside the record
-        return RequestView(
-            workflow, request_id, record, (yield from _beside_record(workflow, request_id, record))
-        )
+        kept = _beside_record(workflow, request_id, record, beside)
+        return RequestView(workflow, request_id, record, kept, events=events, streams=streams)
     held = {flow.version: flow for flow in workflows if flow.name == workflow}
     flow = held.get(record.version)
     if flow is None:
@@ -209,7 +224,9 @@ def _view_steps(
     try:
         args, kwargs = stored_arguments(record, request_id)
     except InvalidInputError:
-        return RequestView(workflow, request_id, record, waits_for=record.waiting)
+        return RequestView(
+            workflow, request_id, record, waits_for=record.waiting, events=events, streams=streams
+        )
     m = flow(*args, **kwargs)
     request = describe_request(m)
     plan = Plan(
@@ -249,16 +266,18 @@ def _view_steps(
     attempts = record.attempts
     if attempts is not None:
         next_step = f"step {attempts.step} ({attempts.identity}), attempt {attempts.count + 1}"
-    return RequestView(workflow, request_id, record, steps, next_step, waits_for)
+    return RequestView(workflow, request_id, record, steps, next_step, waits_for, events, streams)
 
 
-def _beside_record(workflow: str, request_id: str, record: RunRecord) -> Steps[list[StepView]]:
-    """A finished request's steps that keep their memo beside its run record: its outside calls,
-    clock reads, aborts and their undos (its record no longer holds the input a replay needs,
-    and an atomic step's memo lives with its data, wherever that is)."""
+def _beside_record(
+    workflow: str, request_id: str, record: RunRecord, rows: list[tuple[str, str, Row]]
+) -> list[StepView]:
+    """A finished request's steps that keep their memo beside its run record (``rows``): its
+    outside calls, clock reads, aborts, events, streams and their undos (its record no longer
+    holds the input a replay needs, and an atomic step's memo lives with its data, wherever
+    that is)."""
     steps: list[StepView] = []
     prefix = memo_prefix(workflow, request_id)
-    rows: list[tuple[str, str, Row]] = yield Scan(RUNS_TABLE, request_id)
     for partition, key, row in rows:
         if key.startswith(prefix):
             _noted(steps, RowRef(RUNS_TABLE, partition, key), row, record.incarnation)

@@ -1,14 +1,14 @@
 """Retention: what happens to a bookkeeping row once its ``expires_at`` has passed.
 
-Memo rows, run records and outbox entries carry ``expires_at = now +
-RetryPolicy.retention``. DynamoDB deletes them by TTL. SQLite, Azure Tables
+Memo rows, run records, outbox entries, messages, events and stream values carry
+``expires_at = now + RetryPolicy.retention``. DynamoDB deletes them by TTL. SQLite, Azure Tables
 and the memory store have no TTL, so they sweep by themselves (see
 :class:`~idemflow.stores.base.Expiring`): each finds a bounded batch of rows
 whose ``expires_at`` has passed and hands it to :func:`settle`, which decides
 per row by the run record of the request the row belongs to:
 
-- a memo or outbox entry of a finished (completed or aborted) request, or of
-  a request with no run record left, is deleted;
+- a memo, outbox entry, message, event or stream value of a finished (completed or aborted)
+  request, or of a request with no run record left, is deleted;
 - a finished run record is deleted too: its memos carry its incarnation, so
   one that outlives it is told apart from a later request's of that id (which
   deletes it and runs the step anew). A record written before incarnations
@@ -52,7 +52,14 @@ from typing import Any, TypeVar
 
 from idemflow.core.requests import Commit, CommitCache, Read, ReadMany, Scan, Steps
 from idemflow.core.trampoline import atrampoline, trampoline
-from idemflow.keys import RUN, RUNS_TABLE, parse_inbox_key, parse_memo_key, parse_outbox_key
+from idemflow.keys import (
+    RUN,
+    RUNS_TABLE,
+    parse_inbox_key,
+    parse_memo_key,
+    parse_outbox_key,
+    parse_published_key,
+)
 from idemflow.records import RunRecord, outbox_ref, run_ref
 from idemflow.serialization import decode, encode
 from idemflow.stores.base import (
@@ -111,7 +118,10 @@ def owner(ref: RowRef) -> RowRef | None:
     if ref.key.startswith(RUN):
         return ref
     sent_to = parse_outbox_key(ref.key) or parse_inbox_key(ref.key)  # wake-ups and messages too
-    return None if sent_to is None else run_ref(*sent_to)
+    if sent_to is not None:
+        return run_ref(*sent_to)
+    published = parse_published_key(ref.key)  # events and streams
+    return None if published is None else run_ref(published[0], published[1])
 
 
 def _parsed(record: Row) -> RunRecord | None:

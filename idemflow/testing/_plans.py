@@ -16,7 +16,7 @@ from tenacity import stop_after_attempt, wait_none, wait_random
 
 from idemflow.core.policy import RetryPolicy
 from idemflow.engine.monad import Idem
-from idemflow.keys import DATA
+from idemflow.keys import DATA, RUNS_TABLE, parse_published_key
 from idemflow.stores.base import CommitOutcome, Committed, Op, Store
 from idemflow.testing.faults import Fault, FaultPoint, FaultyStore, Plan, SimulatedCrash
 from idemflow.testing.report import Outcome, Snapshot, describe_commit
@@ -66,7 +66,8 @@ def fast_policy() -> RetryPolicy:
 
 
 def snapshot(store: Store, outcome: Outcome) -> Snapshot:
-    """The outcome with every data row and every memo / run-record key of ``store``.
+    """The outcome with every data row, every event and stream value a request published (what
+    readers see, under its row key), and every memo / run-record key of ``store``.
 
     >>> from idemflow.stores import MemoryStore
     >>> snapshot(MemoryStore(), Outcome("completed", None)).rows
@@ -79,6 +80,8 @@ def snapshot(store: Store, outcome: Outcome) -> Snapshot:
         for partition, key, row in store.scan(table):
             if key.startswith(DATA):
                 rows[(table, partition, key[1:])] = row.value
+            elif table == RUNS_TABLE and parse_published_key(key) is not None:
+                rows[(table, partition, key)] = row.value
             else:
                 bookkeeping.add((table, partition, key))
     return Snapshot(outcome, rows, frozenset(bookkeeping))

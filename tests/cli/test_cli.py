@@ -308,7 +308,13 @@ def test_gc_counts_expired_rows_and_vacuums_on_sqlite(tmp_path: Path) -> None:
     counted = idemflow("gc", "--store", url, "--stats")
     assert counted.returncode == 0, counted.stderr
     stats = json.loads(counted.stdout)
-    assert stats["expired_rows"] == {"memos": 0, "run records": 3, "outbox/inbox": 0, "other": 0}
+    assert stats["expired_rows"] == {
+        "memos": 0,
+        "run records": 3,
+        "outbox/inbox": 0,
+        "events/streams": 0,
+        "other": 0,
+    }
     assert stats["oldest_seconds_past_expiry"]["run records"] > 1e9
     vacuumed = idemflow("gc", "--store", url, "--vacuum")
     assert vacuumed.returncode == 0 and vacuumed.stdout.startswith("vacuumed: "), vacuumed.stderr

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import InvalidInputError
+from idemflow import InvalidInputError, close_stream, run, set_event, workflow, write_stream
 from idemflow.admin import ConsoleExposedError
 from idemflow.client import RunStatus, status, submit
 from idemflow.console._data import ConsoleData, Filters
@@ -483,3 +483,29 @@ def test_the_list_filters_by_tags_and_a_request_page_shows_them(tmp_path: Path) 
         assert bad.status == 400 and "a tag is key=value" in bad.json()["error"]
     queue.close()
     store.close()
+
+
+def test_a_request_page_shows_its_events_and_streams_without_its_code(tmp_path: Path) -> None:
+    """Events and streams are read beside the run record: shown (event values redacted) even by a
+    console not given the workflow's code."""
+
+    @workflow("console-publisher")
+    def publisher(n: int) -> Any:
+        yield set_event("payment", {"card": {"number": "4242", "cvc_token": "tok_9"}})
+        for i in range(n):
+            yield write_stream("progress", i)
+        yield close_stream("progress")
+        yield write_stream("notes", "left open")
+
+    store = SqliteStore(str(tmp_path / "s.db"))
+    run(publisher(3), request_id="pub-1", store=store)
+    with running(_settings(), store, None) as console:
+        client = Client(console.url)
+        shown = client.get("/api/runs/pub-1").json()
+        assert shown["events"][0]["key"] == "payment"
+        assert shown["events"][0]["value"]["card"]["cvc_token"] == "[redacted]"
+        streams = [(s["key"], s["length"], s["closed"]) for s in shown["streams"]]
+        assert streams == [("notes", 1, False), ("progress", 3, True)]
+        page = client.get("/runs/pub-1?workflow=console-publisher").body
+        assert 'id="events"' in page and 'id="streams"' in page
+        assert "tok_9" not in page and "closed at step 5" in page and "open" in page

@@ -33,7 +33,7 @@ OUTCOMES = {"WorkflowAborted", "ChildAborted"}
 
 
 def test_every_error_class_is_in_the_tree_with_a_code_and_a_regular_name() -> None:
-    assert len(CLASSES) == 28
+    assert len(CLASSES) == 30
     for cls in CLASSES:
         assert isinstance(cls.code, ErrorCode), cls
         assert cls.__name__.endswith("Error") or cls.__name__ in OUTCOMES, cls
@@ -58,6 +58,8 @@ MADE: list[IdemflowError] = [
     errors.QueueError("no"),
     errors.RequestFailedError("wf", "r", 2, "boom", 3),
     errors.EffectTimeoutError("charge", 1.5),
+    errors.StreamClosedError("wf", "r", "log", 3, 5),
+    errors.StreamTimeoutError("wf", "r", "log", 3, 1.5),
     errors.StepFailedError("wf", "r", 1, "atomic a", "boom"),
     errors.VersionNotHeldError("wf", "r", 2, (1,)),
     errors.DeliveryRetryError("m1", 2, "the store is down"),

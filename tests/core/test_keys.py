@@ -12,10 +12,15 @@ from idemflow.keys import (
     check_request_id,
     compensation_tag,
     data_key,
+    event_key,
+    inbox_key,
     memo_key,
     parse_memo_key,
+    parse_published_key,
     run_key,
     step_tag,
+    stream_end_key,
+    stream_key,
     user_key,
 )
 from idemflow.stores import MemoryStore
@@ -67,3 +72,26 @@ def test_hostile_user_keys_cannot_touch_bookkeeping(key: str) -> None:
 def test_bad_request_ids(bad: object) -> None:
     with pytest.raises(InvalidNameError):
         check_request_id(bad)
+
+
+@given(
+    w1=names, r1=text, k1=text, o1=st.integers(0, 10**9), w2=names, r2=text, k2=text, o2=st.integers(0, 10**9)
+)
+def test_event_and_stream_keys_are_injective_and_in_a_space_of_their_own(
+    w1: str, r1: str, k1: str, o1: int, w2: str, r2: str, k2: str, o2: int
+) -> None:
+    """No event, stream value or stream end meets another's key, a memo, a message or a data row;
+    a stream's values sort by offset, its end after them."""
+
+    e1, e2 = event_key(w1, r1, k1), event_key(w2, r2, k2)
+    s1, s2 = stream_key(w1, r1, k1, o1), stream_key(w2, r2, k2, o2)
+    assert (e1 == e2) == ((w1, r1, k1) == (w2, r2, k2))
+    assert (s1 == s2) == ((w1, r1, k1, o1) == (w2, r2, k2, o2))
+    assert parse_published_key(e1) == (w1, r1, k1, None)
+    assert parse_published_key(s1) == (w1, r1, k1, f"{o1:010d}")
+    assert parse_published_key(stream_end_key(w1, r1, k1)) == (w1, r1, k1, "end")
+    if (w1, r1, k1) == (w2, r2, k2):
+        assert (s1 < s2) == (o1 < o2) and s1 < stream_end_key(w1, r1, k1)
+    for other in (data_key(k1), memo_key(w1, r1, step_tag(o1 + 1)), run_key(w1), inbox_key(w1, r1, k1, k2)):
+        assert other not in (e1, s1) and parse_published_key(other) is None
+    assert user_key(e1) is None and parse_memo_key(s1) is None

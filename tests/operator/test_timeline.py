@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Generator
 from pathlib import Path
@@ -9,8 +10,20 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, RequestFailedError, StepRetry, atomic, checkpoint, effect, receive, workflow
-from idemflow.admin import show
+from idemflow import (
+    Idem,
+    RequestFailedError,
+    StepRetry,
+    atomic,
+    checkpoint,
+    close_stream,
+    effect,
+    receive,
+    set_event,
+    workflow,
+    write_stream,
+)
+from idemflow.admin import ashow, show
 from idemflow.client import RunStatus, send_message, submit
 from idemflow.stores import SqliteStore, Store
 from idemflow.worker import MemoryQueue, Worker
@@ -155,3 +168,33 @@ def test_the_cli_shows_a_request_as_text_and_json(tmp_path: Path) -> None:
     assert "at: step 2 (effect charge)" in text.stdout
     shown = json.loads(idemflow(*args, "--json", cwd=tmp_path).stdout)
     assert shown["status"] == "running" and shown["steps"][0]["name"] == "hold"
+
+
+@workflow("show-publisher")
+def show_publisher(n: int) -> Generator[Idem[Any], Any, Any]:
+    yield set_event("stage", "accepted")
+    for i in range(n):
+        yield write_stream("log", i)
+    yield checkpoint()
+    yield close_stream("log")
+
+
+def test_show_lists_what_a_running_request_published(store: Store) -> None:
+    """Its events with their values, its streams with their length and whether they are closed,
+    beside its steps, from the blocking and the asyncio call alike."""
+    space = new_space()
+    submit(show_publisher(2), request_id=space, store=store, queue=MemoryQueue())
+    view = show(store, [show_publisher], "show-publisher", space)
+    assert [(s.number, s.kind, s.name, s.value) for s in view.steps] == [
+        (1, "set_event", "stage", None),
+        (2, "write_stream", "log", 0),
+        (3, "write_stream", "log", 1),
+    ]
+    assert [(e.key, e.value, e.step) for e in view.events] == [("stage", "accepted", 1)]
+    assert [(s.key, s.length, s.closed) for s in view.streams] == [("log", 2, False)]
+    assert '  event  stage = "accepted" (step 1)' in view.lines()
+    assert "  stream log: 2 value(s), open" in view.lines()
+    shown = view.to_json()
+    assert shown["streams"] == [{"key": "log", "length": 2, "closed": False, "closed_at_step": None}]
+    awaited = asyncio.run(ashow(store, [show_publisher], "show-publisher", space))
+    assert (awaited.events, awaited.streams) == (view.events, view.streams)

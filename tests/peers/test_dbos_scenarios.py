@@ -5,7 +5,7 @@ Source: ``dbos-inc/dbos-transact-py``, ``tests/`` (``test_dbos.py``, ``test_fail
 ``test_workflow_introspection.py``). ``SetWorkflowID(id)`` is ``request_id=``; a
 ``@DBOS.transaction`` is an ``atomic`` step; a ``@DBOS.step`` an ``effect``;
 ``DBOS.start_workflow`` / handles are ``submit`` / ``Pending`` with a ``Worker``
-(``docs/migrating.md``). Missing features (events, fork) are strict xfails.
+(``docs/migrating.md``). Missing features (fork) are strict xfails.
 """
 
 from __future__ import annotations
@@ -682,18 +682,23 @@ def test_a_message_sent_twice_with_one_key_is_received_once(store: Store) -> Non
     assert run(counting_receiver("t"), request_id="m-2", store=store) == ["once", None]
 
 
-@pytest.mark.xfail(strict=True, raises=ImportError, reason=MISSING.format("set_event/get_event"))
 def test_an_event_set_by_a_workflow_is_read_by_its_id(store: Store) -> None:
+    """As DBOS's ``get_event``: the value a workflow set (the last one set), and after a timeout
+    with nothing set, None. The reader is :func:`idemflow.client.get_event`, beside ``status``."""
     # peer: tests/test_dbos.py::test_set_get_events
     # peer: tests/test_dbos.py::test_get_event_timeout
-    from idemflow import get_event, set_event  # type: ignore[attr-defined]
+    from idemflow import set_event
+    from idemflow.client import get_event
 
     @workflow("publisher")
     def publisher(value: str) -> Generator[Any, Any, None]:
+        yield set_event("status", "starting")
         yield set_event("status", value)
 
     run(publisher("ready"), request_id="ev-1", store=store)
     assert get_event(store, "publisher", "ev-1", "status", timeout=1) == "ready"
+    assert get_event(store, "publisher", "ev-1", "other", timeout=0.1) is None
+    assert get_event(store, "publisher", "ev-2", "status", timeout=0.1) is None
 
 
 def test_a_workflow_past_its_timeout_is_ended(store: Store) -> None:

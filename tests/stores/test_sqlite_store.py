@@ -88,6 +88,7 @@ def _open_and_count(path: str, ready: Any, start: Any, answers: Any) -> None:
         answers.put(repr(exc))
 
 
+@pytest.mark.slow
 def test_processes_racing_to_create_one_file_all_open_it(tmp_path: Path) -> None:
     """Processes that open a new store file at the same instant race to create it and switch it
     to WAL mode; SQLite answers some of them "database is locked" at once, without waiting in its

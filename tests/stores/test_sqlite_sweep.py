@@ -106,7 +106,7 @@ def test_the_backlog_says_what_the_last_pass_left_and_how_late(tmp_path: Path) -
     assert backlog.expired_left == 1  # r's run record: finished, kept one more window
     assert backlog.latest == pytest.approx(at - RETENTION)
     assert backlog.rows == 5  # r's run record and data row, the 3 orphans
-    expected = {"memos": 0, "run records": 1, "outbox/inbox": 0, "other": 0}
+    expected = {"memos": 0, "run records": 1, "outbox/inbox": 0, "events/streams": 0, "other": 0}
     assert expired_stats(store, now=lambda: at).rows == expected
     store.close()
 

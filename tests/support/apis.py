@@ -158,6 +158,22 @@ class BlockingApi:
         self.calls.note()
         return status(store, workflow, request_id)
 
+    def get_event(self, store: Store, workflow: str, request_id: str, key: str, **options: Any) -> Any:
+        """:func:`idemflow.client.get_event`."""
+        from idemflow.client import get_event
+
+        self.calls.note()
+        return get_event(store, workflow, request_id, key, **options)
+
+    def read_stream(
+        self, store: Store, workflow: str, request_id: str, key: str, **options: Any
+    ) -> list[Any]:
+        """Every value :func:`idemflow.client.read_stream` yields, until the stream is over."""
+        from idemflow.client import read_stream
+
+        self.calls.note()
+        return list(read_stream(store, workflow, request_id, key, **options))
+
     def abort_request(
         self, store: Store, workflows: Iterable[Any], workflow: str, request_id: str, **options: Any
     ) -> Any:
@@ -220,6 +236,27 @@ class AsyncioApi:
 
         self.calls.note()
         return LOOP.run(astatus(async_twin(store), workflow, request_id))
+
+    def get_event(self, store: Store, workflow: str, request_id: str, key: str, **options: Any) -> Any:
+        """:func:`idemflow.client.aget_event` on the store's asynchronous twin."""
+        from idemflow.client import aget_event
+
+        self.calls.note()
+        return LOOP.run(aget_event(async_twin(store), workflow, request_id, key, **options))
+
+    def read_stream(
+        self, store: Store, workflow: str, request_id: str, key: str, **options: Any
+    ) -> list[Any]:
+        """Every value :func:`idemflow.client.aread_stream` yields, on the store's asynchronous twin."""
+        from idemflow.client import aread_stream
+
+        self.calls.note()
+        twin = async_twin(store)
+
+        async def read() -> list[Any]:
+            return [value async for value in aread_stream(twin, workflow, request_id, key, **options)]
+
+        return LOOP.run(read())
 
     def abort_request(
         self, store: Store, workflows: Iterable[Any], workflow: str, request_id: str, **options: Any

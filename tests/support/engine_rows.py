@@ -26,6 +26,7 @@ from idemflow.engine.interpreter import Interpreter
 from idemflow.engine.journal import Journal
 from idemflow.engine.memo_reader import MemoReader
 from idemflow.engine.outcome import OutcomeWriter
+from idemflow.engine.publisher import Publisher
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
@@ -228,6 +229,7 @@ class Parts:
             facts, self.cursor, self.stepper, self.deferred, abort_child or _no_child
         )
         self.outcome = OutcomeWriter(facts, self.cursor, self.calls, self.recorder, self.deferred, self.memos)
+        self.publisher = Publisher(facts, self.cursor, self.stepper)
         self.together = Together(
             facts,
             self.cursor,
@@ -248,6 +250,7 @@ class Parts:
             self.stepper,
             self.coordinator,
             self.compensator,
+            self.publisher,
             self.together,
         )
 

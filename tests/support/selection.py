@@ -118,7 +118,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if _selected(item, chosen, cloud) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    # The slow cases first (a stable sort): handed out before the many short ones, they end while
+    # the short ones fill the other workers, instead of one worker running a chaos run alone at the end.
+    items[:] = sorted(kept, key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

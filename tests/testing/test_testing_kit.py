@@ -27,14 +27,17 @@ from idemflow import (
     Tx,
     atomic,
     checkpoint,
+    close_stream,
     effect,
     now,
     open_store,
     receive,
     run,
+    set_event,
     sleep,
     uuid4,
     workflow,
+    write_stream,
 )
 from idemflow.client import rows
 from idemflow.stores import MemoryStore, SqliteStore, Store
@@ -115,6 +118,34 @@ def test_asynchronous_workflows_are_checked_through_submit_and_a_worker() -> Non
     report = check_workflow(survey, inputs, faults=[*Fault])
     assert report.ok, report
     assert report.skipped == ()
+
+
+def test_events_and_streams_are_checked_as_readers_see_them() -> None:
+    """Every crash point, lost answer, duplicate and race (``submit`` and a worker too) publishes
+    each stream value once and leaves each event as one failure-free run sets it; a workflow that
+    publishes what is not a step result is caught."""
+
+    @workflow("check-publisher")
+    def publisher(n: int) -> Any:
+        yield set_event("stage", "writing")
+        yield checkpoint()
+        for i in range(n):
+            yield write_stream("log", i)
+        yield set_event("stage", "done")
+        yield close_stream("log")
+        return n
+
+    report = check_workflow(publisher, [3], faults=[*Fault])
+    assert report.ok, report
+    assert report.skipped == ()
+    published: list[int] = []
+
+    @workflow("check-leaky-publisher")
+    def leaky(n: int) -> Any:
+        published.append(n)  # state outside the store, published
+        yield set_event("runs", len(published))
+
+    assert not check_workflow(leaky, [1]).ok
 
 
 def test_plain_idem_computations_are_checked_without_the_asynchronous_scenarios() -> None:
