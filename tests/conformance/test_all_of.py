@@ -88,12 +88,13 @@ def test_coroutine_calls_run_side_by_side(store: Store, api: Api) -> None:
 def test_a_crash_after_a_branch_memo_replays_it_without_its_call(store: Store, api: Api, memos: int) -> None:
     """The process dies right after the commit of the ``memos``-th branch: the replay calls only
     the branches whose answer was not kept (their first call's answer died with the process)."""
-    space, service = new_space(), Service()
+    space, service = new_space(), Service(together=3)  # all three in progress before any answers
     quotes = three_quotes(service)
     with pytest.raises(SimulatedCrash):
         api.run(quotes(space), request_id=space, store=FaultyStore(store, crash_after("effect", memos)))
     before = sum(service.calls.values())
     assert before == 3  # every call was made at once, before any memo
+    service.barrier = None  # the replay makes fewer calls: none waits for the others
     assert api.run(quotes(space), request_id=space, store=store)["cheapest"] == 20
     assert sum(service.calls.values()) - before == 3 - memos
     assert max(service.keys.values()) <= 2 and len(service.keys) == 3  # a repeat has the same key
