@@ -113,8 +113,12 @@ def _branch(what: str, position: int, step: object, kinds: str, timers: bool) ->
                     "sleep before or after it, or use any_of(..., sleep(seconds)) as a timeout"
                 )
             return Timer(deadline)
-    shown = type(node).__name__.lower()
+    shown = _SHOWN.get(type(node).__name__, type(node).__name__.lower())
     hint = " (start the child first, then wait for it in a branch)" if shown == "start" else ""
     raise InvalidInputError(
         f"{what}() cannot run this step beside others (argument {position}, {shown}){hint}: it takes {kinds}"
     )
+
+
+_SHOWN = {"AllOf": "all_of", "AnyOf": "any_of", "Bind": "a chain of steps", "Call": "a workflow call"}
+"""What a refused step is called in the error, where its node's name would not say."""

@@ -16,6 +16,7 @@ import pytest
 
 from idemflow import (
     InvalidInputError,
+    LimitGroup,
     NonDeterminismError,
     StepRetry,
     WorkflowAborted,
@@ -265,6 +266,8 @@ BAD: list[tuple[str, Any]] = [
     ("an atomic step", lambda: all_of(atomic("tablea", "p", lambda tx: 1))),
     ("a start", lambda: any_of(start(pricer("x", 1), request_id="kid"))),
     ("a sleep in all_of", lambda: all_of(effect(lambda key: 1), sleep(1))),
+    ("a block in a block", lambda: any_of(all_of(effect(lambda key: 1)), sleep(1))),
+    ("a chain of steps", lambda: all_of(effect(lambda key: 1).map(str))),
     ("a bare value", lambda: any_of(None)),
 ]
 
@@ -311,3 +314,32 @@ def test_an_operators_abort_of_a_parent_waiting_for_all_aborts_its_children(stor
     assert record.status is RunStatus.ABORTED
     for n in (1, 2):
         assert api.status(store, "sleepy-kid", f"{space}kid{n}").status is RunStatus.ABORTED
+
+
+def test_a_limit_group_holds_across_the_branches(store: Store, api: Api) -> None:
+    """Three branches calling one provider of one call at a time: each waits for the group's slot
+    (beside the others, holding none), and no two calls overlap."""
+    import threading
+
+    space, one = new_space(), LimitGroup(new_space().rstrip("-"), concurrency=1)
+    inside, most, lock = [0], [0], threading.Lock()
+
+    def call(n: int) -> Any:
+        def made(key: str) -> int:
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            threading.Event().wait(0.05)
+            with lock:
+                inside[0] -= 1
+            return n
+
+        made.__qualname__ = f"call-{n}"
+        return made
+
+    @workflow("grouped")
+    def grouped(space: str) -> Generator[Any, Any, Any]:
+        return (yield all_of(*(effect(call(n), group=one, timeout=10) for n in range(3))))
+
+    assert api.run(grouped(space), request_id=space, store=store) == [0, 1, 2]
+    assert most == [1]

@@ -250,3 +250,24 @@ def test_an_operators_abort_of_a_request_waiting_in_any_of_undoes_it(store: Stor
     deliver_all(worker, queue, clock, step=600)  # its timer's continuation finds it ended
     assert api.status(store, "held-booking", space).status is RunStatus.ABORTED
     assert service.calls == {"hold": 1} and len(service.refunds) == 1
+
+
+def test_a_worker_takes_the_first_answer_once(store: Store, api: Api) -> None:
+    space, service, clock = new_space(), Service(), Clock()
+    queue = MemoryQueue(clock=clock)
+    service.held["slow"] = threading.Event()
+
+    @workflow("worker-first")
+    def first(space: str) -> Generator[Any, Any, Any]:
+        yield checkpoint()
+        index, got = yield any_of(effect(service.quote("slow", 1)), effect(service.quote("fast", 2)))
+        return [index, got["from"]]
+
+    try:
+        for _ in range(2):  # a copy of the request: answered from its record
+            api.submit(first(space), request_id=space, store=store, queue=queue, clock=clock)
+        deliver_all(api.worker([first], store=store, queue=queue, clock=clock), queue, clock)
+    finally:
+        service.release()
+    assert api.status(store, "worker-first", space).result == [1, "fast"]
+    assert service.calls == {"slow": 1, "fast": 1}
