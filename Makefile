@@ -61,6 +61,8 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
+# Four workers on two cores: under two, half the CPU sat idle (the cases wait on servers, timers
+# and processes); the slow cases are collected first (tests/support/selection.py).
 test: setup lint typecheck docs
 	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 4 -q
 

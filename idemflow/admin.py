@@ -19,8 +19,9 @@ The operator's abort is :func:`abort_request`: it ends a request from outside, w
 
 from __future__ import annotations
 
+from idemflow.async_worklist._cancellation import acancel, cancel
 from idemflow.async_worklist._dead_letters import adead_letters, aredrive, dead_letters, redrive
-from idemflow.async_worklist._resumption import acancel, aretry, cancel, retry
+from idemflow.async_worklist._resumption import aretry, retry
 from idemflow.async_worklist.outbox import arelay, relay
 from idemflow.errors import ConsoleExposedError, ConsoleRefusedError
 from idemflow.operator.collection import (

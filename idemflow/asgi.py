@@ -19,6 +19,7 @@ submitted, workers still running it              202 ``{"status": "running", "st
 the workflow aborted (a refusal)                 409 ``aborted`` (or the status its reason's code maps to)
 a message to a request that finished             409 ``not_delivered`` (nothing was written)
 a step kept failing (worklist)                   500 ``failed``
+an operator cancelled the request                409 ``cancelled``
 a hot partition or the store is busy             503 ``busy`` + ``Retry-After`` (retry with the same key)
 an outside call timed out or found no service    503 ``unavailable`` + ``Retry-After`` (the same)
 a workflow's concurrency or rate limit is full   429 ``limit_reached`` + ``Retry-After`` (nothing ran)
@@ -306,7 +307,7 @@ class Idempotency:
         body: dict[str, Any] = {"request_id": request_id, "status": found.status.value}
         if found.status is RunStatus.COMPLETED:
             body["result"] = found.result
-        elif found.status is RunStatus.ABORTED:
+        elif found.status in (RunStatus.ABORTED, RunStatus.CANCELLED):
             body["reason"] = found.reason
         elif found.status is RunStatus.FAILED and found.failure is not None:
             body["failure"] = found.failure.to_json()

@@ -59,6 +59,7 @@ from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
 from idemflow.serialization import JSON
 
 __all__ = [
+    "CANCELLED_NOTE",
     "FORMAT",
     "MEMO_AT",
     "OPEN_STATUSES",
@@ -117,11 +118,17 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    object of str to str, :mod:`idemflow.core.tags`), beside the status rather than in ``in``, so
    the finished record keeps them; a request without tags writes no ``tg``, byte for byte the
    record it wrote before tags existed.
+   A cancelled record also carries ``reason`` (the operator's), a field run records have had since
+   revision 1, which every release reads whatever the status: a cancelled record written without
+   it has its reason in its ``wait`` note only (:attr:`RunRecord.cancel_reason`).
 6. (1.1.0) events and stream values appear, beside the run record: :class:`Event` rows
    (``set_event``: ``v``, ``n`` the step that set it, ``at``), :class:`StreamItem` rows
    (``write_stream``: ``v``, ``n``; the offset in the key) and :class:`StreamEnd` rows
    (``close_stream``: ``len``, ``n``, ``at``); see :mod:`idemflow.keys` for their keys.
 """
+
+CANCELLED_NOTE = "cancelled: "
+"""How a cancelled request's ``wait`` note begins (the operator's reason follows)."""
 
 STORED_LANES = ("high", "low")
 """The lanes a run record names (``in.ln``); the normal lane is stored as no ``ln``."""
@@ -143,7 +150,8 @@ class RunStatus(enum.StrEnum):
     its committed steps stay. ``idemflow retry`` resumes it, ``idemflow abort`` compensates it."""
     CANCELLED = "cancelled"
     """An operator stopped it (``idemflow cancel``): workers run none of its steps until it is
-    resumed (``idemflow resume``); nothing was undone (``idemflow abort`` undoes)."""
+    resumed (``idemflow resume``), and its handle's ``result()`` raises
+    :class:`~idemflow.errors.RequestCancelledError`; nothing was undone (``idemflow abort`` undoes)."""
 
     @property
     def final(self) -> bool:
@@ -252,6 +260,8 @@ class RunRecord:
                 record["in"] = self.input
             if self.failure is not None and self.status is RunStatus.FAILED:
                 record["fail"] = self.failure.to_json()
+            if self.reason is not None and self.status is RunStatus.CANCELLED:
+                record["reason"] = self.reason
             if self.waiting is not None:
                 record["wait"] = self.waiting
             if self.attempts is not None:
@@ -305,6 +315,21 @@ class RunRecord:
         if isinstance(kept, bool) or not isinstance(kept, (int, float)) or not kept > 0:
             return None
         return float(kept)
+
+    @property
+    def cancel_reason(self) -> JSON:
+        """Why an operator cancelled the request (None if it is not ``cancelled``): its ``reason``,
+        or, in a record an earlier release cancelled, the note that release wrote.
+
+        >>> RunRecord("fp", RunStatus.CANCELLED, waiting="cancelled: checking").cancel_reason
+        'checking'
+        """
+        if self.status is not RunStatus.CANCELLED:
+            return None
+        note = self.waiting or ""
+        if self.reason is None and note.startswith(CANCELLED_NOTE):
+            return note[len(CANCELLED_NOTE) :]
+        return self.reason
 
     @property
     def not_before(self) -> float | None:
@@ -396,7 +421,10 @@ def submitted_input(
 
 
 def child_outcome(record: RunRecord) -> dict[str, JSON]:
-    """What ``wait(child)`` memoizes of a finished child: its status and result or reason."""
+    """What ``wait(child)`` memoizes of a finished (or cancelled) child: its status and result or
+    reason."""
     if record.status is RunStatus.COMPLETED:
         return {"status": record.status.value, "result": record.result}
+    if record.status is RunStatus.CANCELLED:
+        return {"status": record.status.value, "reason": record.cancel_reason}
     return {"status": record.status.value, "reason": record.reason}

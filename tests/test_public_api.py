@@ -220,3 +220,11 @@ def test_events_and_streams_are_written_from_the_root_and_read_from_the_client()
     assert inspect.iscoroutinefunction(idemflow.client.aget_event)
     assert inspect.isasyncgenfunction(idemflow.client.aread_stream)
     assert inspect.isgeneratorfunction(idemflow.client.read_stream)
+
+
+def test_cancellation_is_an_outcome_error_of_the_root_as_a_failure_is() -> None:
+    for name in ("RequestCancelledError", "ChildCancelledError", "RequestFailedError"):
+        assert name in idemflow.__all__ and name in idemflow.errors.__all__
+        assert getattr(idemflow, name) is getattr(idemflow.errors, name)
+    assert issubclass(idemflow.ChildCancelledError, idemflow.RequestCancelledError)
+    assert idemflow.RequestCancelledError.code is idemflow.ErrorCode.CANCELLED

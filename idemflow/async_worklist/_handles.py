@@ -16,7 +16,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
 
-from idemflow.errors import RequestFailedError, WorkflowAborted
+from idemflow.errors import RequestCancelledError, RequestFailedError, WorkflowAborted
 from idemflow.records import Failure, RunRecord, RunStatus
 from idemflow.running.runner import run_status
 from idemflow.running.runner_asyncio import arun_status
@@ -28,7 +28,8 @@ from idemflow.stores.base import AsyncStore, Store
 class RequestStatus:
     """Where a request stands and its outcome.
 
-    ``status`` is ``unknown | running | completed | aborted | failed``;
+    ``status`` is ``unknown | running | completed | aborted | failed | cancelled``;
+    ``reason`` an abort's reason, or an operator's for a cancel;
     ``version`` the workflow version it runs on; ``failure`` why it failed;
     ``waiting`` why no worker could run it yet (e.g. no worker holds its version) or what it
     waits for (``sleeping until ...``, a child, a message).
@@ -43,9 +44,8 @@ class RequestStatus:
 
     @classmethod
     def of(cls, record: RunRecord) -> RequestStatus:
-        return cls(
-            record.status, record.result, record.reason, record.version, record.failure, record.waiting
-        )
+        reason = record.cancel_reason if record.status is RunStatus.CANCELLED else record.reason
+        return cls(record.status, record.result, reason, record.version, record.failure, record.waiting)
 
 
 def status(store: Store, workflow: str, request_id: str) -> RequestStatus:
@@ -111,6 +111,8 @@ class _Handle:
                 failure.attempts,
                 failure.identity,
             )
+        if current.status is RunStatus.CANCELLED:  # at once: nothing of it runs until a retry
+            raise RequestCancelledError(self.workflow, self.request_id, current.reason)
         if deadline is not None and self._clock() >= deadline:
             raise TimeoutError(f"request {self.request_id!r} of {self.workflow!r} not finished")
         return _NOT_YET
@@ -152,15 +154,16 @@ class Pending(_Handle):
         return self.outcome
 
     def status(self) -> RunStatus:
-        """``unknown | running | completed | aborted | failed``."""
+        """``unknown | running | completed | aborted | failed | cancelled``."""
         return self._current().status
 
     def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
         """Wait for the workers to finish; the result, or :class:`WorkflowAborted`.
 
         Raises :class:`~idemflow.errors.RequestFailedError` for a request that
-        ended ``failed`` and :class:`TimeoutError` if not finished within
-        ``timeout`` seconds.
+        ended ``failed``, :class:`~idemflow.errors.RequestCancelledError` as soon as it reads
+        ``cancelled`` (an operator's retry may resume it: a later call waits again), and
+        :class:`TimeoutError` if not finished within ``timeout`` seconds.
         """
         deadline = None if timeout is None else self._clock() + timeout
         polling = Retrying(sleep=self._sleep, wait=wait_fixed(poll), retry=retry_if_result(_not_yet))
@@ -196,7 +199,7 @@ class AsyncPending(_Handle):
         return self.outcome
 
     async def status(self) -> RunStatus:
-        """``unknown | running | completed | aborted | failed``."""
+        """``unknown | running | completed | aborted | failed | cancelled``."""
         return (await self._current()).status
 
     async def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:

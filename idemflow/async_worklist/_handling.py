@@ -27,7 +27,7 @@ from idemflow.async_worklist.messages import Pointer, announcer, decode_pointer,
 from idemflow.core.limit_spec import limit_whys
 from idemflow.core.policy import RetryPolicy, kept_for
 from idemflow.core.requests import Send, Settle, Steps
-from idemflow.engine.execution import Plan, Suspended
+from idemflow.engine.execution import Cancelled, Plan, Suspended
 from idemflow.errors import (
     InvalidInputError,
     LimitReachedError,
@@ -38,7 +38,7 @@ from idemflow.errors import (
 from idemflow.limits.gate import gated
 from idemflow.records import Continuation, RunRecord, RunStatus, run_ref
 from idemflow.running.request_spec import describe_request
-from idemflow.running.runner import execution_steps, status_steps
+from idemflow.running.runner import execution_steps
 from idemflow.running.workflows import Workflow
 from idemflow.stores.expiry import KEEP_ALIVE, watched
 
@@ -78,11 +78,12 @@ class Handling(Outcomes):
         message = holder.message
         pointer = decode_pointer(message.body, self.key)
         fields.update(workflow=pointer.workflow, request_id=pointer.request_id, version=pointer.version)
-        record = yield from status_steps(pointer.workflow, pointer.request_id, self._retries)
-        if record is None:
+        found = yield from _runs.read_steps(pointer.workflow, pointer.request_id, self._retries)
+        if found is None:
             raise MessageRejectedError(
                 f"no request {pointer.request_id!r} of {pointer.workflow!r} was submitted"
             )
+        record, row = found
         fields["version"] = record.version
         since = record.started_at if record.not_before is None else record.not_before
         if since is not None and message.deliveries == 1:
@@ -132,6 +133,8 @@ class Handling(Outcomes):
             no_longer_waiting=clearing,
             kept_until=record.kept_until,
             tags=record.tags,  # kept in the completion record
+            stop_if_cancelled=True,
+            record_version=row.version,
         )
         try:
             steps = execution_steps(
@@ -148,6 +151,10 @@ class Handling(Outcomes):
             if flow.limits:
                 steps = self._under_limits(steps, flow, pointer.request_id, clearing)
             done = yield from watched(steps, run_ref(pointer.workflow, pointer.request_id), holder.known)
+        except (
+            Cancelled
+        ):  # an operator's cancel landed while it ran: it stopped before an outside call or at its completion
+            return "cancelled"
         except LimitReachedError as full:  # a delayed continuation, never an attempt
             why = full.why
             raise Wait(why, delay=full.retry_after, recorded=record.waiting == why) from None

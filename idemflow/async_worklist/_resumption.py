@@ -1,5 +1,5 @@
 """Hand a failed, cancelled or stuck submitted request back to the workers (``idemflow retry``,
-``idemflow resume``), or stop one at its next step (``idemflow cancel``).
+``idemflow resume``); cancelling one is :mod:`idemflow.async_worklist._cancellation`.
 
 A delayed request (``submit(delay=)``) that ``retry`` resumes runs at once: its start time
 is cleared. A request ends ``failed`` when a step kept raising; after a fix is deployed,
@@ -7,7 +7,7 @@ is cleared. A request ends ``failed`` when a step kept raising; after a fix is d
 resumes it where it stopped (committed steps replay from their memos). A
 request ``running`` with nothing queued for it (its message was purged or
 dead-lettered by hand) is resumed the same way. Safe to run twice and while
-workers run: a second pointer is a harmless duplicate. ``aretry`` and ``acancel`` take the
+workers run: a second pointer is a harmless duplicate. ``aretry`` takes the
 same steps on the event loop (:mod:`idemflow.engine.drive_asyncio`), on asynchronous stores and queues.
 
 >>> from idemflow.stores import MemoryStore
@@ -67,24 +67,6 @@ async def aretry(
     return await adrive(steps, to_async(store), on_async_queue(to_async_queue(queue)))
 
 
-def cancel(store: Store, workflow: str, request_id: str, *, reason: str = "cancelled") -> RunStatus:
-    """Stop an unfinished submitted request: workers run none of its steps until :func:`retry`
-    resumes it; nothing is undone (:func:`idemflow.admin.abort_request` undoes). The status it had.
-
-    A worker already inside the request finishes the step it runs and stops at its next wait (a
-    timer, a message, a child, a retry's backoff); if it completes the request first, the request
-    ends ``completed``. Safe to run twice.
-    """
-    return drive(cancel_steps(workflow, request_id, reason), store)
-
-
-async def acancel(
-    store: Store | AsyncStore, workflow: str, request_id: str, *, reason: str = "cancelled"
-) -> RunStatus:
-    """:func:`cancel`, awaitable."""
-    return await adrive(cancel_steps(workflow, request_id, reason), to_async(store))
-
-
 def known_steps(workflow: str, request_id: str) -> Steps[RunRecord]:
     """The run record of a request, or :class:`InvalidInputError` if this store has none."""
     record = yield from status_steps(workflow, request_id, DEFAULT_POLICY)
@@ -106,14 +88,4 @@ def retry_steps(workflow: str, request_id: str, key: bytes | None) -> Steps[RunS
     body = encode_pointer(Pointer(workflow, record.version, request_id), key)
     with telemetry.span("idemflow.queue.send", workflow=workflow, request_id=request_id):
         yield Send(body, 0.0, record.lane)
-    return record.status
-
-
-def cancel_steps(workflow: str, request_id: str, reason: str) -> Steps[RunStatus]:
-    """:func:`cancel` as the engine's computation, for both APIs."""
-    record = yield from known_steps(workflow, request_id)
-    if record.status.final or record.status is RunStatus.CANCELLED:
-        return record.status
-    stored_arguments(record, request_id)  # only a submitted request can be resumed by workers
-    yield from _runs.cancel_steps(workflow, request_id, reason)
     return record.status

@@ -1,4 +1,5 @@
-"""Changes a worker makes to a run record outside the step engine: a waiting note, ``failed``.
+"""Changes a worker or an operator makes to a run record outside the step engine: a waiting
+note, ``failed``, ``cancelled`` and back.
 
 Each is a conditional write on the version just read, so it never
 overwrites an outcome another execution recorded meanwhile (a completion
@@ -11,15 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
 from idemflow.core.requests import Commit, Read, Steps
 from idemflow.engine.drive import drive
-from idemflow.records import Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
+from idemflow.keys import RUNS_TABLE, check_request_id, check_workflow_name, outbox_partition, wake_key
+from idemflow.records import CANCELLED_NOTE, Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Capabilities, Committed, Put, Row, RowRef, Store
+from idemflow.stores.base import Capabilities, Committed, Op, Put, Row, RowRef, Store
 from idemflow.stores.expiry import extend, extension_due
 
 
@@ -42,6 +44,11 @@ def read(
     return drive(_read(workflow, request_id, policy), store)
 
 
+def read_steps(workflow: str, request_id: str, policy: RetryPolicy) -> Steps[tuple[RunRecord, Row] | None]:
+    """:func:`read` as the engine's computation, for both APIs (a worker's delivery)."""
+    return _read(check_workflow_name(workflow), check_request_id(request_id), policy)
+
+
 def _read(workflow: str, request_id: str, policy: RetryPolicy) -> Steps[tuple[RunRecord, Row] | None]:
     row = yield from resent(policy.resending(policy.until()), Read(run_ref(workflow, request_id)))
     return None if row is None else (RunRecord.from_json(row.value), row)
@@ -53,12 +60,17 @@ def _replace_running(
     change: Mapping[str, object] | Callable[[RunRecord], Mapping[str, object]],
     policy: RetryPolicy,
     keep: Keep | None = None,
+    *,
+    cancelled_too: bool = False,
 ) -> Steps[bool]:
     """Rewrite an unfinished record with ``change`` (or what it says for the record read);
-    False if it finished meanwhile or was gone."""
+    False if it finished meanwhile or was gone, or, unless ``cancelled_too``, was cancelled (a
+    worker's note or failure never replaces an operator's cancel)."""
     for _ in range(3):  # only another note or failure can move it: a few tries settle it
         found = yield from _read(workflow, request_id, policy)
         if found is None or found[0].status.final:
+            return False
+        if found[0].status is RunStatus.CANCELLED and not cancelled_too:
             return False
         record, row = found
         fields = change(record) if callable(change) else change
@@ -77,8 +89,10 @@ def _rewrite(
     row: Row,
     policy: RetryPolicy,
     keep: Keep | None = None,
+    beside: Sequence[Op] = (),
 ) -> Steps[bool]:
-    """Write ``updated`` over the record read as ``row``, if it is still that version; it expires
+    """Write ``updated`` over the record read as ``row``, if it is still that version (with the
+    operations ``beside`` it, in the same commit); it expires
     by the request's own retention where the record carries one, else by ``policy``'s, from
     the end of the wait ``keep`` names (its rows extended first where their bound is too near),
     and never before the bound its rows are kept until."""
@@ -94,7 +108,8 @@ def _rewrite(
     value: JSON = updated.to_json()
     text = encode(value, "run record", envelope=3)
     put = Put(ref, value, text, expect=row.version, expires_at=expires)
-    return isinstance((yield from resent(policy.resending(policy.until()), Commit([put]))), Committed)
+    written = yield from resent(policy.resending(policy.until()), Commit([put, *beside]))
+    return isinstance(written, Committed)
 
 
 def waiting_steps(
@@ -174,6 +189,8 @@ def attempt_steps(
             return True  # our own write, applied though its answer was lost
         if found is None or found[0].status.final or found[0].attempts != seen:
             return False
+        if found[0].status is RunStatus.CANCELLED:  # no next attempt: nothing more of it runs
+            return False
         record, row = found
         note = (
             f"retrying step {failed.step} ({failed.identity}) after {failed.count} failed "
@@ -185,11 +202,54 @@ def attempt_steps(
 
 
 def cancel_steps(
-    workflow: str, request_id: str, reason: str, policy: RetryPolicy = DEFAULT_POLICY
-) -> Steps[bool]:
-    """Mark an unfinished request ``cancelled`` (False if it finished meanwhile)."""
-    change = {"status": RunStatus.CANCELLED, "waiting": f"cancelled: {reason}"[:500], "attempts": None}
-    return (yield from _replace_running(workflow, request_id, change, policy))
+    workflow: str,
+    request_id: str,
+    reason: str,
+    capabilities: Capabilities,
+    policy: RetryPolicy = DEFAULT_POLICY,
+) -> Steps[RunStatus]:
+    """Mark an unfinished request ``cancelled`` with ``reason``, and wake the parent that started
+    it (its ``wait`` then raises :class:`~idemflow.errors.ChildCancelledError`): one conditional
+    write of the record, with the parent's wake-up where one commit spans partitions (else the
+    wake-up first: a crash between them only wakes the parent for nothing).
+
+    The status the request had when the cancel was decided: ``running`` or ``failed`` (it is
+    cancelled now), ``cancelled`` (nothing to do), the outcome a racing worker recorded first
+    (``completed``, ``aborted``: left as it is), or ``unknown``."""
+    while True:  # each pass meets a record another writer moved: a few settle it
+        found = yield from _read(workflow, request_id, policy)
+        if found is None:
+            return RunStatus.UNKNOWN
+        record, row = found
+        if record.status.final or record.status is RunStatus.CANCELLED:
+            return record.status
+        note = (CANCELLED_NOTE + reason)[:500]
+        updated = dataclasses.replace(
+            record, status=RunStatus.CANCELLED, reason=reason, waiting=note, attempts=None
+        )
+        beside: list[Op] = []
+        if record.parent is not None:
+            wake = _parent_wake(workflow, request_id, record, policy)
+            if capabilities.cross_partition_commit:
+                beside.append(wake)
+            else:
+                yield from resent(policy.resending(policy.until()), Commit([wake]))
+        if (yield from _rewrite(workflow, request_id, updated, row, policy, beside=beside)):
+            return record.status
+
+
+def _parent_wake(workflow: str, request_id: str, record: RunRecord, policy: RetryPolicy) -> Put:
+    """The wake-up of the parent ``record`` names, under the key its completion would write
+    (so a child retried and completed later writes the same row again)."""
+    assert record.parent is not None
+    parent = dataclasses.replace(record.parent, due=time.time())
+    cause = f"child {workflow}|{request_id}"
+    ref = RowRef(
+        RUNS_TABLE, outbox_partition(parent.request_id), wake_key(parent.workflow, parent.request_id, cause)
+    )
+    value: JSON = parent.to_json()
+    expires = time.time() + kept_for(policy, record.retention).retention
+    return Put(ref, value, encode(value), expires_at=expires)
 
 
 def reopen_steps(workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY) -> Steps[bool]:
@@ -201,8 +261,9 @@ def reopen_steps(workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_P
         "finished_at": None,
         "waiting": None,
         "attempts": None,
+        "reason": None,
     }
-    return (yield from _replace_running(workflow, request_id, change, policy))
+    return (yield from _replace_running(workflow, request_id, change, policy, cancelled_too=True))
 
 
 def start_now_steps(workflow: str, request_id: str, policy: RetryPolicy = DEFAULT_POLICY) -> Steps[bool]:

@@ -7,7 +7,7 @@
         [--after CURSOR] [--json]
     idemflow runs show --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID [--json]
     idemflow retry --store URL --queue URL WORKFLOW REQUEST_ID
-    idemflow cancel --store URL WORKFLOW REQUEST_ID [--reason R]
+    idemflow cancel --store URL WORKFLOW REQUEST_ID [--reason R] [--children]
     idemflow resume --store URL --queue URL WORKFLOW REQUEST_ID
     idemflow abort --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID --reason R
     idemflow dead-letters list|redrive --queue URL [--id ID ...]

@@ -84,6 +84,9 @@ def add_request_parsers(commands: Any) -> None:
     cancel = commands.add_parser("cancel", help="stop a submitted request at its next step, undoing nothing")
     cancel.add_argument("--store", required=True)
     cancel.add_argument("--reason", default="cancelled by an operator")
+    cancel.add_argument(
+        "--children", action="store_true", help="also cancel the requests it started, depth first"
+    )
     cancel.add_argument("workflow")
     cancel.add_argument("request_id")
 
@@ -109,9 +112,10 @@ def run_request_command(args: argparse.Namespace, store: Store) -> int:
     if args.command in ("retry", "resume"):
         return _retry(args, store)
     if args.command == "cancel":
-        was = cancel(store, args.workflow, args.request_id, reason=args.reason)
-        stopped = not was.final and was is not RunStatus.CANCELLED
-        print(json.dumps({"request_id": args.request_id, "was": was.value, "cancelled": stopped}))
+        was = cancel(store, args.workflow, args.request_id, reason=args.reason, children=args.children)
+        stopped = not was.final and was not in (RunStatus.CANCELLED, RunStatus.UNKNOWN)
+        answer = {"request_id": args.request_id, "was": was.value, "cancelled": stopped}
+        print(json.dumps({**answer, "children": True} if args.children else answer))
         return 0
     if args.command == "abort":
         flows = [flow for spec in args.workflows for flow in load_workflows(spec)]

@@ -229,8 +229,17 @@ class ConsoleData:
 
     # -- actions -------------------------------------------------------------------------------
 
-    def act(self, action: str, request_id: str, workflow: str | None, reason: str | None) -> dict[str, JSON]:
-        """Carry out ``action`` through :mod:`idemflow.admin`; what it found and did."""
+    def act(
+        self,
+        action: str,
+        request_id: str,
+        workflow: str | None,
+        reason: str | None,
+        *,
+        children: bool = False,
+    ) -> dict[str, JSON]:
+        """Carry out ``action`` through :mod:`idemflow.admin`; what it found and did (``children``:
+        a cancel cancels the requests it started too)."""
         if self.settings.read_only:
             raise ConsoleRefusedError("this console is read-only")
         if action not in ACTIONS:
@@ -249,15 +258,17 @@ class ConsoleData:
                 "done": not was.final,
             }
         if action == "cancel":
-            was = cancel(self.store, name, request_id, reason=reason or "cancelled from the console")
+            said = reason or "cancelled from the console"
+            was = cancel(self.store, name, request_id, reason=said, children=children)
             done = not was.final and was is not RunStatus.CANCELLED
-            return {
+            answer: dict[str, JSON] = {
                 "action": action,
                 "request_id": request_id,
                 "workflow": name,
                 "was": was.value,
                 "done": done,
             }
+            return {**answer, "children": True} if children else answer
         flows = [flow for flow in self.workflows if flow.name == name]
         if not flows:
             raise ConsoleRefusedError(f"abort needs the code of workflow {name!r} (--workflows)")

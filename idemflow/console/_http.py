@@ -6,7 +6,8 @@ Routes (pages, then the JSON API behind them; docs/console.md documents the API)
     GET  /                          requests, filtered and paged
     GET  /runs/ID?workflow=W        a request's timeline and actions
     GET  /runs/ID/abort?workflow=W  the abort confirmation: the compensations that will run
-    POST /runs/ID/ACTION            retry, resume, cancel or abort (form: csrf, action_id, workflow)
+    POST /runs/ID/ACTION            retry, resume, cancel or abort (form: csrf, action_id, workflow;
+                                    cancel also takes children=1: the requests it started too)
     GET  /dead-letters              dead letters;  POST /dead-letters/redrive
     GET  /login?token=T, POST /login   a browser signs in with the token
     GET  /api/runs, /api/runs/ID, /api/dead-letters, /api/session;  POST /api/runs/ID/ACTION,
@@ -197,10 +198,11 @@ class Handler(BaseHTTPRequestHandler):
             request_id, action = segments[-2], segments[-1]
             workflow = _text(form, "workflow") or query.get("workflow") or None
             reason = _text(form, "reason")
+            children = _flag(form, "children")
 
             def act() -> dict[str, JSON]:
                 before = data.request(request_id, workflow) if action == "abort" else {}
-                outcome = data.act(action, request_id, workflow, reason)
+                outcome = data.act(action, request_id, workflow, reason, children=children)
                 if action == "abort":
                     outcome["compensations"] = before.get("compensations", [])
                 return outcome
@@ -338,6 +340,17 @@ def _text(form: dict[str, Any], name: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}")
     return value or None
+
+
+def _flag(form: dict[str, Any], name: str) -> bool:
+    """A form's or JSON body's yes-or-no field (``1``, ``true``, ``0``, ``false``, absent: no);
+    :class:`InvalidInputError` for anything else."""
+    value = form.get(name)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("", "0", "false", "1", "true"):
+        return value.lower() in ("1", "true")
+    raise InvalidInputError(f"{name} must be true or false, not {value!r}")
 
 
 def _json_bytes(value: JSON) -> bytes:

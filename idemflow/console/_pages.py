@@ -259,6 +259,12 @@ def _actions(shown: dict[str, JSON], csrf: str, action_id: str) -> str:
             f'<form method="post" action="{target}">{hidden(csrf, f"{action_id}-{name}", workflow=workflow)}'
             f'<button type="submit" id="{name}">{ACTION_LABELS[name]}</button></form>'
         )
+        if name == "cancel":  # a form of its own (its own action id): the requests it started too
+            fields = hidden(csrf, f"{action_id}-cancel-children", workflow=workflow, children="1")
+            parts.append(
+                f'<form method="post" action="{target}">{fields}'
+                '<button type="submit" id="cancel-children">Cancel with children</button></form>'
+            )
     return "".join(parts) or '<span class="meta">no action applies</span>'
 
 

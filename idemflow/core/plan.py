@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from idemflow.core.row import Version
 from idemflow.records import OutboxEntry, RunRecord
 from idemflow.serialization import JSON
 
@@ -120,6 +121,15 @@ class Plan:
     (``submit(tags=)``, ``run(tags=)``), or, resuming, those its run record holds, as a resuming
     caller read them: the completion record is written blind, and must keep them. An execution
     that meets a record claimed first keeps that record's instead (the first claim's win)."""
+    stop_if_cancelled: bool = False
+    """Read the run record before each outside call this execution makes anew, and stop there
+    (:class:`Cancelled`) if an operator cancelled the request; its completion is then written
+    only over the record's version last read, so a cancel that lands first is never overwritten
+    (workers, and a child ``run`` runs in the process)."""
+    record_version: Version | None = None
+    """The version of the run record the caller read just before this execution (a worker's
+    delivery): the first step run anew needs no read of its own, and the completion is written
+    over it if no later read came."""
 
 
 DEFAULT_PLAN = Plan()
@@ -130,6 +140,15 @@ class Finished(BaseException):
 
     def __init__(self, record: RunRecord) -> None:
         super().__init__(record.status.value)
+        self.record = record
+
+
+class Cancelled(BaseException):
+    """The run record says an operator cancelled the request: unwind, running nothing more (every
+    step committed so far stands)."""
+
+    def __init__(self, record: RunRecord) -> None:
+        super().__init__(record.reason)
         self.record = record
 
 

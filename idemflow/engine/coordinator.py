@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, assert_never
 
+from idemflow.core.plan import Cancelled
 from idemflow.core.requests import Scan, SkippingClock, Sleep, Steps
 from idemflow.engine.attempt import Extra, constant
 from idemflow.engine.cursor import Cursor
@@ -28,6 +29,7 @@ from idemflow.engine.store_calls import StoreCalls
 from idemflow.engine.wakeups import announce, wake_row
 from idemflow.errors import (
     ChildAborted,
+    ChildCancelledError,
     IdempotencyKeyReuseError,
     InvalidInputError,
     LimitExceededError,
@@ -287,7 +289,7 @@ class Coordinator:
                     f"wait: no request {node.request_id!r} of workflow {node.workflow!r} was started"
                 )
             record = RunRecord.from_json(row.value)
-            if record.status.final:
+            if record.status.final or record.status is RunStatus.CANCELLED:  # cancelled: ChildCancelledError
                 outcome = child_outcome(record)
                 return (
                     yield from stepper.forward(
@@ -314,7 +316,10 @@ class Coordinator:
                     failure.identity,
                 )
             elif node.call is not None and node.call.version == record.version:
-                yield from self._run_child(given, node.call, node.request_id, record)
+                try:
+                    yield from self._run_child(given, node.call, node.request_id, record)
+                except Cancelled:  # while it ran here: its record, read again, says so
+                    continue
             else:
                 yield from self.suspend(None, _POLL, "")
 
@@ -403,4 +408,6 @@ def child_result(value: Any, node: WaitFor) -> Any:
     """A child's result from its outcome (:class:`~idemflow.errors.ChildAborted` if it aborted)."""
     if isinstance(value, dict) and value.get("status") == RunStatus.ABORTED.value:
         raise ChildAborted(value.get("reason"), node.workflow, node.request_id)
+    if isinstance(value, dict) and value.get("status") == RunStatus.CANCELLED.value:
+        raise ChildCancelledError(node.workflow, node.request_id, value.get("reason"))
     return value.get("result") if isinstance(value, dict) else None

@@ -47,6 +47,7 @@ from idemflow.core.plan import (
     DEFAULT_PLAN,
     Aborting,
     AtCheckpoint,
+    Cancelled,
     Checkpointed,
     Finished,
     OtherVersion,
@@ -73,7 +74,13 @@ from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
 from idemflow.engine.together import Together
 from idemflow.engine.tx import Reader
-from idemflow.errors import CompensationError, LimitReachedError, NonDeterminismError, StepFailedError
+from idemflow.errors import (
+    CompensationError,
+    LimitReachedError,
+    NonDeterminismError,
+    RequestCancelledError,
+    StepFailedError,
+)
 from idemflow.keys import memo_prefix
 from idemflow.records import RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON
@@ -84,6 +91,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "Aborting",
     "AtCheckpoint",
+    "Cancelled",
     "Checkpointed",
     "Execution",
     "Finished",
@@ -239,7 +247,9 @@ class Execution:
         """Run to the end (completed, or aborted and compensated) and return the outcome.
 
         Raises :class:`Checkpointed` and :class:`OtherVersion` to the caller,
-        and, under ``plan.step_errors``, :class:`StepFailedError` for a step's error.
+        and, under ``plan.step_errors``, :class:`StepFailedError` for a step's error. A request an
+        operator cancelled raises :class:`Cancelled` where the plan stops for it, else
+        :class:`~idemflow.errors.RequestCancelledError`.
         """
         given = self._given
         if not (given.traced or given.logged):
@@ -283,6 +293,11 @@ class Execution:
             if given.plan.submission is not None and not given.capabilities.cross_partition_commit:
                 yield CommitCache([Delete(self._recorder.outbox_ref())])  # written before the claim
             return finished.record
+        except Cancelled as cancelled:
+            if given.plan.stop_if_cancelled:  # a worker's: it drops the delivery
+                raise
+            reason = cancelled.record.cancel_reason
+            raise RequestCancelledError(given.workflow, given.request_id, reason) from None
         except (NonDeterminismError, LimitReachedError, *INFRASTRUCTURE):
             raise
         except Exception as exc:
@@ -377,6 +392,7 @@ def _run_child(given: Given, call: Call, request_id: str, record: RunRecord) -> 
         durable_outcome=True,
         incarnation=record.incarnation,
         tags=record.tags,
+        stop_if_cancelled=True,  # a child is cancelled as a worker's request is: before an outside call
     )
     inner = Execution(
         given.capabilities,

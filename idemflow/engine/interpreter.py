@@ -59,7 +59,13 @@ from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.together import Together
 from idemflow.engine.tx import Tx
-from idemflow.errors import ChildAborted, CompensationError, InvalidInputError, NonDeterminismError
+from idemflow.errors import (
+    ChildAborted,
+    ChildCancelledError,
+    CompensationError,
+    InvalidInputError,
+    NonDeterminismError,
+)
 from idemflow.keys import RUNS_TABLE
 from idemflow.serialization import JSON
 
@@ -217,8 +223,8 @@ class Interpreter:
                 step = self._atomic(node, self._fold) if type(node) is Atomic else self.evaluate(node)
                 try:
                     value = yield from step
-                except ChildAborted as aborted:  # the workflow may catch it where it waited
-                    yielded = generator.throw(aborted)
+                except (ChildAborted, ChildCancelledError) as ended:  # the workflow may catch it there
+                    yielded = generator.throw(ended)
                     continue
                 try:
                     yielded = generator.send(value)

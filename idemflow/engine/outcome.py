@@ -7,14 +7,20 @@ answer and every duplicate's serialise to the same bytes. A submission's
 outcome deletes its outbox entry; a child's wakes its parent. A completion
 right after a timer also takes the place of the step after it
 (:data:`~idemflow.engine.memo_reader.WAIT_ENDED`), where an operator's abort meeting the
-timer writes its memo: whichever is written first, the other meets it.
+timer writes its memo: whichever is written first, the other meets it. Under workers the
+record is written over the version its execution last read, so an operator's cancel that
+lands first stands (the last step still commits, alone) and one that lands second finds the
+request completed.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+from idemflow.core.plan import Cancelled
 from idemflow.core.requests import CommitCache, Steps
 from idemflow.engine.cursor import Cursor
-from idemflow.engine.deferred import DeferredCommit
+from idemflow.engine.deferred import DeferredCommit, Pending, Restart
 from idemflow.engine.given import Given, log
 from idemflow.engine.memo_reader import WAIT_ABORTED, WAIT_ENDED, AbortWorkflow, MemoReader
 from idemflow.engine.run_record import RunRecorder
@@ -24,7 +30,7 @@ from idemflow.errors import BackendError, InvalidValueError, NonDeterminismError
 from idemflow.keys import RUNS_TABLE, step_tag
 from idemflow.records import MEMO_AT, RUN_AT, Memo, RunRecord, RunStatus, memo_row, memo_text, new_incarnation
 from idemflow.serialization import JSON, encode, sorted_keys
-from idemflow.stores.base import Committed, Conflict, Delete, Insert, Op, Put, RowRef
+from idemflow.stores.base import Committed, Cond, Conflict, Delete, Expect, Insert, Op, Put, RowRef
 
 
 class OutcomeWriter:
@@ -77,7 +83,12 @@ class OutcomeWriter:
             yield from recorder.meet(outcome.failures[0].existing)
             incarnation = recorder.incarnation  # the record met is the run's: its claim, its tags
             record, value, text = self._record(status, result, reason, incarnation)
-        ops: list[Op] = [Put(run_ref, value, text, expires_at=given.expiry())]
+        expect: Expect = Cond.ANY
+        if plan.stop_if_cancelled:  # written over the version last read: a cancel since then stands
+            if recorder.seen is None:
+                yield from recorder.look()
+            expect = Cond.ANY if recorder.seen is None else recorder.seen
+        ops: list[Op] = [Put(run_ref, value, text, expect, given.expiry())]
         opened = self._cursor.after_waits
         places: dict[RowRef, int] = {}
         if opened and status is RunStatus.COMPLETED:  # an abort meeting a timer writes there too
@@ -102,7 +113,7 @@ class OutcomeWriter:
                 deferred.foldable(ops)
                 and len(pending.ops) + len(ops) <= given.capabilities.max_ops_per_commit
             ):
-                yield from deferred.commit([*pending.ops, *ops], pending, None)
+                yield from self._folded(pending, ops)
                 ops = []
             else:
                 yield from deferred.commit(pending.ops, pending, None)
@@ -135,6 +146,43 @@ class OutcomeWriter:
             raise InvalidValueError(f"result of workflow {given.workflow!r}", bad.problem) from None
         return record, value, text
 
+    def _folded(self, pending: Pending, ops: list[Op]) -> Steps[None]:
+        """The last step's commit with the outcome's ``ops``. Where the record's put expects a
+        version (``Plan.stop_if_cancelled``) and the record moved, the outcome is sent again
+        over its version now; if the record says ``cancelled``, the step is committed alone (it
+        finishes; the request stops) and :class:`~idemflow.core.plan.Cancelled` raised."""
+        deferred = self._deferred
+        while True:
+            try:
+                yield from deferred.commit([*pending.ops, *ops], pending, None)
+                return
+            except Restart:
+                put = ops[0]
+                if not (self._given.plan.stop_if_cancelled and isinstance(put, Put)):
+                    raise
+                try:
+                    version = yield from self._record_moved(put.expect)
+                except Cancelled:
+                    yield from deferred.commit(pending.ops, pending, None)
+                    raise
+                if version == put.expect:  # the record stands as read: the step's commit failed
+                    raise
+                ops = [dataclasses.replace(put, expect=version), *ops[1:]]
+
+    def _record_moved(self, expect: Expect) -> Steps[Expect]:
+        """The run record's version after the outcome's put expecting ``expect`` did not apply:
+        raises :class:`~idemflow.core.plan.Cancelled` if an operator cancelled the request
+        meanwhile, :class:`~idemflow.core.plan.Finished` if another execution ended it."""
+        row = yield from self._calls.read(self._given.run_ref)
+        if row is None:
+            return expect
+        record = RunRecord.from_json(row.value)
+        if record.status is RunStatus.CANCELLED:
+            raise Cancelled(record)
+        if record.status.final:
+            yield from self._recorder.meet(row)  # raises Finished: its outcome is the answer
+        return row.version
+
     def _wait_ended(self, step: int, incarnation: str | None) -> Insert:
         """The completion's memo in the place of step ``step``, the one after a timer: an insert,
         as the memo an operator's abort meeting the timer writes there."""
@@ -151,7 +199,7 @@ class OutcomeWriter:
         every step is committed, a duplicate replays them), a store that stays unreachable costs
         the record, not the answer; not where an abort may race it."""
         given = self._given
-        if places:
+        if places or given.plan.stop_if_cancelled:
             while not isinstance((outcome := (yield from self._calls.commit(ops, given.run_ref))), Committed):
                 ops = yield from self._met_after_waits(outcome, ops, places)
             return
@@ -181,6 +229,10 @@ class OutcomeWriter:
         kept = list(ops)
         for failure in outcome.failures:
             op = ops[failure.index]
+            if isinstance(op, Put) and op.ref == given.run_ref:  # a put over a version: it moved
+                version = yield from self._record_moved(op.expect)
+                kept[kept.index(op)] = dataclasses.replace(op, expect=version)
+                continue
             step = places.get(op.ref) if isinstance(op, Insert) else None
             if step is None:  # pragma: no cover - the record's put and the rest expect nothing
                 raise AssertionError(f"the outcome's {type(op).__name__} on {op.ref} cannot fail")

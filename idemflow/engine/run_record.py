@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from idemflow.core.plan import Checkpointed, Finished, JournalEntry, OtherVersion, Suspended
+from idemflow.core.plan import Cancelled, Checkpointed, Finished, JournalEntry, OtherVersion, Suspended
 from idemflow.core.requests import Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
@@ -21,7 +21,7 @@ from idemflow.engine.store_calls import StoreCalls
 from idemflow.errors import IdempotencyKeyReuseError, InvalidValueError, LimitExceededError
 from idemflow.records import OutboxEntry, RunRecord, RunStatus, new_incarnation, outbox_ref
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
+from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef, Version
 
 
 class RunRecorder:
@@ -32,9 +32,11 @@ class RunRecorder:
         "_cursor",
         "_given",
         "_outbox_written",
+        "_read_before",
         "adopted",
         "copy",
         "incarnation",
+        "seen",
         "started_at",
         "tags",
     )
@@ -58,6 +60,12 @@ class RunRecorder:
         self.tags = given.plan.tags
         """The request's tags as this execution knows them: its caller's (stored by its claim, or
         read by a resuming caller), or those of the record it met, which was claimed first."""
+        self.seen: Version | None = given.plan.record_version
+        """The run record's version as :meth:`look` last read it (or the caller, before this
+        execution): the completion of an execution that stops when cancelled is written only
+        over it (a cancel since then is not undone)."""
+        self._read_before = given.plan.record_version is not None
+        """The caller read the record just before this execution: the first look is that read."""
 
     def claimed_at(self) -> float | None:
         """The claim time the completion record carries: the caller's (a resumed request's, read
@@ -140,11 +148,35 @@ class RunRecorder:
             yield from self.claim()
         raise Suspended(entries, due, why, duplicate=self.copy, claimed_at=self.started_at)
 
+    def look(self, *, reading: bool = True) -> Steps[None]:
+        """Read the run record before a step runs anew (``Plan.stop_if_cancelled``): raises
+        :class:`~idemflow.core.plan.Cancelled` if an operator cancelled the request (nothing more
+        of it runs); else keeps the version read (:attr:`seen`). A record that ended meanwhile
+        stops nothing here: the memos decide (an abort's, met by a call that answered late, is
+        undone by this execution too), and the outcome's write then meets that record.
+
+        Only an outside call's step reads (``reading``): an atomic step is one local commit whose
+        cost the hand-written minimum sets, and a cancel landing before it is still kept, by the
+        completion written over the version last read."""
+        if self._read_before:  # a worker read it as it took the message: the first step's look
+            self._read_before = False
+            return
+        if not reading:
+            return
+        row = yield from self._calls.read(self._given.run_ref)
+        if row is None:
+            return
+        self.seen = row.version
+        record = RunRecord.from_json(row.value)
+        if record.status is RunStatus.CANCELLED:
+            raise Cancelled(record)
+
     def meet(self, existing: Row | None) -> Steps[None]:
         """Another execution of this request id came first: check, then replay or return.
 
         Raises :class:`~idemflow.core.plan.Finished` (the request is over),
-        :class:`~idemflow.core.plan.OtherVersion`, or
+        :class:`~idemflow.core.plan.Cancelled` (an operator stopped it; not to an abort or a
+        submission), :class:`~idemflow.core.plan.OtherVersion`, or
         :class:`~idemflow.errors.IdempotencyKeyReuseError` (another input).
         """
         if existing is None:
@@ -161,6 +193,8 @@ class RunRecorder:
             )
         if record.status.final:
             raise Finished(record)
+        if record.status is RunStatus.CANCELLED and plan.abort is None and plan.submission is None:
+            raise Cancelled(record)  # ``run`` of a cancelled request id runs nothing of it
         if plan.submission is not None and record.input is None:
             yield from self._adopt(existing, record)
             return

@@ -243,6 +243,8 @@ class Stepper:
                 if row is not None:
                     return memos.answer(row, identity)
                 cursor.fresh()
+            if given.plan.stop_if_cancelled:  # before an outside call: a cancel stops the request here
+                yield from recorder.look(reading=call_out is not None)
             peek = None
             if not cursor.run_known:
                 if not given.capabilities.cross_partition_commit:

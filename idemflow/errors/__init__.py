@@ -52,6 +52,7 @@ from idemflow.errors._input import (
 )
 from idemflow.errors._outcomes import (
     ChildAborted,
+    ChildCancelledError,
     CompensationError,
     ConsoleExposedError,
     ConsoleRefusedError,
@@ -59,6 +60,7 @@ from idemflow.errors._outcomes import (
     EffectTimeoutError,
     LimitReachedError,
     MessageNotDeliveredError,
+    RequestCancelledError,
     RequestFailedError,
     RequestNotFoundError,
     StepFailedError,
@@ -110,6 +112,7 @@ def __getattr__(name: str) -> type[IdemflowError]:
 __all__ = [
     "BackendError",
     "ChildAborted",
+    "ChildCancelledError",
     "CompensationError",
     "ConfigurationError",
     "ConflictError",
@@ -131,6 +134,7 @@ __all__ = [
     "MissingIdempotencyKeyError",
     "NonDeterminismError",
     "QueueError",
+    "RequestCancelledError",
     "RequestFailedError",
     "RequestNotFoundError",
     "StepFailedError",

@@ -47,6 +47,8 @@ class ErrorCode(StrEnum):
     """A step raised while a worker ran it: retried under its policy."""
     REQUEST_FAILED = "request_failed"
     """A submitted request ended failed: retry it after a fix, or abort it."""
+    CANCELLED = "cancelled"
+    """An operator cancelled the request: nothing more of it runs until it is retried."""
     TIMEOUT = "timeout"
     """An effect's attempt took longer than its timeout (that attempt failed), or a stream's reader
     waited longer than its own for the next value."""

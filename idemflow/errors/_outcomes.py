@@ -165,6 +165,46 @@ class RequestFailedError(IdemflowError):
         )
 
 
+class RequestCancelledError(IdemflowError):
+    """The request was cancelled (``idemflow cancel``, :func:`idemflow.admin.cancel`): none of its
+    steps runs until an operator retries it, and nothing it committed was undone.
+
+    A handle's ``result()`` raises it as soon as the run record says ``cancelled`` (not after its
+    timeout), and ``run`` raises it for a request id that was cancelled; ``reason`` is the one the
+    operator gave.
+
+    >>> str(RequestCancelledError("checkout", "o-1", "customer called"))
+    "workflow 'checkout' request 'o-1' cancelled: 'customer called'"
+    """
+
+    code = ErrorCode.CANCELLED
+
+    def __init__(self, workflow: str, request_id: str, reason: object) -> None:
+        super().__init__(workflow, request_id, reason)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"workflow {self.workflow!r} request {self.request_id!r} cancelled: {self.reason!r}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RequestCancelledError) and self.args == other.args
+
+    def __hash__(self) -> int:
+        return hash((type(self), repr(self.args)))
+
+
+class ChildCancelledError(RequestCancelledError):
+    """The child a workflow waited for (``yield wait(child)``) was cancelled: thrown where it
+    waited, as :class:`ChildAborted` is for a child that aborted.
+
+    ``workflow`` and ``request_id`` name the child; ``reason`` is the operator's. The outcome is
+    memoized, so every execution of the parent meets it at the same step, even once the child is
+    retried; a parent that does not catch it fails there like any step that raises.
+    """
+
+
 class EffectTimeoutError(IdemflowError, TimeoutError):
     """An effect's attempt ran longer than its ``timeout``: that attempt failed (and may be retried).
 

@@ -19,6 +19,7 @@ from idemflow.errors import (
     LimitReachedError,
     MessageNotDeliveredError,
     MissingIdempotencyKeyError,
+    RequestCancelledError,
     RequestFailedError,
     TransientError,
     VersionNotHeldError,
@@ -92,6 +93,8 @@ def refusal(exc: Exception, refusals: Mapping[str, int] | None = None) -> Refusa
             return Refusal(409, "aborted", str(reason))
         case RequestFailedError():
             return Refusal(500, "failed", str(exc))
+        case RequestCancelledError():
+            return Refusal(409, "cancelled", str(exc))
         case LimitReachedError(retry_after=after):
             wait = {"Retry-After": str(max(1, math.ceil(after)))}
             return Refusal(429, "limit_reached", f"{exc}; retry with the same {KEY_HEADER}", wait)

@@ -6,7 +6,7 @@ They live beside the request's run record, so one scan of that partition finds t
 workflow code is needed to read them.
 
 >>> from idemflow import close_stream, run, set_event, workflow, write_stream
->>> >>> from idemflow.stores import MemoryStore
+>>> from idemflow.stores import MemoryStore
 >>> @workflow("doc-publish")
 ... def publish(n):
 ...     yield set_event("stage", "counting")

@@ -41,7 +41,13 @@ from idemflow.engine.drive import drive
 from idemflow.engine.execution import Execution, OtherVersion, Plan
 from idemflow.engine.monad import Idem
 from idemflow.engine.tx import Reader
-from idemflow.errors import IdempotencyKeyReuseError, LimitReachedError, VersionNotHeldError, WorkflowAborted
+from idemflow.errors import (
+    IdempotencyKeyReuseError,
+    LimitReachedError,
+    RequestCancelledError,
+    VersionNotHeldError,
+    WorkflowAborted,
+)
 from idemflow.keys import check_request_id, check_workflow_name
 from idemflow.limits.gate import gated
 from idemflow.running.request_spec import Request, describe, describe_request
@@ -139,7 +145,7 @@ def execution_steps(
         return (yield from expiry.watched(ran, execution.record_ref, known))
     except IdempotencyKeyReuseError:
         raise  # the record is another input's: nothing of this one's was written
-    except WorkflowAborted:
+    except (WorkflowAborted, RequestCancelledError):
         raise  # an outcome, not a left-over: its record says so
     except Exception as exc:
         why = f"left unfinished by run at step {execution.step}"
@@ -192,6 +198,7 @@ def _versioned(
             durable_outcome=base.durable_outcome,
             step_errors=base.step_errors,
             tags=base.tags,
+            stop_if_cancelled=base.stop_if_cancelled,
         )
         return (
             yield from _execution(request, request_id, store, policy, clock, plan, reader).run(again.node)

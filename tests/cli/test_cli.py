@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, RetryPolicy, atomic, checkpoint, run, workflow
+from idemflow import Idem, RetryPolicy, atomic, checkpoint, run, start, wait, workflow
 from idemflow.admin import RunRecord
 from idemflow.cli import main
 from idemflow.client import RunStatus, status, submit
@@ -25,7 +25,7 @@ from idemflow.serialization import JSON, encode
 from idemflow.stores import SqliteStore
 from idemflow.stores.base import Committed, Insert, Put
 from idemflow.testing.servers import Moto
-from idemflow.worker import SqliteQueue
+from idemflow.worker import SqliteQueue, Worker
 from tests.support.expiries import expiries
 
 
@@ -398,3 +398,35 @@ def test_a_read_only_queue_command_never_creates_a_cloud_queue(
     sqs = boto3.client("sqs", endpoint_url=moto.endpoint, region_name=moto.region)
     name = url.split(":", 1)[1].split("?", 1)[0]
     assert not [found for found in sqs.list_queues().get("QueueUrls", []) if name in found]
+
+
+def test_cancel_with_children_cancels_the_requests_it_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @workflow("cli-kid")
+    def kid(name: str) -> Generator[Idem[Any], Any, Any]:
+        yield checkpoint()
+        yield atomic("items", name, lambda tx: tx.put("kid", 1) or "kid")
+        return "kid"
+
+    @workflow("cli-parent")
+    def parent(name: str) -> Generator[Idem[Any], Any, Any]:
+        child = yield start(kid(name), request_id=name + "-kid")
+        return (yield wait(child))
+
+    path = tmp_path / "cascade.sqlite3"
+    store, queue = SqliteStore(path), SqliteQueue(str(tmp_path / "q.db"))
+    submit(parent("p"), request_id="p", store=store, queue=queue)  # waits for its child, queued
+    url = f"sqlite:{path}"
+    assert main(["cancel", "--store", url, "--children", "--reason", "stop", "cli-parent", "p"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == {"request_id": "p", "was": "running", "cancelled": True, "children": True}
+    assert [status(store, *name).status for name in [("cli-parent", "p"), ("cli-kid", "p-kid")]] == [
+        RunStatus.CANCELLED
+    ] * 2
+    Worker([parent, kid], store=store, queue=queue, wait=0.05, relay_every=None).run(idle_timeout=0.3)
+    assert status(store, "cli-kid", "p-kid").status is RunStatus.CANCELLED  # its pointer ran nothing
+    assert main(["cancel", "--store", url, "cli-parent", "p"]) == 0  # again: nothing to do
+    assert json.loads(capsys.readouterr().out) == {"request_id": "p", "was": "cancelled", "cancelled": False}
+    store.close()
+    queue.close()

@@ -190,11 +190,16 @@ def test_received_message_is_hidden_then_redelivered_with_one_more_delivery(
     queue = queue_factory()
     other = queue_factory.other(queue)
     queue.send('{"job": 1}')
+    before = time.monotonic()  # the message's hiding starts after this
     [first] = drain(queue_factory, queue, 1)
     assert first.deliveries == 1
-    assert other.receive() == []  # hidden from everyone while its holder works
-    queue_factory.let_pass(LOCAL_VT + 1)
-    [again] = drain(queue_factory, other, 1)
+    early = other.receive()  # hidden from everyone while its holder works: seen again only once
+    assert early == [] or time.monotonic() - before >= queue_factory.vt  # a loaded machine paused past it
+    if early:
+        [again] = early
+    else:
+        queue_factory.let_pass(LOCAL_VT + 1)
+        [again] = drain(queue_factory, other, 1)
     assert (again.id, again.body, again.deliveries) == (first.id, first.body, 2)
     other.ack(again)
 

@@ -509,3 +509,31 @@ def test_a_request_page_shows_its_events_and_streams_without_its_code(tmp_path: 
         page = client.get("/runs/pub-1?workflow=console-publisher").body
         assert 'id="events"' in page and 'id="streams"' in page
         assert "tok_9" not in page and "closed at step 5" in page and "open" in page
+
+
+def test_cancel_with_children_reaches_the_requests_it_started(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "s.db"))
+    queue = SqliteQueue(str(tmp_path / "q.db"))
+    store.create_tables("items")
+    submit(tour("oslo"), request_id="tour-oslo", store=store, queue=queue)
+    Worker(WORKFLOWS, store=store, queue=queue, wait=0.05, relay_every=None).run(idle_timeout=0.5)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    with running(_settings(token=TOKEN), store, queue) as console:
+        client = Client(console.url, headers=bearer)
+        page = client.get("/runs/tour-oslo?workflow=tour").body
+        assert 'id="cancel"' in page and 'id="cancel-children"' in page
+        assert 'name="children" value="1"' in page  # the second form says so
+        refused = client.post_json("/api/runs/tour-oslo/cancel", {"children": "maybe"})
+        assert refused.status == 400 and status(store, "tour", "tour-oslo").status is RunStatus.RUNNING
+        done = client.post_json("/api/runs/tour-oslo/cancel", {"children": True, "reason": "storm"}).json()
+        assert done == {
+            "action": "cancel",
+            "request_id": "tour-oslo",
+            "workflow": "tour",
+            "was": "running",
+            "done": True,
+            "children": True,
+        }
+        for flow, request_id in [("tour", "tour-oslo"), ("booking", "oslo-seat")]:
+            seen = status(store, flow, request_id)
+            assert (seen.status, seen.reason) == (RunStatus.CANCELLED, "storm"), request_id

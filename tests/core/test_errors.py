@@ -33,7 +33,7 @@ OUTCOMES = {"WorkflowAborted", "ChildAborted"}
 
 
 def test_every_error_class_is_in_the_tree_with_a_code_and_a_regular_name() -> None:
-    assert len(CLASSES) == 30
+    assert len(CLASSES) == 32
     for cls in CLASSES:
         assert isinstance(cls.code, ErrorCode), cls
         assert cls.__name__.endswith("Error") or cls.__name__ in OUTCOMES, cls
@@ -66,6 +66,8 @@ MADE: list[IdemflowError] = [
     errors.ConsoleExposedError("0.0.0.0"),
     errors.LimitReachedError("wf", "r", "concurrency slot of workflow wf (2 at once)", 0.25),
     errors.ChildAborted("why", "child", "r-c"),
+    errors.RequestCancelledError("wf", "r", "customer called"),
+    errors.ChildCancelledError("child", "r-c", {"by": "ops"}),
     backend_error(
         "refused", ErrorCode.CREDENTIALS_REFUSED, backend="sqs", operation="SendMessage", service_code="403"
     ),

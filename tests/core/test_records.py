@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idemflow.errors import InvalidValueError
-from idemflow.records import memo_row, memo_text
+from idemflow.records import RunRecord, RunStatus, child_outcome, memo_row, memo_text
 from idemflow.serialization import encode
 
 values = st.recursive(
@@ -50,3 +50,13 @@ def test_a_memos_text_is_the_full_encodings_and_so_is_its_refusal(
         assert (also.value.where, also.value.problem) == (refused.where, refused.problem)
         return
     assert memo_text(identity, value, aborted=aborted, at=at, run=run) == expected
+
+
+def test_a_cancelled_record_keeps_its_reason_and_an_older_one_has_it_in_its_note() -> None:
+    record = RunRecord("fp", RunStatus.CANCELLED, reason="fraud review", waiting="cancelled: fraud review")
+    stored = record.to_json()
+    assert stored["reason"] == "fraud review" and RunRecord.from_json(stored) == record
+    assert child_outcome(record) == {"status": "cancelled", "reason": "fraud review"}
+    older = RunRecord.from_json({"fp": "fp", "status": "cancelled", "wait": "cancelled: checking"})
+    assert (older.reason, older.cancel_reason) == (None, "checking")
+    assert "reason" not in RunRecord("fp", RunStatus.RUNNING, reason="stale").to_json()  # only where meant

@@ -29,8 +29,9 @@ from idemflow import (
     send,
     workflow,
 )
+from idemflow.admin import cancel
 from idemflow.asgi import Idempotency, answer
-from idemflow.client import asend_message, send_message, status, submit
+from idemflow.client import RunStatus, asend_message, send_message, status, submit
 from idemflow.running.runner import run_status
 from idemflow.stores import MemoryStore, SqliteStore
 from idemflow.stores.base import CommitOutcome, Op
@@ -455,3 +456,22 @@ def test_a_send_from_a_run_reaches_the_helpers_queue_at_once(tmp_path: Path) -> 
     assert queue.approximate_size() == timers + 1  # the receiver's wake-up, sent at once
     Worker([subscription], store=store, queue=queue, wait=0.01, relay_every=None).run(idle_timeout=0.1)
     assert status(store, "subscription", "s-1").result == {"cancelled": True}
+
+
+def test_a_cancelled_request_reads_cancelled_with_its_reason_and_a_run_of_it_is_409(
+    sqlite_idem: Idempotency,
+) -> None:
+    with TestClient(fastapi_app(sqlite_idem)) as client:
+        order = {"customer": "cy", "amount": 4}
+        accepted = client.post("/orders/later", json=order, headers={"Idempotency-Key": "o-9"})
+        assert accepted.status_code == 202 and isinstance(sqlite_idem.store, SqliteStore)
+        assert cancel(sqlite_idem.store, "checkout", "o-9", reason="fraud review") is RunStatus.RUNNING
+        seen = client.get(accepted.headers["Location"])
+        assert (seen.status_code, seen.json()["status"], seen.json()["reason"]) == (
+            200,
+            "cancelled",
+            "fraud review",
+        )
+        again = client.post("/orders", json=order, headers={"Idempotency-Key": "o-9"})
+        assert (again.status_code, again.json()["error"]) == (409, "cancelled")
+        assert "fraud review" in again.json()["detail"]

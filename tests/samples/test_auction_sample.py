@@ -762,7 +762,7 @@ def test_demo_with_sigkilled_servers_and_workers_on_azurite(
         store=f"azure:?prefix={prefix}",
         queue=f"azure-queue:{prefix}?visibility_timeout=2",
         kills=3,
-        load=cli.LoadSettings(bids=60, items=3, bidders=6, users=4, window=2.5, seed=13),
+        load=cli.LoadSettings(bids=60, items=3, bidders=6, users=4, window=5.0, seed=13),
     )
     report = cli.run_demo(settings)
     assert report.ok, report.render()
@@ -780,7 +780,7 @@ def test_demo_on_dynamodb_local_under_the_services_conflicts(
         store=dynamodb_url("dynamodb-local", request, prefix),
         queue=f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2",
         kills=2,
-        load=cli.LoadSettings(bids=60, items=3, bidders=6, users=8, window=2.5, seed=17),
+        load=cli.LoadSettings(bids=60, items=3, bidders=6, users=8, window=5.0, seed=17),
     )
     report = cli.run_demo(settings)
     assert report.ok, report.render()

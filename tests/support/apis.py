@@ -183,6 +183,21 @@ class BlockingApi:
         self.calls.note()
         return abort_request(store, workflows, workflow, request_id, **options)
 
+    def cancel(self, store: Store, workflow: str, request_id: str, **options: Any) -> Any:
+        """An operator's cancel (:func:`idemflow.admin.cancel`): the status the request had."""
+        from idemflow.admin import cancel
+
+        self.calls.note()
+        return cancel(store, workflow, request_id, **options)
+
+    def result(self, store: Store, workflow: str, request_id: str, **options: Any) -> Any:
+        """A handle's ``result()`` (:class:`~idemflow.client.Pending`) for the request; its polls
+        never sleep here: a test that needs one fails instead of waiting."""
+        from idemflow.client import Pending
+
+        self.calls.note()
+        return Pending(store, workflow, request_id, sleep=_no_sleep).result(**options)
+
     def worker(self, workflows: Iterable[Any], *, store: Store, queue: Any, **options: Any) -> Any:
         from idemflow.worker import Worker
 
@@ -268,6 +283,23 @@ class AsyncioApi:
         twin = async_twin(store)
         return LOOP.run(_flushed(twin, aabort_request(twin, workflows, workflow, request_id, **options)))
 
+    def cancel(self, store: Store, workflow: str, request_id: str, **options: Any) -> Any:
+        """:func:`idemflow.admin.acancel` on the store's asynchronous twin."""
+        from idemflow.admin import acancel
+
+        self.calls.note()
+        twin = async_twin(store)
+        return LOOP.run(_flushed(twin, acancel(twin, workflow, request_id, **options)))
+
+    def result(self, store: Store, workflow: str, request_id: str, **options: Any) -> Any:
+        """:meth:`~idemflow.client.AsyncPending.result` on the store's asynchronous twin, polling
+        once an hour: a test that needs a second look fails on the minute it is given instead."""
+        from idemflow.client import AsyncPending
+
+        self.calls.note()
+        handle = AsyncPending(async_twin(store), workflow, request_id)
+        return LOOP.run(asyncio.wait_for(handle.result(poll=3600.0, **options), 60.0))
+
     def worker(self, workflows: Iterable[Any], *, store: Store, queue: Any, **options: Any) -> Any:
         return AsyncWorkerBlocking(workflows, store=store, queue=queue, calls=self.calls, **options)
 
@@ -277,6 +309,10 @@ class AsyncioApi:
 
 
 Api = BlockingApi | AsyncioApi
+
+
+def _no_sleep(seconds: float) -> None:
+    raise AssertionError(f"a handle's result() polled again (for {seconds} s): it should have answered")
 
 
 class Handles(Protocol):
