@@ -19,7 +19,7 @@ of its own, so a span it opens is its own. What is true of the request (the run 
 steps committed) stays shared.
 
 How the branches end is for :mod:`idemflow.engine.together` to read: a value, an error (an
-``Exception``, an abort, a suspension for a worker, a lost ``any_of``), or not at all (an
+``Exception``, an abort, a cancel, a suspension for a worker, a lost ``any_of``), or not at all (an
 ``any_of`` decided first). Anything else a branch raises (the process dying, the request found
 finished, another version met) ends them all at once.
 """
@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from idemflow.core.plan import Suspended
+from idemflow.core.plan import Cancelled, Suspended
 from idemflow.core.requests import Abandon, CallOut, Collect, Launch, Skipped, Sleep, Steps
 from idemflow.engine.attempt import NOT_CALLED
 from idemflow.engine.cursor import Cursor, Position
@@ -41,7 +41,7 @@ from idemflow.engine.memo_reader import AbortWorkflow
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
 
-ENDS = (Exception, AbortWorkflow, Preempted, Suspended, Skipped)
+ENDS = (Exception, AbortWorkflow, Cancelled, Preempted, Suspended, Skipped)
 """What a branch may end with, for its group to read; anything else ends every branch."""
 
 
@@ -85,7 +85,8 @@ class Branches:
         """Run ``computations`` side by side, each from its position: the branches as they ended
         and the one whose end stopped them, if any.
 
-        Without ``first`` (``all_of``) every branch runs to its end; once one failed or aborted,
+        Without ``first`` (``all_of``) every branch runs to its end; once one failed, aborted or
+        found the request cancelled,
         no branch makes a call it has not made yet (it is thrown :class:`Skipped` instead,
         which gives back what it took) and the waits in the air are let go, but the calls in
         the air are waited for and committed. With ``first`` (``any_of``), the first branch to
@@ -187,10 +188,10 @@ class Branches:
 
 def _stops(branch: Branch, first: bool) -> bool:
     """Whether ``branch``'s end stops the others: any end but a suspension (or a skip) under
-    ``first``; a failure or an abort otherwise."""
+    ``first``; a failure, an abort or a cancel otherwise."""
     if first:
         return not isinstance(branch.error, Suspended | Skipped)
-    return isinstance(branch.error, Exception | AbortWorkflow)
+    return isinstance(branch.error, Exception | AbortWorkflow | Cancelled)
 
 
 def _replay(branches: list[Branch]) -> None:

@@ -405,7 +405,8 @@ def skipped_to(clock: Callable[[], float], due: float) -> bool:
 
 
 def child_result(value: Any, node: WaitFor) -> Any:
-    """A child's result from its outcome (:class:`~idemflow.errors.ChildAborted` if it aborted)."""
+    """A child's result from its outcome (:class:`~idemflow.errors.ChildAborted` if it aborted,
+    :class:`~idemflow.errors.ChildCancelledError` if an operator cancelled it)."""
     if isinstance(value, dict) and value.get("status") == RunStatus.ABORTED.value:
         raise ChildAborted(value.get("reason"), node.workflow, node.request_id)
     if isinstance(value, dict) and value.get("status") == RunStatus.CANCELLED.value:

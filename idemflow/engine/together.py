@@ -28,7 +28,7 @@ import datetime
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, assert_never
 
-from idemflow.core.plan import JournalEntry, Suspended
+from idemflow.core.plan import Cancelled, JournalEntry, Suspended
 from idemflow.core.requests import Steps
 from idemflow.engine.attempt import constant
 from idemflow.engine.branches import Branch, Branches
@@ -143,6 +143,10 @@ class Together:
                     _undo_unknown(undone, first, member)
             cursor.stand(end)
             raise aborted
+        cancelled = next((b.error for b in ended if isinstance(b.error, Cancelled)), None)
+        if cancelled is not None:  # an operator stopped it: the answers in the air were kept
+            cursor.stand(end)
+            raise cancelled
         failed = next((b for b in ended if isinstance(b.error, Exception)), None)
         if failed is not None and failed.error is not None:
             cursor.stand(failed.position)  # the failing branch's step, identity and policy

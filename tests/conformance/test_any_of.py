@@ -271,3 +271,38 @@ def test_a_worker_takes_the_first_answer_once(store: Store, api: Api) -> None:
         service.release()
     assert api.status(store, "worker-first", space).result == [1, "fast"]
     assert service.calls == {"slow": 1, "fast": 1}
+
+
+def test_a_request_waiting_in_any_of_is_cancelled_at_once_and_resumed_where_it_stopped(
+    store: Store, api: Api
+) -> None:
+    from idemflow.admin import retry
+    from idemflow.client import send_message
+    from idemflow.errors import RequestCancelledError
+
+    space, service, clock = new_space(), Service(), Clock()
+    queue = MemoryQueue(clock=clock)
+
+    @workflow("cancelled-wait")
+    def waiting(space: str) -> Generator[Any, Any, Any]:
+        yield checkpoint()
+        index, word = yield any_of(receive("word"), sleep(3600))
+        yield effect(service.quote("after", 1))
+        return [index, word]
+
+    api.submit(waiting(space), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([waiting], store=store, queue=queue, clock=clock)
+    worker.handle(queue.receive()[0])  # waiting for a word or its hour
+    assert api.cancel(store, "cancelled-wait", space, reason="gave up") is RunStatus.RUNNING
+    with pytest.raises(RequestCancelledError, match="gave up"):
+        api.result(store, "cancelled-wait", space)
+    send_message(store, "cancelled-wait", space, "word", "hello", key=space + "m", queue=queue)
+
+    def stopped() -> bool:
+        return api.status(store, "cancelled-wait", space).status is RunStatus.CANCELLED
+
+    deliver_all(worker, queue, clock, step=600, settled=stopped)  # the word's wake-up, the hour's end
+    assert stopped() and service.calls == {}
+    retry(store, queue, "cancelled-wait", space)
+    deliver_all(worker, queue, clock, step=600)
+    assert api.status(store, "cancelled-wait", space).result == [0, "hello"] and service.calls == {"after": 1}
