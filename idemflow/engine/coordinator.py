@@ -127,7 +127,7 @@ class Coordinator:
             case Start():
                 return (yield from self._start(node))
             case WaitFor():
-                return (yield from self._wait(node))
+                return child_result((yield from self.outcome_of(node)), node)
             case Post():
                 return (yield from self._post(node))
             case Receive():
@@ -271,9 +271,6 @@ class Coordinator:
             yield from announce(given, entry, outbox.ref)
         return child
 
-    def _wait(self, node: WaitFor) -> Steps[Any]:
-        return child_result((yield from self.outcome_of(node)), node)
-
     def outcome_of(self, node: WaitFor) -> Steps[Any]:
         """``wait``'s step: the child's outcome as its memo keeps it (:func:`child_result` reads it)."""
         given, stepper = self._given, self._stepper
@@ -290,12 +287,8 @@ class Coordinator:
                 )
             record = RunRecord.from_json(row.value)
             if record.status.final or record.status is RunStatus.CANCELLED:  # cancelled: ChildCancelledError
-                outcome = child_outcome(record)
-                return (
-                    yield from stepper.forward(
-                        RUNS_TABLE, given.request_id, identity, constant(outcome), None
-                    )
-                )
+                done_as = constant(child_outcome(record))
+                return (yield from stepper.forward(RUNS_TABLE, given.request_id, identity, done_as, None))
             if given.plan.suspend:
                 waiting = f"waiting for {node.workflow!r} request {node.request_id!r}"
                 parent = record.parent

@@ -168,28 +168,10 @@ class Execution:
         )
         self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred, memos)
         self._publisher = publisher = Publisher(given, cursor, stepper)
-        together = Together(
-            given,
-            cursor,
-            calls,
-            memos,
-            recorder,
-            journal,
-            stepper,
-            coordinator,
-            Branches(cursor, stepper, calls),
-        )
+        branches = Branches(cursor, stepper, calls)
+        together = Together(given, cursor, calls, memos, recorder, journal, stepper, coordinator, branches)
         self._interpreter = Interpreter(
-            given,
-            cursor,
-            recorder,
-            deferred,
-            journal,
-            stepper,
-            coordinator,
-            compensator,
-            publisher,
-            together,
+            given, cursor, recorder, deferred, journal, stepper, coordinator, compensator, publisher, together
         )
 
     @property
