@@ -62,9 +62,10 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # Four workers on two cores: under two, half the CPU sat idle (the cases wait on servers, timers
-# and processes); the slow cases are collected first (tests/support/selection.py).
+# and processes); the slow cases are collected first (tests/support/selection.py) and handed out two
+# at a time (--maxschedchunk), so they spread over the workers instead of filling the first one.
 test: setup lint typecheck docs
-	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 4 -q
+	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 4 --maxschedchunk 2 -q
 
 bench: setup
 	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m benchmarks

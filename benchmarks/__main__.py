@@ -7,10 +7,10 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, cost, limits, pool, events, summary; and ``soak`` (10 minutes of steady
-load on one SQLite file: run by name only, never by default). ``--stores`` limits the
-store-parametrized benchmarks (calls, users, outbox, asyncio_api, runs_list, timers, and
-contention, booking, cost and events, which run sqlite,dynamodb-local,azurite unless told);
+runs_list, timers, booking, cost, limits, pool, events, together, summary; and ``soak`` (10
+minutes of steady load on one SQLite file: run by name only, never by default). ``--stores``
+limits the store-parametrized benchmarks (calls, users, outbox, asyncio_api, runs_list, timers,
+and contention, booking, cost and events, which run sqlite,dynamodb-local,azurite unless told);
 ``cloud`` and ``peers`` start moto / Azurite themselves (``--no-servers`` skips them and the
 server stores, leaving only the pure-Python and SQLite parts). ``--library PATH`` and ``--tag TAG``
 go to ``cost`` and ``soak``: the idemflow under PATH is imported instead of this tree's, and the
@@ -46,6 +46,7 @@ ORDER = (
     "limits",
     "pool",
     "events",
+    "together",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -71,6 +72,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "summary",
         "pool",
         "events",
+        "together",
     ):
         import importlib
 

@@ -82,6 +82,7 @@ from idemflow.running.handlers import idempotent, idempotent_function
 from idemflow.running.publishing import close_stream, set_event, write_stream
 from idemflow.running.runner import run, run_result
 from idemflow.running.runner_asyncio import arun, arun_result
+from idemflow.running.together import all_of, any_of
 from idemflow.running.workflows import Workflow, workflow
 from idemflow.stores._opening import open_async_store, open_store
 
@@ -128,6 +129,8 @@ __all__ = [
     "Workflow",
     "WorkflowAborted",
     "abort",
+    "all_of",
+    "any_of",
     "arun",
     "arun_result",
     "atomic",

@@ -38,6 +38,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
             "contention",
             "outbox",
             "events",
+            "together",
             "--quick",
             "--no-servers",
             "--out",
@@ -60,6 +61,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
         "outbox.md",
         "outbox.png",
         "events.md",
+        "together.md",
         "summary.md",
     ):
         assert (out / name).stat().st_size > 0, name

@@ -16,6 +16,7 @@ DOCS = [
     ROOT / "docs" / "migrating.md",
     ROOT / "docs" / "coordination.md",
     ROOT / "docs" / "events-and-streams.md",
+    ROOT / "docs" / "concurrency.md",
     ROOT / "docs" / "outside-calls.md",
     ROOT / "docs" / "errors.md",
     ROOT / "docs" / "serverless.md",

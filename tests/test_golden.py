@@ -9,7 +9,8 @@ that set events and wrote streams (``make_events_golden.py``), ``retention/``
 requests submitted with a retention of their own (``make_retention_golden.py``), ``scheduled/``
 delayed and prioritised requests waiting, with their messages' lanes and visible times
 (``make_scheduled_golden.py``), ``tagged/`` requests started with tags in every state a record
-keeps them (``make_tagged_golden.py``).
+keeps them (``make_tagged_golden.py``), ``together/`` ``all_of`` and ``any_of`` blocks caught half
+done, decided and waiting (``make_together_golden.py``).
 Loaded into each store, this version must answer the finished ones from their records, finish the
 others exactly once, and read the old messages.
 """
@@ -375,10 +376,43 @@ def test_tagged_requests_of_every_release_are_listed_by_tag_and_keep_their_tags_
     }
 
 
+TOGETHER = sorted(Path(__file__).with_name("golden").joinpath("together").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", TOGETHER, ids=lambda path: path.stem)
+def test_all_of_and_any_of_requests_of_every_release_finish_calling_only_what_no_memo_answers(
+    store: Store, path: Path
+) -> None:
+    """Blocks of branches as an earlier release left them (``make_together_golden.py``): an
+    ``all_of`` dead after two of its three memos makes the third call only; a finished
+    ``any_of`` and one dead after its decision answer from their memos, with the winner they
+    decided; the ones waiting for a message or their time end with the message in their inbox,
+    or the timeout."""
+    from tests.golden import make_together_golden as g
+
+    messages = load(store, path)
+    g.CALLS.clear()
+    clock = Clock()
+    clock.now = g.NOW + g.NAP + 1  # the waits are over
+    assert run(g.quotes("ann"), request_id="all-half", store=store, clock=clock) == 1
+    assert run(g.first("bo"), request_id="any-done", store=store, clock=clock) == [0, "x"]
+    assert run(g.first("cy"), request_id="any-decided", store=store, clock=clock) == [0, "x"]
+    assert g.CALLS == {"c": 1}
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    deliver_all(worker, queue, clock)
+    assert worker.stats.dead_lettered == 0
+    assert status(store, "g-wait", "any-note").result == [0, "hello"]
+    assert status(store, "g-wait", "any-nap").result == [1, None]
+
+
 def test_every_run_record_of_every_release_writes_back_byte_for_byte() -> None:
     """What a release wrote reads back as this version writes it, to the byte: a record without
     tags (or any field added since) gains nothing, and one with tags keeps them as stored."""
-    paths = [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED]
+    paths = [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED, *TOGETHER]
     records = [
         value
         for path in paths
@@ -390,7 +424,6 @@ def test_every_run_record_of_every_release_writes_back_byte_for_byte() -> None:
         assert encode(RunRecord.from_json(value).to_json()) == encode(value)
 
 
-RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5}
 EVENTS = sorted(Path(__file__).with_name("golden").joinpath("events").glob("*.json"))
 
 
@@ -432,6 +465,7 @@ RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5, "1
 def test_every_format_revision_has_golden_rows() -> None:
     """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
     releases = {
-        path.stem for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED, *EVENTS]
+        path.stem
+        for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED, *EVENTS, *TOGETHER]
     }
     assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))

@@ -128,6 +128,8 @@ class Worker(Handling):
         self.wait = wait
         self.relay_every = relay_every
         self._stop = threading.Event()
+        self._signalled: str | None = None
+        """The stop signal received, which :meth:`run` logs (never the handler itself)."""
         self._busy = 0
         self._last_activity = time.monotonic()
 
@@ -176,6 +178,9 @@ class Worker(Handling):
                     self._stop.set()
         finally:
             self._stop.set()
+            if self._signalled is not None:
+                event(logging.INFO, "stopping", signal=self._signalled)
+                self._signalled = None
             for thread in threads:
                 thread.join()
             self._stop.clear()  # this run's stop: the next run works again
@@ -208,7 +213,7 @@ class Worker(Handling):
 
     def _install_signal_handlers(self) -> Callable[[], None]:
         def stopping(sig: signal.Signals) -> None:
-            event(logging.INFO, "stopping", signal=sig.name)
+            self._signalled = sig.name  # logged by run: a handler's write may land inside another
             self.stop()
 
         return stop_on_signals(stopping)

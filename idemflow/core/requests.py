@@ -107,6 +107,40 @@ class CallOut:
 
 
 @dataclass(frozen=True, slots=True)
+class Launch:
+    """Start ``request`` (an effect's :class:`CallOut`, or a :class:`Sleep` a branch waits out)
+    without waiting for it: answered at once with a flight, a handle only the driver that made it
+    reads. ``all_of`` and ``any_of`` launch their branches' requests so that they run together
+    (threads under a blocking driver, tasks on an event loop)."""
+
+    request: CallOut | Sleep
+
+
+@dataclass(frozen=True, slots=True)
+class Collect:
+    """Wait until at least one of ``flights`` landed: answered with ``[(flight, Landed)]`` for
+    every one that has, in the order they landed."""
+
+    flights: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Abandon:
+    """Let ``flights`` go unanswered: an event loop cancels their tasks; a thread's call goes on,
+    its answer dropped (Python cannot stop a thread). Answered with None."""
+
+    flights: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """What a launched request answered (``value``), or the error it raised (``error``)."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Scan:
     """Every row of a table (or one partition), sorted: answered with ``list[(partition, key, Row)]``."""
 
@@ -138,7 +172,21 @@ class Settle:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
-Request = Read | ReadMany | Commit | CommitCache | Sleep | Turn | CallOut | Scan | Send | Settle
+Request = (
+    Read
+    | ReadMany
+    | Commit
+    | CommitCache
+    | Sleep
+    | Turn
+    | CallOut
+    | Launch
+    | Collect
+    | Abandon
+    | Scan
+    | Send
+    | Settle
+)
 
 Steps = Generator[Request, Any, T]
 """A computation of the engine that yields requests and returns a ``T``."""
@@ -150,6 +198,12 @@ class ProcessDied(BaseException):
     store call, so the engine passes this through the handlers that would write on the way out
     (giving limit slots or an effect's lease back): what the execution held stays held until
     its lease ends, as after a SIGKILL."""
+
+
+class Skipped(BaseException):
+    """The answer to a branch's :class:`CallOut` or :class:`Sleep` that is not carried out: its
+    ``all_of`` failed or aborted, or its ``any_of`` was decided. The call was not made, so what
+    was taken for it (its effect lease, its limit group's slot) is given back on the way out."""
 
 
 class NeedRows(BaseException):

@@ -17,13 +17,14 @@ from typing import Any, assert_never
 
 from idemflow.core.plan import Cancelled
 from idemflow.core.requests import Scan, SkippingClock, Sleep, Steps
+from idemflow.engine.attempt import Extra, constant
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
 from idemflow.engine.journal import Journal
 from idemflow.engine.memo_reader import WAIT_ABORTED, MemoReader, WaitOver
 from idemflow.engine.monad import Call, Child, Coordination, Deadline, Post, Receive, Start, Until, WaitFor
 from idemflow.engine.run_record import RunRecorder
-from idemflow.engine.stepper import Extra, Stepper, constant
+from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
 from idemflow.engine.wakeups import announce, wake_row
 from idemflow.errors import (
@@ -118,15 +119,15 @@ class Coordinator:
                 return (yield from stepper.memoized(label, lambda tx: due))
             case Until(due):
                 while given.clock() < due:
-                    if _skipped_to(given.clock, due):
+                    if skipped_to(given.clock, due):
                         break
-                    yield from self._suspend(due, None, "sleeping until " + _when(due))
+                    yield from self.suspend(due, None, "sleeping until " + _when(due))
                 cursor.waited()  # an abort meeting the timer takes the place after it: see WAIT_ENDED
                 return None
             case Start():
                 return (yield from self._start(node))
             case WaitFor():
-                return (yield from self._wait(node))
+                return child_result((yield from self.outcome_of(node)), node)
             case Post():
                 return (yield from self._post(node))
             case Receive():
@@ -170,7 +171,7 @@ class Coordinator:
         yield Sleep(left, time.sleep)
         return True
 
-    def _suspend(self, due: float | None, poll: float | None, why: str) -> Steps[None]:
+    def suspend(self, due: float | None, poll: float | None, why: str) -> Steps[None]:
         """Hand the request to a worker until ``due`` (or a wake-up), or wait here: ``run`` sleeps
         until ``due`` or for ``poll`` seconds, then the caller looks again."""
         given = self._given
@@ -178,7 +179,13 @@ class Coordinator:
             yield from self._recorder.hand_over(self._journal.entries(), due, why)
         left = float("inf") if due is None else due - given.clock()
         longest = given.plan.longest_wait_here
-        if longest is not None and left > longest and not isinstance(given.clock, SkippingClock):
+        timed = self._cursor.deciding is not None and self._cursor.deciding.timed  # any_of's timer ends it
+        if (
+            longest is not None
+            and left > longest
+            and not timed
+            and not isinstance(given.clock, SkippingClock)
+        ):
             raise LimitExceededError(
                 f"workflow {given.workflow!r} request {given.request_id!r}",
                 f"{why} for {left:.0f} s in this process, longer than half its rows' retention "
@@ -264,14 +271,15 @@ class Coordinator:
             yield from announce(given, entry, outbox.ref)
         return child
 
-    def _wait(self, node: WaitFor) -> Steps[Any]:
+    def outcome_of(self, node: WaitFor) -> Steps[Any]:
+        """``wait``'s step: the child's outcome as its memo keeps it (:func:`child_result` reads it)."""
         given, stepper = self._given, self._stepper
         self._cursor.advance()
         identity = "wait " + node.workflow
         while True:
             done, value = yield from self._memos.replayed(identity)
             if done:
-                return _child_result(value, node)
+                return value
             row = yield from self._calls.read(run_ref(node.workflow, node.request_id))
             if row is None:
                 raise InvalidInputError(
@@ -279,11 +287,8 @@ class Coordinator:
                 )
             record = RunRecord.from_json(row.value)
             if record.status.final or record.status is RunStatus.CANCELLED:  # cancelled: ChildCancelledError
-                outcome = child_outcome(record)
-                value = yield from stepper.forward(
-                    RUNS_TABLE, given.request_id, identity, constant(outcome), None
-                )
-                return _child_result(value, node)
+                done_as = constant(child_outcome(record))
+                return (yield from stepper.forward(RUNS_TABLE, given.request_id, identity, done_as, None))
             if given.plan.suspend:
                 waiting = f"waiting for {node.workflow!r} request {node.request_id!r}"
                 parent = record.parent
@@ -292,7 +297,7 @@ class Coordinator:
                     given.request_id,
                 )
                 # Its outcome wakes the parent it recorded; any other waiter looks again now and then.
-                yield from self._suspend(None if woken else given.clock() + _LOOK_AGAIN, None, waiting)
+                yield from self.suspend(None if woken else given.clock() + _LOOK_AGAIN, None, waiting)
             elif record.status is RunStatus.FAILED and record.failure is not None:
                 failure = record.failure
                 raise RequestFailedError(
@@ -309,7 +314,7 @@ class Coordinator:
                 except Cancelled:  # while it ran here: its record, read again, says so
                     continue
             else:
-                yield from self._suspend(None, _POLL, "")
+                yield from self.suspend(None, _POLL, "")
 
     def _post(self, node: Post) -> Steps[None]:
         given, calls = self._given, self._calls
@@ -377,13 +382,13 @@ class Coordinator:
                 )
             if node.due is not None and given.clock() >= node.due:  # timed out: None, memoized
                 return (yield from stepper.forward(RUNS_TABLE, request_id, identity, lambda tx: None, None))
-            if node.due is not None and _skipped_to(given.clock, node.due):
+            if node.due is not None and skipped_to(given.clock, node.due):
                 continue  # a test's clock is past the timeout now: one more look, then None
             until = "" if node.due is None else " until " + _when(node.due)
-            yield from self._suspend(node.due, _POLL, f"waiting for a message on {node.topic!r}{until}")
+            yield from self.suspend(node.due, _POLL, f"waiting for a message on {node.topic!r}{until}")
 
 
-def _skipped_to(clock: Callable[[], float], due: float) -> bool:
+def skipped_to(clock: Callable[[], float], due: float) -> bool:
     """Whether ``clock`` is a test's :class:`SkippingClock`, now moved on to ``due``: its frozen
     time would never get there, so a timer or a receive's timeout would wait forever."""
     if not isinstance(clock, SkippingClock):
@@ -392,7 +397,9 @@ def _skipped_to(clock: Callable[[], float], due: float) -> bool:
     return True
 
 
-def _child_result(value: Any, node: WaitFor) -> Any:
+def child_result(value: Any, node: WaitFor) -> Any:
+    """A child's result from its outcome (:class:`~idemflow.errors.ChildAborted` if it aborted,
+    :class:`~idemflow.errors.ChildCancelledError` if an operator cancelled it)."""
     if isinstance(value, dict) and value.get("status") == RunStatus.ABORTED.value:
         raise ChildAborted(value.get("reason"), node.workflow, node.request_id)
     if isinstance(value, dict) and value.get("status") == RunStatus.CANCELLED.value:

@@ -16,13 +16,38 @@ memo: that is why no part counts steps on its own.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from idemflow.core.step_retry import StepRetry
+from idemflow.engine.decision import Decision
+
+
+class Position(NamedTuple):
+    """Where one branch of an ``all_of`` or ``any_of`` stands: what the cursor holds of the step
+    it is at, kept while the other branches move (:mod:`idemflow.engine.branches`)."""
+
+    step: int
+    identity: str
+    retry: StepRetry | None
+    replaying: bool
+    deciding: Decision | None
 
 
 class Cursor:
     """The step number and the request's state as this execution knows it."""
 
-    __slots__ = ("after_waits", "cleaning", "commits", "identity", "replaying", "retry", "run_known", "step")
+    __slots__ = (
+        "after_waits",
+        "cleaning",
+        "commits",
+        "deciding",
+        "identity",
+        "meetings",
+        "replaying",
+        "retry",
+        "run_known",
+        "step",
+    )
 
     def __init__(self, resume: bool) -> None:
         self.step = 0
@@ -45,6 +70,12 @@ class Cursor:
         (the workflow ended after the wait, or went on with steps that write none): an abort
         meeting the timer writes its memo there, so the request's completion takes each place
         with a memo of its own (:data:`~idemflow.engine.memo_reader.WAIT_ENDED`), and only one stands."""
+        self.meetings = 0
+        """How often this execution met another's run record (the branches of an ``all_of`` then
+        read their memos first, whichever met it)."""
+        self.deciding: Decision | None = None
+        """The ``any_of`` decision the step of a branch commits with, if it is one's
+        (:mod:`idemflow.engine.decision`)."""
 
     def advance(self) -> int:
         """Begin the next forward step: its number (the only place a step number is taken)."""
@@ -75,6 +106,7 @@ class Cursor:
         """Another execution's run record was met: from here each step reads its memo first."""
         self.run_known = True
         self.replaying = True
+        self.meetings += 1
 
     def fresh(self) -> None:
         """A memo was missing: memos are sequential, so none after it; run bodies from here."""
@@ -85,8 +117,16 @@ class Cursor:
         self.run_known = True
         self.commits += 1
 
+    def position(self) -> Position:
+        """Where the current branch stands, to come back to (:meth:`stand`)."""
+        return Position(self.step, self.identity, self.retry, self.replaying, self.deciding)
+
+    def stand(self, position: Position) -> None:
+        """Stand where a branch stood (or where a group of branches ends)."""
+        self.step, self.identity, self.retry, self.replaying, self.deciding = position
+
     def restart(self) -> None:
         """Back to the workflow's start, replaying whatever is committed (see ``Restart``)."""
         self.replaying = self.replaying or self.run_known
         self.step, self.identity, self.retry, self.cleaning = 0, "", None, False
-        self.after_waits = None
+        self.after_waits, self.deciding = None, None

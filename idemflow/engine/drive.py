@@ -16,9 +16,12 @@ from typing import Any, TypeVar
 
 from idemflow.core.policy import pause
 from idemflow.core.requests import (
+    Abandon,
     CallOut,
+    Collect,
     Commit,
     CommitCache,
+    Launch,
     Read,
     ReadMany,
     Scan,
@@ -27,6 +30,7 @@ from idemflow.core.requests import (
     Turn,
 )
 from idemflow.core.trampoline import trampoline
+from idemflow.engine.flights import abandon, collect, launch
 from idemflow.engine.turns import GATES
 from idemflow.errors import EffectTimeoutError
 from idemflow.stores.base import Store
@@ -77,6 +81,12 @@ def _other(request: object, store: Store, more: Answers | None) -> Any:
             return GATES.take(store, table, partition, until)
         case CallOut(function, key, _lease, timeout, name):
             return call_out(function, key) if timeout is None else _timed(function, key, timeout, name)
+        case Launch(launched):  # a branch of all_of / any_of: on a thread of its own
+            return launch(lambda: _other(launched, store, more))
+        case Collect(flights):
+            return collect(flights)
+        case Abandon(flights):
+            return abandon(flights)
     if more is not None:
         return more(request)
     raise TypeError(f"not an engine request: {request!r}")

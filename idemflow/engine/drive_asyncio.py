@@ -26,9 +26,12 @@ from typing import Any, TypeVar
 
 from idemflow.core.policy import apause
 from idemflow.core.requests import (
+    Abandon,
     CallOut,
+    Collect,
     Commit,
     CommitCache,
+    Launch,
     Read,
     ReadMany,
     Scan,
@@ -38,6 +41,7 @@ from idemflow.core.requests import (
 )
 from idemflow.core.trampoline import atrampoline
 from idemflow.engine.drive import STORE_REQUESTS, store_answer
+from idemflow.engine.flights import abandon, acollect, alaunch
 from idemflow.engine.turns import ASYNC_GATES
 from idemflow.errors import EffectTimeoutError
 from idemflow.stores.async_adapters import ThreadedStore
@@ -169,6 +173,12 @@ async def _other(request: object, store: AsyncStore, more: AsyncAnswers | None) 
                 if within.expired():  # not a TimeoutError the call raised itself
                     raise EffectTimeoutError(name, timeout) from None
                 raise
+        case Launch(launched):  # a branch of all_of / any_of: a task of its own
+            return alaunch(_other(launched, store, more))
+        case Collect(flights):
+            return await acollect(flights)
+        case Abandon(flights):
+            return abandon(flights)
     if more is not None:
         return await more(request)
     raise TypeError(f"not an engine request: {request!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from idemflow.core.requests import CallOut, ProcessDied, Steps
+from idemflow.core.requests import CallOut, ProcessDied, Skipped, Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
 from idemflow.engine.journal import Journal
@@ -82,6 +82,12 @@ class EffectCall:
                 return LOOK_AGAIN
         try:
             answer = yield call_out
+        except Skipped:  # a branch whose call is not made (its all_of failed): all given back
+            if token is not None:
+                assert group is not None
+                yield from give_back((group,), token, given.clock)
+            yield from self.lease_given_up(memo_ref, call_out)
+            raise
         except Exception as failed:
             # A call that timed out, lost its connection or raised what nobody declared over may
             # still be at the provider: its slot stays taken until its lease ends (which outlasts

@@ -57,6 +57,7 @@ from idemflow.core.plan import (
 )
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.core.requests import CommitCache, Steps
+from idemflow.engine.branches import Branches
 from idemflow.engine.coordinator import Coordinator
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit, Restart
@@ -71,6 +72,7 @@ from idemflow.engine.publisher import Publisher
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
+from idemflow.engine.together import Together
 from idemflow.engine.tx import Reader
 from idemflow.errors import (
     CompensationError,
@@ -166,8 +168,10 @@ class Execution:
         )
         self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred, memos)
         self._publisher = publisher = Publisher(given, cursor, stepper)
+        branches = Branches(cursor, stepper, calls)
+        together = Together(given, cursor, calls, memos, recorder, journal, stepper, coordinator, branches)
         self._interpreter = Interpreter(
-            given, cursor, recorder, deferred, journal, stepper, coordinator, compensator, publisher
+            given, cursor, recorder, deferred, journal, stepper, coordinator, compensator, publisher, together
         )
 
     @property

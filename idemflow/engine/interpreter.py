@@ -16,9 +16,11 @@ from typing import Any, assert_never
 
 from idemflow.compensation.compensator import Compensator, Done
 from idemflow.core.effect_keys import digest, idempotency_key
+from idemflow.core.limit_spec import Limit
 from idemflow.core.plan import AtCheckpoint, Checkpointed
 from idemflow.core.requests import CallOut, Steps
 from idemflow.core.step_retry import StepRetry
+from idemflow.engine.attempt import NOT_CALLED
 from idemflow.engine.coordinator import Coordinator
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit
@@ -28,6 +30,8 @@ from idemflow.engine.journal import Journal
 from idemflow.engine.memo_reader import AbortWorkflow
 from idemflow.engine.monad import (
     Abort,
+    AllOf,
+    AnyOf,
     Atomic,
     Bind,
     Call,
@@ -52,7 +56,8 @@ from idemflow.engine.monad import (
 )
 from idemflow.engine.publisher import Publisher
 from idemflow.engine.run_record import RunRecorder
-from idemflow.engine.stepper import NOT_CALLED, Stepper
+from idemflow.engine.stepper import Stepper
+from idemflow.engine.together import Together
 from idemflow.engine.tx import Tx
 from idemflow.errors import (
     ChildAborted,
@@ -86,6 +91,7 @@ class Interpreter:
         "_publisher",
         "_recorder",
         "_stepper",
+        "_together",
         "_workflow_call",
         "workflow_retry",
     )
@@ -101,6 +107,7 @@ class Interpreter:
         coordinator: Coordinator,
         compensator: Compensator,
         publisher: Publisher,
+        together: Together,
     ) -> None:
         self._given = given
         self._cursor = cursor
@@ -111,6 +118,7 @@ class Interpreter:
         self._coordinator = coordinator
         self._compensator = compensator
         self._publisher = publisher
+        self._together = together
         plan = given.plan
         self._fold = plan.fold and plan.submission is None
         """Steps a workflow yields directly may defer their commit to its next move (a
@@ -157,6 +165,10 @@ class Interpreter:
                     value = yield from self._coordinator.coordinate(node)
                 case SetEvent() | WriteStream() | CloseStream():
                     value = yield from self._publisher.publish(node)
+                case AllOf():
+                    value = yield from self._together.all_of(node, self._branch_effect, self._undone)
+                case AnyOf():
+                    value = yield from self._together.any_of(node, self._branch_effect, self._undone)
                 case _:
                     raise InvalidInputError(
                         f"workflow {self._given.workflow!r} met {node!r}, not an Idem description"
@@ -261,9 +273,7 @@ class Interpreter:
         label, compensate = node.label, node.compensate
         step = cursor.advance()
         key = idempotency_key(given.workflow, given.request_id, step)
-        group = node.group
-        if group is not None and self._workflow_call is not None and group in self._workflow_call.limits:
-            group = None  # the execution holds the group already, for the whole workflow
+        group = self._call_group(node)
         call = CallOut(node.function, key, node.lease, node.timeout, label, group)
         identity = "effect " + label
         retry = node.retry if node.retry is not None else self.workflow_retry
@@ -291,6 +301,20 @@ class Interpreter:
         if compensate is not None:
             self._compensator.register(Done(step, node, value, group=group))
         return value
+
+    def _call_group(self, node: Effect) -> Limit | None:
+        """The limit group held around an effect's call: none where the execution holds it
+        already, for the whole workflow."""
+        group, call = node.group, self._workflow_call
+        return None if group is not None and call is not None and group in call.limits else group
+
+    def _branch_effect(self, node: Effect) -> Steps[Any]:
+        """An effect as a branch of ``all_of`` or ``any_of``: committed at once, never folded."""
+        return self._effect(node, False)
+
+    def _undone(self, step: int, node: Effect, value: Any) -> None:
+        """A branch's undo, registered by its ``all_of`` or ``any_of`` (None: outcome unknown)."""
+        self._compensator.register(Done(step, node, value, group=self._call_group(node)))
 
     def _table_less(self, node: TableLess) -> Steps[Any]:
         given, stepper = self._given, self._stepper

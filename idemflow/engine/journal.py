@@ -10,6 +10,8 @@ This part keeps that list and makes that check; nothing else journals.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from idemflow.core.plan import AtCheckpoint, JournalEntry
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
@@ -20,7 +22,7 @@ class Journal:
     """The forward steps of an execution, journaled where a continuation needs them, checked
     where a resumed execution has them."""
 
-    __slots__ = ("_cursor", "_entries", "_given", "noting")
+    __slots__ = ("_cursor", "_entries", "_given", "_through", "noting")
 
     def __init__(self, given: Given, cursor: Cursor) -> None:
         self._given = given
@@ -29,6 +31,8 @@ class Journal:
         self._entries: list[JournalEntry] | None = [] if plan.at_checkpoint is AtCheckpoint.STOP else None
         self.noting = self._entries is not None or bool(plan.expected)
         """Whether steps are noted at all (the hot path of ``run`` asks only this)."""
+        self._through = 0
+        """The last step of the ``all_of`` or ``any_of`` journaled last (:meth:`block`)."""
 
     def entries(self) -> tuple[JournalEntry, ...]:
         """The forward steps so far, for a continuation to check its replay against."""
@@ -38,15 +42,28 @@ class Journal:
         """Start over (see :class:`~idemflow.engine.deferred.Restart`): nothing journaled."""
         if self._entries is not None:
             self._entries = []
+        self._through = 0
 
     def note(self, table: str, partition: str, identity: str) -> None:
         """Journal the current forward step, or check it against a resumed execution's
         (``("", "", "uuid4")`` for a derived value's step: no memo, but a number of its own)."""
-        if self._entries is not None:
+        step = self._cursor.step
+        if self._entries is not None and step > self._through:  # else journaled with its group
             self._entries.append((table, partition, identity))
+        self._check(step, table, partition, identity)
+
+    def block(self, first: int, entries: Sequence[JournalEntry]) -> None:
+        """Journal (and check) the steps of an ``all_of`` or ``any_of``, numbered from ``first``,
+        in their order, whatever order its branches reach them in."""
+        for offset, (table, partition, identity) in enumerate(entries):
+            if self._entries is not None:
+                self._entries.append((table, partition, identity))
+            self._check(first + offset, table, partition, identity)
+        self._through = first + len(entries) - 1
+
+    def _check(self, step: int, table: str, partition: str, identity: str) -> None:
         given = self._given
         expected = given.plan.expected
-        step = self._cursor.step
         if step <= len(expected) and expected[step - 1] != (table, partition, identity):
             recorded = "{2} on {0}/{1}".format(*expected[step - 1])
             met = f"{identity} on {table}/{partition}"

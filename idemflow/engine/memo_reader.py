@@ -127,7 +127,13 @@ class MemoReader:
         return (yield from calls.read(memo_ref))
 
     def earlier_memo_dropped(
-        self, outcome: CommitOutcome, ops: Sequence[Op], memo_ref: RowRef, *, claims: bool
+        self,
+        outcome: CommitOutcome,
+        ops: Sequence[Op],
+        memo_ref: RowRef,
+        *,
+        claims: bool,
+        also: int | None = None,
     ) -> Steps[bool]:
         """Whether a step's commit failed only on its memo insert meeting an earlier run's memo,
         now deleted: then the same operations are sent again (no rerun: an effect's call is not
@@ -137,11 +143,16 @@ class MemoReader:
         only drawn, not established: a memo of another incarnation may be a racing execution's
         that claimed first (a store may report only the first failed condition). Only a run
         record that is absent proves the memo an earlier run's: a memo is never written before
-        its run's record, and a record goes only once its request has finished."""
+        its run's record, and a record goes only once its request has finished.
+
+        ``also`` is where another memo's insert is among ``ops`` that an earlier run may have
+        left the same way: the ``any_of`` decision a branch's step carries."""
         assert not isinstance(outcome, Committed)
         failures = outcome.failures
-        if len(failures) != 1 or failures[0].index != MEMO_AT or ops[MEMO_AT].ref != memo_ref:
+        at = failures[0].index if len(failures) == 1 else None
+        if at is None or not (at == also or (at == MEMO_AT and ops[MEMO_AT].ref == memo_ref)):
             return False
+        memo_ref = ops[at].ref
         existing = failures[0].existing
         if existing is None or not of_earlier_run(existing, self._recorder.incarnation):
             return False

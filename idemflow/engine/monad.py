@@ -226,6 +226,36 @@ class Call(NamedTuple):
     """The concurrency and rate limits its requests take (``@workflow(..., concurrency=)``)."""
 
 
+class Timer(NamedTuple):
+    """``sleep(...)`` as a branch of ``any_of`` (a timeout): its due time is a step, memoized as a
+    sleep's, then it is waited for beside the other branches."""
+
+    deadline: Deadline
+
+
+class TimedReceive(NamedTuple):
+    """``receive(topic, timeout=)`` as a branch: its deadline's step, then the receive's."""
+
+    deadline: Deadline
+    topic: str
+
+
+Branch = Effect | WaitFor | Receive | TimedReceive | Timer
+"""What ``all_of`` and ``any_of`` run side by side (:mod:`idemflow.engine.together`)."""
+
+
+class AllOf(NamedTuple):
+    """``all_of(...)``: every branch side by side, their values in order."""
+
+    branches: tuple[Branch, ...]
+
+
+class AnyOf(NamedTuple):
+    """``any_of(...)``: the branches side by side until the first ends: ``(index, value)``."""
+
+    branches: tuple[Branch, ...]
+
+
 TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint
 """Steps with no table of their own; the engine dispatches on them exhaustively."""
 
@@ -248,6 +278,8 @@ Node = (
     | Checkpoint
     | Coordination
     | Publishing
+    | AllOf
+    | AnyOf
 )
 
 

@@ -22,10 +22,11 @@ from typing import Any, assert_never
 from idemflow.core.ops import Op, Put
 from idemflow.core.published import end_text, event_text, item_text
 from idemflow.core.requests import Steps
+from idemflow.engine.attempt import Extra, constant
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
 from idemflow.engine.monad import CloseStream, Publishing, SetEvent, WriteStream
-from idemflow.engine.stepper import Extra, Stepper, constant
+from idemflow.engine.stepper import Stepper
 from idemflow.errors import LimitExceededError, StreamClosedError
 from idemflow.keys import RUNS_TABLE, event_key, stream_end_key, stream_key
 from idemflow.serialization import JSON

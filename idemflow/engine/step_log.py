@@ -50,6 +50,9 @@ def observed(
     except WaitOver:  # an abort's memo at a wait met what a worker committed there
         outcome = "replayed"
         raise
+    except GeneratorExit:  # a branch an any_of let go (or one that outlived its all_of's failure)
+        outcome = "abandoned"
+        raise
     finally:
         if given.logged:
             given.log_event(

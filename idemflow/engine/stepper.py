@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from idemflow import telemetry
 from idemflow.core.policy import DataConflict, retried
 from idemflow.core.requests import CallOut, Commit, NeedRows, Prefetched, ReadMany, Steps, Turn
+from idemflow.engine.attempt import NOT_CALLED, RETRY, Extra, StepArgs, Unreachable, stop_if_present
 from idemflow.engine.cursor import Cursor
+from idemflow.engine.decision import Preempted, carry
 from idemflow.engine.deferred import DeferredCommit, Pending
 from idemflow.engine.effect_call import LOOK_AGAIN, EffectCall, RunRecordSeen
 from idemflow.engine.given import Given
@@ -41,51 +43,7 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, step_tag
 from idemflow.records import MEMO_AT, RUN_AT, memo_row, memo_run, memo_text
-from idemflow.stores.base import Committed, Delete, Insert, Op, Row, RowRef
-
-Extra = Callable[[], Steps[list[Op]]]
-"""Operations beyond the step's partition that commit with it (a child's claim, a message),
-recomputed on every attempt."""
-
-NOT_CALLED: Any = object()
-"""No call out was answered in this execution's attempt at the effect."""
-
-
-def _stop_if_present(row: Row | None) -> None:
-    if row is not None:
-        raise RunRecordSeen(row)
-
-
-_RETRY = object()
-
-
-class _Unreachable:
-    """An attempt whose reads could not reach the store: run it again, and if the step's time
-    runs out, report the store's error rather than a conflict there was none of."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: TransientError) -> None:
-        self.error = error
-
-
-class _Step(NamedTuple):
-    """One step as its retries see it: where its memo lives, what it is called, what it runs
-    (the first attempt takes the same as arguments: no tuple on the hot path)."""
-
-    memo_ref: RowRef
-    identity: str
-    body: Callable[[Tx], Any]
-    abortable: bool
-    call_out: CallOut | None
-    extra: Extra | None
-    defer: bool
-    """This attempt may leave its commit pending (a step's first attempt, where it may fold)."""
-
-
-def constant(value: Any) -> Callable[[Tx], Any]:
-    """A step body that only decides ``value`` (the step's memo is all it writes)."""
-    return lambda tx: value
+from idemflow.stores.base import Committed, Delete, Insert, Op, RowRef
 
 
 class Stepper:
@@ -132,6 +90,13 @@ class Stepper:
     def forget_call(self) -> None:
         """An effect begins: no answer of it seen yet (its attempts share what they see)."""
         self.called = NOT_CALLED
+
+    def aside(self) -> tuple[Any, int]:
+        """What the current step saw (its call's answer, its attempts), for a branch to keep."""
+        return self.called, self._attempts
+
+    def back(self, kept: tuple[Any, int]) -> None:
+        self.called, self._attempts = kept
 
     # -- steps --------------------------------------------------------------
 
@@ -214,13 +179,13 @@ class Stepper:
         except TransientError:  # the commit's send failed: rerun (the loop re-raises it last)
             if call_out is not None:  # resent until the deadline already; a rerun would call out again
                 raise
-            outcome = _RETRY
-        if outcome is not _RETRY and type(outcome) is not _Unreachable:
+            outcome = RETRY
+        if outcome is not RETRY and type(outcome) is not Unreachable:
             return outcome
         given = self._given
         retrying = given.policy.rerunning(self._calls.until)
         # Only a step's first attempt may defer its commit.
-        again = _Step(memo_ref, identity, body, abortable, call_out, extra, False)
+        again = StepArgs(memo_ref, identity, body, abortable, call_out, extra, False)
         try:
             return (yield from retried(retrying, lambda: self._retry(again)))
         except DataConflict:
@@ -234,7 +199,7 @@ class Stepper:
                 attempts,
             ) from None
 
-    def _retry(self, step: _Step) -> Steps[Any]:
+    def _retry(self, step: StepArgs) -> Steps[Any]:
         """One more attempt, in this process's turn on the partition (see :mod:`idemflow.engine.turns`)."""
         memo_ref = step.memo_ref
         self._attempts += 1
@@ -245,9 +210,9 @@ class Stepper:
             outcome = yield from self._attempt(*step)
         finally:
             give_back()
-        if outcome is _RETRY:
+        if outcome is RETRY:
             raise DataConflict
-        if type(outcome) is _Unreachable:
+        if type(outcome) is Unreachable:
             raise outcome.error  # retried as a conflict is; the last one reaches the caller
         return outcome
 
@@ -269,6 +234,7 @@ class Stepper:
             self._memos,
         )
         since = time.monotonic()  # when an effect first asked for its limit group's room
+        made: Any = NOT_CALLED  # the call's answer, kept if its commit only met another's claim
         while True:  # loops when the commit revealed an existing run record, or after a wait
             if cursor.replaying:
                 row = yield from calls.read(memo_ref)
@@ -284,7 +250,7 @@ class Stepper:
                 if not given.capabilities.cross_partition_commit:
                     yield from recorder.claim()
                     continue
-                peek = (given.run_ref, _stop_if_present)
+                peek = (given.run_ref, stop_if_present)
             reader = given.reader if given.reader is not None else Prefetched()
             tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
             try:
@@ -298,8 +264,10 @@ class Stepper:
                     reader.add(wanted, (yield ReadMany(wanted)))
                     tx = Tx(reader, memo_ref.table, memo_ref.partition, peek)
                 if call_out is not None:
-                    if call_out.lease is None and call_out.group is None:
-                        result = self.called = yield call_out
+                    if made is not NOT_CALLED:  # its commit met another claim: committed, not made again
+                        result = made
+                    elif call_out.lease is None and call_out.group is None:
+                        result = self.called = made = yield call_out
                     else:
                         if call_out.lease is not None:
                             recorded = yield from self._effect.leased(memo_ref, call_out.lease)
@@ -308,7 +276,7 @@ class Stepper:
                         called = yield from self._effect.guarded(memo_ref, call_out, since)
                         if called is LOOK_AGAIN:  # waited here for its limit group: look again
                             continue
-                        result = self.called = called
+                        result = self.called = made = called
             except RunRecordSeen as seen:
                 yield from recorder.meet(seen.row)  # returns only to replay
                 continue
@@ -320,7 +288,7 @@ class Stepper:
                 aborted, value = True, abort.reason
                 data_ops: list[Op] = [*tx.read_checks()]
             except TransientError as unreachable:  # a read was throttled or got no answer
-                return _Unreachable(unreachable)
+                return Unreachable(unreachable)
             except Exception:
                 # A replay whose data moved on may fail where the first run
                 # succeeded: the memo, if any, is the answer.
@@ -338,7 +306,7 @@ class Stepper:
                 if row is not None:
                     return memos.answer(row, identity)
                 if (yield from stale(tx)):  # reads that were never one snapshot: run it again
-                    return _RETRY
+                    return RETRY
                 raise
             else:
                 aborted, value = False, result
@@ -358,6 +326,9 @@ class Stepper:
             ops.extend(data_ops)
             if extra is not None and not aborted:
                 ops.extend((yield from extra()))
+            decided_at = None
+            if cursor.deciding is not None and not aborted:  # a branch of an any_of: it may decide it
+                decided_at = carry(cursor, ops, given.memo_prefix, given.request_id, at, run, expires)
             if call_out is not None and call_out.lease is not None:
                 ops.append(Delete(self._effect.lease_ref(memo_ref)))  # ended with the call it guarded
             if defer and not aborted and extra is None and self._deferred.foldable(ops):
@@ -375,7 +346,11 @@ class Stepper:
                         raise calls.named(refused, memo_ref) from None
                 if isinstance(outcome, Committed):
                     break
-                if not (yield from memos.earlier_memo_dropped(outcome, ops, memo_ref, claims=run_included)):
+                if not (
+                    yield from memos.earlier_memo_dropped(
+                        outcome, ops, memo_ref, claims=run_included, also=decided_at
+                    )
+                ):
                     break
             if isinstance(outcome, Committed):
                 cursor.committed()
@@ -401,7 +376,9 @@ class Stepper:
                 return memos.answer(existing_memo, identity)
             if run_included and RUN_AT in by_index:
                 continue  # replaying now: read the memo first
-            return _RETRY
+            if decided_at in by_index:  # another branch of its any_of ended first
+                raise Preempted(by_index[decided_at].existing)
+            return RETRY
 
     # -- replay, leases, limits, stale reads -----------------------------------
 

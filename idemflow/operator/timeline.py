@@ -35,7 +35,19 @@ from typing import Any
 from idemflow.async_worklist._resumption import known_steps
 from idemflow.async_worklist.aborts import stored_arguments
 from idemflow.core.plan import Checkpointed, Finished, Plan, Suspended
-from idemflow.core.requests import CallOut, Commit, CommitCache, Read, Scan, Send, Settle, Sleep, Steps, Turn
+from idemflow.core.requests import (
+    CallOut,
+    Commit,
+    CommitCache,
+    Launch,
+    Read,
+    Scan,
+    Send,
+    Settle,
+    Sleep,
+    Steps,
+    Turn,
+)
 from idemflow.engine.drive import STORE_REQUESTS, drive
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.engine.memo_reader import WAIT_ENDED
@@ -159,7 +171,7 @@ class RequestView:
         return shown
 
 
-_WRITES = (Commit, CommitCache, CallOut, Send, Settle, Sleep, Turn)
+_WRITES = (Commit, CommitCache, CallOut, Launch, Send, Settle, Sleep, Turn)
 """Requests a replay that only reads must not carry out."""
 
 
@@ -293,6 +305,8 @@ def _noted(steps: list[StepView], ref: RowRef, row: Any, incarnation: str | None
 def _described(wanted: Any, steps: list[StepView]) -> str:
     """The step a replay stopped at, from what it was about to do."""
     number = (steps[-1].number + 1) if steps else 1
+    if isinstance(wanted, Launch):  # a branch of all_of / any_of: its call or its wait
+        wanted = wanted.request
     if isinstance(wanted, CallOut):
         return f"step {number} (effect {wanted.name})"
     if isinstance(wanted, Commit) and wanted.ops:

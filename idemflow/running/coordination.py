@@ -61,6 +61,11 @@ from idemflow.serialization import encode
 
 __all__ = ["Child", "receive", "send", "sleep", "sleep_until", "start", "wait"]
 
+SLEEP_LABEL = "sleep"
+"""What a sleep's due time is called (its step's identity)."""
+TIMEOUT_LABEL = "deadline "
+"""What a receive's timeout is called, before its topic (its step's identity)."""
+
 MAX_WAIT = 366 * 24 * 3600.0
 """The longest sleep or receive timeout accepted (a year): a longer one is most likely a unit
 mistake (milliseconds given as seconds)."""
@@ -91,13 +96,13 @@ def _then(first: Idem[Any], function: Any) -> Idem[Any]:
 def sleep(seconds: float) -> Idem[None]:
     """Go on ``seconds`` after this step is first reached (the due time is memoized)."""
     wanted = _seconds(seconds, "sleep")
-    return _then(Idem(Deadline(wanted, None, "sleep")), lambda due: Idem(Until(due)))
+    return _then(Idem(Deadline(wanted, None, SLEEP_LABEL)), lambda due: Idem(Until(due)))
 
 
 def sleep_until(timestamp: float | _dt.datetime) -> Idem[None]:
     """Go on once the clock reaches ``timestamp`` (epoch seconds or an aware ``datetime``)."""
     at = _timestamp(timestamp, "sleep_until")
-    return _then(Idem(Deadline(None, at, "sleep")), lambda due: Idem(Until(due)))
+    return _then(Idem(Deadline(None, at, SLEEP_LABEL)), lambda due: Idem(Until(due)))
 
 
 def start(m: Idem[Any], *, request_id: str, on_parent_abort: str = "abort") -> Idem[Child]:
@@ -173,7 +178,7 @@ def receive(topic: str, *, timeout: float | None = None) -> Idem[Any]:
     if timeout is None:
         return Idem(Receive(topic, None))
     wanted = _seconds(timeout, "receive timeout")
-    return _then(Idem(Deadline(wanted, None, "deadline " + topic)), lambda due: Idem(Receive(topic, due)))
+    return _then(Idem(Deadline(wanted, None, TIMEOUT_LABEL + topic)), lambda due: Idem(Receive(topic, due)))
 
 
 def _check_topic(topic: object) -> str:

@@ -3,6 +3,7 @@ application's own SDK set-up receives them (the SDK's in-memory exporter and rea
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from idemflow import run
+from idemflow import all_of, effect, run, workflow
 from idemflow import telemetry as telemetry_module
 from idemflow.admin import RunRecord
 from idemflow.client import RunStatus, submit
@@ -93,6 +94,32 @@ def test_runs_steps_commits_and_queue_traffic_are_traced(telemetry: Any) -> None
     assert committed == 4  # two steps for each of the two requests, once each
     assert after["idemflow.duplicates.answered"] > before.get("idemflow.duplicates.answered", 0)
     assert after["idemflow.queue.lag"] >= 1  # one continuation taken up
+
+
+def test_branches_side_by_side_each_trace_their_step_under_the_run(telemetry: Any) -> None:
+    """The three calls wait for each other, so their steps' spans are open at once: each is the
+    run's child (not the previous branch's), and none is left current after the run."""
+    exporter, _ = telemetry
+    together = threading.Barrier(3, timeout=30)
+
+    def quote(n: int) -> Any:
+        return lambda key: together.wait() * 0 + n
+
+    @workflow("traced-together")
+    def traced(n: int) -> Any:
+        return (yield all_of(*(effect(quote(k), name=f"q{k}") for k in range(n))))
+
+    assert run(traced(3), request_id="t-1", store=MemoryStore()) == [0, 1, 2]
+    spans = exporter.get_finished_spans()
+    [ran] = [span for span in spans if span.name == "idemflow.run"]
+    steps = [span for span in spans if span.name == "idemflow.step"]
+    assert sorted(span.attributes["idemflow.identity"] for span in steps) == [
+        "effect q0",
+        "effect q1",
+        "effect q2",
+    ]
+    assert all(span.parent is not None and span.parent.span_id == ran.context.span_id for span in steps)
+    assert not trace.get_current_span().get_span_context().is_valid
 
 
 def test_a_finished_sweep_pass_sets_the_expiry_gauges(telemetry: Any) -> None:

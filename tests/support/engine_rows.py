@@ -17,6 +17,7 @@ from idemflow.compensation.compensator import Compensator
 from idemflow.core.plan import Plan
 from idemflow.core.requests import CallOut, Commit, CommitCache, Read, ReadMany, Scan, Sleep, Steps, Turn
 from idemflow.core.trampoline import trampoline
+from idemflow.engine.branches import Branches
 from idemflow.engine.coordinator import Coordinator, RunChild
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit
@@ -29,6 +30,7 @@ from idemflow.engine.publisher import Publisher
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
+from idemflow.engine.together import Together
 from idemflow.keys import memo_prefix
 from idemflow.records import run_ref
 from idemflow.serialization import JSON
@@ -228,6 +230,17 @@ class Parts:
         )
         self.outcome = OutcomeWriter(facts, self.cursor, self.calls, self.recorder, self.deferred, self.memos)
         self.publisher = Publisher(facts, self.cursor, self.stepper)
+        self.together = Together(
+            facts,
+            self.cursor,
+            self.calls,
+            self.memos,
+            self.recorder,
+            self.journal,
+            self.stepper,
+            self.coordinator,
+            Branches(self.cursor, self.stepper, self.calls),
+        )
         self.interpreter = Interpreter(
             facts,
             self.cursor,
@@ -238,6 +251,7 @@ class Parts:
             self.coordinator,
             self.compensator,
             self.publisher,
+            self.together,
         )
 
 

@@ -25,6 +25,8 @@ from idemflow import (
     Idem,
     StepRetry,
     Tx,
+    all_of,
+    any_of,
     atomic,
     checkpoint,
     close_stream,
@@ -146,6 +148,24 @@ def test_events_and_streams_are_checked_as_readers_see_them() -> None:
         yield set_event("runs", len(published))
 
     assert not check_workflow(leaky, [1]).ok
+
+
+def test_all_of_and_any_of_pass_every_scenario() -> None:
+    """Every crash point, lost answer, duplicate and race, and the ``submit``-and-worker path, end
+    as one failure-free run: the branches' memos are found whatever order they ended in, and an
+    ``any_of`` keeps the winner it decided."""
+
+    @workflow("check-together")
+    def together(n: int) -> Any:
+        got = yield all_of(*(effect(lambda key, k=k: k * n, name=f"quote-{k}") for k in range(3)))
+        yield checkpoint()
+        index, value = yield any_of(effect(lambda key: "fast", name="fast"), sleep(60))
+        yield atomic("counters", "c", lambda tx: tx.increment("n", sum(got) + index), name="add")
+        return [got, index, value]
+
+    report = check_workflow(together, [1, 2], faults=[*Fault])
+    assert report.ok, report
+    assert report.skipped == ()
 
 
 def test_plain_idem_computations_are_checked_without_the_asynchronous_scenarios() -> None:

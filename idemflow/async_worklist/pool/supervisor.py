@@ -114,6 +114,10 @@ class Pool:
         self._policy_answered = False
         self._stop = threading.Event()
         self._hurry = threading.Event()
+        self._signals: list[str] = []
+        """The stop signals received, in order: told in the log by the main flow, never by the
+        handler (a handler that writes a log line can land inside the main thread's own write,
+        and a reentrant write into one stream raises there)."""
 
     def stop(self) -> None:
         """Stop sampling; :meth:`run` then SIGTERMs every worker and waits up to ``stop_grace``
@@ -131,6 +135,9 @@ class Pool:
                 self.tick()
                 self._stop.wait(self.sample_every)
         finally:
+            if self._signals:
+                name = self._signals[0]
+                log.info("pool: %s: stopping (%s again kills the workers at once)", name, name)
             self._shutdown()
             restore()
 
@@ -262,6 +269,8 @@ class Pool:
         while any(child.process.poll() is None for child in self._children):
             now = self.clock()
             hurry = self._hurry.is_set()
+            if hurry and len(self._signals) > 1:
+                log.info("pool: %s again: killing the workers still running", self._signals[-1])
             for child in self._children:
                 if hurry:
                     self._kill(child, now, "asked to stop again")
@@ -297,10 +306,7 @@ class Pool:
 
     def _install_signal_handlers(self) -> Callable[[], None]:
         def stopping(sig: signal.Signals) -> None:
-            if self._stop.is_set():
-                log.info("pool: %s again: killing the workers still running", sig.name)
-            else:
-                log.info("pool: %s: stopping (%s again kills the workers at once)", sig.name, sig.name)
+            self._signals.append(sig.name)  # the main flow logs it
             self.stop()
 
         return stop_on_signals(stopping)
