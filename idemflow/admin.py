@@ -41,7 +41,8 @@ from idemflow.operator.commands import (
     runs,
 )
 from idemflow.operator.published import EventView, StreamView
-from idemflow.operator.timeline import RequestView, StepView, ashow, show
+from idemflow.operator.stored_steps import StepView
+from idemflow.operator.timeline import RequestView, ashow, show
 from idemflow.records import RunRecord
 
 __all__ = [

@@ -6,7 +6,8 @@ reach a memo or bookkeeping row, whatever characters it holds:
 - ``d<key>`` a user's data row (the key as given);
 - ``m<workflow>|<request>|<tag>`` a step's memo, in the same table and
   partition as the step's data; ``<tag>`` is ``s<n>`` for forward step ``n``
-  and ``c<n>`` for the compensation of step ``n``;
+  and ``c<n>`` for the compensation of step ``n``; ``j``, beside the run record, is the
+  places row a submission's checkpoint writes (:mod:`idemflow.core.places`);
 - ``r<workflow>`` the run record, in the :data:`RUNS_TABLE` table under
   partition ``<request id>``; steps with no table of their own (``now()``,
   ``effect``) keep their memos beside it;

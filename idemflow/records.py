@@ -51,6 +51,7 @@ from idemflow.core.memos import (
     new_incarnation,
     of_earlier_run,
 )
+from idemflow.core.places import Places
 from idemflow.core.published import Event, StreamEnd, StreamItem
 from idemflow.core.row import RowRef
 from idemflow.core.run_fields import Attempts, Continuation, Failure
@@ -72,6 +73,7 @@ __all__ = [
     "Memo",
     "Message",
     "OutboxEntry",
+    "Places",
     "RunRecord",
     "RunStatus",
     "StreamEnd",
@@ -125,6 +127,9 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    (``set_event``: ``v``, ``n`` the step that set it, ``at``), :class:`StreamItem` rows
    (``write_stream``: ``v``, ``n``; the offset in the key) and :class:`StreamEnd` rows
    (``close_stream``: ``len``, ``n``, ``at``); see :mod:`idemflow.keys` for their keys.
+   Run records also gain ``pl``, ``sn`` and ``plm`` (:class:`Places`: where the request's atomic
+   steps keep their memos), and a submission's checkpoint writes them in a places row beside the
+   record (``m<workflow>|<request>|j``); a request with no atomic step writes none of them.
 """
 
 CANCELLED_NOTE = "cancelled: "
@@ -236,6 +241,9 @@ class RunRecord:
     tags: Mapping[str, str] | None = None
     """What the request is about (``tg``: ``submit(tags=)``, ``run(tags=)``), as its first claim
     stored them, sorted by key; kept by every rewrite of the record, its outcome's too. None: no tags."""
+    places: Places | None = None
+    """Where its atomic steps keep their memos, as the record's writer knew (``pl``, ``sn``);
+    None: no atomic step, none written since the claim, or an earlier release's record."""
 
     def to_json(self) -> dict[str, JSON]:
         record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
@@ -251,6 +259,8 @@ class RunRecord:
             record["par"] = [self.parent.workflow, self.parent.version, self.parent.request_id]
         if self.tags:
             record["tg"] = dict(self.tags)
+        if self.places is not None:
+            record.update(self.places.to_fields())
         if self.status is RunStatus.COMPLETED:
             record["result"] = self.result
         elif self.status is RunStatus.ABORTED:
@@ -297,6 +307,7 @@ class RunRecord:
             incarnation=_text_or_none(value.get("i")),
             kept_until=_number_or_none(value.get("ku")),
             tags=stored_tags(value.get("tg")),
+            places=Places.from_fields(value),
         )
 
     @property

@@ -10,7 +10,9 @@ requests submitted with a retention of their own (``make_retention_golden.py``),
 delayed and prioritised requests waiting, with their messages' lanes and visible times
 (``make_scheduled_golden.py``), ``tagged/`` requests started with tags in every state a record
 keeps them (``make_tagged_golden.py``), ``together/`` ``all_of`` and ``any_of`` blocks caught half
-done, decided and waiting (``make_together_golden.py``).
+done, decided and waiting (``make_together_golden.py``), ``places/`` requests naming where their
+atomic steps keep their memos (``make_places_golden.py``); every request of every release is
+listed without its code.
 Loaded into each store, this version must answer the finished ones from their records, finish the
 others exactly once, and read the old messages.
 """
@@ -26,10 +28,11 @@ from typing import Any
 import pytest
 
 from idemflow import RetryPolicy, StreamTimeoutError, WorkflowAborted, run
-from idemflow.admin import RunRecord, retry, runs
+from idemflow.admin import RunRecord, retry, runs, show
 from idemflow.async_worklist.queues.lanes import LANES, lane_of
 from idemflow.client import RunStatus, get_event, read_stream, rows, status
-from idemflow.keys import RUN, RUNS_TABLE
+from idemflow.engine.memo_reader import WAIT_ENDED
+from idemflow.keys import RUN, RUNS_TABLE, memo_key
 from idemflow.records import FORMAT
 from idemflow.running.runner import run_status
 from idemflow.serialization import encode
@@ -409,10 +412,112 @@ def test_all_of_and_any_of_requests_of_every_release_finish_calling_only_what_no
     assert status(store, "g-wait", "any-nap").result == [1, None]
 
 
+PLACES = sorted(Path(__file__).with_name("golden").joinpath("places").glob("*.json"))
+
+
+def _listed(store: Store, workflow: str, request_id: str) -> tuple[list[tuple[Any, ...]], tuple[str, ...]]:
+    view = show(store, [], workflow, request_id)  # without the code
+    return [(s.number, s.kind, s.name, s.table, s.partition) for s in view.steps], view.notes
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", PLACES, ids=lambda path: path.stem)
+def test_requests_naming_their_places_are_listed_without_code_and_finish_once(
+    store: Store, path: Path
+) -> None:
+    """Requests whose rows name their atomic steps' places (``make_places_golden.py``: finished,
+    queued at a checkpoint, asleep on a worker's timer) list every step without the workflow's
+    code, finish once on this version, and list every step again."""
+    from tests.golden import make_places_golden as g
+
+    messages = load(store, path)
+
+    def expected(request_id: str, upto: int) -> list[tuple[Any, ...]]:
+        who = request_id.split("-")[1]
+        return [
+            (n, kind, name, table, request_id if suffix is None else who + suffix)
+            for n, kind, name, table, suffix in g.STEPS[:upto]
+        ]
+
+    done = (*expected("done-dora", 5), (6, "atomic", "done", "tablea", "dora"))
+    assert _listed(store, "g-place", "done-dora") == (list(done), ())
+    assert _listed(store, "g-place", "queue-quill") == (expected("queue-quill", 3), ())
+    napping, notes = _listed(store, "g-place", "nap-nora")
+    assert napping[:5] == expected("nap-nora", 5) and napping[5][:2] == (6, "sleep") and notes == ()
+    clock = Clock()
+    clock.now = g.NOW + g.NAP + 1  # the nap is over
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    deliver_all(worker, queue, clock)
+    assert worker.stats.dead_lettered == 0
+    for request_id in ("done-dora", "queue-quill", "nap-nora"):
+        assert status(store, "g-place", request_id).result == "done " + request_id.split("-")[1]
+    assert _listed(store, "g-place", "done-dora") == (list(done), ())
+    quill = (*expected("queue-quill", 5), (6, "atomic", "done", "tablea", "quill"))
+    assert _listed(store, "g-place", "queue-quill") == (list(quill), ())
+    nora = [*napping, (7, "atomic", "done", "tablea", "nora")]
+    assert _listed(store, "g-place", "nap-nora") == (nora, ())
+    counted = {(partition, key): value for (partition, key), value in rows(store, "tablea").items()}
+    assert counted == {(who, what): 1 for who in ("dora", "quill", "nora") for what in ("paid", "done")}
+
+
+EVENTS = sorted(Path(__file__).with_name("golden").joinpath("events").glob("*.json"))
+EVERY_RELEASE = [
+    *GOLDEN,
+    *COORDINATION,
+    *RETRYING,
+    *RETENTION,
+    *SCHEDULED,
+    *TAGGED,
+    *EVENTS,
+    *TOGETHER,
+    *PLACES,
+]
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", EVERY_RELEASE, ids=lambda path: f"{path.parent.name}-{path.stem}")
+def test_every_request_of_every_release_is_listed_without_its_code(store: Store, path: Path) -> None:
+    """``runs show`` without ``--workflows`` on rows any release wrote: no error, every memo kept
+    beside a record is listed, and an atomic step's memo is listed where its record (or the
+    places row beside it) names its place, else a note says which steps are not listed."""
+    recorded = load_rows(store, path)
+    rows_of = recorded["rows"]
+    requests = [
+        (key[len(RUN) :], partition)
+        for table, partition, key, _ in rows_of
+        if table == RUNS_TABLE and key.startswith(RUN)
+    ]
+    assert requests
+    for workflow, request_id in requests:
+        prefix = memo_key(workflow, request_id, "")
+        memos = {
+            (table, int(key[len(prefix) + 1 :]))
+            for table, _, key, value in rows_of
+            if key.startswith(prefix + "s")
+            and key[len(prefix) + 1 :].isdigit()
+            and value.get("id") != WAIT_ENDED
+        }
+        record = RunRecord.from_json(
+            next(v for t, p, k, v in rows_of if (t, p, k) == (RUNS_TABLE, request_id, RUN + workflow))
+        )
+        named = record.places is not None or any(k == prefix + "j" for _, _, k, _ in rows_of)
+        view = show(store, [], workflow, request_id)
+        listed = {step.number for step in view.steps if step.outcome != "compensated"}
+        assert {n for table, n in memos if table == RUNS_TABLE} <= listed, (workflow, request_id)
+        atomic = {n for table, n in memos if table != RUNS_TABLE}
+        if named:
+            assert atomic <= listed, (workflow, request_id)
+        elif atomic - listed:
+            assert any("not listed" in note for note in view.notes), (workflow, request_id, view.notes)
+
+
 def test_every_run_record_of_every_release_writes_back_byte_for_byte() -> None:
     """What a release wrote reads back as this version writes it, to the byte: a record without
     tags (or any field added since) gains nothing, and one with tags keeps them as stored."""
-    paths = [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED, *TOGETHER]
+    paths = EVERY_RELEASE
     records = [
         value
         for path in paths
@@ -420,11 +525,9 @@ def test_every_run_record_of_every_release_writes_back_byte_for_byte() -> None:
         if table == RUNS_TABLE and key.startswith(RUN)
     ]
     assert len(records) > 30 and any("tg" in value for value in records)
+    assert any("pl" in value for value in records)
     for value in records:
         assert encode(RunRecord.from_json(value).to_json()) == encode(value)
-
-
-EVENTS = sorted(Path(__file__).with_name("golden").joinpath("events").glob("*.json"))
 
 
 @pytest.mark.exact_calls
@@ -464,8 +567,5 @@ RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5, "1
 
 def test_every_format_revision_has_golden_rows() -> None:
     """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
-    releases = {
-        path.stem
-        for path in [*GOLDEN, *COORDINATION, *RETRYING, *RETENTION, *SCHEDULED, *TAGGED, *EVENTS, *TOGETHER]
-    }
+    releases = {path.stem for path in EVERY_RELEASE}
     assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))

@@ -166,9 +166,12 @@ class Handling(Outcomes):
             suspended = suspended.capped(record.deadline)
             now = self.clock()
             due = suspended.due
+            seen = self._seen(holder, pointer.workflow, pointer.request_id)
             if due is None and self._sweeps:  # a child's outcome or a message wakes it
                 fields["due"] = None
-                yield from _runs.waiting_steps(pointer.workflow, pointer.request_id, suspended.why, policy)
+                yield from _runs.waiting_steps(
+                    pointer.workflow, pointer.request_id, suspended.why, policy, seen
+                )
                 return "suspended"
             if due is None:  # rows expire by date alone: woken now and then to keep them
                 due = now + policy.retention * KEEP_ALIVE
@@ -178,7 +181,7 @@ class Handling(Outcomes):
             yield Send(encode_pointer(again, self.key), hop(due, now), holder.lane)
             keep = self._keep(holder, due, now)
             yield from _runs.suspended_steps(
-                pointer.workflow, pointer.request_id, suspended.why, continuation, policy, keep
+                pointer.workflow, pointer.request_id, suspended.why, continuation, policy, keep, seen
             )
             return "suspended"
         return done.status.value  # its completion record is durable: the caller may ack

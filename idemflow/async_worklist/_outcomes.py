@@ -22,6 +22,7 @@ from idemflow.async_worklist._scheduling import MAX_HOP, hop
 from idemflow.async_worklist.aborts import abort_steps
 from idemflow.async_worklist.messages import resolve_signing_key
 from idemflow.async_worklist.queues.base import check_seconds
+from idemflow.core.places import Places, from_rows
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.core.requests import Send, Settle, Steps
 from idemflow.core.step_retry import DEFAULT_STEP_RETRY, StepRetry
@@ -94,6 +95,11 @@ class Outcomes:
         """What a record write for a wait until ``until`` extends: the rows this delivery met."""
         return _runs.Keep(until, now, frozenset(holder.known), self._target.capabilities)
 
+    @staticmethod
+    def _seen(holder: Holder, workflow: str, request_id: str) -> Places | None:
+        """The places of the steps this delivery met, for the record write that ends it."""
+        return from_rows(holder.known, workflow, request_id)
+
     def _count(self, outcome: str) -> None:
         with self._lock:
             if outcome == "duplicate":
@@ -145,6 +151,7 @@ class Outcomes:
                 attempts,
                 self._retries,
                 self._keep(holder, now + wait, now),
+                self._seen(holder, failed.workflow, failed.request_id),
             )
             if counted:  # else another delivery of this request counted it: this one is a duplicate
                 yield Send(holder.message.body, hop(attempts.due, now), holder.lane)
@@ -194,7 +201,10 @@ class Outcomes:
             now = self.clock()
             due = now if suspended.due is None else suspended.due
             yield Send(holder.message.body, hop(due, now), holder.lane)  # this delivery, again
-            yield from _runs.waiting_steps(failed.workflow, failed.request_id, suspended.why, self._retries)
+            seen = self._seen(holder, failed.workflow, failed.request_id)
+            yield from _runs.waiting_steps(
+                failed.workflow, failed.request_id, suspended.why, self._retries, seen
+            )
             event(logging.INFO, "suspended", due=due, waiting=suspended.why, **fields)
             yield Settle(holder, "ack")
             return
@@ -236,6 +246,7 @@ class Outcomes:
             self.clock(),
             self._retries,
             identity if step else None,  # step 0: no step ran (a deadline, a version nobody holds)
+            self._seen(holder, fields["workflow"], fields["request_id"]),
         )
         event(logging.ERROR, "failed", reason=reason, identity=identity, **fields)
         yield Settle(holder, "ack")

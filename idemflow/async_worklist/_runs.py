@@ -5,7 +5,9 @@ Each is a conditional write on the version just read, so it never
 overwrites an outcome another execution recorded meanwhile (a completion
 always wins over a note or a failure), and each keeps the request's own
 retention (:attr:`~idemflow.records.RunRecord.retention`), whatever process
-writes it.
+writes it. A write for an execution that waits or fails also names the places of the steps it
+met (``met``, :mod:`idemflow.core.places`), joined with those the record named, so the
+request's steps are listed without its code.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from idemflow.core.places import Places, join
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
 from idemflow.core.requests import Commit, Read, Steps
 from idemflow.engine.drive import drive
@@ -60,12 +63,14 @@ def _replace_running(
     change: Mapping[str, object] | Callable[[RunRecord], Mapping[str, object]],
     policy: RetryPolicy,
     keep: Keep | None = None,
+    met: Places | None = None,
     *,
     cancelled_too: bool = False,
 ) -> Steps[bool]:
-    """Rewrite an unfinished record with ``change`` (or what it says for the record read);
-    False if it finished meanwhile or was gone, or, unless ``cancelled_too``, was cancelled (a
-    worker's note or failure never replaces an operator's cancel)."""
+    """Rewrite an unfinished record with ``change`` (or what it says for the record read), naming
+    the places ``met`` too; False if it finished meanwhile or was gone, or, unless
+    ``cancelled_too``, was cancelled (a worker's note or failure never replaces an operator's
+    cancel)."""
     for _ in range(3):  # only another note or failure can move it: a few tries settle it
         found = yield from _read(workflow, request_id, policy)
         if found is None or found[0].status.final:
@@ -75,6 +80,8 @@ def _replace_running(
         record, row = found
         fields = change(record) if callable(change) else change
         updated = dataclasses.replace(record, **fields)  # type: ignore[arg-type]
+        if met is not None:
+            updated = dataclasses.replace(updated, places=join(record.places, met))
         if keep is None and updated == record:
             return True
         if (yield from _rewrite(workflow, request_id, updated, row, policy, keep)):
@@ -113,10 +120,14 @@ def _rewrite(
 
 
 def waiting_steps(
-    workflow: str, request_id: str, why: str, policy: RetryPolicy = DEFAULT_POLICY
+    workflow: str,
+    request_id: str,
+    why: str,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    met: Places | None = None,
 ) -> Steps[bool]:
-    """Say in the run record why no worker could run the request yet."""
-    return _replace_running(workflow, request_id, {"waiting": why[:500]}, policy)
+    """Say in the run record why no worker could run the request yet (or what it waits for)."""
+    return _replace_running(workflow, request_id, {"waiting": why[:500]}, policy, met=met)
 
 
 def waited_steps(
@@ -135,6 +146,7 @@ def suspended_steps(
     continuation: Continuation,
     policy: RetryPolicy = DEFAULT_POLICY,
     keep: Keep | None = None,
+    met: Places | None = None,
 ) -> Steps[bool]:
     """Record what a request waits for and the continuation just queued for it (after the send:
     a continuation in a record was always sent). A later generation recorded meanwhile stays."""
@@ -145,7 +157,7 @@ def suspended_steps(
             return {"waiting": why[:500]}
         return {"waiting": why[:500], "continuation": continuation}
 
-    return _replace_running(workflow, request_id, change, policy, keep)
+    return _replace_running(workflow, request_id, change, policy, keep, met)
 
 
 def failed_steps(
@@ -157,6 +169,7 @@ def failed_steps(
     at: float,
     policy: RetryPolicy = DEFAULT_POLICY,
     identity: str | None = None,
+    met: Places | None = None,
 ) -> Steps[bool]:
     """End an unfinished request ``failed`` at ``step`` (named ``identity``, as its memo would be);
     its input and memos stay for a retry or an abort."""
@@ -168,7 +181,7 @@ def failed_steps(
         "waiting": None,
         "attempts": None,
     }
-    return _replace_running(workflow, request_id, change, policy)
+    return _replace_running(workflow, request_id, change, policy, met=met)
 
 
 def attempt_steps(
@@ -178,6 +191,7 @@ def attempt_steps(
     failed: Attempts,
     policy: RetryPolicy = DEFAULT_POLICY,
     keep: Keep | None = None,
+    met: Places | None = None,
 ) -> Steps[bool]:
     """Count a failed attempt of a step and when the next may start; False if the record no
     longer holds ``seen`` (what the execution read before it ran): another delivery of the same
@@ -196,7 +210,8 @@ def attempt_steps(
             f"retrying step {failed.step} ({failed.identity}) after {failed.count} failed "
             f"attempt(s): {failed.error}"
         )
-        updated = dataclasses.replace(record, attempts=failed, waiting=note[:500])
+        places = record.places if met is None else join(record.places, met)
+        updated = dataclasses.replace(record, attempts=failed, waiting=note[:500], places=places)
         if (yield from _rewrite(workflow, request_id, updated, row, policy, keep)):
             return True
 

@@ -47,6 +47,7 @@ from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.async_worklist.queues.lanes import has_lanes
+from idemflow.core.places import from_journal, places_row
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy
 from idemflow.core.requests import CommitCache, Read, Send, Sleep, Steps
 from idemflow.core.tags import check_tags
@@ -61,7 +62,7 @@ from idemflow.records import Continuation, OutboxEntry, RunRecord, outbox_ref, r
 from idemflow.running.request_spec import Request, describe_request
 from idemflow.running.runner import execution_steps
 from idemflow.stores.async_adapters import sync_reader, to_async
-from idemflow.stores.base import AsyncStore, Delete, Store
+from idemflow.stores.base import AsyncStore, Delete, Op, Put, Store
 
 log = logging.getLogger("idemflow.submit")
 
@@ -261,6 +262,13 @@ def submission_steps(
         )
     except Checkpointed as reached:
         pointer = Pointer(request.workflow, reached.version or request.version, request_id, reached.journal)
+        seen = from_journal(reached.journal)
+        # Where the steps before the checkpoint keep their memos, so they are listed without the
+        # code: written with the outbox entry's delete, in its commit where that costs nothing.
+        expires = max(time.time(), wall()) + retention
+        capabilities = store.capabilities
+        together = capabilities.cross_partition_commit and not capabilities.transaction_surcharge
+        placed = None if seen is None else (places_row(seen, request.workflow, request_id, expires), together)
         if reached.duplicate:  # the first submit sends it, or the relay for its outbox entry
             claimed = reached.claimed_at
             if reached.version is not None:  # this code cannot replay the first's steps
@@ -278,23 +286,27 @@ def submission_steps(
             first_run = None if found is None else RunRecord.from_json(found.value)
             due = None if first_run is None else first_run.not_before
             lane = None if first_run is None else first_run.lane
-            yield from _send(pointer, key, max_body_bytes, 0.0 if due is None else hop(due, wall()), lane)
+            yield from _send(
+                pointer, key, max_body_bytes, 0.0 if due is None else hop(due, wall()), lane, placed
+            )
             return None
         if isinstance(reached, Suspended):
             reached = reached.capped(due_by)
             if reached.due is None:  # a child's outcome or a message wakes it: no continuation yet
-                yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
+                yield from _runs.waiting_steps(request.workflow, request_id, reached.why, met=seen)
                 yield CommitCache([Delete(outbox_ref(request.workflow, request_id))])
                 return None
             continuation = Continuation.after()
             pointer = dataclasses.replace(pointer, continuation=continuation)
             if (yield from _send(pointer, key, max_body_bytes, hop(reached.due, wall()), when.lane)):
-                yield from _runs.suspended_steps(request.workflow, request_id, reached.why, continuation)
+                yield from _runs.suspended_steps(
+                    request.workflow, request_id, reached.why, continuation, met=seen
+                )
             else:  # the relay's pointer, which carries none, resumes it
-                yield from _runs.waiting_steps(request.workflow, request_id, reached.why)
+                yield from _runs.waiting_steps(request.workflow, request_id, reached.why, met=seen)
             return None
         wait = 0.0 if when.not_before is None else hop(when.not_before, wall())
-        yield from _send(pointer, key, max_body_bytes, wait, when.lane)
+        yield from _send(pointer, key, max_body_bytes, wait, when.lane, placed)
         return None
     except VersionNotHeldError as other:  # a duplicate after a deploy: its own version finishes it
         yield from _send(Pointer(request.workflow, other.version, request_id), key, max_body_bytes)
@@ -348,10 +360,16 @@ def _deadline(request: Request, deadline: object, now: float) -> float | None:
 
 
 def _send(
-    pointer: Pointer, key: bytes | None, max_body_bytes: int, delay: float = 0.0, lane: str | None = None
+    pointer: Pointer,
+    key: bytes | None,
+    max_body_bytes: int,
+    delay: float = 0.0,
+    lane: str | None = None,
+    placed: tuple[Put, bool] | None = None,
 ) -> Steps[bool]:
-    """Send the pointer and clear the outbox entry; a queue that fails leaves it to the relay
-    (False)."""
+    """Send the pointer and clear the outbox entry (and, at a checkpoint, write the places row
+    ``placed`` holds, in the same commit if its flag says one may span partitions); a queue that
+    fails leaves it to the relay (False)."""
     body = encode_pointer(pointer, key)
     if len(body.encode("utf-8")) > max_body_bytes:  # hundreds of long-named steps
         body = encode_pointer(dataclasses.replace(pointer, steps=()), key)
@@ -362,5 +380,10 @@ def _send(
         fields = {"workflow": pointer.workflow, "version": pointer.version, "request_id": pointer.request_id}
         telemetry.log_event(log, logging.WARNING, "send-failed-left-to-the-relay", **fields, error=str(exc))
         return False
-    yield CommitCache([Delete(outbox_ref(pointer.workflow, pointer.request_id))])
+    cleared: list[Op] = [Delete(outbox_ref(pointer.workflow, pointer.request_id))]
+    if placed is not None and placed[1]:
+        cleared.append(placed[0])
+    yield CommitCache(cleared)
+    if placed is not None and not placed[1]:
+        yield CommitCache([placed[0]])
     return True

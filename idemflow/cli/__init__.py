@@ -5,7 +5,7 @@
     idemflow status --store URL WORKFLOW REQUEST_ID
     idemflow runs list --store URL [--workflow W] [--status S] [--older-than D] [--limit N]
         [--after CURSOR] [--json]
-    idemflow runs show --store URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID [--json]
+    idemflow runs show --store URL [--workflows MODULE:ATTR] WORKFLOW REQUEST_ID [--json]
     idemflow retry --store URL --queue URL WORKFLOW REQUEST_ID
     idemflow cancel --store URL WORKFLOW REQUEST_ID [--reason R] [--children]
     idemflow resume --store URL --queue URL WORKFLOW REQUEST_ID

@@ -64,7 +64,12 @@ def add_request_parsers(commands: Any) -> None:
     )
     showing = runs_commands.add_parser("show", help="a request's steps, what it is at and waits for")
     showing.add_argument("--store", required=True)
-    showing.add_argument("--workflows", required=True, action="append", help="MODULE:ATTR, as for worker")
+    showing.add_argument(
+        "--workflows",
+        action="append",
+        default=[],
+        help="MODULE:ATTR, as for worker: replays a running request (else its steps are read from the store)",
+    )
     showing.add_argument("--json", action="store_true", help="one JSON object")
     showing.add_argument("workflow")
     showing.add_argument("request_id")

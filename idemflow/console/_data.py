@@ -28,10 +28,9 @@ from idemflow.admin import (
 )
 from idemflow.console._settings import ConsoleSettings
 from idemflow.core.tags import TagFilter, carries, parse_tag, tag_filter
-from idemflow.errors import ConsoleRefusedError, InvalidInputError, RequestNotFoundError, VersionNotHeldError
+from idemflow.errors import ConsoleRefusedError, InvalidInputError, RequestNotFoundError
 from idemflow.keys import RUN, RUNS_TABLE
 from idemflow.operator.collection import parse_duration
-from idemflow.operator.published import read_published
 from idemflow.records import RunRecord, RunStatus
 from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
@@ -156,22 +155,15 @@ class ConsoleData:
         return self._page(found, after, order, scanned, filters)
 
     def request(self, request_id: str, workflow: str | None) -> dict[str, JSON]:
-        """A request's page: its timeline as :func:`idemflow.admin.show` replays it, what it waits
-        for, its children and messages, the compensations an abort would run, and the actions
-        allowed on it now."""
+        """A request's page: its timeline as :func:`idemflow.admin.show` lists it (replayed with the
+        code given, else read from the store), what it waits for, its children and messages, the
+        compensations an abort would run, and the actions allowed on it now."""
         summary = self._one(request_id, workflow)
         record = summary.record
         flows = [flow for flow in self.workflows if flow.name == summary.workflow]
-        note: str | None = None
-        shown: dict[str, JSON]
-        if flows:
-            try:
-                shown = show(self.store, flows, summary.workflow, request_id).to_json()
-            except VersionNotHeldError as exc:
-                shown, note = self._record_only(summary), str(exc)
-        else:
-            shown = self._record_only(summary)
-            note = f"no code of workflow {summary.workflow!r} was given (--workflows): steps are not shown"
+        shown = show(self.store, flows, summary.workflow, request_id).to_json()  # no code: the store's
+        notes = shown.get("notes")
+        note = "; ".join(str(text) for text in notes) if isinstance(notes, list) else None
         redact = self.settings.redact
         for event in _listed(shown, "events"):
             event["value"] = redact(event.get("value"))
@@ -306,15 +298,6 @@ class ConsoleData:
                 continue  # a record this version cannot read
         return found
 
-    def _record_only(self, summary: RunSummary) -> dict[str, JSON]:
-        """:func:`_record_only`, with the events and streams the request published (read beside
-        its run record: no replay needs them)."""
-        shown = _record_only(summary)
-        events, streams = read_published(self.store, summary.workflow, summary.request_id)
-        shown["events"] = [event.to_json() for event in events]
-        shown["streams"] = [stream.to_json() for stream in streams]
-        return shown
-
     def _one(self, request_id: str, workflow: str | None) -> RunSummary:
         found = [
             summary for summary in self._by_id(request_id) if workflow is None or summary.workflow == workflow
@@ -356,25 +339,3 @@ def _listed(shown: dict[str, JSON], name: str) -> list[dict[str, JSON]]:
     found = shown.get(name) or []
     assert isinstance(found, list)
     return [entry for entry in found if isinstance(entry, dict)]
-
-
-def _record_only(summary: RunSummary) -> dict[str, JSON]:
-    """A request's record as ``runs show`` prints it when no replay is possible."""
-    record = summary.record
-    shown: dict[str, JSON] = {
-        "workflow": summary.workflow,
-        "request_id": summary.request_id,
-        "status": record.status.value,
-        "version": record.version,
-        "started_at": record.started_at,
-        "finished_at": record.finished_at,
-        "deadline": record.deadline,
-        "tags": None if record.tags is None else dict(record.tags),
-        "steps": [],
-        "waits_for": record.waiting,
-        "retrying": None if record.attempts is None else record.attempts.to_json(),
-        "failure": None if record.failure is None else record.failure.to_json(),
-        "result": record.result,
-        "reason": record.reason,
-    }
-    return {key: value for key, value in shown.items() if value is not None}

@@ -166,7 +166,7 @@ class Execution:
         self._compensator = compensator = Compensator(
             given, cursor, stepper, deferred, _abort_child, coordinator.hold_until
         )
-        self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred, memos)
+        self._outcome = OutcomeWriter(given, cursor, calls, recorder, deferred, memos, journal)
         self._publisher = publisher = Publisher(given, cursor, stepper)
         branches = Branches(cursor, stepper, calls)
         together = Together(given, cursor, calls, memos, recorder, journal, stepper, coordinator, branches)

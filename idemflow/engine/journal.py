@@ -5,13 +5,17 @@ continuation carries the steps taken so far as ``(table, partition,
 identity)``, and the worker's execution checks each step it reaches against
 them (``Plan.expected``), so a step the code moved to another table or
 partition is caught as non-determinism before it runs, not after it wrote.
-This part keeps that list and makes that check; nothing else journals.
+This part keeps that list and makes that check; nothing else journals. It also keeps, in
+every execution, the places ``(table, partition)`` of the atomic steps it met, and the highest
+step number it reached: the completion record names them (:mod:`idemflow.core.places`), so the
+request's steps are listed without its code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from idemflow.core.places import Place, Places
 from idemflow.core.plan import AtCheckpoint, JournalEntry
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
@@ -22,7 +26,7 @@ class Journal:
     """The forward steps of an execution, journaled where a continuation needs them, checked
     where a resumed execution has them."""
 
-    __slots__ = ("_cursor", "_entries", "_given", "_through", "noting")
+    __slots__ = ("_cursor", "_entries", "_given", "_places", "_reached", "_through", "noting")
 
     def __init__(self, given: Given, cursor: Cursor) -> None:
         self._given = given
@@ -33,6 +37,10 @@ class Journal:
         """Whether steps are noted at all (the hot path of ``run`` asks only this)."""
         self._through = 0
         """The last step of the ``all_of`` or ``any_of`` journaled last (:meth:`block`)."""
+        self._places: dict[Place, None] = {}
+        """Where the atomic steps met so far keep their memos, in the order first met."""
+        self._reached = 0
+        """The highest number of an atomic step met (the others' memos are beside the record)."""
 
     def entries(self) -> tuple[JournalEntry, ...]:
         """The forward steps so far, for a continuation to check its replay against."""
@@ -43,6 +51,19 @@ class Journal:
         if self._entries is not None:
             self._entries = []
         self._through = 0
+        self._places = {}
+        self._reached = 0
+
+    def placed(self, table: str, partition: str, step: int) -> None:
+        """The atomic step ``step`` keeps its memo in ``table``'s ``partition``."""
+        self._places[table, partition] = None
+        if step > self._reached:
+            self._reached = step
+
+    def places(self) -> Places | None:
+        """The places met so far and the highest atomic step, for a record to name (None: no
+        atomic step met, so the record names none, as before places were kept)."""
+        return Places.of(self._places, self._reached) if self._places else None
 
     def note(self, table: str, partition: str, identity: str) -> None:
         """Journal the current forward step, or check it against a resumed execution's

@@ -11,6 +11,8 @@ timer writes its memo: whichever is written first, the other meets it. Under wor
 record is written over the version its execution last read, so an operator's cancel that
 lands first stands (the last step still commits, alone) and one that lands second finds the
 request completed.
+The record names where the request's atomic steps keep their memos
+(:mod:`idemflow.core.places`, from the journal), so its steps are listed without its code.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from idemflow.core.requests import CommitCache, Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit, Pending, Restart
 from idemflow.engine.given import Given, log
+from idemflow.engine.journal import Journal
 from idemflow.engine.memo_reader import WAIT_ABORTED, WAIT_ENDED, AbortWorkflow, MemoReader
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.store_calls import StoreCalls
@@ -36,7 +39,7 @@ from idemflow.stores.base import Committed, Cond, Conflict, Delete, Expect, Inse
 class OutcomeWriter:
     """Writes the completion record: the only code that ends a request's run record."""
 
-    __slots__ = ("_calls", "_cursor", "_deferred", "_given", "_memos", "_recorder")
+    __slots__ = ("_calls", "_cursor", "_deferred", "_given", "_journal", "_memos", "_recorder")
 
     def __init__(
         self,
@@ -46,8 +49,10 @@ class OutcomeWriter:
         recorder: RunRecorder,
         deferred: DeferredCommit,
         memos: MemoReader,
+        journal: Journal,
     ) -> None:
         self._given = given
+        self._journal = journal
         self._cursor = cursor
         self._calls = calls
         self._recorder = recorder
@@ -138,12 +143,15 @@ class OutcomeWriter:
             started_at=recorder.claimed_at(),
             incarnation=incarnation,
             tags=recorder.tags,
+            places=self._journal.places(),
         ).finished(status, given.clock(), result=result, reason=reason)
         value: JSON = record.to_json()
         try:
             text = encode(value, "", envelope=1)
         except InvalidValueError as bad:  # the place is named only when needed: it costs a format
             raise InvalidValueError(f"result of workflow {given.workflow!r}", bad.problem) from None
+        if record.places is not None and 4 * len(text) > given.capabilities.max_value_bytes:
+            return self._without_places(record, value, text)
         return record, value, text
 
     def _folded(self, pending: Pending, ops: list[Op]) -> Steps[None]:
@@ -182,6 +190,15 @@ class OutcomeWriter:
         if record.status.final:
             yield from self._recorder.meet(row)  # raises Finished: its outcome is the answer
         return row.version
+
+    def _without_places(self, record: RunRecord, value: JSON, text: str) -> tuple[RunRecord, JSON, str]:
+        """A record whose places would take a result that fits over the backend's limit names
+        none (the listing then says its atomic steps are not located), rather than fail."""
+        if len(text.encode("utf-8")) <= self._given.capabilities.max_value_bytes:
+            return record, value, text
+        record = dataclasses.replace(record, places=None)
+        value = record.to_json()
+        return record, value, encode(value, "", envelope=1)
 
     def _wait_ended(self, step: int, incarnation: str | None) -> Insert:
         """The completion's memo in the place of step ``step``, the one after a timer: an insert,

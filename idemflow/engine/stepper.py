@@ -133,6 +133,8 @@ class Stepper:
         journal = self._journal
         if journal.noting and not again:
             journal.note(table, partition, identity)
+        if table != RUNS_TABLE:  # an atomic step's memo is with its data: the record names where
+            journal.placed(table, partition, cursor.step)
         tag = step_tag(cursor.step)
         return self.run_step(
             table, partition, tag, identity, body, True, call_out, extra, defer and not again

@@ -1,12 +1,13 @@
 """A request's steps as its memos tell them: what ``idemflow runs show`` prints.
 
-The memos of a request live in the tables and partitions of its steps, so no
-single read lists them. Replaying the workflow's code finds them all in
-order, exactly as a resumed execution would: each memo is read, nothing is
-executed, and the replay stops at the first step that has no memo yet (the
-one the request is at), at a wait, or at the end. Whatever would write, call
-out, queue or sleep stops the replay instead, so showing a request never
-changes it.
+Without the workflow's code (``runs show`` without ``--workflows``, ``admin.show(store, [],
+...)``, the console) and for every finished request, the steps are read from the store alone
+(:mod:`idemflow.operator.stored_steps`): the memos beside the run record, and the atomic steps'
+memos at the places the record names. With the code of the version an unfinished request runs
+on, the code is replayed, exactly as a resumed execution would: each memo is read, nothing is
+executed, and the replay stops at the first step that has no memo yet (the one the request is
+at), at a wait, or at the end. Whatever would write, call out, queue or sleep stops the replay
+instead, so showing a request never changes it.
 
 >>> from idemflow import atomic, checkpoint, workflow
 >>> from idemflow.client import submit
@@ -22,6 +23,8 @@ changes it.
 >>> view = show(store, [two], "two", "r-1")
 >>> [(step.number, step.kind, step.name, step.outcome) for step in view.steps], view.next_step
 ([(1, 'atomic', 'first', 'committed')], 'step 2 (atomic second)')
+>>> [(step.number, step.name, step.table) for step in show(store, [], "two", "r-1").steps]
+[(1, 'first', 'tablea')]
 """
 
 from __future__ import annotations
@@ -32,8 +35,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemflow.async_worklist._resumption import known_steps
-from idemflow.async_worklist.aborts import stored_arguments
 from idemflow.core.plan import Checkpointed, Finished, Plan, Suspended
 from idemflow.core.requests import (
     CallOut,
@@ -41,7 +42,6 @@ from idemflow.core.requests import (
     CommitCache,
     Launch,
     Read,
-    Scan,
     Send,
     Settle,
     Sleep,
@@ -50,48 +50,18 @@ from idemflow.core.requests import (
 )
 from idemflow.engine.drive import STORE_REQUESTS, drive
 from idemflow.engine.drive_asyncio import adrive
-from idemflow.engine.memo_reader import WAIT_ENDED
-from idemflow.errors import InvalidInputError, VersionNotHeldError
-from idemflow.keys import RUNS_TABLE, memo_prefix, parse_memo_key
+from idemflow.keys import parse_memo_key
 from idemflow.operator.published import EventView, StreamView, published_views
-from idemflow.records import Memo, RunRecord, of_earlier_run
+from idemflow.operator.stored_steps import StepView, listed_steps, partition_of, record_in, step_of
+from idemflow.records import Memo, RunRecord
 from idemflow.running.request_spec import describe_request
 from idemflow.running.runner import execution_steps
 from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores.async_adapters import sync_reader, to_async
-from idemflow.stores.base import AsyncStore, Row, RowRef, Store
+from idemflow.stores.base import AsyncStore, Store
 
 __all__ = ["RequestView", "StepView", "ashow", "show"]
-
-
-@dataclass(frozen=True, slots=True)
-class StepView:
-    """One recorded step: its number, kind and name, where it ran, how it ended and when."""
-
-    number: int
-    kind: str
-    """``atomic``, ``effect``, ``now``, ``abort``, ``start``, ``wait``, ``receive``, ``compensate`` ..."""
-    name: str
-    table: str
-    partition: str
-    outcome: str
-    """``committed``, ``aborted`` (the step decided the abort) or ``compensated``."""
-    value: JSON
-    at: float | None
-    """When it committed (epoch seconds), if its memo says (format 4 and later)."""
-
-    def to_json(self) -> dict[str, JSON]:
-        return {
-            "step": self.number,
-            "kind": self.kind,
-            "name": self.name,
-            "table": self.table,
-            "partition": self.partition,
-            "outcome": self.outcome,
-            "value": self.value,
-            "at": self.at,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +80,8 @@ class RequestView:
     """The events it set (``set_event``), each with the value it holds now, by key."""
     streams: list[StreamView] = field(default_factory=list)
     """The streams it wrote (``write_stream``), each with its length and whether it is closed."""
+    notes: tuple[str, ...] = ()
+    """What the listing could not show (steps whose place is not recorded, ...), in words."""
 
     @property
     def tags(self) -> dict[str, str]:
@@ -138,11 +110,13 @@ class RequestView:
             "failure": None if record.failure is None else record.failure.to_json(),
             "result": record.result,
             "reason": record.reason,
+            "notes": list(self.notes) or None,
         }
         return {key: value for key, value in shown.items() if value is not None}
 
     def lines(self) -> list[str]:
-        """The view as ``idemflow runs show`` prints it: one line per step, then where it is."""
+        """The view as ``idemflow runs show`` prints it: one line per step (number, kind, name,
+        table/partition, outcome, when, value), then where it is and the notes."""
         record = self.record
         shown = [f"{self.workflow} v{record.version} {self.request_id}: {record.status.value}"]
         if self.tags:
@@ -151,9 +125,9 @@ class RequestView:
             when = "-" if step.at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(step.at))
             value = json.dumps(step.value)
             value = value if len(value) <= 60 else value[:57] + "..."
-            shown.append(
-                f"  {step.number:>3}  {step.kind:12} {step.name:24} {step.outcome:11} {when}  {value}"
-            )
+            where = f"{step.table}/{step.partition}"
+            named = f"{step.number:>3}  {step.kind:12} {step.name:24} {where:32}"
+            shown.append(f"  {named} {step.outcome:11} {when}  {value}")
         for event in self.events:
             value = json.dumps(event.value)
             value = value if len(value) <= 60 else value[:57] + "..."
@@ -168,6 +142,7 @@ class RequestView:
         if failure is not None:
             tried = f"after {failure.attempts} attempt(s)"
             shown.append(f"  failed at {failure.where()} {tried}: {failure.reason}")
+        shown.extend(f"  note: {note}" for note in self.notes)
         return shown
 
 
@@ -176,21 +151,24 @@ _WRITES = (Commit, CommitCache, CallOut, Launch, Send, Settle, Sleep, Turn)
 
 
 def show(
-    store: Store, workflows: Iterable[Workflow[Any, Any]], workflow: str, request_id: str
+    store: Store, workflows: Iterable[Workflow[Any, Any]] | None, workflow: str, request_id: str
 ) -> RequestView:
-    """The steps of a submitted request as its memos record them (reads only).
+    """The steps a request committed, as its memos record them (reads only).
 
-    ``workflows`` holds the workflow's code (all its versions, as for a worker): the
-    replay needs it to know where each step keeps its memo. A request ``run`` started
-    stores no input, so only its run record is shown.
+    Every step is listed, atomic steps too, with its number, kind, name, table, partition,
+    time and outcome, from the store alone (``workflows`` empty or None), and always for a
+    finished request. ``workflows`` holding the code of the version an unfinished request runs
+    on (all versions, as for a worker) replays it instead, which also says the step it is at
+    (:attr:`RequestView.next_step`). What the store cannot say (a step in a place not recorded
+    yet, a record of an earlier release) is in :attr:`RequestView.notes`.
     """
-    return drive(_view_steps(store, store, workflows, workflow, request_id), store)
+    return drive(_view_steps(store, store, workflows or (), workflow, request_id), store)
 
 
 async def ashow(
-    store: Store | AsyncStore, workflows: Iterable[Workflow[Any, Any]], workflow: str, request_id: str
+    store: Store | AsyncStore, workflows: Iterable[Workflow[Any, Any]] | None, workflow: str, request_id: str
 ) -> RequestView:
-    """:func:`show`, awaitable: the same replay, its reads awaited.
+    """:func:`show`, awaitable: the same reads, awaited.
 
     >>> import asyncio
     >>> from idemflow.stores import MemoryStore
@@ -200,7 +178,8 @@ async def ashow(
     idemflow.errors.InvalidInputError: no request 'r-9' of workflow 'two' is known to this store
     """
     target = to_async(store)
-    return await adrive(_view_steps(target, sync_reader(target), workflows, workflow, request_id), target)
+    steps = _view_steps(target, sync_reader(target), workflows or (), workflow, request_id)
+    return await adrive(steps, target)
 
 
 def _view_steps(
@@ -211,22 +190,24 @@ def _view_steps(
     request_id: str,
 ) -> Steps[RequestView]:
     """:func:`show` as a computation whose requests are reads only (both APIs answer them)."""
-    record = yield from known_steps(workflow, request_id)
-    beside: list[tuple[str, str, Row]] = yield Scan(RUNS_TABLE, request_id)
-    events, streams = published_views(workflow, request_id, beside)
-    if record.status.final:  # no input kept to replay from: the steps kept beside the record
-        kept = _beside_record(workflow, request_id, record, beside)
-        return RequestView(workflow, request_id, record, kept, events=events, streams=streams)
+    scanned = yield from partition_of(workflow, request_id)
+    record = record_in(scanned, workflow, request_id)
+    events, streams = published_views(workflow, request_id, scanned)
     held = {flow.version: flow for flow in workflows if flow.name == workflow}
     flow = held.get(record.version)
-    if flow is None:
-        raise VersionNotHeldError(workflow, request_id, record.version, tuple(sorted(held)))
-    try:
-        args, kwargs = stored_arguments(record, request_id)
-    except InvalidInputError:
-        return RequestView(
-            workflow, request_id, record, waits_for=record.waiting, events=events, streams=streams
-        )
+    arguments = None if record.status.final or flow is None else record.arguments()
+    if flow is None or arguments is None:  # from the store alone
+        listed = yield from listed_steps(workflow, request_id, scanned)
+        notes = listed.notes
+        if held and flow is None and not record.status.final:
+            given = ", ".join(str(version) for version in sorted(held))
+            notes = (
+                f"version {record.version} of its code was not given (only {given}): read from the store",
+                *notes,
+            )
+        found, retrying, waiting = list(listed.steps), _retrying(record), record.waiting
+        return RequestView(workflow, request_id, record, found, retrying, waiting, events, streams, notes)
+    args, kwargs = arguments
     m = flow(*args, **kwargs)
     request = describe_request(m)
     plan = Plan(
@@ -252,7 +233,9 @@ def _view_steps(
                 break
             answer = yield wanted
             if isinstance(wanted, Read):
-                _noted(steps, wanted.ref, answer, record.incarnation)
+                seen = step_of(wanted.ref, answer, record.incarnation)
+                if seen is not None and seen[2] is not None:
+                    steps.append(seen[2])
     except Suspended as suspended:
         waits_for = suspended.why
     except (Checkpointed, Finished, StopIteration):
@@ -262,44 +245,16 @@ def _view_steps(
             waits_for = f"its next step raises {type(exc).__name__}: {exc}"
     finally:
         computation.close()
-    next_step = execution_at[0] if execution_at else None
-    attempts = record.attempts
-    if attempts is not None:
-        next_step = f"step {attempts.step} ({attempts.identity}), attempt {attempts.count + 1}"
+    next_step = _retrying(record) or (execution_at[0] if execution_at else None)
     return RequestView(workflow, request_id, record, steps, next_step, waits_for, events, streams)
 
 
-def _beside_record(
-    workflow: str, request_id: str, record: RunRecord, rows: list[tuple[str, str, Row]]
-) -> list[StepView]:
-    """A finished request's steps that keep their memo beside its run record (``rows``): its
-    outside calls, clock reads, aborts, events, streams and their undos (its record no longer
-    holds the input a replay needs, and an atomic step's memo lives with its data, wherever
-    that is)."""
-    steps: list[StepView] = []
-    prefix = memo_prefix(workflow, request_id)
-    for partition, key, row in rows:
-        if key.startswith(prefix):
-            _noted(steps, RowRef(RUNS_TABLE, partition, key), row, record.incarnation)
-    steps.sort(key=lambda step: (step.outcome == "compensated", step.number))
-    return steps
-
-
-def _noted(steps: list[StepView], ref: RowRef, row: Any, incarnation: str | None) -> None:
-    """Add the memo at ``ref``, if ``row`` is one (and it is this run's: a
-    memo an earlier request with this id left is not one of its steps)."""
-    if row is None or of_earlier_run(row, incarnation):
-        return
-    parsed = parse_memo_key(ref.key)
-    if parsed is None:
-        return
-    _, _, tag = parsed
-    memo = Memo.from_json(row.value)
-    if memo is None or not tag[1:].isdigit() or tag[0] not in "scu" or memo.identity == WAIT_ENDED:
-        return  # not a step's (a completion's after a timer holds its place, no step of its own)
-    kind, _, name = memo.identity.partition(" ")
-    outcome = "aborted" if memo.aborted else ("compensated" if tag[0] in "cu" else "committed")
-    steps.append(StepView(int(tag[1:]), kind, name, ref.table, ref.partition, outcome, memo.value, memo.at))
+def _retrying(record: RunRecord) -> str | None:
+    """The step a worker tries again, as the record counts its attempts."""
+    attempts = record.attempts
+    if attempts is None:
+        return None
+    return f"step {attempts.step} ({attempts.identity}), attempt {attempts.count + 1}"
 
 
 def _described(wanted: Any, steps: list[StepView]) -> str:

@@ -35,6 +35,7 @@ DYNAMODB_CAPABILITIES = Capabilities(
     max_value_bytes=ITEM_LIMIT - 19_600,  # 390,000: room for keys (3 KiB), names, version, expiry
     max_commit_bytes=4_000_000,
     max_key_bytes=1024,
+    transaction_surcharge=True,
 )
 OPEN_ATTRIBUTE, OPEN_INDEX = "open", "open"
 """The attribute (the workflow) only run records of unfinished requests carry, and the sparse

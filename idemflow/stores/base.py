@@ -62,6 +62,9 @@ class Capabilities:
     """Largest sum of encoded values in one commit."""
     max_key_bytes: int
     """Largest encoded row key or partition (UTF-8 bytes)."""
+    transaction_surcharge: bool = False
+    """A commit of several rows costs more than writing each alone (DynamoDB bills every item of
+    a transaction twice): writes that need no atomicity, such as two cache rows, go apart."""
 
 
 @runtime_checkable

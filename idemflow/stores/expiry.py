@@ -50,6 +50,7 @@ import math
 from collections.abc import Awaitable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
 
+from idemflow.core.places import from_rows, join
 from idemflow.core.requests import Commit, CommitCache, Read, ReadMany, Scan, Steps
 from idemflow.core.trampoline import atrampoline, trampoline
 from idemflow.keys import (
@@ -374,8 +375,11 @@ def left_over(
     """Say in the run record of a request whose caller's ``run`` raised why it is unfinished
     (``why``: its last error and step, shown by ``status``, ``runs list`` and the console), and
     keep its rows a retention from now, extending them first where their bound is too near: a
-    later attempt relies on them. Only on that failure path; False if there was no unfinished
+    later attempt relies on them. The note names the places of the steps met too
+    (:mod:`idemflow.core.places`). Only on that failure path; False if there was no unfinished
     record to note (nothing committed yet, or it finished meanwhile)."""
+    known = tuple(known)
+    seen = from_rows(known, workflow, request_id)
     for _ in range(NOTE_ATTEMPTS):  # a racing writer (or the store's own conflict) wins a round
         row = yield Read(run)
         if row is None:
@@ -384,7 +388,7 @@ def left_over(
         if record.status.final:
             return False
         expires = now + retention
-        updated = dataclasses.replace(record, waiting=why[:500])
+        updated = dataclasses.replace(record, waiting=why[:500], places=join(record.places, seen))
         if extension_due(record, retention, now):
             yield from extend(known, run, workflow, request_id, expires, capabilities)
             updated = dataclasses.replace(updated, kept_until=expires)

@@ -14,6 +14,7 @@ from typing import Any
 
 from tenacity import stop_after_attempt, wait_none, wait_random
 
+from idemflow.core.places import is_places_row
 from idemflow.core.policy import RetryPolicy
 from idemflow.engine.monad import Idem
 from idemflow.keys import DATA, RUNS_TABLE, parse_published_key
@@ -67,7 +68,8 @@ def fast_policy() -> RetryPolicy:
 
 def snapshot(store: Store, outcome: Outcome) -> Snapshot:
     """The outcome with every data row, every event and stream value a request published (what
-    readers see, under its row key), and every memo / run-record key of ``store``.
+    readers see, under its row key), and every memo / run-record key of ``store`` (but the places
+    row a submission's checkpoint writes: it says where the memos are, not a step's path).
 
     >>> from idemflow.stores import MemoryStore
     >>> snapshot(MemoryStore(), Outcome("completed", None)).rows
@@ -82,7 +84,7 @@ def snapshot(store: Store, outcome: Outcome) -> Snapshot:
                 rows[(table, partition, key[1:])] = row.value
             elif table == RUNS_TABLE and parse_published_key(key) is not None:
                 rows[(table, partition, key)] = row.value
-            else:
+            elif not is_places_row(key):
                 bookkeeping.add((table, partition, key))
     return Snapshot(outcome, rows, frozenset(bookkeeping))
 

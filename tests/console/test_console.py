@@ -19,6 +19,7 @@ from idemflow import InvalidInputError, close_stream, run, set_event, workflow, 
 from idemflow.admin import ConsoleExposedError
 from idemflow.client import RunStatus, status, submit
 from idemflow.console._data import ConsoleData, Filters
+from idemflow.console._server import Console
 from idemflow.console._settings import ConsoleSettings, parse_basic_auth, shown_url
 from idemflow.serialization import JSON
 from idemflow.stores import SqliteStore
@@ -73,6 +74,35 @@ def test_the_list_filters_by_status_workflow_and_request_id(
         assert bad.status == 400 and "status must be one of" in bad.json()["error"]
         page = client.get("/?status=failed")
         assert page.status == 200 and "ship-1" in page.body and "book-0" not in page.body
+
+
+def test_a_request_page_lists_every_step_without_the_workflows_code(
+    backends: tuple[SqliteStore, SqliteQueue],
+) -> None:
+    """``idemflow console`` without ``--workflows``: the steps are read from the store, the atomic
+    ones at the places the run record names, for a waiting request and a failed one alike."""
+    store, queue = backends
+    console = Console(_settings(), store, queue, []).start()
+    try:
+        client = Client(console.url)
+        shown = client.get("/api/runs/book-0").json()
+        where = [
+            (step["step"], step["kind"], step["name"], step["table"], step["partition"])
+            for step in shown["steps"]
+        ]
+        assert where == [
+            (1, "atomic", "hold", "items", "show0"),
+            (2, "atomic", "charge", "items", "payments-show0"),
+        ]
+        assert "note" not in shown and shown["waits_for"] == "waiting for a message on 'confirm'"
+        assert shown["compensations"] == ["step 2 (atomic charge)", "step 1 (atomic hold)"]
+        assert shown["steps"][1]["value"]["card"]["cvc_token"] == "[redacted]"
+        failed = client.get("/api/runs/ship-0").json()
+        assert [(step["step"], step["name"]) for step in failed["steps"]] == [(1, "pack")]
+        page = client.get("/runs/book-0?workflow=booking").body
+        assert "no code of workflow" not in page and "items/payments-show0" in page and "tok_0" not in page
+    finally:
+        console.close()
 
 
 def test_paging_walks_every_request_once(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from idemflow.client import RunStatus
 from idemflow.core.plan import Finished, Plan
 from idemflow.engine.deferred import Pending
 from idemflow.engine.memo_reader import WAIT_ABORTED, WAIT_ENDED, AbortWorkflow
-from idemflow.records import Memo, outbox_ref, run_ref
+from idemflow.records import Memo, Places, outbox_ref, run_ref
 from idemflow.stores.base import Insert, Op, Put, RowRef
 from tests.support.engine_rows import ONE_PARTITION, Parts, Rows, given
 
@@ -155,3 +155,28 @@ def test_a_completion_after_a_timer_replaces_a_memo_an_earlier_run_left_there() 
     assert record.status is RunStatus.COMPLETED
     ended = Memo.from_json(rows.rows[AFTER_WAIT][0])
     assert ended is not None and (ended.identity, ended.run) == (WAIT_ENDED, "run1")
+
+
+def test_the_outcome_names_the_places_of_the_atomic_steps_the_journal_met() -> None:
+    """Where the request's atomic steps keep their memos (``pl``) and the last of them (``sn``):
+    what ``runs show`` reads without the workflow's code."""
+    rows, parts = Rows(), Parts(given(Plan(resume=True)))
+    parts.journal.placed("items", "p1", 1)
+    parts.journal.placed("ledger", "2024", 3)
+    parts.journal.placed("items", "p1", 4)
+    rows.run(parts.outcome.finish(RunStatus.COMPLETED, result="done"))
+    stored = rows.rows[RUN][0]
+    assert (stored["pl"], stored["sn"]) == ([["items", "p1"], ["ledger", "2024"]], 4)
+    assert RunRecord.from_json(stored).places == Places((("items", "p1"), ("ledger", "2024")), 4)
+
+
+def test_an_outcome_too_big_with_its_places_is_written_without_them() -> None:
+    """Places never make a result that fits fail: the record then names none (the listing says
+    its atomic steps are not located)."""
+    limit = ONE_PARTITION.max_value_bytes
+    rows, parts = Rows(), Parts(given(Plan(resume=True), capabilities=ONE_PARTITION))
+    parts.journal.placed("items", "p" * 200, 1)
+    result = "x" * (limit - 100)  # fits alone, not with a 200-character place
+    rows.run(parts.outcome.finish(RunStatus.COMPLETED, result=result))
+    stored = rows.rows[RUN][0]
+    assert stored["result"] == result and "pl" not in stored and "sn" not in stored

@@ -97,12 +97,14 @@ def test_show_lists_the_steps_where_a_request_is_and_what_it_waits_for(store: St
     deliver_all(worker, queue, clock)
     finished = show(store, FLOWS, "show-booking", space)
     assert finished.record.status is RunStatus.COMPLETED
-    # its input is gone with the outcome: the steps kept beside its record (not the atomic's)
-    assert [(s.number, s.kind, s.name) for s in finished.steps] == [
-        (2, "effect", "charge"),
-        (3, "receive", "confirm"),
+    # its input is gone with the outcome: every step read from the store, the atomic's too
+    assert [(s.number, s.kind, s.name, s.table) for s in finished.steps] == [
+        (1, "atomic", "hold", "tablea"),
+        (2, "effect", "charge", "idemflowruns"),
+        (3, "receive", "confirm", "idemflowruns"),
     ]
-    assert finished.steps[0].value == waiting.steps[1].value and finished.next_step is None
+    assert finished.steps[1].value == waiting.steps[1].value and finished.next_step is None
+    assert finished.notes == ()
 
 
 def refuse(tx: Any) -> None:
@@ -168,6 +170,14 @@ def test_the_cli_shows_a_request_as_text_and_json(tmp_path: Path) -> None:
     assert "at: step 2 (effect charge)" in text.stdout
     shown = json.loads(idemflow(*args, "--json", cwd=tmp_path).stdout)
     assert shown["status"] == "running" and shown["steps"][0]["name"] == "hold"
+    # without --workflows: read from the store, where the checkpoint named the step's place
+    bare = [arg for arg in args if arg not in ("--workflows", "show_flows:FLOWS")]
+    text = idemflow(*bare, cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    (line,) = [line for line in text.stdout.splitlines() if line.startswith("    1  ")]
+    assert line.split()[1:5] == ["atomic", "hold", "tablea/sseats", "committed"]
+    assert "note" not in text.stdout
+    assert json.loads(idemflow(*bare, "--json", cwd=tmp_path).stdout)["steps"] == shown["steps"]
 
 
 @workflow("show-publisher")

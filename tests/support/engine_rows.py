@@ -228,7 +228,9 @@ class Parts:
         self.compensator = Compensator(
             facts, self.cursor, self.stepper, self.deferred, abort_child or _no_child
         )
-        self.outcome = OutcomeWriter(facts, self.cursor, self.calls, self.recorder, self.deferred, self.memos)
+        self.outcome = OutcomeWriter(
+            facts, self.cursor, self.calls, self.recorder, self.deferred, self.memos, self.journal
+        )
         self.publisher = Publisher(facts, self.cursor, self.stepper)
         self.together = Together(
             facts,
