@@ -10,14 +10,11 @@ and its step writes nothing. A replay reads the decision first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from idemflow.keys import RUNS_TABLE, step_tag
 from idemflow.records import memo_row, memo_text
 from idemflow.stores.base import Insert, Op, Row, RowRef
-
-if TYPE_CHECKING:
-    from idemflow.engine.cursor import Cursor
 
 ANY_OF = "any_of"
 """The identity of an ``any_of``'s decision memo (its value: the winning branch's index)."""
@@ -57,12 +54,19 @@ def decision_insert(
 
 
 def carry(
-    cursor: Cursor, ops: list[Op], memo_prefix: str, request_id: str, at: int, run: str | None, expires: float
+    deciding: Decision | None,
+    step: int,
+    ops: list[Op],
+    memo_prefix: str,
+    request_id: str,
+    at: int,
+    run: str | None,
+    expires: float,
 ) -> int | None:
-    """Add to a step's ``ops`` the decision its commit carries, if it is a branch's deciding step:
-    where it is among them (the stepper reads a failure there as :class:`Preempted`)."""
-    deciding = cursor.deciding
-    if deciding is None or deciding.step != cursor.step:
+    """Add to the ``ops`` of step ``step`` the decision its commit carries, if it is a branch's
+    deciding step (``deciding``: the cursor's): where it is among them (the stepper reads a failure
+    there as :class:`Preempted`)."""
+    if deciding is None or deciding.step != step:
         return None
     ops.append(decision_insert(deciding, memo_prefix, request_id, at, run, expires))
     return len(ops) - 1

@@ -330,7 +330,9 @@ class Stepper:
                 ops.extend((yield from extra()))
             decided_at = None
             if cursor.deciding is not None and not aborted:  # a branch of an any_of: it may decide it
-                decided_at = carry(cursor, ops, given.memo_prefix, given.request_id, at, run, expires)
+                decided_at = carry(
+                    cursor.deciding, cursor.step, ops, given.memo_prefix, given.request_id, at, run, expires
+                )
             if call_out is not None and call_out.lease is not None:
                 ops.append(Delete(self._effect.lease_ref(memo_ref)))  # ended with the call it guarded
             if defer and not aborted and extra is None and self._deferred.foldable(ops):
