@@ -8,9 +8,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from botocore.exceptions import ClientError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from idemflow.stores import Store
+from idemflow.stores._dynamodb_errors import error_code
 from idemflow.stores.registry import STORES, load
 from idemflow.testing import StoreWrapper
 from idemflow.testing.expiries import Where
@@ -59,7 +61,7 @@ def _delete_as_ttl_does(client: Any, table: str, key: dict[str, Any]) -> None:
     """Delete one expired item; the service's TTL comes back later to an item a transaction
     holds (DynamoDB Local answers ``TransactionConflictException`` while one is ongoing)."""
     for attempt in Retrying(
-        retry=retry_if_exception(lambda exc: _code(exc) == "TransactionConflictException"),
+        retry=retry_if_exception(_held_by_a_transaction),
         wait=wait_exponential(multiplier=0.01, max=0.5),
         stop=stop_after_attempt(30),
         reraise=True,
@@ -68,6 +70,5 @@ def _delete_as_ttl_does(client: Any, table: str, key: dict[str, Any]) -> None:
             client.delete_item(TableName=table, Key=key)
 
 
-def _code(exc: BaseException) -> str | None:
-    response = getattr(exc, "response", None)
-    return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+def _held_by_a_transaction(exc: BaseException) -> bool:
+    return isinstance(exc, ClientError) and error_code(exc) == "TransactionConflictException"
