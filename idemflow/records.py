@@ -1,13 +1,11 @@
 """The on-disk format of bookkeeping rows: step memos, run records, outbox entries.
 
-Requests in flight outlive a release, so this module is the single owner of
-what those rows hold: every reader and writer goes through its classes (the
-memo's in :mod:`idemflow.core.memos`, the run record's structured fields in
-:mod:`idemflow.core.run_fields`, a request's inbox message in
-:mod:`idemflow.core.inbox` and its events and stream values in :mod:`idemflow.core.published`,
-all re-exported here, so every name keeps this
-path), and ``tests/golden/`` pins rows written by earlier releases, which every
-later version must still read.
+Requests in flight outlive a release, so this module is the single owner of what those rows
+hold: every reader and writer goes through its classes (the memo's, the run record's fields, a
+request's inbox message, its events and stream values and its places live in
+:mod:`idemflow.core` and are re-exported here, so every name keeps this path), and
+``tests/golden/`` pins rows written by earlier releases, which every later version must still
+read; :mod:`idemflow.core.row_format` tells what each revision of :data:`FORMAT` added.
 
 A memo is ``{"id": identity, "v": result}`` for a committed step, or
 ``{"id": identity, "abort": reason}`` for a step that aborted the workflow.
@@ -54,6 +52,7 @@ from idemflow.core.memos import (
 from idemflow.core.places import Places
 from idemflow.core.published import Event, StreamEnd, StreamItem
 from idemflow.core.row import RowRef
+from idemflow.core.row_format import FORMAT
 from idemflow.core.run_fields import Attempts, Continuation, Failure
 from idemflow.core.tags import stored_tags
 from idemflow.keys import RUN, RUNS_TABLE, outbox_key, outbox_partition, run_key
@@ -89,48 +88,6 @@ __all__ = [
     "run_ref",
     "submitted_input",
 ]
-
-FORMAT = 6
-"""The revision of this format: raised whenever a row gains a field or a kind of row appears,
-together with golden rows of the new revision under ``tests/golden`` (a test holds every revision
-to its rows). Readers take every earlier revision: a field a row lacks has its old meaning.
-
-1. (0.1.0) memos ``id`` with ``v`` or ``abort``; run records ``fp``, ``status``, ``at`` and
-   ``result`` or ``reason``.
-2. (0.2.0) run records gain ``st`` (started), ``in`` (a submission's input), ``wv`` (the workflow
-   version, absent for 1), ``fail`` and ``wait``.
-3. (0.3.0) run records gain ``par`` (the parent to wake); wake-up rows and inbox messages appear.
-4. (0.4.0) run records gain ``rt`` (a step a worker tries again: :class:`Attempts`) and ``dl``
-   (the request's deadline), and the status ``cancelled``; memos gain ``t`` (when the step
-   committed, epoch milliseconds); memos of an outside call's undo appear (``compensate
-   effect ...``, beside the run record).
-5. (1.0.0) run records gain ``ct`` (the continuation a waiting request's pointer must carry:
-   :class:`Continuation`) and ``i`` (the run's incarnation: :func:`new_incarnation`); memos gain
-   ``i``, their run's incarnation, so a memo that outlived its run record is told apart from the
-   memos of a later request reusing the id.
-   Run records also gain ``rn`` (the request's retention in seconds, ``submit``'s
-   ``RetryPolicy.retention``), inside ``in`` beside ``args`` and ``kwargs``: it is stored with
-   the submission, as long as a worker or an operator may still write rows for the request, so
-   every row they write expires by it (:attr:`RunRecord.retention`).
-   Beside it, a delayed submission stores ``nb`` (epoch seconds before which no worker may start
-   it: :attr:`RunRecord.not_before`) and a prioritised one ``ln`` (its queue lane:
-   :attr:`RunRecord.lane`, one of :data:`STORED_LANES`); a record without them is neither delayed
-   nor prioritised, and a lane this release does not know is the normal lane.
-   Run records also gain ``tg``, the request's tags (``submit(tags=)``, ``run(tags=)``: a JSON
-   object of str to str, :mod:`idemflow.core.tags`), beside the status rather than in ``in``, so
-   the finished record keeps them; a request without tags writes no ``tg``, byte for byte the
-   record it wrote before tags existed.
-   A cancelled record also carries ``reason`` (the operator's), a field run records have had since
-   revision 1, which every release reads whatever the status: a cancelled record written without
-   it has its reason in its ``wait`` note only (:attr:`RunRecord.cancel_reason`).
-6. (1.1.0) events and stream values appear, beside the run record: :class:`Event` rows
-   (``set_event``: ``v``, ``n`` the step that set it, ``at``), :class:`StreamItem` rows
-   (``write_stream``: ``v``, ``n``; the offset in the key) and :class:`StreamEnd` rows
-   (``close_stream``: ``len``, ``n``, ``at``); see :mod:`idemflow.keys` for their keys.
-   Run records also gain ``pl``, ``sn`` and ``plm`` (:class:`Places`: where the request's atomic
-   steps keep their memos), and a submission's checkpoint writes them in a places row beside the
-   record (``m<workflow>|<request>|j``); a request with no atomic step writes none of them.
-"""
 
 CANCELLED_NOTE = "cancelled: "
 """How a cancelled request's ``wait`` note begins (the operator's reason follows)."""
@@ -236,7 +193,7 @@ class RunRecord:
     format 5: such a run trusts every memo it meets)."""
     kept_until: float | None = None
     """Epoch seconds no row of this unfinished request expires before (``ku``): set when its
-    rows were last given a later expiry for a long wait (:func:`idemflow.stores.expiry.extend`), and
+    rows were last given a later expiry for a long wait (:func:`idemflow.stores.long_waits.extend`), and
     every row written for it since expires no earlier. None: its claim's time plus retention."""
     tags: Mapping[str, str] | None = None
     """What the request is about (``tg``: ``submit(tags=)``, ``run(tags=)``), as its first claim

@@ -38,7 +38,7 @@ from idemflow.running.runner import run_status
 from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Insert, RowRef
-from idemflow.stores.expiry import sweeps
+from idemflow.stores.long_waits import sweeps
 from idemflow.worker import LanedQueue, MemoryQueue, Worker
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.golden.make_golden import golden

@@ -40,7 +40,7 @@ from idemflow.records import Continuation, RunRecord, RunStatus, run_ref
 from idemflow.running.request_spec import describe_request
 from idemflow.running.runner import execution_steps
 from idemflow.running.workflows import Workflow
-from idemflow.stores.expiry import KEEP_ALIVE, watched
+from idemflow.stores.long_waits import KEEP_ALIVE, watched
 
 
 class Handling(Outcomes):

@@ -33,7 +33,7 @@ from idemflow.errors import CompensationError, ConfigurationError, StepFailedErr
 from idemflow.records import Attempts, RunStatus
 from idemflow.running.workflows import Workflow
 from idemflow.stores.base import AsyncStore, Store
-from idemflow.stores.expiry import sweeps
+from idemflow.stores.long_waits import sweeps
 
 
 class Outcomes:

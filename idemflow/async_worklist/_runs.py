@@ -25,14 +25,15 @@ from idemflow.keys import RUNS_TABLE, check_request_id, check_workflow_name, out
 from idemflow.records import CANCELLED_NOTE, Attempts, Continuation, Failure, RunRecord, RunStatus, run_ref
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Capabilities, Committed, Op, Put, Row, RowRef, Store
-from idemflow.stores.expiry import extend, extension_due
+from idemflow.stores.long_waits import extend, extension_due
 
 
 @dataclass(frozen=True, slots=True)
 class Keep:
     """A record write for a request that waits until ``until`` (epoch seconds; ``now`` is its
     clock's time): the record, and first every row in ``known`` if their bound is too near
-    (:func:`idemflow.stores.expiry.extension_due`), expire a retention after the wait ends, not after now."""
+    (:func:`idemflow.stores.long_waits.extension_due`), expire a retention after the wait ends,
+    not after now."""
 
     until: float
     now: float

@@ -10,7 +10,6 @@ undoes anything twice. It owns that list, and nothing else.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from idemflow.core.effect_keys import idempotency_key
 from idemflow.core.limit_spec import Limit
 from idemflow.core.requests import CallOut, Steps
 from idemflow.core.step_retry import StepRetry
+from idemflow.core.timers import when
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.deferred import DeferredCommit
 from idemflow.engine.given import Given
@@ -53,10 +53,6 @@ class Done:
     group: Limit | None = None
     """The limit group an effect's undo holds around its call, as the call did (None where the
     execution holds the group for the whole workflow already)."""
-
-
-def _when(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
 
 
 def _settle(tx: Tx) -> None:
@@ -130,9 +126,9 @@ class Compensator:
         if not bounds:
             return  # held by no one: no attempt of it is in flight
         due, identity = max(bounds), "compensate effect " + node.label
-        why = f"undoing {node.label!r} once its call can no longer land, at {_when(due)}"
+        why = f"undoing {node.label!r} once its call can no longer land, at {when(due)}"
         if self._hold is not None and not (yield from self._hold(due, why)):
-            cause = f"its call may still land until {_when(due)}: retry lets workers undo it again then"
+            cause = f"its call may still land until {when(due)}: retry lets workers undo it again then"
             raise CompensationError(given.workflow, given.request_id, step, identity, cause)
         again = Done(step, node, None, group=done.group)  # the same call, looked at with None
         yield from self._undo_call(again, node, workflow_retry, settled_undo_tag(step))

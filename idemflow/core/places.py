@@ -14,7 +14,7 @@ writes none of it, byte for byte the rows it wrote before places were kept.
 
 Writers know the places from what they already hold: the engine's journal (the completion
 record), a checkpoint's journal entries (``submit``), and the rows a worker's delivery or a
-``run`` met (:func:`idemflow.stores.expiry.watched`), which name every memo the execution read or
+``run`` met (:func:`idemflow.stores.long_waits.watched`), which name every memo the execution read or
 wrote. A later writer's places include every earlier one's (its replay passed every step), so a
 reader joins whatever it finds (:meth:`Places.joined`).
 
@@ -142,7 +142,7 @@ def from_journal(entries: Iterable[tuple[str, str, str]]) -> Places | None:
 
 def from_rows(refs: Iterable[RowRef], workflow: str, request_id: str) -> Places | None:
     """The places of the memos of a request among ``refs``, the rows an execution met (see
-    :func:`idemflow.stores.expiry.watched`), and the highest number of an atomic step among them.
+    :func:`idemflow.stores.long_waits.watched`), and the highest number of an atomic step among them.
 
     >>> met = [RowRef("accounts", "a", "mpay|r|s2"), RowRef("accounts", "a", "dbalance")]
     >>> from_rows(met, "pay", "r").to_fields()

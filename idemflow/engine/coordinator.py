@@ -10,13 +10,13 @@ its own: what it decides is in memos and in the rows it commits.
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Callable
 from typing import Any, assert_never
 
 from idemflow.core.plan import Cancelled
 from idemflow.core.requests import Scan, SkippingClock, Sleep, Steps
+from idemflow.core.timers import skipped_to, when
 from idemflow.engine.attempt import Extra, constant
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
@@ -59,10 +59,6 @@ RunChild = Callable[[Given, Call, str, RunRecord], Steps[None]]
 """Under ``run``, a child nobody finished yet runs in the process, as its own request: an
 execution of its own, which only the engine on top builds (handed down, not imported up; a plain
 function of the parent's facts, so no part refers back to the execution that owns it)."""
-
-
-def _when(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
 
 
 def _next_message(found: list[tuple[str, Row, Message]]) -> tuple[str, Row, Message]:
@@ -121,7 +117,7 @@ class Coordinator:
                 while given.clock() < due:
                     if skipped_to(given.clock, due):
                         break
-                    yield from self.suspend(due, None, "sleeping until " + _when(due))
+                    yield from self.suspend(due, None, "sleeping until " + when(due))
                 cursor.waited()  # an abort meeting the timer takes the place after it: see WAIT_ENDED
                 return None
             case Start():
@@ -384,17 +380,8 @@ class Coordinator:
                 return (yield from stepper.forward(RUNS_TABLE, request_id, identity, lambda tx: None, None))
             if node.due is not None and skipped_to(given.clock, node.due):
                 continue  # a test's clock is past the timeout now: one more look, then None
-            until = "" if node.due is None else " until " + _when(node.due)
+            until = "" if node.due is None else " until " + when(node.due)
             yield from self.suspend(node.due, _POLL, f"waiting for a message on {node.topic!r}{until}")
-
-
-def skipped_to(clock: Callable[[], float], due: float) -> bool:
-    """Whether ``clock`` is a test's :class:`SkippingClock`, now moved on to ``due``: its frozen
-    time would never get there, so a timer or a receive's timeout would wait forever."""
-    if not isinstance(clock, SkippingClock):
-        return False
-    clock.skip_to(due)
-    return True
 
 
 def child_result(value: Any, node: WaitFor) -> Any:

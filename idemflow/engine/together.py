@@ -24,15 +24,15 @@ other with None (its call may have been made; its answer was not kept).
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, assert_never
 
 from idemflow.core.plan import Cancelled, JournalEntry, Suspended
 from idemflow.core.requests import Steps
+from idemflow.core.timers import skipped_to, when
 from idemflow.engine.attempt import constant
 from idemflow.engine.branches import Branch, Branches
-from idemflow.engine.coordinator import Coordinator, child_result, skipped_to
+from idemflow.engine.coordinator import Coordinator, child_result
 from idemflow.engine.cursor import Cursor, Position
 from idemflow.engine.decision import ANY_OF, Decision, Preempted
 from idemflow.engine.given import Given
@@ -268,7 +268,7 @@ class Together:
         while given.clock() < due:
             if skipped_to(given.clock, due):
                 break
-            yield from coordinator.suspend(due, None, "sleeping until " + _when(due))
+            yield from coordinator.suspend(due, None, "sleeping until " + when(due))
 
     def _decide(self, at: int, index: int | None) -> Steps[int]:
         """Commit the decision ``index`` (None under an abort: it aborts here): the decision
@@ -352,10 +352,6 @@ def _merged(suspended: Sequence[BaseException]) -> Suspended:
         duplicate=first.duplicate,
         claimed_at=first.claimed_at,
     )
-
-
-def _when(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
 
 
 __all__ = ["Branch", "EffectStep", "Layout", "Together", "Undone", "identities"]

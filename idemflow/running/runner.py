@@ -52,7 +52,7 @@ from idemflow.keys import check_request_id, check_workflow_name
 from idemflow.limits.gate import gated
 from idemflow.running.request_spec import Request, describe, describe_request
 from idemflow.running.workflows import Workflow
-from idemflow.stores import expiry
+from idemflow.stores import long_waits
 from idemflow.stores.base import AsyncStore, RowRef, Store
 
 R = TypeVar("R")
@@ -127,10 +127,11 @@ def execution_steps(
 
     Under ``run`` (no ``plan``), a step's error, or the store's, leaves the request unfinished
     for the caller to retry: its run record then says why, and its rows are kept a retention
-    from this attempt (:func:`idemflow.stores.expiry.left_over`). ``tags`` (checked) are
+    from this attempt (:func:`idemflow.stores.long_waits.left_over`). ``tags`` (checked) are
     ``run``'s, stored with its claim."""
     if plan is None:  # run: a wait here keeps no row alive where rows expire by date alone
-        longest = None if expiry.sweeps(store) else (policy or DEFAULT_POLICY).retention * expiry.SLACK
+        retention = (policy or DEFAULT_POLICY).retention
+        longest = None if long_waits.sweeps(store) else retention * long_waits.SLACK
         base = Plan(version=request.version, longest_wait_here=longest, tags=tags)
     else:
         base = plan
@@ -142,7 +143,7 @@ def execution_steps(
     known: set[RowRef] = set()
     ran = _versioned(m, execution, request, request_id, store, policy, clock, versions, reader)
     try:
-        return (yield from expiry.watched(ran, execution.record_ref, known))
+        return (yield from long_waits.watched(ran, execution.record_ref, known))
     except IdempotencyKeyReuseError:
         raise  # the record is another input's: nothing of this one's was written
     except (WorkflowAborted, RequestCancelledError):
@@ -155,7 +156,7 @@ def execution_steps(
         retention = (policy or DEFAULT_POLICY).retention
         now = max(time.time(), clock())
         with contextlib.suppress(Exception):  # the note is for operators: the caller gets its error
-            yield from expiry.left_over(
+            yield from long_waits.left_over(
                 execution.record_ref,
                 request.workflow,
                 request_id,

@@ -41,7 +41,7 @@ from idemflow.records import run_ref
 from idemflow.serialization import encode
 from idemflow.stores import MemoryStore, SqliteStore, Store
 from idemflow.stores.base import Committed, Put
-from idemflow.stores.expiry import sweeps
+from idemflow.stores.long_waits import sweeps
 from idemflow.worker import MemoryQueue
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
@@ -368,7 +368,7 @@ def test_run_refuses_a_wait_in_place_its_rows_would_not_outlive(
     retention is refused as it begins, naming the wait and what to do; the charge committed
     before is not made again by a retry, which meets the same refusal, and the record says why
     the request is unfinished. (A store that sweeps keeps an unfinished request's rows however
-    long it waits: :func:`idemflow.stores.expiry.sweeps`, and the runner asks it as here.)"""
+    long it waits: :func:`idemflow.stores.long_waits.sweeps`, and the runner asks it as here.)"""
     store = make_factory(kind, request, tmp_path)()
     assert not sweeps(store)
     space, clock = new_space(), Clock()
