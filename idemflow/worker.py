@@ -36,6 +36,7 @@ from idemflow.core.lazy import load_optional as _load_optional
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
     from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
+    from idemflow.async_worklist.queues.postgres import PostgresQueue
     from idemflow.async_worklist.queues.sqs import SqsQueue
     from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
 
@@ -51,6 +52,7 @@ __all__ = [
     "LanedQueue",
     "MemoryQueue",
     "PoolView",
+    "PostgresQueue",
     "Queue",
     "QueueMessage",
     "QueueStats",

@@ -29,6 +29,7 @@ from idemflow.stores.registry import Backend, load
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
     from idemflow.async_worklist.queues.azure_queue_async import AsyncAzureQueue
+    from idemflow.async_worklist.queues.postgres import PostgresQueue
     from idemflow.async_worklist.queues.sqs import SqsQueue
     from idemflow.async_worklist.queues.sqs_async import AsyncSqsQueue
 
@@ -41,6 +42,7 @@ __all__ = [
     "MemoryQueue",
     "Message",
     "MessageLostError",
+    "PostgresQueue",
     "Queue",
     "SqliteQueue",
     "SqsQueue",

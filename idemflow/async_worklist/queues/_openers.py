@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlencode
 
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
@@ -22,6 +23,7 @@ OPTIONAL: OptionalClasses = {
     "AzureQueue": ("idemflow.async_worklist.queues.azure_queue", "azure"),
     "AsyncSqsQueue": ("idemflow.async_worklist.queues.sqs_async", "aio"),
     "AsyncAzureQueue": ("idemflow.async_worklist.queues.azure_queue_async", "aio"),
+    "PostgresQueue": ("idemflow.async_worklist.queues.postgres", "postgres"),
 }
 """The classes ``idemflow.async_worklist.queues`` gives on first use: ``{name: (module, extra)}``."""
 
@@ -99,12 +101,49 @@ def open_async_azure(url: Url, *, create: bool = True) -> AsyncQueue:
     return queue
 
 
+LIBPQ_PARAMETERS = frozenset(
+    {
+        "user",
+        "password",
+        "passfile",
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "connect_timeout",
+        "application_name",
+        "options",
+        "target_session_attrs",
+    }
+)
+"""libpq's connection parameters a ``postgresql://`` URL may carry in its query (credentials go
+there or in libpq's environment, ``PGUSER``/``PGPASSWORD``, never before the ``?``)."""
+
+
+def open_postgres(url: Url, *, create: bool = True) -> Queue:
+    """A :class:`~idemflow.async_worklist.queues.postgres.PostgresQueue` from
+    ``postgresql://HOST:PORT/DATABASE?name=QUEUE&user=...`` (the tables are made if missing:
+    ``create`` is not a PostgreSQL queue's concern, which creates nothing but its two tables)."""
+    if not url.target.startswith("//"):
+        raise url.error("needs //HOST[:PORT]/DATABASE after the scheme")
+    libpq = {key: value for key, value in url.params.items() if key in LIBPQ_PARAMETERS}
+    conninfo = f"postgresql:{url.target}" + (f"?{urlencode(libpq)}" if libpq else "")
+    options: dict[str, Any] = {}
+    visibility_timeout = url.seconds("visibility_timeout")
+    if visibility_timeout is not None:
+        options["visibility_timeout"] = visibility_timeout
+    queue: Queue = _optional("PostgresQueue")(conninfo, name=url.params.get("name", "default"), **options)
+    return queue
+
+
 __all__ = [
+    "LIBPQ_PARAMETERS",
     "OPTIONAL",
     "open_async_azure",
     "open_async_sqs",
     "open_azure",
     "open_memory",
+    "open_postgres",
     "open_sqlite",
     "open_sqs",
 ]

@@ -46,13 +46,17 @@ LANES = ("high", "normal", "low")
 """The lanes, highest first; ``normal`` is the queue itself."""
 
 
+NAMED_BY_PARAMETER = frozenset({"sqlite", "postgresql", "postgres"})
+"""The schemes whose queue is named by a ``name`` parameter (the target is a file or a server)."""
+
+
 def lane_url(url: Url, lane: str) -> Url:
     """The URL of ``lane`` of the queue ``url`` names: ``-<lane>`` appended to its name (its
     ``name`` parameter where the scheme has one, else its target); the normal lane is ``url``."""
     if lane == "normal":
         return url
     params = {key: value for key, value in url.params.items() if key != "lanes"}
-    if url.scheme == "sqlite":
+    if url.scheme in NAMED_BY_PARAMETER:
         params["name"] = params.get("name", "default") + "-" + lane
         return dataclasses.replace(url, params=params)
     target = url.target + "-" + lane if url.target else url.target

@@ -4,8 +4,10 @@
 suite takes every test bed. A bed with :attr:`~idemflow.stores.registry.Feature.FAKE_CLOCK`
 runs on the test's clock.
 
->>> [(entry.schemes, bed.kind) for entry, bed in QUEUES.beds()]
-[(('memory',), 'memory'), (('sqlite',), 'sqlite'), (('sqs',), 'sqs'), (('azure-queue',), 'azure')]
+>>> [bed.kind for _, bed in QUEUES.beds()]
+['memory', 'sqlite', 'sqs', 'azure', 'postgres']
+>>> QUEUES.for_scheme("postgres").schemes
+('postgresql', 'postgres')
 """
 
 from __future__ import annotations
@@ -16,6 +18,14 @@ _OPENERS = "idemflow.async_worklist.queues._openers"
 _SERVERS = "idemflow.testing.servers"
 _EVERY = frozenset({"visibility_timeout", "lanes"})
 _CLOUD = frozenset({Feature.SERVER, Feature.SHARED})
+_LOCAL_SERVER = frozenset({Feature.SERVER, Feature.SHARED, Feature.FAKE_CLOCK})
+"""A server on loopback whose queue reads the client's clock (PostgreSQL: ``visible_at`` is the
+client's time, as SQLite's), so the test's clock moves it."""
+_LIBPQ = frozenset(
+    {"user", "password", "passfile", "sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout"}
+    | {"application_name", "options", "target_session_attrs"}
+)
+"""libpq's connection parameters (the openers' ``LIBPQ_PARAMETERS``: kept in step by a test)."""
 
 QUEUES = Registry(
     "queue",
@@ -63,6 +73,16 @@ QUEUES = Registry(
             twin="idemflow.async_worklist.queues.azure_queue_async:AsyncAzureQueue.twin_of",
             extra="azure",
             test_beds=(TestBed("azure", f"{_SERVERS}:azurite_server", _CLOUD),),
+        ),
+        Backend(
+            name="postgres",
+            schemes=("postgresql", "postgres"),
+            parameters=_EVERY | {"name"} | _LIBPQ,
+            usage="postgresql://HOST[:PORT]/DATABASE?name=QUEUE",
+            opener=f"{_OPENERS}:open_postgres",
+            blocking_class="idemflow.async_worklist.queues.postgres:PostgresQueue",
+            extra="postgres",
+            test_beds=(TestBed("postgres", f"{_SERVERS}:postgres_server", _LOCAL_SERVER),),
         ),
     ],
 )
