@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.engine_ab.counted import SHAPES
+
 pytestmark = pytest.mark.slow  # each a benchmark run in a process of its own
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,6 +159,29 @@ def test_the_engine_ab_runs_both_versions_side_by_side(tmp_path: Path) -> None:
     page = (tmp_path / "engine_ab.md").read_text()
     for metric in ("memory 1 steps", "memory replay of 100 steps", "sqlite 2 steps"):
         assert metric in page, metric
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_each_counted_shape_runs_its_requests_to_their_end(shape: str, tmp_path: Path) -> None:
+    """What engine_ab.instructions runs under callgrind: the requests must really run (a shape
+    that failed at once would count nothing and compare nothing)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.engine_ab.counted", shape, "3", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_drain_finishes_every_request_on_a_postgres_queue(tmp_path: Path) -> None:
+    """A PostgreSQL of its own for the queue, the store a SQLite file: every request completes
+    (the benchmark raises otherwise) and the page gives a figure per process count."""
+    store = f"sqlite:{tmp_path / 'drain.sqlite3'}"
+    sizes = ["--requests", "6", "--rounds", "1", "--processes", "1", "2"]
+    bench(["benchmarks.drain", *sizes, "--store", store, "--out", str(tmp_path)], timeout=240)
+    page = (tmp_path / "drain.md").read_text()
+    assert "| 1 |" in page and "| 2 |" in page
 
 
 def test_quick_booking_writes_its_results(tmp_path: Path) -> None:
