@@ -22,12 +22,12 @@ def fork_bounds(workflow: str, request_id: str, replayed: Replayed, from_step: o
 
     Steps are numbered from 1 (``idemflow runs show``); ``from_step`` runs from 1 (every step
     anew) to one past the last step recorded, or, for an aborted request, to the step that
-    decided the abort (the steps after it never ran). It may not fall inside an ``all_of`` or
-    ``any_of`` block (its branches are one step of the workflow), nor after a step whose undo
-    ran (the data no longer holds that step). The replay must have reached it without a
+    decided the abort (the steps after it never ran), and must be a step the request recorded
+    (as ``runs show`` lists it: not a number a ``uuid4()`` or ``random()`` took), and not after
+    a step whose undo ran (the data no longer holds that step). The replay must have reached it without a
     :class:`~idemflow.errors.NonDeterminismError` (one at or after it is what a fork runs anew).
 
-    >>> nothing = Replayed((), (), None, None, None)
+    >>> nothing = Replayed((), None, None, None)
     >>> fork_bounds("wf", "r-1", nothing, 0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -52,11 +52,12 @@ def fork_bounds(workflow: str, request_id: str, replayed: Replayed, from_step: o
     if undone:
         why = f"step {undone[0]} was undone by the request's abort: fork from step {undone[0]} or earlier"
         raise ForkStepError(workflow, request_id, from_step, why)
-    for block in replayed.blocks:
-        if len(block) > 1 and min(block) < from_step <= max(block):
-            first, end = min(block), max(block)
-            why = f"steps {first} to {end} are one all_of/any_of block: fork from step {first} or {end + 1}"
-            raise ForkStepError(workflow, request_id, from_step, why)
+    if from_step < upper and from_step not in {found.number for found in forward}:
+        why = (
+            f"no step is recorded at {from_step} (a uuid4() or random() value, derived from its "
+            "number, or a step inside another's numbers): fork from a step runs show lists"
+        )
+        raise ForkStepError(workflow, request_id, from_step, why)
     return [found for found in forward if found.number < from_step]
 
 

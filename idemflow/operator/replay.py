@@ -82,9 +82,6 @@ class Replayed:
     """What a replay met: the memos it read, in order, and where and why it stopped."""
 
     found: tuple[Found, ...]
-    blocks: tuple[tuple[int, ...], ...]
-    """Forward step numbers whose memos one read asked for together: an ``all_of``/``any_of``
-    block's branches (a block of one number for every other step)."""
     stopped_at: str | None
     """The step the replay would have run anew (described), if it reached one."""
     waits_for: str | None
@@ -123,7 +120,6 @@ def replay(
     )
     computation = execution_steps(m, request, request_id, store, None, time.time, plan, (), reader=reader)
     found: list[Found] = []
-    blocks: list[tuple[int, ...]] = []
     stopped_at: str | None = None
     waits_for: str | None = None
     error: Exception | None = None
@@ -146,15 +142,10 @@ def replay(
                 failure = exc
                 continue
             refs, rows = _read(wanted, answer)
-            block = []
             for ref, row in zip(refs, rows, strict=True):
                 seen = step_of(ref, row, record.incarnation)
                 if seen is not None and row is not None:
                     found.append(Found(seen[0], seen[1], ref, row, seen[2]))
-                    if seen[1] == "s":
-                        block.append(seen[0])
-            if block:
-                blocks.append(tuple(block))
     except Suspended as suspended:
         waits_for = suspended.why
     except (Checkpointed, Finished):
@@ -165,7 +156,7 @@ def replay(
         error = exc
     finally:
         computation.close()
-    return Replayed(tuple(found), tuple(blocks), stopped_at, waits_for, error, finished)
+    return Replayed(tuple(found), stopped_at, waits_for, error, finished)
 
 
 def _read(wanted: object, answer: Any) -> tuple[list[RowRef], list[Row | None]]:
