@@ -204,4 +204,5 @@ class RequestExistsError(InvalidInputError):
         self.request_id = request_id
 
     def __str__(self) -> str:
-        return f"workflow {self.workflow!r} already has a request {self.request_id!r} in this store: pick another new id"
+        named = f"workflow {self.workflow!r} already has a request {self.request_id!r}"
+        return f"{named} in this store: pick another new id"
