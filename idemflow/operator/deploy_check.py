@@ -238,13 +238,12 @@ def _first_memos(workflow: str, request_id: str, record: RunRecord) -> list[RowR
     prefix = memo_prefix(workflow, request_id)
     places = record.places
     known = [record.failure.step if record.failure else 0, record.attempts.step if record.attempts else 0]
-    last = max([places.steps if places else 0, *known]) + AHEAD
-    where = [(RUNS_TABLE, request_id), *(places.at if places else ())]
-    return [
-        RowRef(table, partition, prefix + step_tag(n))
-        for table, partition in where
-        for n in range(1, last + 1)
-    ]
+    last = max([places.steps if places else 0, *known])
+    beside = range(1, last + AHEAD + 1)  # every other step's memo: its number may be any
+    refs = [RowRef(RUNS_TABLE, request_id, prefix + step_tag(n)) for n in beside]
+    for table, partition in places.at if places else ():  # up to the step after the last known
+        refs.extend(RowRef(table, partition, prefix + step_tag(n)) for n in range(1, last + 2))
+    return refs
 
 
 def _judged(summary: RunSummary, result: Replayed) -> DeployProblem | None:

@@ -10,9 +10,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from idemflow.errors import ForkStepError, NonDeterminismError
-from idemflow.keys import RUNS_TABLE, STREAM_END, event_key, parse_published_key, stream_end_key, stream_key
+from idemflow.keys import (
+    RUNS_TABLE,
+    STREAM_END,
+    event_key,
+    memo_prefix,
+    parse_published_key,
+    stream_end_key,
+    stream_key,
+)
 from idemflow.operator.replay import Found, Replayed
-from idemflow.records import Memo
+from idemflow.records import Memo, RunRecord
 from idemflow.serialization import JSON
 from idemflow.stores.base import Row, RowRef
 
@@ -99,3 +107,19 @@ def copied_published(
             new_key = stream_key(workflow, new_id, key, int(part))
         copied.append((RowRef(RUNS_TABLE, new_id, new_key), dict(value)))
     return copied
+
+
+def at_places(workflow: str, request_id: str, record: RunRecord) -> list[RowRef]:
+    """The memos of the atomic steps its record knows, at every place it names (and the next
+    step's): what a replay of the request reads there, read ahead in one batched read.
+
+    >>> record = RunRecord.from_json({"fp": "f", "status": "failed", "pl": [["t", "p"]], "sn": 1})
+    >>> [ref.key for ref in at_places("wf", "r-1", record)]
+    ['mwf|r-1|s1', 'mwf|r-1|s2']
+    """
+    places = record.places
+    if places is None:
+        return []
+    prefix = memo_prefix(workflow, request_id)
+    numbers = range(1, places.steps + 2)
+    return [RowRef(table, partition, f"{prefix}s{n}") for table, partition in places.at for n in numbers]

@@ -50,13 +50,13 @@ from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.core.places import Places
-from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy
-from idemflow.core.requests import Commit, CommitCache, Read, Send, Steps
+from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, resent
+from idemflow.core.requests import Commit, CommitCache, Read, ReadMany, Send, Steps
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.errors import BackendError, InvalidInputError, RequestExistsError, VersionNotHeldError
 from idemflow.keys import RUNS_TABLE, check_request_id, check_workflow_name, memo_prefix
-from idemflow.operator.fork_rows import copied_published, fork_bounds
+from idemflow.operator.fork_rows import at_places, copied_published, fork_bounds
 from idemflow.operator.reads import answered
 from idemflow.operator.replay import replay
 from idemflow.operator.stored_steps import partition_of, record_in
@@ -226,12 +226,15 @@ def fork_steps(
         raise RequestExistsError(workflow, new_id)
     note = fork_note(request_id, from_step)
     new_ref = run_ref(workflow, new_id)
-    found = yield Read(new_ref)
+    found = yield from _sent(Read(new_ref))
     if found is not None and not _ours(found, record, note):
         raise RequestExistsError(workflow, new_id)
-    beside = {(part, row_key): row for part, row_key, row in scanned}
+    known: dict[RowRef, Row | None] = {RowRef(RUNS_TABLE, part, key): row for part, key, row in scanned}
+    ahead = at_places(workflow, request_id, record)  # the atomic steps' memos, in one batched read
+    if ahead:
+        known.update(zip(ahead, (yield from _sent(ReadMany(ahead))), strict=True))
     replaying = replay(store, reader, flow, record, request_id, arguments)
-    replayed = yield from answered(replaying, beside, request_id)
+    replayed = yield from answered(replaying, known, (RUNS_TABLE, request_id))
     kept = fork_bounds(workflow, request_id, replayed, from_step)
     now = clock()
     retention = record.retention or (policy or DEFAULT_POLICY).retention
@@ -263,7 +266,7 @@ def fork_steps(
     )
     if found is None:
         claim: JSON = claimed.to_json()
-        outcome = yield Commit([Insert(new_ref, claim, encode(claim, envelope=3), expires)])
+        outcome = yield from _sent(Commit([Insert(new_ref, claim, encode(claim, envelope=3), expires)]))
         if not isinstance(outcome, Committed):  # another fork came first: the same one, or refused
             found = outcome.failures[0].existing
             if found is None or not _ours(found, record, note):
@@ -314,7 +317,7 @@ def _copy(
         )
     for ops in by_place.values():
         for start in range(0, len(ops), per_commit):
-            yield Commit(ops[start : start + per_commit])
+            yield from _sent(Commit(ops[start : start + per_commit]))
 
 
 def _hand_over(
@@ -329,7 +332,7 @@ def _hand_over(
 ) -> Steps[None]:
     """Clear the fork's note with an outbox entry, then send the pointer, as ``submit`` does."""
     new_ref = run_ref(workflow, new_id)
-    row = yield Read(new_ref)
+    row = yield from _sent(Read(new_ref))
     current = None if row is None else RunRecord.from_json(row.value)
     if row is not None and current is not None and current.waiting == note:
         ready: JSON = dataclasses.replace(current, waiting=None).to_json()
@@ -337,13 +340,19 @@ def _hand_over(
         outbox = Put(outbox_ref(workflow, new_id), entry, encode(entry), expires_at=expires)
         rewrite = Put(new_ref, ready, encode(ready, envelope=3), row.version, expires)
         if capabilities.cross_partition_commit:
-            yield Commit([rewrite, outbox])
+            yield from _sent(Commit([rewrite, outbox]))
         else:  # the entry first: every memo is copied, so a relay sending it runs the request
-            yield Commit([outbox])
-            yield Commit([rewrite])
+            yield from _sent(Commit([outbox]))
+            yield from _sent(Commit([rewrite]))
     body = encode_pointer(Pointer(workflow, claimed.version, new_id), key)
     try:
         yield Send(body, 0.0, None)
     except BackendError:  # QueueError, TransientError: the outbox entry's relay sends it
         return
-    yield CommitCache([Delete(outbox_ref(workflow, new_id))])
+    yield from _sent(CommitCache([Delete(outbox_ref(workflow, new_id))]))
+
+
+def _sent(request: Read | ReadMany | Commit | CommitCache) -> Steps[Any]:
+    """``request`` sent again on a transient error (a lost answer included: every write here is
+    one a repeat leaves as it is, or refuses by its condition, which the caller reads)."""
+    return (yield from resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), request))

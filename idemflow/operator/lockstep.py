@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from idemflow.core.policy import DEFAULT_POLICY, resent
 from idemflow.core.requests import Read, ReadMany, Steps
 from idemflow.keys import parse_memo_key
 from idemflow.stores.base import Row, RowRef
@@ -93,7 +94,9 @@ def lockstep(computations: Sequence[Steps[T]], ahead: Iterable[RowRef]) -> Steps
         refs = [ref for ref in wanted if ref not in rows.known]
         for start in range(0, len(refs), CHUNK):
             chunk = refs[start : start + CHUNK]
-            found: list[Row | None] = yield ReadMany(chunk)
+            found: list[Row | None] = yield from resent(
+                DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), ReadMany(chunk)
+            )
             rows.known.update(zip(chunk, found, strict=True))
         for item in waiting:
             if not item.done and rows.holds(item.wanted):

@@ -1,5 +1,6 @@
 """Reads a caller already answered: a computation's reads of rows it holds, answered without a
-store call (a request's partition of the runs table, read whole by one scan)."""
+store call (a request's partition of the runs table, read whole by one scan, and memos read
+ahead in one batched read)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,29 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from idemflow.core.requests import Read, ReadMany, Steps
-from idemflow.keys import RUNS_TABLE
-from idemflow.stores.base import Row
+from idemflow.stores.base import Row, RowRef
 
 T = TypeVar("T")
 
 
-def answered(steps: Steps[T], rows: Mapping[tuple[str, str], Row], request_id: str) -> Steps[T]:
-    """``steps`` with every read of a row in ``request_id``'s partition of the runs table answered
-    from ``rows`` (``(partition, key)`` to row: that partition, as one scan read it; a row not
-    in it is absent), and every other request passed on.
+def answered(
+    steps: Steps[T], rows: Mapping[RowRef, Row | None], whole: tuple[str, str] | None = None
+) -> Steps[T]:
+    """``steps`` with every read of a row in ``rows`` answered from it, and of a row in the
+    partition ``whole`` (``(table, partition)``, read whole: a row not in ``rows`` is absent) too;
+    every other request is passed on.
 
-    >>> from idemflow.core.row import RowRef
     >>> from idemflow.engine.drive import drive
     >>> from idemflow.stores import MemoryStore
     >>> def two():
-    ...     return (yield Read(RowRef(RUNS_TABLE, "r-1", "k"))), (yield Read(RowRef(RUNS_TABLE, "r-1", "x")))
-    >>> drive(answered(two(), {("r-1", "k"): Row(7, 1)}, "r-1"), MemoryStore())
+    ...     return (yield Read(RowRef("t", "r-1", "k"))), (yield Read(RowRef("t", "r-1", "x")))
+    >>> drive(answered(two(), {RowRef("t", "r-1", "k"): Row(7, 1)}, ("t", "r-1")), MemoryStore())
     (Row(value=7, version=1), None)
     """
+
+    def held(ref: RowRef) -> bool:
+        return ref in rows or (ref.table, ref.partition) == whole
+
     answer: Any = None
     failure: BaseException | None = None
     while True:
@@ -35,17 +40,13 @@ def answered(steps: Steps[T], rows: Mapping[tuple[str, str], Row], request_id: s
             result: T = done.value
             return result
         answer = failure = None
-        if isinstance(wanted, Read) and _held(wanted.ref.table, wanted.ref.partition, request_id):
-            answer = rows.get((wanted.ref.partition, wanted.ref.key))
+        if isinstance(wanted, Read) and held(wanted.ref):
+            answer = rows.get(wanted.ref)
             continue
-        if isinstance(wanted, ReadMany) and all(_held(r.table, r.partition, request_id) for r in wanted.refs):
-            answer = [rows.get((ref.partition, ref.key)) for ref in wanted.refs]
+        if isinstance(wanted, ReadMany) and all(held(ref) for ref in wanted.refs):
+            answer = [rows.get(ref) for ref in wanted.refs]
             continue
         try:
             answer = yield wanted
         except BaseException as exc:  # noqa: BLE001 - thrown back where the computation asked
             failure = exc
-
-
-def _held(table: str, partition: str, request_id: str) -> bool:
-    return table == RUNS_TABLE and partition == request_id
