@@ -19,11 +19,12 @@ from idemflow import (
     atomic,
     checkpoint,
     effect,
+    set_event,
     uuid4,
     workflow,
 )
 from idemflow.admin import afork, fork, show
-from idemflow.client import RunStatus, status, submit
+from idemflow.client import RunStatus, get_event, status, submit
 from idemflow.core.requests import Commit
 from idemflow.engine.drive import store_answer
 from idemflow.errors import ForkStepError, NonDeterminismError, RequestExistsError, RequestNotFoundError
@@ -313,3 +314,75 @@ def test_the_cli_forks_a_request(tmp_path: Path) -> None:
     workers = open_queue(f"sqlite:{queue_path}")
     assert workers.approximate_size() == 1  # the new request's pointer, for the workers
     workers.close()
+
+
+ABORTING: set[str] = set()
+"""Spaces whose ``decide`` step still aborts."""
+
+
+def undo_hold(tx: Tx, _: Any) -> None:
+    tx.increment("held", -1)
+
+
+@workflow("fork-abort")
+def undone(space: str) -> Generator[Idem[Any], Any, Any]:
+    yield atomic(
+        "tablea", space + "stock", lambda tx: tx.increment("held"), name="hold", compensate=undo_hold
+    )
+    yield checkpoint()
+    yield atomic(
+        "tablea", space + "stock", lambda tx: tx.abort("no") if space in ABORTING else "ok", name="decide"
+    )
+    return "kept"
+
+
+def test_an_aborted_request_is_forked_from_before_its_undone_steps_only(store: Store, flavour: str) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    ABORTING.add(space)
+    submit(undone(space), request_id=space + "old", store=store, queue=queue, clock=clock)
+    deliver_all(Worker([undone], store=store, queue=queue, clock=clock), queue, clock)
+    assert status(store, "fork-abort", space + "old").status is RunStatus.ABORTED
+    ABORTING.discard(space)
+    with pytest.raises(ForkStepError, match="step 1 was undone"):  # the data no longer holds it
+        forked(
+            flavour,
+            store,
+            [undone],
+            "fork-abort",
+            space + "old",
+            from_step=2,
+            queue=queue,
+            input=([space], {}),
+        )
+    new = forked(
+        flavour, store, [undone], "fork-abort", space + "old", from_step=1, queue=queue, input=([space], {})
+    )
+    deliver_all(Worker([undone], store=store, queue=queue, clock=clock), queue, clock)
+    assert status(store, "fork-abort", new).result == "kept"
+    assert data_rows(store, "tablea")[("tablea", space + "stock", "held")] == 1
+
+
+@workflow("fork-events")
+def publishing(space: str) -> Generator[Idem[Any], Any, Any]:
+    yield set_event("stage", "paid")
+    yield atomic("tablea", space + "e", lambda tx: tx.increment("n"), name="count")
+    yield checkpoint()
+    yield set_event("stage", "shipped")
+
+
+def test_a_running_request_is_forked_from_the_steps_it_committed_and_goes_on(
+    store: Store, flavour: str
+) -> None:
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    submit(
+        publishing(space), request_id=space + "old", store=store, queue=queue, clock=clock
+    )  # at its checkpoint
+    new = forked(flavour, store, [publishing], "fork-events", space + "old", from_step=3, queue=queue)
+    assert get_event(store, "fork-events", new, "stage", timeout=0) == "paid"  # copied with its step
+    deliver_all(Worker([publishing], store=store, queue=queue, clock=clock), queue, clock)
+    for request_id in (space + "old", new):
+        assert status(store, "fork-events", request_id).status is RunStatus.COMPLETED
+        assert get_event(store, "fork-events", request_id, "stage", timeout=0) == "shipped"
+    assert data_rows(store, "tablea")[("tablea", space + "e", "n")] == 1  # the fork counted nothing again
