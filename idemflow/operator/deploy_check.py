@@ -50,8 +50,8 @@ from idemflow.operator.replay import Replayed, replay
 from idemflow.records import RunRecord, RunStatus
 from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
-from idemflow.stores.async_adapters import to_async
-from idemflow.stores.base import AsyncStore, RowRef, Store
+from idemflow.stores.async_adapters import sync_reader, to_async
+from idemflow.stores.base import AsyncStore, PagedRuns, RowRef, Store
 
 __all__ = ["DeployCheck", "DeployProblem", "acheck_deploy", "check_deploy"]
 
@@ -160,9 +160,17 @@ async def acheck_deploy(
     """
     flows = _flows(workflows, workflow)
     target = to_async(store)
+    paged = isinstance(sync_reader(target), PagedRuns)
     totals = _Totals()
     for name in sorted(flows):
         for wanted in CHECKED:
+            if not paged:  # no paged listing (an SDK's asynchronous client): one scan, then pages
+                listed = await aruns(target, workflow=name, status=wanted)
+                for start in range(0, len(listed.runs), page):
+                    await adrive(
+                        _page(target, flows[name], listed.runs[start : start + page], totals), target
+                    )
+                continue
             after: str | None = None
             while True:
                 listed = await aruns(target, workflow=name, status=wanted, limit=page, after=after)

@@ -5,7 +5,9 @@ Each computation (a replay, :mod:`idemflow.operator.replay`) asks for one row at
 after another, 10,000 requests of five steps would cost 50,000 round trips; run in lockstep, every
 computation is advanced until it asks for a row nobody has read yet, then the rows all of them
 wait for are read in one batched read (``read_many``, which each store splits as its backend
-needs), with the next few step numbers at the same place read ahead, and every computation goes on.
+needs), and every computation goes on. What a caller reads ahead (``ahead``: the first memos of
+each request) rides in the first batch; a row asked for later is read alone in its batch (most
+are the step a request is at, which has no memo: reading the numbers after it would be waste).
 A page of requests then costs a few batched reads, not one read per step.
 
 >>> from idemflow.core.row import RowRef
@@ -25,13 +27,12 @@ from typing import Any, Generic, TypeVar
 
 from idemflow.core.policy import DEFAULT_POLICY, resent
 from idemflow.core.requests import Read, ReadMany, Steps
-from idemflow.keys import parse_memo_key
 from idemflow.stores.base import Row, RowRef
 
 T = TypeVar("T")
 
 AHEAD = 4
-"""Step numbers after a memo asked for that are read with it, at the same place."""
+"""Step numbers past the last one a request's record knows whose memos beside it are read ahead."""
 CHUNK = 1000
 """Rows one batched read asks for (each store splits it as its backend needs)."""
 
@@ -83,7 +84,7 @@ def lockstep(computations: Sequence[Steps[T]], ahead: Iterable[RowRef]) -> Steps
             if isinstance(request, (Read, ReadMany)):
                 for ref in [request.ref] if isinstance(request, Read) else list(request.refs):
                     if ref not in rows.known:
-                        wanted.update(dict.fromkeys(_with_next(ref)))
+                        wanted[ref] = None
                 continue
             try:  # not a read: carried out alone
                 answer = yield request
@@ -124,15 +125,3 @@ def _advance(item: _Running[T], rows: _Rows, answer: Any, failure: BaseException
             continue
         item.wanted = request
         return
-
-
-def _with_next(ref: RowRef) -> list[RowRef]:
-    """``ref`` and, for a step's memo, the memos of the next :data:`AHEAD` steps at its place."""
-    parsed = parse_memo_key(ref.key)
-    tag = parsed[2] if parsed is not None else ""
-    if tag[:1] != "s" or not tag[1:].isdigit():
-        return [ref]
-    base, number = ref.key[: -len(tag)], int(tag[1:])
-    return [ref] + [
-        RowRef(ref.table, ref.partition, f"{base}s{n}") for n in range(number + 1, number + 1 + AHEAD)
-    ]
