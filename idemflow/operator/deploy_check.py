@@ -129,7 +129,12 @@ def check_deploy(
     store: Store, workflows: Iterable[Workflow[Any, Any]], *, workflow: str | None = None, page: int = PAGE
 ) -> DeployCheck:
     """Replay every open request of the workflows in ``workflows`` (or of ``workflow`` alone) on
-    that code, reading only, and list those it would refuse (see the module docstring)."""
+    that code, reading only, and list those it would refuse (see the module docstring).
+
+    >>> from idemflow.stores import MemoryStore
+    >>> check_deploy(MemoryStore(), []).to_json()
+    {'ok': True, 'checked': 0, 'not_replayed': 0, 'problems': []}
+    """
     flows = _flows(workflows, workflow)
     totals = _Totals()
     for name in sorted(flows):

@@ -129,6 +129,13 @@ def fork(
     (:class:`~idemflow.errors.RequestExistsError`), code without the version
     (:class:`~idemflow.errors.VersionNotHeldError`), a replay of the steps kept that the code
     refuses (:class:`~idemflow.errors.NonDeterminismError`).
+
+    >>> from idemflow.stores import MemoryStore
+    >>> from idemflow.worker import MemoryQueue
+    >>> fork(MemoryStore(), [], "tally", "t-9", from_step=2, queue=MemoryQueue())
+    Traceback (most recent call last):
+    ...
+    idemflow.errors.RequestNotFoundError: no request 't-9' of workflow 'tally' is known to this store
     """
     new_id = _new_id(request_id, new_request_id)
     steps = fork_steps(

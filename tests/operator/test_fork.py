@@ -311,6 +311,9 @@ def test_the_cli_forks_a_request(tmp_path: Path) -> None:
     assert json.loads(done.stdout) == {"request_id": "n-1", "forked_from": old, "from_step": 4}
     refused = idemflow("runs", "fork", *common, "fork-order", old, "--from-step", "9", cwd=tmp_path)
     assert refused.returncode == 2 and "cannot fork" in refused.stderr
+    other_input = ["--from-step", "1", "--input", '[{"space": "elsewhere"}]']
+    mismatch = idemflow("runs", "fork", *common, "fork-order", old, *other_input, cwd=tmp_path)
+    assert mismatch.returncode == 2 and "fingerprint differs" in mismatch.stderr
     workers = open_queue(f"sqlite:{queue_path}")
     assert workers.approximate_size() == 1  # the new request's pointer, for the workers
     workers.close()
