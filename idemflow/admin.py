@@ -1,12 +1,15 @@
 """What an operator runs against a store and a queue: list and show requests, retry, cancel or
-abort one, list and redrive dead letters, relay the outbox, collect finished requests' rows.
+abort one, fork one from a step, check a deploy against the open requests, list and redrive dead
+letters, relay the outbox, collect finished requests' rows.
 
 Each blocking function has its asyncio twin, named ``a`` + its name, taking the same steps on
 the event loop (asynchronous stores and queues, or blocking ones on threads of their own).
 ``retry`` also resumes a ``running`` request nothing is queued for (``idemflow resume``).
 Dead letters: :func:`dead_letters` and :func:`redrive` (``idemflow dead-letters list|redrive``).
 The operator's abort is :func:`abort_request`: it ends a request from outside, where
-:func:`idemflow.abort` is the step a workflow yields.
+:func:`idemflow.abort` is the step a workflow yields. :func:`fork` starts a new request keeping
+an old one's steps before a given step (``idemflow runs fork``); :func:`check_deploy` replays the
+open requests on new code, reading only, and lists those it would refuse (``idemflow check-deploy``).
 
 >>> from idemflow import atomic, run
 >>> from idemflow.stores import MemoryStore
@@ -40,6 +43,8 @@ from idemflow.operator.commands import (
     aruns,
     runs,
 )
+from idemflow.operator.deploy_check import DeployCheck, DeployProblem, acheck_deploy, check_deploy
+from idemflow.operator.forking import afork, fork
 from idemflow.operator.published import EventView, StreamView
 from idemflow.operator.stored_steps import StepView
 from idemflow.operator.timeline import RequestView, ashow, show
@@ -48,6 +53,8 @@ from idemflow.records import RunRecord
 __all__ = [
     "ConsoleExposedError",
     "ConsoleRefusedError",
+    "DeployCheck",
+    "DeployProblem",
     "EventView",
     "ExpiredStats",
     "GcReport",
@@ -60,18 +67,22 @@ __all__ = [
     "aabort_request",
     "abort_request",
     "acancel",
+    "acheck_deploy",
     "acollect",
     "adead_letters",
     "aexpired_stats",
+    "afork",
     "aredrive",
     "arelay",
     "aretry",
     "aruns",
     "ashow",
     "cancel",
+    "check_deploy",
     "collect",
     "dead_letters",
     "expired_stats",
+    "fork",
     "redrive",
     "relay",
     "retry",

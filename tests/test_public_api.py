@@ -139,7 +139,10 @@ def test_every_blocking_function_of_the_client_and_the_operator_has_its_twin(nam
     assert [entry for entry in blocking if "a" + entry not in functions] == []
 
 
-@pytest.mark.parametrize("blocking", ["retry", "cancel", "relay", "runs", "abort_request", "collect", "show"])
+@pytest.mark.parametrize(
+    "blocking",
+    ["retry", "cancel", "relay", "runs", "abort_request", "collect", "show", "fork", "check_deploy"],
+)
 def test_the_operators_commands_each_have_an_asyncio_twin(blocking: str) -> None:
     import idemflow.admin
 

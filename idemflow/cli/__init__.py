@@ -6,6 +6,9 @@
     idemflow runs list --store URL [--workflow W] [--status S] [--older-than D] [--limit N]
         [--after CURSOR] [--json]
     idemflow runs show --store URL [--workflows MODULE:ATTR] WORKFLOW REQUEST_ID [--json]
+    idemflow runs fork --store URL --queue URL --workflows MODULE:ATTR WORKFLOW REQUEST_ID
+        --from-step N [--new-id ID] [--input JSON]
+    idemflow check-deploy --store URL --workflows MODULE:ATTR [--workflow W] [--json]
     idemflow retry --store URL --queue URL WORKFLOW REQUEST_ID
     idemflow cancel --store URL WORKFLOW REQUEST_ID [--reason R] [--children]
     idemflow resume --store URL --queue URL WORKFLOW REQUEST_ID
@@ -25,8 +28,8 @@ as ``python -m`` does, so a project's workflows need not be installed.
 
 This module wires the commands and ends them as above; each group has its module in this
 package, with its options and what it prints (``request_commands``, ``store_commands``,
-``dead_letter_commands``, ``worker_command``, ``console_command``, ``pool``), and ``loading``
-imports the ``MODULE:ATTR`` they name.
+``dead_letter_commands``, ``worker_command``, ``console_command``, ``deploy_command``,
+``pool``), and ``loading`` imports the ``MODULE:ATTR`` they name.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from collections.abc import Callable, Sequence
 from idemflow.cli import pool as _pool_cli
 from idemflow.cli.console_command import add_console_parser, run_console_command
 from idemflow.cli.dead_letter_commands import add_dead_letter_parser, run_dead_letter_command
+from idemflow.cli.deploy_command import add_deploy_parser, run_deploy_command
 from idemflow.cli.request_commands import add_request_parsers, run_request_command
 from idemflow.cli.store_commands import COMMANDS as STORE_COMMANDS
 from idemflow.cli.store_commands import add_store_parsers, run_store_command
@@ -53,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     add_store_parsers(commands)
     add_request_parsers(commands)
+    add_deploy_parser(commands)
     add_dead_letter_parser(commands)
     add_worker_parser(commands)
     add_console_parser(commands)
@@ -115,4 +120,6 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
         return run_worker_command(args, store, _parser().parse_args)
     if args.command == "console":
         return run_console_command(args, store)
+    if args.command == "check-deploy":
+        return run_deploy_command(args, store)
     return run_request_command(args, store)

@@ -1,5 +1,5 @@
 """The commands on one request or a listing of them: ``status``, ``runs list``, ``runs show``,
-``retry``, ``resume``, ``cancel`` and ``abort``, their options and what they print.
+``runs fork``, ``retry``, ``resume``, ``cancel`` and ``abort``, their options and what they print.
 
 What an operator does to requests is one group of the command line with one shape (a store, a
 workflow, a request id, a JSON line out), so its options and its output live together here;
@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from idemflow.admin import abort_request, cancel, retry, runs
+from idemflow.admin import abort_request, cancel, fork, retry, runs
 from idemflow.cli.loading import load_workflows
 from idemflow.client import status
 from idemflow.core.tags import parse_tag, tag_filter
@@ -73,6 +73,21 @@ def add_request_parsers(commands: Any) -> None:
     showing.add_argument("--json", action="store_true", help="one JSON object")
     showing.add_argument("workflow")
     showing.add_argument("request_id")
+    forking = runs_commands.add_parser(
+        "fork", help="a new request keeping a request's steps before --from-step, the rest run anew"
+    )
+    forking.add_argument("--store", required=True)
+    forking.add_argument("--queue", required=True)
+    forking.add_argument("--workflows", required=True, action="append", help="MODULE:ATTR, as for worker")
+    forking.add_argument("--from-step", required=True, type=int, help="the first step run anew (from 1)")
+    forking.add_argument("--new-id", help="the new request's id (default: the old one's with a suffix)")
+    forking.add_argument(
+        "--input",
+        type=_input,
+        help='a finished request\'s input, given again: {"args": [...], "kwargs": {...}} or a list of args',
+    )
+    forking.add_argument("workflow")
+    forking.add_argument("request_id")
 
     retry = commands.add_parser("retry", help="hand a failed or stuck submitted request back to the workers")
     retry.add_argument("--store", required=True)
@@ -148,6 +163,8 @@ def run_request_command(args: argparse.Namespace, store: Store) -> int:
 def _runs(args: argparse.Namespace, store: Store) -> int:
     if args.action == "show":
         return _show(args, store)
+    if args.action == "fork":
+        return _fork(args, store)
     older = None if args.older_than is None else parse_duration(args.older_than)
     wanted = None if args.status is None else RunStatus(args.status)
     page = runs(
@@ -196,6 +213,44 @@ def _show(args: argparse.Namespace, store: Store) -> int:
         print(json.dumps(view.to_json()))
         return 0
     print("\n".join(view.lines()))
+    return 0
+
+
+def _input(text: str) -> tuple[list[Any], dict[str, Any]]:
+    """``--input``: the arguments of a workflow call, as JSON."""
+    try:
+        given = json.loads(text)
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(f"--input is not JSON: {bad}") from None
+    if isinstance(given, list):
+        return given, {}
+    if (
+        isinstance(given, dict)
+        and isinstance(given.get("args", []), list)
+        and isinstance(given.get("kwargs", {}), dict)
+    ):
+        return list(given.get("args", [])), dict(given.get("kwargs", {}))
+    raise argparse.ArgumentTypeError('--input is {"args": [...], "kwargs": {...}} or a JSON list of args')
+
+
+def _fork(args: argparse.Namespace, store: Store) -> int:
+    flows = [flow for spec in args.workflows for flow in load_workflows(spec)]
+    queue = open_queue(args.queue, create=False)  # where workers read, not a new queue
+    try:
+        handle = fork(
+            store,
+            flows,
+            args.workflow,
+            args.request_id,
+            from_step=args.from_step,
+            new_request_id=args.new_id,
+            queue=queue,
+            input=args.input,
+        )
+    finally:
+        queue.close()
+    answer = {"request_id": handle.request_id, "forked_from": args.request_id, "from_step": args.from_step}
+    print(json.dumps(answer))
     return 0
 
 

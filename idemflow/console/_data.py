@@ -1,6 +1,6 @@
 """What the console's pages and JSON API show and do, as JSON: every read and action is a call of
 :mod:`idemflow.admin` (``runs``, ``show``, ``retry``, ``cancel``, ``abort_request``,
-``dead_letters``, ``redrive``), so the console is exactly as safe beside running workers as the
+``fork``, ``dead_letters``, ``redrive``), so the console is exactly as safe beside running workers as the
 ``idemflow`` command.
 
 A listing reads a page of run records, never the table: the filters a store can apply while
@@ -21,6 +21,7 @@ from idemflow.admin import (
     abort_request,
     cancel,
     dead_letters,
+    fork,
     redrive,
     retry,
     runs,
@@ -40,9 +41,19 @@ from idemflow.worker import Queue
 PREFIX_BUDGET = 5000
 """Run records a prefix search reads for one page before it shows what it found so far."""
 LISTED_STATUSES = tuple(status.value for status in RunStatus if status.value not in ("pending", "unknown"))
-ACTIONS = ("retry", "resume", "cancel", "abort")
+ACTIONS = ("retry", "resume", "cancel", "abort", "fork")
 _UNDOABLE = ("atomic", "effect", "start")
 """Step kinds whose compensation an abort runs (a child started is aborted in turn)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Forking:
+    """What a fork is asked for: the first step run anew, the new id (None: one is made), and a
+    finished request's input given again (``(args, kwargs)``)."""
+
+    from_step: int
+    new_id: str | None = None
+    input: tuple[list[Any], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,17 +218,21 @@ class ConsoleData:
         return {"dead_letters": letters}
 
     def allowed(self, status: RunStatus, have_code: bool) -> Iterable[str]:
-        """The actions this console offers on a request in ``status``."""
-        if self.settings.read_only or status.final:
+        """The actions this console offers on a request in ``status`` (a fork, on any request,
+        needs the queue and the workflow's code)."""
+        if self.settings.read_only:
             return
-        if self.queue is not None and status in (RunStatus.FAILED, RunStatus.RUNNING):
-            yield "retry"
-        if self.queue is not None and status is RunStatus.CANCELLED:
-            yield "resume"
-        if status in (RunStatus.RUNNING, RunStatus.FAILED):
-            yield "cancel"
-        if have_code:
-            yield "abort"
+        if not status.final:
+            if self.queue is not None and status in (RunStatus.FAILED, RunStatus.RUNNING):
+                yield "retry"
+            if self.queue is not None and status is RunStatus.CANCELLED:
+                yield "resume"
+            if status in (RunStatus.RUNNING, RunStatus.FAILED):
+                yield "cancel"
+            if have_code:
+                yield "abort"
+        if have_code and self.queue is not None:
+            yield "fork"
 
     # -- actions -------------------------------------------------------------------------------
 
@@ -229,9 +244,10 @@ class ConsoleData:
         reason: str | None,
         *,
         children: bool = False,
+        forking: Forking | None = None,
     ) -> dict[str, JSON]:
         """Carry out ``action`` through :mod:`idemflow.admin`; what it found and did (``children``:
-        a cancel cancels the requests it started too)."""
+        a cancel cancels the requests it started too; ``forking``: a fork's step, new id, input)."""
         if self.settings.read_only:
             raise ConsoleRefusedError("this console is read-only")
         if action not in ACTIONS:
@@ -263,7 +279,9 @@ class ConsoleData:
             return {**answer, "children": True} if children else answer
         flows = [flow for flow in self.workflows if flow.name == name]
         if not flows:
-            raise ConsoleRefusedError(f"abort needs the code of workflow {name!r} (--workflows)")
+            raise ConsoleRefusedError(f"{action} needs the code of workflow {name!r} (--workflows)")
+        if action == "fork":
+            return self._fork(name, request_id, flows, forking)
         before = summary.status
         ended = abort_request(
             self.store, flows, name, request_id, reason=reason or "aborted from the console"
@@ -275,6 +293,32 @@ class ConsoleData:
             "was": before.value,
             "status": ended.status.value,
             "done": ended.status is RunStatus.ABORTED and not before.final,
+        }
+
+    def _fork(
+        self, name: str, request_id: str, flows: list[Workflow[Any, Any]], forking: Forking | None
+    ) -> dict[str, JSON]:
+        if self.queue is None:
+            raise ConsoleRefusedError("fork needs the queue (--queue)")
+        if forking is None:
+            raise InvalidInputError("fork needs from_step, the first step run anew")
+        handle = fork(
+            self.store,
+            flows,
+            name,
+            request_id,
+            from_step=forking.from_step,
+            new_request_id=forking.new_id,
+            queue=self.queue,
+            input=forking.input,
+        )
+        return {
+            "action": "fork",
+            "request_id": request_id,
+            "workflow": name,
+            "new_request_id": handle.request_id,
+            "from_step": forking.from_step,
+            "done": True,
         }
 
     def redrive(self, ids: list[str] | None) -> dict[str, JSON]:

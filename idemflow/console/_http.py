@@ -6,8 +6,9 @@ Routes (pages, then the JSON API behind them; docs/console.md documents the API)
     GET  /                          requests, filtered and paged
     GET  /runs/ID?workflow=W        a request's timeline and actions
     GET  /runs/ID/abort?workflow=W  the abort confirmation: the compensations that will run
-    POST /runs/ID/ACTION            retry, resume, cancel or abort (form: csrf, action_id, workflow;
-                                    cancel also takes children=1: the requests it started too)
+    POST /runs/ID/ACTION            retry, resume, cancel, abort or fork (form: csrf, action_id, workflow;
+                                    cancel also takes children=1: the requests it started too; fork
+                                    from_step, new_id and input)
     GET  /dead-letters              dead letters;  POST /dead-letters/redrive
     GET  /login?token=T, POST /login   a browser signs in with the token
     GET  /api/runs, /api/runs/ID, /api/dead-letters, /api/session;  POST /api/runs/ID/ACTION,
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from idemflow.console import _pages as pages
-from idemflow.console._data import ConsoleData, Filters
+from idemflow.console._data import ConsoleData, Filters, Forking
 from idemflow.console._guard import SESSION_COOKIE, Caller, Guard, new_action_id
 from idemflow.console._settings import ConsoleSettings
 from idemflow.errors import ConsoleRefusedError, IdemflowError, InvalidInputError, RequestNotFoundError
@@ -200,9 +201,11 @@ class Handler(BaseHTTPRequestHandler):
             reason = _text(form, "reason")
             children = _flag(form, "children")
 
+            forking = _forking(form) if action == "fork" else None
+
             def act() -> dict[str, JSON]:
                 before = data.request(request_id, workflow) if action == "abort" else {}
-                outcome = data.act(action, request_id, workflow, reason, children=children)
+                outcome = data.act(action, request_id, workflow, reason, children=children, forking=forking)
                 if action == "abort":
                     outcome["compensations"] = before.get("compensations", [])
                 return outcome
@@ -214,6 +217,8 @@ class Handler(BaseHTTPRequestHandler):
             href = pages.request_href(name, request_id)
             if action == "abort":
                 return self._html(pages.aborted_page(settings, outcome, href))
+            if action == "fork":  # the new request's page
+                return self._redirect(pages.request_href(name, str(outcome["new_request_id"]), watch="1"))
             return self._redirect(pages.request_href(name, request_id, watch="1"))
         self._refuse(api, HTTPStatus.NOT_FOUND, "no such action")
 
@@ -340,6 +345,29 @@ def _text(form: dict[str, Any], name: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a string, not {type(value).__name__}")
     return value or None
+
+
+def _forking(form: dict[str, Any]) -> Forking:
+    """A fork's fields: ``from_step`` (a whole number), ``new_id`` and ``input`` (JSON ``{"args":
+    [...], "kwargs": {...}}``), optional; :class:`InvalidInputError` for anything else."""
+    raw = form.get("from_step")
+    step = raw if type(raw) is int else (int(raw) if isinstance(raw, str) and raw.strip().isdigit() else None)
+    if step is None:
+        raise InvalidInputError(f"from_step must be a whole number, not {raw!r}")
+    given = _text(form, "input")
+    arguments = None
+    if given is not None:
+        try:
+            parsed = json.loads(given)
+        except ValueError as bad:
+            raise InvalidInputError(f"input is not JSON: {bad}") from None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("args", []), list):
+            raise InvalidInputError('input must be {"args": [...], "kwargs": {...}}')
+        kwargs = parsed.get("kwargs", {})
+        if not isinstance(kwargs, dict):
+            raise InvalidInputError('input must be {"args": [...], "kwargs": {...}}')
+        arguments = (list(parsed.get("args", [])), dict(kwargs))
+    return Forking(step, _text(form, "new_id"), arguments)
 
 
 def _flag(form: dict[str, Any], name: str) -> bool:

@@ -22,7 +22,7 @@ _NO_STEPS = (
     '<tr><td colspan="7" class="meta">no step shown: none recorded yet, or the request finished '
     "(a finished request's memos are not replayed)</td></tr>"
 )
-ACTION_LABELS = {"retry": "Retry", "resume": "Resume", "cancel": "Cancel", "abort": "Abort…"}
+ACTION_LABELS = {"retry": "Retry", "resume": "Resume", "cancel": "Cancel", "abort": "Abort…", "fork": "Fork"}
 
 
 @cache
@@ -255,6 +255,15 @@ def _actions(shown: dict[str, JSON], csrf: str, action_id: str) -> str:
             parts.append(f'<a href="{escape(href)}" id="abort" class="danger">Abort…</a>')
             continue
         target = escape(f"/runs/{quote(request_id, safe='')}/{name}")
+        if name == "fork":  # a new request from a step: which step, and its id if one is wanted
+            fields = hidden(csrf, f"{action_id}-fork", workflow=workflow)
+            parts.append(
+                f'<form method="post" action="{target}">{fields}'
+                '<label>from step <input type="number" name="from_step" id="from_step" min="1" '
+                'value="1" required></label> <label>new id <input name="new_id" id="new_id"></label> '
+                '<button type="submit" id="fork">Fork</button></form>'
+            )
+            continue
         parts.append(
             f'<form method="post" action="{target}">{hidden(csrf, f"{action_id}-{name}", workflow=workflow)}'
             f'<button type="submit" id="{name}">{ACTION_LABELS[name]}</button></form>'

@@ -40,6 +40,7 @@ from idemflow.errors._backend import (
 from idemflow.errors._codes import ErrorCode, IdemflowError
 from idemflow.errors._input import (
     ConflictError,
+    ForkStepError,
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidNameError,
@@ -48,6 +49,7 @@ from idemflow.errors._input import (
     MessageRejectedError,
     MissingIdempotencyKeyError,
     NonDeterminismError,
+    RequestExistsError,
     StreamClosedError,
 )
 from idemflow.errors._outcomes import (
@@ -121,6 +123,7 @@ __all__ = [
     "DeliveryRetryError",
     "EffectTimeoutError",
     "ErrorCode",
+    "ForkStepError",
     "IdemflowError",
     "IdempotencyKeyReuseError",
     "InvalidInputError",
@@ -135,6 +138,7 @@ __all__ = [
     "NonDeterminismError",
     "QueueError",
     "RequestCancelledError",
+    "RequestExistsError",
     "RequestFailedError",
     "RequestNotFoundError",
     "StepFailedError",

@@ -164,3 +164,45 @@ class StreamClosedError(InvalidInputError):
         if self.offset is None:
             return f"{where} was closed after {self.length} value(s): nothing more can be written to it"
         return f"{where} ended after {self.length} value(s): offset {self.offset} is past its end"
+
+
+class ForkStepError(InvalidInputError):
+    """``admin.fork``'s ``from_step`` is not a step the request can be forked from: out of the
+    range its recorded steps allow (steps are numbered from 1, as ``idemflow runs show`` lists
+    them), inside an ``all_of``/``any_of`` block, or after a step its abort undid. Nothing was
+    written.
+
+    >>> str(ForkStepError("wf", "r-1", 9, "the request has 3 steps: from_step is 1 to 4"))
+    "cannot fork workflow 'wf' request 'r-1' from step 9: the request has 3 steps: from_step is 1 to 4"
+    """
+
+    def __init__(self, workflow: str, request_id: str, from_step: object, why: str) -> None:
+        super().__init__(workflow, request_id, from_step, why)
+        self.workflow = workflow
+        self.request_id = request_id
+        self.from_step = from_step
+        self.why = why
+
+    def __str__(self) -> str:
+        return (
+            f"cannot fork workflow {self.workflow!r} request {self.request_id!r} "
+            f"from step {self.from_step!r}: {self.why}"
+        )
+
+
+class RequestExistsError(InvalidInputError):
+    """A request id that must be new (``admin.fork``'s ``new_request_id``) already names a
+    request of the workflow in the store, or another fork to it is under way. Nothing was written.
+
+    >>> str(RequestExistsError("wf", "r-2"))
+    "workflow 'wf' already has a request 'r-2' in this store: pick another new id"
+    """
+
+    def __init__(self, workflow: str, request_id: str) -> None:
+        super().__init__(workflow, request_id)
+        self.workflow = workflow
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        named = f"workflow {self.workflow!r} already has a request {self.request_id!r}"
+        return f"{named} in this store: pick another new id"

@@ -35,7 +35,7 @@ from idemflow.core.places import PLACES_TAG, Place, Places, join
 from idemflow.core.policy import DEFAULT_POLICY, resent
 from idemflow.core.requests import ReadMany, Scan, Steps
 from idemflow.engine.memo_reader import WAIT_ENDED
-from idemflow.errors import InvalidInputError
+from idemflow.errors import RequestNotFoundError
 from idemflow.keys import (
     RUNS_TABLE,
     check_request_id,
@@ -189,11 +189,14 @@ def partition_of(workflow: str, request_id: str) -> Steps[list[tuple[str, str, R
 
 
 def record_in(scanned: Sequence[tuple[str, str, Row]], workflow: str, request_id: str) -> RunRecord:
-    """The run record in a request's partition, or :class:`~idemflow.errors.InvalidInputError`."""
+    """The run record in a request's partition, or :class:`~idemflow.errors.RequestNotFoundError`
+    (an :class:`~idemflow.errors.InvalidInputError`)."""
     wanted = run_key(workflow)
     found = next((row for _, key, row in scanned if key == wanted), None)
     if found is None:
-        raise InvalidInputError(f"no request {request_id!r} of workflow {workflow!r} is known to this store")
+        raise RequestNotFoundError(
+            f"no request {request_id!r} of workflow {workflow!r} is known to this store"
+        )
     return RunRecord.from_json(found.value)
 
 

@@ -35,27 +35,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemflow.core.plan import Checkpointed, Finished, Plan, Suspended
-from idemflow.core.requests import (
-    CallOut,
-    Commit,
-    CommitCache,
-    Launch,
-    Read,
-    Send,
-    Settle,
-    Sleep,
-    Steps,
-    Turn,
-)
-from idemflow.engine.drive import STORE_REQUESTS, drive
+from idemflow.core.requests import Steps
+from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
-from idemflow.keys import parse_memo_key
 from idemflow.operator.published import EventView, StreamView, published_views
-from idemflow.operator.stored_steps import StepView, listed_steps, partition_of, record_in, step_of
-from idemflow.records import Memo, RunRecord
-from idemflow.running.request_spec import describe_request
-from idemflow.running.runner import execution_steps
+from idemflow.operator.replay import replay
+from idemflow.operator.stored_steps import StepView, listed_steps, partition_of, record_in
+from idemflow.records import RunRecord
 from idemflow.running.workflows import Workflow
 from idemflow.serialization import JSON
 from idemflow.stores.async_adapters import sync_reader, to_async
@@ -146,10 +132,6 @@ class RequestView:
         return shown
 
 
-_WRITES = (Commit, CommitCache, CallOut, Launch, Send, Settle, Sleep, Turn)
-"""Requests a replay that only reads must not carry out."""
-
-
 def show(
     store: Store, workflows: Iterable[Workflow[Any, Any]] | None, workflow: str, request_id: str
 ) -> RequestView:
@@ -175,7 +157,7 @@ async def ashow(
     >>> asyncio.run(ashow(MemoryStore(), [], "two", "r-9"))
     Traceback (most recent call last):
     ...
-    idemflow.errors.InvalidInputError: no request 'r-9' of workflow 'two' is known to this store
+    idemflow.errors.RequestNotFoundError: no request 'r-9' of workflow 'two' is known to this store
     """
     target = to_async(store)
     steps = _view_steps(target, sync_reader(target), workflows or (), workflow, request_id)
@@ -207,46 +189,13 @@ def _view_steps(
             )
         found, retrying, waiting = list(listed.steps), _retrying(record), record.waiting
         return RequestView(workflow, request_id, record, found, retrying, waiting, events, streams, notes)
-    args, kwargs = arguments
-    m = flow(*args, **kwargs)
-    request = describe_request(m)
-    plan = Plan(
-        version=record.version,
-        resume=True,
-        suspend=True,
-        retry_in_place=False,
-        fold=False,
-        incarnation=record.incarnation,
-    )
-    steps: list[StepView] = []
-    computation = execution_steps(m, request, request_id, store, None, time.time, plan, (), reader=reader)
-    waits_for: str | None = None
-    execution_at: list[str] = []
-    try:
-        answer: Any = None
-        while True:
-            wanted = computation.send(answer)
-            if isinstance(wanted, _WRITES):
-                execution_at.append(_described(wanted, steps))
-                break
-            if type(wanted) not in STORE_REQUESTS:
-                break
-            answer = yield wanted
-            if isinstance(wanted, Read):
-                seen = step_of(wanted.ref, answer, record.incarnation)
-                if seen is not None and seen[2] is not None:
-                    steps.append(seen[2])
-    except Suspended as suspended:
-        waits_for = suspended.why
-    except (Checkpointed, Finished, StopIteration):
-        pass
-    except Exception as exc:  # noqa: BLE001 - a replay that raises is where the request stands
-        if record.failure is None:  # a failed request's step raising again is its failure, shown
-            waits_for = f"its next step raises {type(exc).__name__}: {exc}"
-    finally:
-        computation.close()
-    next_step = _retrying(record) or (execution_at[0] if execution_at else None)
-    return RequestView(workflow, request_id, record, steps, next_step, waits_for, events, streams)
+    replayed = yield from replay(store, reader, flow, record, request_id, arguments)
+    waits_for = replayed.waits_for
+    error = replayed.error
+    if error is not None and record.failure is None:  # a failed request's step raising again is its failure
+        waits_for = f"its next step raises {type(error).__name__}: {error}"
+    next_step = _retrying(record) or replayed.stopped_at
+    return RequestView(workflow, request_id, record, replayed.steps, next_step, waits_for, events, streams)
 
 
 def _retrying(record: RunRecord) -> str | None:
@@ -255,19 +204,3 @@ def _retrying(record: RunRecord) -> str | None:
     if attempts is None:
         return None
     return f"step {attempts.step} ({attempts.identity}), attempt {attempts.count + 1}"
-
-
-def _described(wanted: Any, steps: list[StepView]) -> str:
-    """The step a replay stopped at, from what it was about to do."""
-    number = (steps[-1].number + 1) if steps else 1
-    if isinstance(wanted, Launch):  # a branch of all_of / any_of: its call or its wait
-        wanted = wanted.request
-    if isinstance(wanted, CallOut):
-        return f"step {number} (effect {wanted.name})"
-    if isinstance(wanted, Commit) and wanted.ops:
-        first = wanted.ops[0]
-        parsed = parse_memo_key(first.ref.key)
-        memo = Memo.from_json(getattr(first, "value", None))
-        if parsed is not None and memo is not None and parsed[2][1:].isdigit():
-            return f"step {int(parsed[2][1:])} ({memo.identity})"
-    return f"step {number}"

@@ -222,7 +222,7 @@ def test_a_post_needs_the_sessions_csrf_token_and_the_consoles_origin(
         assert done.status == 303 and "/runs/ship-2?" in done.headers["Location"]
         assert status(store, "shipment", "ship-2").status is RunStatus.CANCELLED
         shown = browser.get("/api/runs/ship-2").json()
-        assert shown["actions"] == ["resume", "abort"]
+        assert shown["actions"] == ["resume", "abort", "fork"]
 
 
 def test_the_host_header_must_be_loopback_on_loopback(backends: tuple[SqliteStore, SqliteQueue]) -> None:
@@ -567,3 +567,29 @@ def test_cancel_with_children_reaches_the_requests_it_started(tmp_path: Path) ->
         for flow, request_id in [("tour", "tour-oslo"), ("booking", "oslo-seat")]:
             seen = status(store, flow, request_id)
             assert (seen.status, seen.reason) == (RunStatus.CANCELLED, "storm"), request_id
+
+
+def test_a_fork_is_a_csrf_protected_post_that_opens_the_new_requests_page(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "s.db"))
+    queue = SqliteQueue(str(tmp_path / "q.db"))
+    store.create_tables("items")
+    submit(shipment("f"), request_id="forked", store=store, queue=queue)
+    Worker(WORKFLOWS, store=store, queue=queue, wait=0.05, relay_every=None).run(idle_timeout=0.5)
+    assert status(store, "shipment", "forked").status is RunStatus.FAILED
+    with running(_settings(), store, queue) as console:
+        browser = Client(console.url)
+        page = browser.get("/runs/forked?workflow=shipment")
+        assert 'id="fork"' in page.body and 'name="from_step"' in page.body
+        form = {"workflow": "shipment", "action_id": page.action_id("fork"), "csrf": page.csrf()}
+        fork_form = {**form, "from_step": "2", "new_id": "forked-again"}
+        assert browser.post_form("/runs/forked/fork", {**fork_form, "csrf": "forged"}).status == 403
+        assert status(store, "shipment", "forked-again").status is RunStatus.UNKNOWN  # nothing happened
+        refused = browser.post_form("/runs/forked/fork", {**fork_form, "from_step": "7"})
+        assert refused.status == 400 and "cannot fork" in refused.body
+        done = browser.post_form(
+            "/runs/forked/fork", {**fork_form, "action_id": page.action_id("fork") + "x"}
+        )
+        assert done.status == 303 and "/runs/forked-again?" in done.headers["Location"]
+        assert status(store, "shipment", "forked-again").status is RunStatus.RUNNING  # queued for the workers
+        api = browser.get("/api/runs/forked").json()
+        assert api["actions"][-1] == "fork"

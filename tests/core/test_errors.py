@@ -33,7 +33,7 @@ OUTCOMES = {"WorkflowAborted", "ChildAborted"}
 
 
 def test_every_error_class_is_in_the_tree_with_a_code_and_a_regular_name() -> None:
-    assert len(CLASSES) == 32
+    assert len(CLASSES) == 34
     for cls in CLASSES:
         assert isinstance(cls.code, ErrorCode), cls
         assert cls.__name__.endswith("Error") or cls.__name__ in OUTCOMES, cls
@@ -62,6 +62,8 @@ MADE: list[IdemflowError] = [
     errors.StreamTimeoutError("wf", "r", "log", 3, 1.5),
     errors.StepFailedError("wf", "r", 1, "atomic a", "boom"),
     errors.VersionNotHeldError("wf", "r", 2, (1,)),
+    errors.ForkStepError("wf", "r", 9, "the request has 3 steps: from_step is 1 to 4"),
+    errors.RequestExistsError("wf", "r-2"),
     errors.DeliveryRetryError("m1", 2, "the store is down"),
     errors.ConsoleExposedError("0.0.0.0"),
     errors.LimitReachedError("wf", "r", "concurrency slot of workflow wf (2 at once)", 0.25),

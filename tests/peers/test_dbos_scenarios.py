@@ -5,7 +5,7 @@ Source: ``dbos-inc/dbos-transact-py``, ``tests/`` (``test_dbos.py``, ``test_fail
 ``test_workflow_introspection.py``). ``SetWorkflowID(id)`` is ``request_id=``; a
 ``@DBOS.transaction`` is an ``atomic`` step; a ``@DBOS.step`` an ``effect``;
 ``DBOS.start_workflow`` / handles are ``submit`` / ``Pending`` with a ``Worker``
-(``docs/migrating.md``). Missing features (fork) are strict xfails.
+(``docs/migrating.md``). A missing feature would be a strict xfail naming it; none is left.
 """
 
 from __future__ import annotations
@@ -727,10 +727,10 @@ def test_a_workflow_past_its_timeout_is_ended(store: Store) -> None:
         pending.result(timeout=0)
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AttributeError, reason="idemflow has no fork (rerun a finished request from step N)"
-)
 def test_a_finished_workflow_is_forked_from_a_step(store: Store) -> None:
+    """DBOS's ``fork_workflow(id, start_step)`` is ``admin.fork(..., from_step=)``: a new request
+    keeps the steps before it (not run again) and the workers run the rest. A finished request
+    no longer stores its input, so it is given again (checked against its fingerprint)."""
     # peer: tests/test_workflow_management.py::test_fork_steps
     ran: list[str] = []
 
@@ -740,9 +740,20 @@ def test_a_finished_workflow_is_forked_from_a_step(store: Store) -> None:
         yield atomic("accounts", "b", counted(ran, "two"))
 
     run(forkable("x"), request_id="fk-1", store=store)
-    fork = getattr(admin, "fork")  # noqa: B009
-    fork(store, [forkable], "forkable", "fk-1", start_step=2, new_request_id="fk-2")
+    queue = MemoryQueue()
+    forked = admin.fork(
+        store,
+        [forkable],
+        "forkable",
+        "fk-1",
+        from_step=2,
+        new_request_id="fk-2",
+        queue=queue,
+        input=(["x"], {}),
+    )
+    Worker([forkable], store=store, queue=queue).run(idle_timeout=0)
     assert ran == ["one", "two", "two"]
+    assert forked.status() is RunStatus.COMPLETED
 
 
 def test_a_step_is_retried_in_place_under_run(store: Store) -> None:
