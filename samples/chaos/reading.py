@@ -39,6 +39,7 @@ import random
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from idemflow import IdemflowError, RequestCancelledError
@@ -46,6 +47,7 @@ from idemflow.admin import acancel, cancel
 from idemflow.client import (
     Pending,
     RunStatus,
+    get_event,
     send_message,
     status,
     submit,
@@ -117,7 +119,11 @@ def _submitting(req: flows.JobRequest) -> Action:
 
 @dataclass
 class Operator:
-    """The client's nudges, the operator's cancels and the SIGKILLs right after a call was made."""
+    """The client's nudges, the operator's cancels and the SIGKILLs right after a call was made.
+
+    The nudges and the cancels go through the clients' faulty store (lost answers, transient
+    errors, conflicts, crashes before and after the commit), and are tried again as a client or
+    an operator would; both are safe to repeat."""
 
     store: Store
     faulty: Store
@@ -135,7 +141,7 @@ class Operator:
     latencies: list[tuple[float, float]] = field(default_factory=list)
     """Per cancel: how long ``cancel(..., children=True)`` took, then how long a handle's
     ``result()`` took to raise ``RequestCancelledError``."""
-    _started: set[str] = field(default_factory=set)
+    _started: set[tuple[str, str]] = field(default_factory=set)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -171,12 +177,13 @@ class Operator:
             if kind == ANY_TIME:
                 self.spawn(self._cancel, rid, clients, self.rng.uniform(0.0, 1.5))
 
-    def spawn(self, target: object, *args: object) -> None:
+    def spawn(self, target: Callable[..., None], rid: str, *args: object) -> None:
+        """Run ``target(rid, *args)`` on a thread of its own, once per job and target."""
         with self._lock:
-            if (target, args[0]) in self._started:  # type: ignore[comparison-overlap]
+            if (target.__name__, rid) in self._started:
                 return
-            self._started.add((target, args[0]))  # type: ignore[arg-type]
-            thread = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
+            self._started.add((target.__name__, rid))
+            thread = threading.Thread(target=target, args=(rid, *args), daemon=True)
             self._threads.append(thread)
         thread.start()
 
@@ -216,6 +223,9 @@ class Operator:
             self.seen.note(f"{rid}: the operator's cancel never went through")
             return
         cancelled = time.monotonic()
+        stage = checks.stage_of(get_event(self.store, flows.JOB, rid, flows.STAGE, timeout=0))
+        length = len(checks.stored_stream(self.store, rid, 0.0))
+        self.seen.at_cancel[rid] = (-1 if stage is None else stage, length)
         self.seen.cancelled[rid] = was.value
         with contextlib.suppress(RequestCancelledError):  # at once, not after its timeout
             Pending(self.store, flows.JOB, rid).result(timeout=30.0)
@@ -239,8 +249,10 @@ class Operator:
                     self.cascades += 1
                     blocking = self.cascades % 2 == 0
                 if blocking:
-                    return cancel(self.store, flows.JOB, rid, reason=reason, children=True)
-                return asyncio.run(acancel(self.store, flows.JOB, rid, reason=reason, children=True))
+                    return cancel(self.faulty, flows.JOB, rid, reason=reason, children=True)
+                return asyncio.run(acancel(self.faulty, flows.JOB, rid, reason=reason, children=True))
+            except RETRIED:  # its answer lost, or it 'crashed': again (a cancel is safe to run twice)
+                continue
             except IdemflowError:  # not claimed yet, or the store was busy: again, as an operator would
                 time.sleep(0.1)
         return None
@@ -352,7 +364,9 @@ def reading_killed(opts: Options, rng: random.Random, round_no: int, totals: Tot
         f"({verdict.nudges_late} nudged too late); cancels took {_spread(operator.latencies, 0)}, "
         f"result() raised {_spread(operator.latencies, 1)} after; "
         f"{len(seen.cancelled)} cancelled ({verdict.kids_cancelled} kids with them, "
-        f"{len(seen.missed)} kids reached by a second cascade); {seen.resumed} stream reads resumed",
+        f"{len(seen.missed)} kids reached by a second cascade; {verdict.went_on} published more "
+        f"after the cancel, their worker going on to its next outside call); "
+        f"{seen.resumed} stream reads resumed",
         flush=True,
     )
 

@@ -64,6 +64,10 @@ class Seen:
     """The status each cancelled job had when the cancel was decided (``cancel``'s answer)."""
     missed: set[str] = field(default_factory=set)
     """Kids the first cascade of their job's cancel did not cancel (a later run of it did)."""
+    at_cancel: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per cancelled job, its stage and its stream's length read right after ``cancel`` returned:
+    a worker inside the job goes on with its local steps (events, stream values) until its next
+    outside call, so the job may have published more by its end (counted, not a problem)."""
     problems: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -110,7 +114,7 @@ def invariants(provider: Provider, jobs: list[flows.JobRequest]) -> Callable[[St
                 problems.append(f"{rid}: event went back from stage {last[rid]} to stage {now}")
             else:
                 last[rid] = now
-                problems += _prefix(rid, req, _stream(store, rid, wait=0.0))
+                problems += _prefix(rid, req, stored_stream(store, rid, wait=0.0))
         return problems
 
     return check
@@ -126,7 +130,7 @@ def _books(books: Books, jobs: dict[str, flows.JobRequest]) -> list[str]:
     return problems
 
 
-def _stream(store: Store, request_id: str, wait: float) -> list[object]:
+def stored_stream(store: Store, request_id: str, wait: float) -> list[object]:
     """The stream as stored, from offset 0: what is there now (an open stream stops after ``wait``)."""
     read: list[object] = []
     with contextlib.suppress(StreamTimeoutError):
@@ -149,6 +153,8 @@ class Verdict:
     nudges_won: int
     sleeps_won: int
     kids_cancelled: int
+    went_on: int = 0
+    """Cancelled jobs that published more (a later stage, more values) after ``cancel`` returned."""
     nudges_late: int = 0
     """Completed jobs of the plan's nudged ones whose nudge went only after their sleep ended (or
     never: the reader saw them wait too late), so the sleep won: what the round could not test."""
@@ -160,7 +166,7 @@ def check_round(store: Store, jobs: list[flows.JobRequest], seen: Seen, books: B
     problems = [*seen.problems, *_books(books, by_id)]
     ends: dict[str, int] = {}
     won = [0, 0, 0]
-    kids = 0
+    kids = went_on = 0
     for req in jobs:
         rid = req["id"]
         found = status(store, flows.JOB, rid)
@@ -172,6 +178,7 @@ def check_round(store: Store, jobs: list[flows.JobRequest], seen: Seen, books: B
         problems += _read(store, req, seen, found.status)
         if found.status is RunStatus.CANCELLED:
             problems += _cancelled(store, req, seen)
+            went_on += _went_on(store, req, seen)
             kids += req["kid"] and status(store, flows.KID, flows.kid_id(rid)).status is RunStatus.CANCELLED
             continue
         if found.status is not RunStatus.COMPLETED:
@@ -184,7 +191,7 @@ def check_round(store: Store, jobs: list[flows.JobRequest], seen: Seen, books: B
         problems += _quotes(rid, result.get("quotes"), books)
         problems += _decided(req, result, seen.nudged.get(rid), won)
         problems += _kid_done(store, req, result.get("kid"))
-    return Verdict(problems, ends, won[0], won[1], kids, won[2])
+    return Verdict(problems, ends, won[0], won[1], kids, went_on, won[2])
 
 
 def _events(store: Store, req: flows.JobRequest, seen: Seen, ended: RunStatus) -> list[str]:
@@ -200,9 +207,11 @@ def _events(store: Store, req: flows.JobRequest, seen: Seen, ended: RunStatus) -
         problems.append(f"{rid}: its event is {last!r}, no stage of it")
     elif read and (stage_of(read[-1]) or 0) > said.index(last):
         problems.append(f"{rid}: the reader read {read[-1]!r}, the event is back at {last!r}")
-    if ended is RunStatus.COMPLETED and not read:
-        problems.append(f"{rid}: no reader ever read its event")
-    return problems
+    if ended is RunStatus.COMPLETED and (not read or read[-1] != said[-1]):
+        problems.append(f"{rid}: completed, its reader's last read {read[-1:]}, not {said[-1]!r}")
+    kid_said = flows.kid_stages({"parent": rid, "mark": req["mark"]})
+    strays = [value for value in seen.events.get(flows.kid_id(rid), []) if value not in kid_said]
+    return problems + [f"{rid}.kid: the reader read {value!r}, no stage of it" for value in strays]
 
 
 def _read(store: Store, req: flows.JobRequest, seen: Seen, ended: RunStatus) -> list[str]:
@@ -211,7 +220,7 @@ def _read(store: Store, req: flows.JobRequest, seen: Seen, ended: RunStatus) -> 
     rid = req["id"]
     read = seen.tokens.get(rid, [])
     problems = _prefix(rid, req, list(read))
-    stored = _stream(store, rid, wait=0.0)
+    stored = stored_stream(store, rid, wait=0.0)
     if ended is RunStatus.COMPLETED:
         if rid not in seen.ended or len(read) != req["values"]:
             problems.append(f"{rid}: the reader read {len(read)} of {req['values']} values")
@@ -271,6 +280,13 @@ def _kid_done(store: Store, req: flows.JobRequest, said: object) -> list[str]:
     last = get_event(store, flows.KID, flows.kid_id(rid), flows.STAGE, timeout=0)
     wanted = flows.kid_stages({"parent": rid, "mark": req["mark"]})[-1]
     return problems + ([] if last == wanted else [f"{rid}: its kid's event is {last!r}, not {wanted!r}"])
+
+
+def _went_on(store: Store, req: flows.JobRequest, seen: Seen) -> bool:
+    """Whether the job published more after its cancel returned than it had by then."""
+    stage, length = seen.at_cancel.get(req["id"], (len(flows.STAGE_NAMES), req["values"]))
+    last = stage_of(get_event(store, flows.JOB, req["id"], flows.STAGE, timeout=0))
+    return (last if last is not None else -1) > stage or len(stored_stream(store, req["id"], 0.0)) > length
 
 
 def _cancelled(store: Store, req: flows.JobRequest, seen: Seen) -> list[str]:

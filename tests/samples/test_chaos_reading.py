@@ -64,16 +64,19 @@ def test_the_reading_checks_pass_a_round_and_notice_what_must_never_happen() -> 
     seen.saw_event("j2", flows.stages(jobs[1])[0])  # after its last stage
     seen.saw_token("j2", flows.token(jobs[1], 1))  # a value read twice
     seen.nudged["j2"] = results["j2"]["from"]  # a nudge sent as the sleep began: it had to win
+    seen.saw_event("j1.kid", "j9.kid 1 released #2")  # another's kid's
     problems = checks.check_round(store, jobs, seen, provider.books()).problems
     assert problems == [
         "j2: event went back from stage 5 to stage 0",
         f"j1: quote a made 2 times (keys [{first!r}, 'again'])",
+        "j1.kid: the reader read 'j9.kid 1 released #2', no stage of it",
+        "j2: completed, its reader's last read ['j2 0 started #2'], not 'j2 5 done #2'",
         "j2: stream read ['j2:0/2', 'j2:1/2', 'j2:1/2'], the job writes ['j2:0/2', 'j2:1/2']",
         "j2: the reader read 3 of 2 values",
         "j2: the reader read ['j2:0/2', 'j2:1/2', 'j2:1/2'], the store holds ['j2:0/2', 'j2:1/2']",
         "j2: the sleep won, though the nudge was sent 0.20 s before it ended",
     ]
-    assert checks.invariants(provider, jobs)(store) == [problems[1]]
+    assert checks.invariants(provider, jobs)(store) == [problems[1]]  # the books: what the monitor sees
 
 
 def test_the_reading_checks_notice_a_child_left_running_under_a_cancelled_request() -> None:
