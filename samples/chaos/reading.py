@@ -356,6 +356,10 @@ def reading_killed(opts: Options, rng: random.Random, round_no: int, totals: Tot
     totals.kids_cancelled += verdict.kids_cancelled
     totals.nudges += verdict.nudges_won
     ends = ", ".join(f"{count} {end}" for end, count in sorted(verdict.ends.items()))
+    first = sorted(
+        plan.cancels[rid] for rid, was in seen.cancelled.items() if was == RunStatus.COMPLETED.value
+    )
+    ends += f" (cancelled {', '.join(first)})" if first else ""
     print(
         f"[chaos]   reading round {round_no}: {ends}; {len(books.made)} quotes made, "
         f"{books.repeats} repeats answered from the books, {books.transient} transient refusals, "

@@ -11,6 +11,9 @@ serial number of its own is recorded), a later call under that key is answered f
   though the quote was made, and its retry (same key) is a repeat;
 - **slow calls**: some calls take 0.2-0.8 s, a few longer than the caller's timeout (recorded,
   the attempt failed: the retry is a repeat);
+- **callers that die mid-call**: a call whose body is cut short (its worker SIGKILLed while
+  another of its ``all_of`` branches was being sent) is dropped, as a server drops a broken
+  connection; nothing is recorded;
 - **a hook** once a call is recorded: ``hook(caller_pid, request)``, so the workload can SIGKILL
   the calling worker right there (the call made, its answer never memoized), or cancel the
   request while its other calls are in flight.
@@ -167,14 +170,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
+        data = self.rfile.read(length)
+        if len(data) < length:  # the caller died sending it (a SIGKILL mid-call): nothing to answer
+            return
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(data or b"{}")
             caller = int(self.headers.get(CALLER_HEADER) or 0)
         except ValueError:
             self._reply(400, {"error": "not JSON"})
             return
         if self.path.strip("/") != "quote" or not isinstance(body, dict):
             self._reply(404, {"error": f"no such call {self.path!r}"})
+            return
+        if not all(isinstance(body.get(name), str) for name in ("key", "request", "branch")):
+            self._reply(400, {"error": "a quote needs a key, a request and a branch"})
             return
         self._reply(*self.server.provider.call(body, caller))
 

@@ -6,6 +6,7 @@ request (or a request cancelled by no one)."""
 from __future__ import annotations
 
 import random
+import socket
 import time
 from typing import Any
 
@@ -95,3 +96,21 @@ def test_the_reading_checks_notice_a_child_left_running_under_a_cancelled_reques
     seen.cancelled["j4"] = "running"
     verdict = checks.check_round(store, jobs, seen, Provider(random.Random(1)).books())
     assert (verdict.problems, verdict.ends, verdict.kids_cancelled) == ([], {"cancelled": 2}, 1)
+
+
+def test_the_provider_drops_a_call_cut_short_by_its_callers_death() -> None:
+    """A worker SIGKILLed while one of its ``all_of`` branches was being sent leaves a body shorter
+    than its ``Content-Length``: nothing is recorded (once, it was booked as a quote of no job)."""
+    provider = Provider(random.Random(1), transient=0.0, lost=0.0, slow=0.0)
+    with provider.serve() as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as cut:
+            cut.sendall(b"POST /quote HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")  # then it died
+            cut.shutdown(socket.SHUT_WR)
+            assert cut.recv(100) == b""  # no answer
+        flows.use_provider(url)
+        try:
+            assert flows.quote(_job("j5", 1, kid=False, nudged=False), "a")("k5")["quote"] == 1
+        finally:
+            flows.use_provider(None)
+    assert sorted(provider.books().made) == ["k5"]
