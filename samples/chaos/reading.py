@@ -72,6 +72,7 @@ RELAY_EVERY = 0.5
 GRACE = 2.0
 """``submit``'s grace (as the coordination workload's: a client that crashed after its claim)."""
 STREAMING, CALLING, WAITING, ANY_TIME = "streaming", "calling", "waiting", "any time"
+EARLY, LATE = "early", "late"
 """When the operator cancels: once the reader saw the job half-way through its stream, once the
 provider recorded one of its quotes (the others in flight), once the reader saw it wait in its
 ``any_of``, or 0-1.5 s after it was accepted."""
@@ -83,31 +84,33 @@ class Plan:
 
     jobs: list[flows.JobRequest]
     cancels: dict[str, str]
-    early: frozenset[str] = frozenset()
-    """Nudged jobs whose nudge goes as soon as their reader sees them started (before their
-    ``any_of``: the message waits for the receive), the others' once they wait in it."""
+    nudges: dict[str, str] = field(default_factory=dict)
+    """When the client nudges each nudged job: ``early`` as soon as its reader sees it started
+    (before its ``any_of``: the message waits for the receive), ``waiting`` once it waits in
+    it, ``late`` half a second after its sleep ended (then the sleep must win, however late a
+    worker takes the request: a message sent after the timeout loses to it)."""
 
 
 def make_plan(rng: random.Random, prefix: str, quick: bool) -> Plan:
     """10 jobs (32 in a full run) writing 6-12 values (10-40); 4 cancelled, one of each kind (8),
     three in four of those with a kid, a third of the others; half of the jobs not cancelled while
-    waiting are nudged, a third of those early."""
+    waiting are nudged, a third of those early, a third once they wait, a third late."""
     count, each = (10, 1) if quick else (32, 2)
     ids = [f"{prefix}j{n}" for n in range(count)]
     order = list(ids)
     rng.shuffle(order)
     kinds = [STREAMING, CALLING, WAITING, ANY_TIME]
     cancels = {rid: kinds[n // each] for n, rid in enumerate(order[: each * len(kinds)])}
-    jobs, early = [], set()
+    jobs, nudges = [], {}
     for rid in ids:
         values = rng.randint(6, 12) if quick else rng.randint(10, 40)
         kid = rng.random() < (0.75 if rid in cancels else 0.35)
         nudged = cancels.get(rid) != WAITING and rng.random() < 0.5
         mark = rng.randrange(1000)
-        if nudged and rng.random() < 1 / 3:
-            early.add(rid)
+        if nudged:
+            nudges[rid] = rng.choice([EARLY, WAITING, LATE])
         jobs.append(flows.job_request(rid, values=values, mark=mark, kid=kid, nudged=nudged, quick=quick))
-    return Plan(jobs, cancels, frozenset(early))
+    return Plan(jobs, cancels, nudges)
 
 
 def _submitting(req: flows.JobRequest) -> Action:
@@ -168,8 +171,9 @@ class Operator:
         kind = self.plan.cancels.get(req["id"])
         if (stage, kind) in ((1, STREAMING), (3, WAITING)):
             self.spawn(self._cancel, req["id"])
-        if req["nudged"] and stage == (0 if req["id"] in self.plan.early else 3):
-            self.spawn(self._nudge, req["id"])
+        when = self.plan.nudges.get(req["id"])
+        if (when, stage) in ((EARLY, 0), (WAITING, 3), (LATE, 3)):
+            self.spawn(self._nudge, req["id"], req["patience"] + 0.5 if when == LATE else 0.0)
 
     def start(self, clients: Clients) -> None:
         """The cancels at any time: 0-1.5 s after the job was accepted."""
@@ -187,7 +191,9 @@ class Operator:
             self._threads.append(thread)
         thread.start()
 
-    def _nudge(self, rid: str) -> None:
+    def _nudge(self, rid: str, delay: float) -> None:
+        time.sleep(delay)
+        self.seen.tried[rid] = time.time()  # the message's time is later: it is taken as it is sent
         queue = open_queue(self.queue_url)
         try:
             for _copy in range(2):  # a duplicate under the same key: taken once
@@ -365,7 +371,8 @@ def reading_killed(opts: Options, rng: random.Random, round_no: int, totals: Tot
         f"{books.repeats} repeats answered from the books, {books.transient} transient refusals, "
         f"{books.lost} answers lost, {books.late} late; {operator.boundary_kills} kills after a call "
         f"was made; any_of: {verdict.nudges_won} nudges won, {verdict.sleeps_won} sleeps "
-        f"({verdict.nudges_late} nudged too late); cancels took {_spread(operator.latencies, 0)}, "
+        f"({verdict.nudges_late} nudged only after their sleep ended); "
+        f"cancels took {_spread(operator.latencies, 0)}, "
         f"result() raised {_spread(operator.latencies, 1)} after; "
         f"{len(seen.cancelled)} cancelled ({verdict.kids_cancelled} kids with them, "
         f"{len(seen.missed)} kids reached by a second cascade; {verdict.went_on} published more "

@@ -59,7 +59,9 @@ class Seen:
     resumed: int = 0
     """Times a stream's reader timed out and read on from the offset it was given."""
     nudged: dict[str, float] = field(default_factory=dict)
-    """When (``time.time()``) the client's nudge was accepted, per job."""
+    """When (``time.time()``) the client's nudge was accepted, per job (after it was sent)."""
+    tried: dict[str, float] = field(default_factory=dict)
+    """When the client began to send it (before it was sent)."""
     cancelled: dict[str, str] = field(default_factory=dict)
     """The status each cancelled job had when the cancel was decided (``cancel``'s answer)."""
     missed: set[str] = field(default_factory=set)
@@ -189,7 +191,7 @@ def check_round(store: Store, jobs: list[flows.JobRequest], seen: Seen, books: B
             problems.append(f"{rid}: completed, though cancel answered {seen.cancelled[rid]}")
         result = found.result if isinstance(found.result, dict) else {}
         problems += _quotes(rid, result.get("quotes"), books)
-        problems += _decided(req, result, seen.nudged.get(rid), won)
+        problems += _decided(req, result, (seen.tried.get(rid), seen.nudged.get(rid)), won)
         problems += _kid_done(store, req, result.get("kid"))
     return Verdict(problems, ends, won[0], won[1], kids, went_on, won[2])
 
@@ -249,22 +251,31 @@ def _quotes(rid: str, quotes: object, books: Books) -> list[str]:
 
 
 def _decided(
-    req: flows.JobRequest, result: Mapping[str, object], sent: float | None, won: list[int]
+    req: flows.JobRequest,
+    result: Mapping[str, object],
+    sent: tuple[float | None, float | None],
+    won: list[int],
 ) -> list[str]:
-    """The nudge won if it was sent before the sleep ended (``from`` + patience); else the sleep."""
+    """The nudge won if it was sent before the sleep ended (``from`` + patience); else the sleep.
+    ``sent``: when the client began to send it and when it was accepted (None: never)."""
     rid, took = req["id"], result.get("took")
+    tried, accepted = sent
     waited_from = result.get("from")
     ends = (waited_from if isinstance(waited_from, (int, float)) else 0.0) + req["patience"]
     if took == 0:
         won[0] += 1
         if result.get("message") != flows.nudge_of(rid):
             return [f"{rid}: the nudge won with {result.get('message')!r}"]
-        return [] if sent is not None else [f"{rid}: a nudge won, but none was sent"]
+        if accepted is None:
+            return [f"{rid}: a nudge won, but none was sent"]
+        if tried is not None and tried > ends:
+            return [f"{rid}: the nudge won, though it was sent {tried - ends:.2f} s after the sleep ended"]
+        return []
     won[1] += took == 1
     if took != 1:
         return [f"{rid}: any_of answered {took!r}"]
-    if sent is not None and sent < ends:
-        return [f"{rid}: the sleep won, though the nudge was sent {ends - sent:.2f} s before it ended"]
+    if accepted is not None and accepted < ends:
+        return [f"{rid}: the sleep won, though the nudge was sent {ends - accepted:.2f} s before it ended"]
     won[2] += req["nudged"]
     return []
 

@@ -1,7 +1,8 @@
 """The reading workload of the chaos suite (:mod:`samples.chaos.reading`): its checks pass a round run
 under ``run`` and notice an event that goes back, a stream value read twice, an ``all_of`` call made
-twice, a sleep that won against a message sent in time, and a child left running under a cancelled
-request (or a request cancelled by no one)."""
+twice, a sleep that won against a message sent in time (or a message that won, sent after the
+sleep ended), and a child left running under a cancelled request (or a request cancelled by no
+one)."""
 
 from __future__ import annotations
 
@@ -66,11 +67,13 @@ def test_the_reading_checks_pass_a_round_and_notice_what_must_never_happen() -> 
     seen.saw_token("j2", flows.token(jobs[1], 1))  # a value read twice
     seen.nudged["j2"] = results["j2"]["from"]  # a nudge sent as the sleep began: it had to win
     seen.saw_event("j1.kid", "j9.kid 1 released #2")  # another's kid's
+    seen.tried["j1"] = results["j1"]["from"] + 0.2 + 1.0  # the nudge that won, sent after the sleep ended
     problems = checks.check_round(store, jobs, seen, provider.books()).problems
     assert problems == [
         "j2: event went back from stage 5 to stage 0",
         f"j1: quote a made 2 times (keys [{first!r}, 'again'])",
         "j1.kid: the reader read 'j9.kid 1 released #2', no stage of it",
+        "j1: the nudge won, though it was sent 1.00 s after the sleep ended",
         "j2: completed, its reader's last read ['j2 0 started #2'], not 'j2 5 done #2'",
         "j2: stream read ['j2:0/2', 'j2:1/2', 'j2:1/2'], the job writes ['j2:0/2', 'j2:1/2']",
         "j2: the reader read 3 of 2 values",
