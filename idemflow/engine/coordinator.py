@@ -352,12 +352,14 @@ class Coordinator:
             done, value = yield from self._memos.replayed(identity)
             if done:
                 return value
+            rows: list[tuple[str, str, Row]] = yield Scan(RUNS_TABLE, request_id)
             inbox = [
-                (key, row, Message.from_json(row.value))
-                for _, key, row in (yield Scan(RUNS_TABLE, request_id))
-                if key.startswith(prefix)
+                (key, row, Message.from_json(row.value)) for _, key, row in rows if key.startswith(prefix)
             ]
             found = [(key, row, message) for key, row, message in inbox if not message.taken]
+            over = self._memos.first_due(rows, node.over_at) if found and node.over_at else None
+            if over is not None:  # an any_of's timer ended it first: a message sent since is not its
+                found = [(key, row, message) for key, row, message in found if message.at < over]
             if found:
                 key, row, message = _next_message(found)
                 # Kept as taken, not deleted: a sender resending its step meets it (on Azure the

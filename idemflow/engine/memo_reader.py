@@ -92,6 +92,18 @@ class MemoReader:
         self._cursor.took()  # its memo stands in the place a timer before it left open, if any
         return True, value
 
+    def first_due(self, rows: Sequence[tuple[str, str, Row]], steps: Sequence[int]) -> float | None:
+        """The earliest due time memoized at ``steps`` among ``rows`` (a scan of the request's
+        partition, which holds its memos), or None if none of them is there yet: read from a
+        scan the caller made anyway, so it costs no call."""
+        wanted = {self._given.memo_prefix + step_tag(step) for step in steps}
+        dues = []
+        for _, key, row in rows:
+            memo = Memo.from_json(row.value) if key in wanted and not self.of_earlier_run(row) else None
+            if memo is not None and not memo.aborted and isinstance(memo.value, int | float):
+                dues.append(float(memo.value))
+        return min(dues, default=None)
+
     def answer(self, row: Row, identity: str) -> Any:
         """The value the memo in ``row`` holds, or :class:`AbortWorkflow` if its step aborted; a
         memo of another step than ``identity`` is non-determinism."""

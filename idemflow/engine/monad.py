@@ -156,6 +156,9 @@ class Receive(NamedTuple):
 
     topic: str
     due: float | None
+    over_at: tuple[int, ...] = ()
+    """In an ``any_of``: the steps of the block's due times; a message sent at or after the first
+    one memoized came after that branch ended the block, so it is left for a later receive."""
 
 
 class SetEvent(NamedTuple):

@@ -178,9 +178,12 @@ class Together:
                 return (yield from self._decided(node, layout, index, undone, registered))
             replaying = cursor.replaying
             timed = any(isinstance(member, Timer) for member in members)
+            over_at = tuple(
+                first for member, first in zip(members, layout.firsts, strict=True) if _timed(member)
+            )
             computations = [
                 (
-                    self._computation(member, effect),
+                    self._computation(member, effect, over_at),
                     Position(first - 1, "", None, replaying, _deciding(member, last, at, position, timed)),
                 )
                 for position, (member, first, last) in enumerate(
@@ -239,8 +242,10 @@ class Together:
             self._journal.block(firsts[0], entries)
         return Layout(tuple(firsts), tuple(lasts), step)
 
-    def _computation(self, member: Member, effect: EffectStep) -> Steps[Any]:
-        """A branch's steps, as each would run alone (a wait's value is its child's outcome)."""
+    def _computation(self, member: Member, effect: EffectStep, over_at: tuple[int, ...] = ()) -> Steps[Any]:
+        """A branch's steps, as each would run alone (a wait's value is its child's outcome); a
+        receive of an ``any_of`` takes no message sent after the block's first due time
+        (``over_at``: the steps of its deadlines), whenever the request runs again."""
         coordinator = self._coordinator
         match member:
             case Effect():
@@ -249,17 +254,17 @@ class Together:
                 aborting = self._given.plan.abort is not None and not self._cursor.cleaning
                 return coordinator.coordinate(member) if aborting else coordinator.outcome_of(member)
             case Receive():
-                return coordinator.coordinate(member)
+                return coordinator.coordinate(member._replace(over_at=over_at))
             case TimedReceive():
-                return self._timed_receive(member)
+                return self._timed_receive(member, over_at)
             case Timer():
                 return self._timer(member)
             case _:
                 assert_never(member)
 
-    def _timed_receive(self, member: TimedReceive) -> Steps[Any]:
+    def _timed_receive(self, member: TimedReceive, over_at: tuple[int, ...]) -> Steps[Any]:
         due = yield from self._coordinator.coordinate(member.deadline)
-        return (yield from self._coordinator.coordinate(Receive(member.topic, due)))
+        return (yield from self._coordinator.coordinate(Receive(member.topic, due, over_at)))
 
     def _timer(self, member: Timer) -> Steps[None]:
         """A sleep as a branch: its due time's step, then waited out (here, or by a worker)."""
@@ -332,6 +337,11 @@ class Together:
 def _deciding(member: Member, last: int, at: int, index: int, timed: bool) -> Decision | None:
     """The decision a branch's last step commits with (a sleep commits none: it is decided after)."""
     return None if isinstance(member, Timer) else Decision(last, at, index, timed)
+
+
+def _timed(member: Member) -> bool:
+    """Whether the branch's first step is a due time (a sleep, a timed receive's deadline)."""
+    return isinstance(member, Timer | TimedReceive)
 
 
 def _undo_unknown(undone: Undone, first: int, member: Member) -> None:

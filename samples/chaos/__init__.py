@@ -1,6 +1,6 @@
 """The chaos suite: the samples under sustained load while processes are killed and commits misbehave.
 
-``python -m samples.chaos --minutes 10`` (``make chaos``) repeats ten
+``python -m samples.chaos --minutes 10`` (``make chaos``) repeats eleven
 workloads until the time is up, each checked continuously while it runs and
 exactly at its end (``--only NAME`` runs those whose names start with NAME):
 
@@ -100,6 +100,34 @@ exactly at its end (``--only NAME`` runs those whose names start with NAME):
    slots come back after the lease). A monitor reads the counts over and
    over: more than 2 inside either at any moment, a request left unfinished
    or a step applied twice is an anomaly.
+11. **reading and together** (:mod:`samples.chaos.reading`; the jobs in
+   :mod:`samples.chaos.reading_flows`, the provider in
+   :mod:`samples.chaos.reading_provider`, the readers in
+   :mod:`samples.chaos.reading_readers`, the checks in
+   :mod:`samples.chaos.reading_checks`) — what a running request publishes and
+   what it does at once: a job sets its ``stage`` event six times (values
+   derived from its input), writes a stream of 6-40 values and closes it,
+   starts a kid now and then (released by the job at its end), makes three
+   quotes at once with ``all_of`` at a fake provider in the driver process,
+   outside the workers, that keeps its books by idempotency key (slow calls,
+   transient refusals, answers lost after the call was made, late answers),
+   and waits in ``any_of(receive("nudge"), sleep(...))``. Worker processes
+   (faulty stores, exiting after some commits, SIGKILLed at random and right
+   after the provider recorded their call) on one SQLite store and queue;
+   clients submit 2-3 copies of every job. Meanwhile a reader per job follows
+   its events with ``get_event`` and reads its stream from offset 0 with
+   ``read_stream`` (half with the asyncio twins), the client nudges half the
+   jobs once they wait, and an operator cancels a share with ``cancel(...,
+   children=True)`` (half with ``acancel``): mid-stream, while their quotes
+   are in flight, while they wait, at any moment. Checked while it runs and at
+   the end: no event seen going back, every completed job's event at its last
+   value and its stream read complete, in order, each value once (a cancelled
+   job's, a prefix); each quote made once per ``(request, branch)`` at the
+   provider, every completed job's three made and answered as recorded; the
+   nudge won where it was sent before the sleep ended, else the sleep;
+   cancelled jobs and their kids ``cancelled``, ``result()`` raising
+   ``RequestCancelledError``; every other job and kid completed; nothing
+   dead-lettered. A third table gives the readers' and the provider's side.
 
 The summary table goes to ``benchmarks/results/chaos.md``; the exit status
 is 1 if any anomaly was found. ``--quick`` runs smaller rounds (the test

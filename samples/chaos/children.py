@@ -6,7 +6,8 @@ exits, now and then, right after a commit. ``worker transfer --hold 1,2`` is a t
 holding those versions of the workflow (:mod:`samples.chaos.versions`), as a deploy runs it;
 ``worker coordination`` runs the timers, children and messages of
 :mod:`samples.chaos.coordination_flows`; ``worker payments`` the booking saga of
-:mod:`samples.chaos.payments_flows`, calling the provider the driver runs.
+:mod:`samples.chaos.payments_flows`, calling the provider the driver runs; ``worker reading``
+the jobs of :mod:`samples.chaos.reading_flows`, calling the quote provider the driver runs.
 
 >>> args = _child_parser("worker").parse_args(["transfer", "--store", "s", "--queue", "q", "--log", "l"])
 >>> [flow.version for flow in _workflows(args)[0] if flow.name == "transfer"]
@@ -43,7 +44,7 @@ def _child_parser(command: str) -> argparse.ArgumentParser:
     samples = (
         ["survey", "auction"]
         if command == "serve"
-        else ["survey", "auction", "transfer", "coordination", "payments"]
+        else ["survey", "auction", "transfer", "coordination", "payments", "reading"]
     )
     parser.add_argument("sample", choices=samples)
     parser.add_argument("--store", required=True)
@@ -81,6 +82,10 @@ def _workflows(args: argparse.Namespace) -> tuple[list[Workflow[Any, Any]], Sequ
         from samples.chaos import payments_flows
 
         return list(payments_flows.WORKFLOWS), payments_flows.TABLES
+    if args.sample == "reading":  # the quote provider's URL comes in the environment (CHAOS_READING_URL)
+        from samples.chaos import reading_flows
+
+        return list(reading_flows.WORKFLOWS), reading_flows.TABLES
     sample = importlib.import_module(f"samples.{args.sample}.workflows")
     return list(sample.WORKFLOWS), sample.TABLES
 

@@ -16,6 +16,7 @@ from samples.chaos.demos import auction_killed, auction_on_dynamodb, survey_kill
 from samples.chaos.deploy import transfer_deploy
 from samples.chaos.limits import limits_killed
 from samples.chaos.payments import payments_killed
+from samples.chaos.reading import reading_killed
 from samples.chaos.report import Options, Totals, render
 from samples.chaos.transfer import transfer_faulty, transfer_killed
 
@@ -62,6 +63,12 @@ WORKLOADS: list[tuple[str, Workload]] = [
         "call (an effect's limit group) across 3 processes x 8 threads, slot holders SIGKILLed, "
         "checked continuously",
         limits_killed,
+    ),
+    (
+        "reading and together (async, worker processes): events and streams read while workers are "
+        "SIGKILLed, all_of calls at an outside provider, any_of of a message and a sleep, cancels "
+        "with children",
+        reading_killed,
     ),
 ]
 ON_DYNAMODB = {survey_on_dynamodb, auction_on_dynamodb}

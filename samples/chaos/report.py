@@ -43,6 +43,20 @@ class Totals:
     """Operators' aborts of requests in flight."""
     owed: int = 0
     """Requests that ended failed naming a refund still owed, while the provider was down at the end."""
+    events: int = 0
+    """Distinct event values the readers of running requests read (the reading workload)."""
+    values: int = 0
+    """Stream values the readers read."""
+    quotes: int = 0
+    """Calls made at an outside provider by ``all_of`` branches (one per idempotency key)."""
+    repeats: int = 0
+    """Calls the provider answered from its books (a retry under a key already made)."""
+    cancels: int = 0
+    """Operators' cancels (``cancel(..., children=True)``) of requests in flight."""
+    kids_cancelled: int = 0
+    """Children cancelled with them."""
+    nudges: int = 0
+    """``any_of`` blocks a message won (the others: the sleep)."""
 
     @property
     def duplicates(self) -> int:
@@ -118,10 +132,11 @@ def render(totals: Sequence[Totals], opts: Options, seconds: float) -> str:
         counts = (t.rounds, t.requests, t.duplicates, t.oversize, t.kills, t.deploys, t.faults, t.checks)
         lines.append(f"| {t.workload} | " + " | ".join(map(str, counts)) + f" | {len(t.anomalies)} |")
     lines += _payments([*totals, all_])
+    lines += _reading([*totals, all_])
     lines += [
         "",
         "Requests are distinct requests (transfers, survey responses, bids, naps, parents, senders, "
-        "receivers, bookings), duplicates the extra "
+        "receivers, bookings, jobs), duplicates the extra "
         "copies sent; oversize, the requests whose input is larger than the queue's 256 KiB body "
         "limit; kills count SIGKILLs and processes that ended themselves right after a commit; "
         "deploys, how often the worker processes were replaced by ones holding other versions of "
@@ -174,4 +189,48 @@ def _payments(totals: Sequence[Totals]) -> list[str]:
         "answers later than the caller's timeout; refunds owed, requests that ended failed naming "
         "their refund while the provider was still down at the end (with the provider up that is an "
         "anomaly).",
+    ]
+
+
+READING_COLUMNS = (
+    "workload",
+    "events read",
+    "stream values read",
+    "quotes made",
+    "repeats",
+    "cancelled",
+    "children cancelled",
+    "messages won",
+)
+
+
+def _reading(totals: Sequence[Totals]) -> list[str]:
+    """What the readers of running requests read and what ``all_of``/``any_of``/``cancel`` did,
+    for the workloads that read (none: no table).
+
+    >>> table = _reading([Totals("r", events=9, values=40, quotes=12, cancels=2), Totals("t")])
+    >>> [line for line in table if line.startswith("| r ")]
+    ['| r | 9 | 40 | 12 | 0 | 2 | 0 | 0 |']
+    """
+    reading = [t for t in totals if t.events or t.values or t.quotes]
+    if not reading:
+        return []
+    lines = [
+        "",
+        "| " + " | ".join(READING_COLUMNS) + " |",
+        "|---" + "|---:" * (len(READING_COLUMNS) - 1) + "|",
+    ]
+    for t in reading:
+        counts = (t.events, t.values, t.quotes, t.repeats, t.cancels, t.kids_cancelled, t.nudges)
+        lines.append(f"| {t.workload} | " + " | ".join(map(str, counts)) + " |")
+    return [
+        *lines,
+        "",
+        "Events read are the distinct values of the requests' events their readers saw (with "
+        "`get_event`, while the requests ran); stream values, the values read with `read_stream` "
+        "from offset 0 (each once, in order); quotes made, the `all_of` branches' calls the outside "
+        "provider made (one per idempotency key), repeats the calls it answered from its books "
+        "(a retry under a key already made); cancelled, the requests an operator cancelled in "
+        "flight with `cancel(..., children=True)`, and the children cancelled with them; messages "
+        "won, the `any_of` blocks a message won (the others: the sleep).",
     ]

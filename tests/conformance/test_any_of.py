@@ -189,6 +189,28 @@ def test_the_timeout_wins_when_no_message_comes_and_a_late_one_is_kept(store: St
     assert api.status(store, "approval", space).result == [1, None, "late"]  # kept for the next receive
 
 
+@pytest.mark.parametrize(
+    ("sent", "taken", "expected"), [(300, 700, [0, "yes", None]), (700, 800, [1, None, "yes"])]
+)
+def test_a_message_taken_late_wins_only_if_it_was_sent_before_the_timeout(
+    store: Store, api: Api, sent: float, taken: float, expected: Any
+) -> None:
+    """The workers are down past the timeout (600 s), so the request runs again only after it: a
+    message sent before the timeout ended wins; one sent after it loses to the timeout (its time
+    came first) and is kept for the next receive, as if a worker had been there on time."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    api.submit(approval(space, 600), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([approval], store=store, queue=queue, clock=clock)
+    worker.handle(queue.receive()[0])  # it now waits for either
+    start = clock.now
+    clock.now = start + sent
+    api.run(send("approval", space, "approved", "yes"), request_id=space + "send", store=store, clock=clock)
+    clock.now = start + taken  # the first worker back takes the wake-up (or the timer) only now
+    deliver_all(worker, queue, clock, step=60)
+    assert api.status(store, "approval", space).result == expected
+
+
 def test_under_run_a_message_or_a_timeout_ends_the_wait(store: Store, api: Api) -> None:
     @workflow("quick-approval")
     def quick(space: str) -> Generator[Any, Any, Any]:

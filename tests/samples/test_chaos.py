@@ -2,7 +2,7 @@
 that its checks would notice a double count, a double charge, a worker ending itself, a
 request finished on a version it did not start on, a timer early, a step, a child or a
 message twice, a message lost, and a charge kept by an aborted booking, refunded twice or
-refunded without ever being made."""
+refunded without ever being made (the reading workload's checks: test_chaos_reading.py)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
         rounds, requests, duplicates, oversize, kills, deploys, faults, checks, anomalies = counts
         assert rounds >= 1 and requests > 0 and duplicates > 0 and anomalies == 0, name
         if name.startswith(
-            ("survey", "auction", "transfer, deploy", "coordination", "payments")
+            ("survey", "auction", "transfer, deploy", "coordination", "payments", "reading")
         ):  # killed, faulty, watched
             assert kills > 0 and faults > 0 and checks > 0, name
         if name.startswith(("transfer, run", "transfer, deploy")):  # inputs over the queue's body limit
@@ -78,6 +78,9 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
     [paid] = re.findall(r"(?m)^\| payments [^|]+" + r"\| (\d+) " * 7 + r"\|$", summary)  # its 2nd table
     charges, refunds, declined, outages, _late, aborts, owed = map(int, paid)
     assert charges > refunds > 0 and declined > 0 and outages > 0 and aborts > 0 and owed == 0, paid
+    [read] = re.findall(r"(?m)^\| reading [^|]+" + r"\| (\d+) " * 7 + r"\|$", summary)  # its 3rd table
+    events, values, quotes, _repeats, cancels, kids, _nudges = map(int, read)
+    assert events > 0 and values > 0 and quotes > 0 and cancels > 0 and kids > 0, read
     assert time.monotonic() - started < 900  # a runaway guard, not a measurement (loaded: 177 s)
 
 
@@ -101,6 +104,7 @@ def test_the_chaos_docstrings_run() -> None:
     results = {name: doctest.testmod(importlib.import_module(name)) for name in names}
     assert all(result.failed == 0 for result in results.values()), results
     examples = ("", ".report", ".faults", ".monitor", ".versions", ".children", ".coordination_flows")
+    examples += (".reading", ".reading_flows", ".reading_checks", ".reading_provider", ".reading_readers")
     assert all(results[chaos.__name__ + name].attempted > 0 for name in examples), results
 
 
