@@ -48,10 +48,10 @@ class Down(StoreWrapper):
 
     down = True
 
-    def read(self, ref: Any) -> Any:
+    def read_many(self, refs: Any) -> Any:
         if self.down:
-            raise BackendError("the store refused", backend="memory", operation="read")
-        return self.inner.read(ref)
+            raise BackendError("the store refused", backend="memory", operation="read_many")
+        return self.inner.read_many(refs)
 
 
 def test_a_scheduler_thread_fires_each_tick_once_until_stopped() -> None:
