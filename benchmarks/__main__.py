@@ -7,7 +7,7 @@ Markdown tables, PNG plots and JSON records to ``benchmarks/results/`` (or
 unless ``--out`` is given, so it never overwrites the committed results.
 
 Names: overhead, messages, core, calls, peers, cloud, users, contention, outbox, asyncio_api,
-runs_list, timers, booking, cost, limits, pool, events, together, summary; and ``soak`` (10
+runs_list, timers, booking, cost, limits, pool, events, together, schedules, summary; and ``soak`` (10
 minutes of steady load on one SQLite file: run by name only, never by default). ``--stores``
 limits the store-parametrized benchmarks (calls, users, outbox, asyncio_api, runs_list, timers,
 and contention, booking, cost and events, which run sqlite,dynamodb-local,azurite unless told);
@@ -47,6 +47,7 @@ ORDER = (
     "pool",
     "events",
     "together",
+    "schedules",
 )
 QUICK_OUT = RESULTS.parent / "results-quick"
 SERVER_STORES = ("moto", "azurite")
@@ -73,6 +74,7 @@ def _runner(name: str) -> Callable[[list[str], Path, bool], Any]:
         "pool",
         "events",
         "together",
+        "schedules",
     ):
         import importlib
 
@@ -129,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if name in ("calls", "users", "outbox", "asyncio_api", "runs_list", "timers")
             else []
         )
-        if name in ("contention", "booking", "cost", "limits", "events") and (
+        if name in ("contention", "booking", "cost", "limits", "events", "schedules") and (
             args.stores or args.no_servers
         ):  # else their own
             extra = ["--stores", stores]

@@ -1,7 +1,8 @@
 """idemflow: exactly-once multi-step workflows without a coordinator.
 
 This module holds what a workflow is written with: the decorators, every step, ``run`` and
-``arun``, ``Tx``, the policies and the errors. The program around it uses
+``arun``, ``Tx``, the policies, ``Schedule`` (a workflow started at every tick of a cron
+expression, declared beside the workflows) and the errors. The program around it uses
 :mod:`idemflow.client` (submit, status, messages), :mod:`idemflow.worker` (workers, queues),
 :mod:`idemflow.admin` (operators' commands) and :mod:`idemflow.stores`.
 
@@ -56,6 +57,7 @@ from idemflow.errors import (
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidNameError,
+    InvalidScheduleError,
     InvalidValueError,
     LimitExceededError,
     LimitReachedError,
@@ -84,6 +86,7 @@ from idemflow.running.runner import run, run_result
 from idemflow.running.runner_asyncio import arun, arun_result
 from idemflow.running.together import all_of, any_of
 from idemflow.running.workflows import Workflow, workflow
+from idemflow.scheduling.definition import Schedule
 from idemflow.stores._opening import open_async_store, open_store
 
 __all__ = [
@@ -103,6 +106,7 @@ __all__ = [
     "IdempotencyKeyReuseError",
     "InvalidInputError",
     "InvalidNameError",
+    "InvalidScheduleError",
     "InvalidValueError",
     "LimitExceededError",
     "LimitGroup",
@@ -118,6 +122,7 @@ __all__ = [
     "RequestFailedError",
     "RequestNotFoundError",
     "RetryPolicy",
+    "Schedule",
     "ShardedCounter",
     "StepFailedError",
     "StepRetry",

@@ -1,6 +1,7 @@
 """What an operator runs against a store and a queue: list and show requests, retry, cancel or
 abort one, fork one from a step, check a deploy against the open requests, list and redrive dead
-letters, relay the outbox, collect finished requests' rows.
+letters, relay the outbox, collect finished requests' rows, and list, pause, resume and trigger
+schedules (:func:`schedules`, :func:`pause_schedule`, ...).
 
 Each blocking function has its asyncio twin, named ``a`` + its name, taking the same steps on
 the event loop (asynchronous stores and queues, or blocking ones on threads of their own).
@@ -49,6 +50,17 @@ from idemflow.operator.published import EventView, StreamView
 from idemflow.operator.stored_steps import StepView
 from idemflow.operator.timeline import RequestView, ashow, show
 from idemflow.records import RunRecord
+from idemflow.scheduling.operations import (
+    ScheduleView,
+    apause_schedule,
+    aresume_schedule,
+    aschedules,
+    atrigger_schedule,
+    pause_schedule,
+    resume_schedule,
+    schedules,
+    trigger_schedule,
+)
 
 __all__ = [
     "ConsoleExposedError",
@@ -62,6 +74,7 @@ __all__ = [
     "RunRecord",
     "RunSummary",
     "RunsPage",
+    "ScheduleView",
     "StepView",
     "StreamView",
     "aabort_request",
@@ -72,20 +85,28 @@ __all__ = [
     "adead_letters",
     "aexpired_stats",
     "afork",
+    "apause_schedule",
     "aredrive",
     "arelay",
+    "aresume_schedule",
     "aretry",
     "aruns",
+    "aschedules",
     "ashow",
+    "atrigger_schedule",
     "cancel",
     "check_deploy",
     "collect",
     "dead_letters",
     "expired_stats",
     "fork",
+    "pause_schedule",
     "redrive",
     "relay",
+    "resume_schedule",
     "retry",
     "runs",
+    "schedules",
     "show",
+    "trigger_schedule",
 ]

@@ -14,6 +14,8 @@ so the long-lived ``idemflow worker`` maps onto two functions:
   schedule: continuations that ``submit`` could not send and wake-ups (a child
   started, a child's outcome, a message sent) whose own send failed, which a
   worker's relay thread sends between messages.
+- :func:`schedules_handler` runs one pass of the project's schedules for an EventBridge
+  schedule: every tick due is submitted, once however many passes race.
 
 :func:`http_handler` makes a workflow an ``Idempotency-Key`` endpoint behind API
 Gateway (REST or HTTP API) or a Function URL, on the ``@idempotent`` machinery.
@@ -69,6 +71,7 @@ from idemflow.integrations.lambda_queues import (
     seconds_left,
     store_of,
 )
+from idemflow.integrations.schedule_hosts import SchedulesHandler, schedules_handler
 from idemflow.running.answer_cache import AnswerCache
 
 if TYPE_CHECKING:
@@ -87,9 +90,11 @@ __all__ = [
     "HttpRequest",
     "LambdaContext",
     "RelayHandler",
+    "SchedulesHandler",
     "SqsHandler",
     "http_handler",
     "schedule_handler",
+    "schedules_handler",
     "sqs_handler",
     "sqs_messages",
 ]

@@ -16,6 +16,7 @@ or moves it to ``<queue>-poison`` after ``maxDequeueCount`` deliveries (``host.j
 - :func:`timer_function` runs one outbox relay pass, bounded in time, and moves what the host
   put in ``<queue>-poison`` to ``<queue>-dlq``, where ``idemflow dead-letters`` lists and
   redrives it.
+- :func:`schedules_function` runs one pass of the project's schedules per timer invocation.
 - :func:`register` adds both to a ``func.FunctionApp`` with the decorators the host indexes.
 
 Both functions flush the store before they return, so what an invocation wrote is durable when
@@ -56,6 +57,7 @@ from idemflow.async_worklist.worker import Worker
 from idemflow.errors import DeliveryRetryError, InvalidInputError
 from idemflow.integrations.azure_host import Deadline, HostHeld, azure_queue_of, fold_poison, queue_name
 from idemflow.integrations.lambda_queues import Timed, relay_once, store_of
+from idemflow.integrations.schedule_hosts import SchedulesFunction, schedules_function
 from idemflow.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -64,17 +66,20 @@ if TYPE_CHECKING:
     from idemflow.core.policy import RetryPolicy
     from idemflow.core.step_retry import StepRetry
     from idemflow.running.workflows import Workflow
+    from idemflow.scheduling.definition import Schedule
     from idemflow.stores.base import Store
 
 __all__ = [
     "DeliveryRetryError",
     "QueueFunction",
     "Registered",
+    "SchedulesFunction",
     "TimerFunction",
     "TriggerMessage",
     "message_of",
     "queue_function",
     "register",
+    "schedules_function",
     "timer_function",
 ]
 
@@ -288,6 +293,8 @@ class Registered:
 
     worker: QueueFunction
     relay: TimerFunction
+    schedules: SchedulesFunction | None = None
+    """The scheduler's pass (``register(schedules=)``), or None."""
 
 
 def _check_registration(name: str, connection: str, schedule: str) -> None:
@@ -318,13 +325,16 @@ def register(
     version_wait: float = 30.0,
     step_retry: StepRetry | None = None,
     clock: Callable[[], float] | None = None,
+    schedules: Iterable[Schedule] | None = None,
 ) -> Registered:
     """Add ``<name>_worker`` (a queue trigger on ``queue``) and ``<name>_relay`` (a timer trigger
     on ``schedule``) to ``app``, a ``func.FunctionApp`` (or a ``Blueprint``).
 
     ``connection`` names the app setting holding the storage account's connection string the
     host reads the queue with (``AzureWebJobsStorage`` by default); it must reach the same queue
-    as ``queue``, which idemflow sends continuations to. Everything is checked here, before the
+    as ``queue``, which idemflow sends continuations to. With ``schedules``, a third function,
+    ``<name>_schedules``, fires their ticks on the same timer (:func:`schedules_function`).
+    Everything is checked here, before the
     host indexes the app; nothing is opened until an invocation::
 
         app = func.FunctionApp()
@@ -345,6 +355,9 @@ def register(
         clock=clock,
     )
     relay = timer_function(store=store, queue=queue, budget=budget, signing_key=signing_key, clock=clock)
+    passes = None
+    if schedules is not None:
+        passes = schedules_function(schedules, store=store, queue=queue, signing_key=signing_key, clock=clock)
 
     def on_message(msg: func.QueueMessage) -> None:
         worker(msg)
@@ -359,4 +372,15 @@ def register(
     app.function_name(name=f"{name}_worker")(trigger(on_message))
     timed = app.timer_trigger(arg_name="timer", schedule=schedule, run_on_startup=False, use_monitor=True)
     app.function_name(name=f"{name}_relay")(timed(on_timer))
-    return Registered(worker, relay)
+    if passes is not None:
+        fire = passes
+
+        def on_schedules(timer: func.TimerRequest) -> None:
+            fire(timer)
+
+        on_schedules.__annotations__ = {"timer": func.TimerRequest, "return": None}
+        ticking = app.timer_trigger(
+            arg_name="timer", schedule=schedule, run_on_startup=False, use_monitor=True
+        )
+        app.function_name(name=f"{name}_schedules")(ticking(on_schedules))
+    return Registered(worker, relay, passes)

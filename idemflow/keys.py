@@ -28,6 +28,9 @@ reach a memo or bookkeeping row, whatever characters it holds:
   (``write_stream``; the offset in ten digits, so a stream sorts in order), and
   ``t<workflow>|<request>|<key>|end`` where ``close_stream`` ended it, beside its run record: a
   reader reads a page of offsets in one ``read_many``.
+- ``s<schedule>`` a schedule's state (paused, the last tick fired), in the
+  :data:`SCHEDULES_PARTITION` partition of :data:`RUNS_TABLE`
+  (:mod:`idemflow.core.schedule_state`); no request's row starts with ``s``.
 
 Workflow names and request ids are escaped (``%`` → ``%25``, ``|`` → ``%7C``)
 so the ``|`` separators are unambiguous: the encoding is injective.
@@ -56,6 +59,7 @@ MAX_KEY_CHARS = 512
 
 DATA, MEMO, RUN, OUTBOX, INBOX, LIMIT = "d", "m", "r", "o", "q", "l"
 EVENT, STREAM = "e", "t"
+SCHEDULE = "s"
 STREAM_END = "end"
 """The last part of the key of a stream's end (``close_stream``): after every offset's digits."""
 OFFSET_DIGITS = 10
@@ -66,6 +70,10 @@ MAX_PUBLISHED_KEY_CHARS = 100
 LIMITS_PARTITION = "limits"
 """The :data:`RUNS_TABLE` partition of flow-control rows (``l<kind>|<name>|<part>``): one partition,
 so a request taking several limits takes them in one atomic commit on every backend."""
+
+SCHEDULES_PARTITION = "schedules"
+"""The :data:`RUNS_TABLE` partition of schedules' state rows (``s<schedule>``): ``idemflow schedules
+list`` reads every schedule's row in one batched read of one partition."""
 
 OUTBOX_SHARDS = 16
 """Partitions the outbox is spread over (no hot partition; a relay reads each once per pass).
@@ -149,6 +157,16 @@ def limit_key(kind: str, name: str, part: str) -> str:
     'lgroup|payments|slots'
     """
     return f"{LIMIT}{kind}|{_escape(name)}|{part}"
+
+
+def schedule_key(name: str) -> str:
+    """Row key of a schedule's state, in :data:`SCHEDULES_PARTITION` (a schedule's name never
+    holds ``|`` or ``%``: :func:`idemflow.scheduling.definition.check_schedule_name`).
+
+    >>> schedule_key("nightly-report")
+    'snightly-report'
+    """
+    return SCHEDULE + _escape(name)
 
 
 def outbox_key(workflow: str, request_id: str) -> str:

@@ -1,5 +1,6 @@
 """Workers and the queues they drain: :class:`Worker` on threads, :class:`AsyncWorker` on an
-event loop, and the queues a URL opens (``open_queue``/``open_async_queue``).
+event loop, the queues a URL opens (``open_queue``/``open_async_queue``), and the passes that
+fire schedules beside them (:func:`fire_schedules`, :class:`Scheduler` and their asyncio twins).
 
 The cloud queues import their SDKs on first use, so ``import idemflow.worker`` needs neither
 boto3 nor the Azure SDK; using one without its extra installed says which extra to install.
@@ -32,6 +33,8 @@ from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.async_worklist.worker import Worker
 from idemflow.core.backlog import QueueStats, aqueue_stats, queue_stats
 from idemflow.core.lazy import load_optional as _load_optional
+from idemflow.scheduling.firing import Fired, PassReport, afire_schedules, fire_schedules
+from idemflow.scheduling.scheduler import AsyncScheduler, Scheduler
 
 if TYPE_CHECKING:
     from idemflow.async_worklist.queues.azure_queue import AzureQueue
@@ -44,13 +47,16 @@ __all__ = [
     "AsyncAzureQueue",
     "AsyncLanedQueue",
     "AsyncQueue",
+    "AsyncScheduler",
     "AsyncSqsQueue",
     "AsyncWorker",
     "AzureQueue",
     "BacklogPolicy",
     "DeadLetter",
+    "Fired",
     "LanedQueue",
     "MemoryQueue",
+    "PassReport",
     "PoolView",
     "PostgresQueue",
     "Queue",
@@ -58,12 +64,15 @@ __all__ = [
     "QueueStats",
     "Scaling",
     "ScalingPolicy",
+    "Scheduler",
     "SqliteQueue",
     "SqsQueue",
     "ThreadedQueue",
     "Worker",
     "WorkerStats",
+    "afire_schedules",
     "aqueue_stats",
+    "fire_schedules",
     "open_async_queue",
     "open_queue",
     "queue_stats",

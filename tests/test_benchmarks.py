@@ -41,12 +41,13 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
             "outbox",
             "events",
             "together",
+            "schedules",
             "--quick",
             "--no-servers",
             "--out",
             str(out),
         ],
-        timeout=120,
+        timeout=180,
     )
     for name in (
         "overhead.md",
@@ -64,6 +65,7 @@ def test_quick_benchmarks_write_their_results(tmp_path: Path) -> None:
         "outbox.png",
         "events.md",
         "together.md",
+        "schedules.md",
         "summary.md",
     ):
         assert (out / name).stat().st_size > 0, name

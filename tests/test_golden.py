@@ -11,7 +11,8 @@ delayed and prioritised requests waiting, with their messages' lanes and visible
 (``make_scheduled_golden.py``), ``tagged/`` requests started with tags in every state a record
 keeps them (``make_tagged_golden.py``), ``together/`` ``all_of`` and ``any_of`` blocks caught half
 done, decided and waiting (``make_together_golden.py``), ``places/`` requests naming where their
-atomic steps keep their memos (``make_places_golden.py``); every request of every release is
+atomic steps keep their memos (``make_places_golden.py``), ``schedules/`` schedules' state rows
+and a tick's request (``make_schedules_golden.py``); every request of every release is
 listed without its code.
 Loaded into each store, this version must answer the finished ones from their records, finish the
 others exactly once, and read the old messages.
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 
 from idemflow import RetryPolicy, StreamTimeoutError, WorkflowAborted, run
-from idemflow.admin import RunRecord, retry, runs, show
+from idemflow.admin import RunRecord, retry, runs, schedules, show
 from idemflow.async_worklist.queues.lanes import LANES, lane_of
 from idemflow.client import RunStatus, get_event, read_stream, rows, status
 from idemflow.engine.memo_reader import WAIT_ENDED
@@ -39,7 +40,7 @@ from idemflow.serialization import encode
 from idemflow.stores import Store
 from idemflow.stores.base import Insert, RowRef
 from idemflow.stores.long_waits import sweeps
-from idemflow.worker import LanedQueue, MemoryQueue, Worker
+from idemflow.worker import LanedQueue, MemoryQueue, Worker, fire_schedules
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.golden.make_golden import golden
 
@@ -464,6 +465,7 @@ def test_requests_naming_their_places_are_listed_without_code_and_finish_once(
 
 
 EVENTS = sorted(Path(__file__).with_name("golden").joinpath("events").glob("*.json"))
+SCHEDULES = sorted(Path(__file__).with_name("golden").joinpath("schedules").glob("*.json"))
 EVERY_RELEASE = [
     *GOLDEN,
     *COORDINATION,
@@ -474,6 +476,7 @@ EVERY_RELEASE = [
     *EVENTS,
     *TOGETHER,
     *PLACES,
+    *SCHEDULES,
 ]
 
 
@@ -561,7 +564,7 @@ def test_events_and_streams_of_every_release_are_read_and_go_on_at_their_next_of
     assert len(written) == 3  # two values and the end: nothing written twice
 
 
-RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5, "1.1.0": 6}
+RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5, "1.1.0": 6, "1.2.0": 7}
 """The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
 
 
@@ -569,3 +572,41 @@ def test_every_format_revision_has_golden_rows() -> None:
     """Raising ``FORMAT`` needs golden rows of the new revision; new golden rows need their revision."""
     releases = {path.stem for path in EVERY_RELEASE}
     assert {RELEASE_FORMAT[release] for release in releases} == set(range(1, FORMAT + 1))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", SCHEDULES, ids=lambda path: path.stem)
+def test_schedules_go_on_from_their_rows_and_fire_no_tick_twice(store: Store, path: Path) -> None:
+    """Schedules' state rows (``make_schedules_golden.py``: one tick fired and its request queued,
+    one paused, one seen and never fired): the request finishes once on this version, and a pass
+    two days later fires each schedule from where its row says: the nightly one the two nights
+    since its last tick (catch-up ``all``), the fresh one its latest night, the paused one nothing."""
+    from tests.golden import make_schedules_golden as g
+
+    messages = load(store, path)
+    clock = Clock()
+    clock.now = g.NOW
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    worker = Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None)
+    deliver_all(worker, queue, clock)
+    assert status(store, "g-scheduled", "g-nightly@2027-01-15T02:00:00Z").result == "nightly 2027-01-15"
+    [nightly, paused, fresh] = schedules(store, g.SCHEDULES, clock=clock)
+    assert (nightly.last_tick, paused.paused, fresh.last_tick) == (g.FIRED, True, None)
+    later = g.NOW + 2 * g.DAY
+    report = fire_schedules(g.SCHEDULES, store=store, queue=queue, clock=lambda: later)
+    assert [fired.ticks for fired in report.fired] == [
+        (g.FIRED + g.DAY, g.FIRED + 2 * g.DAY),
+        (),
+        (g.FIRED + 2 * g.DAY,),
+    ]
+    clock.now = later
+    deliver_all(worker, queue, clock)
+    counted = {(partition, key): value for (partition, key), value in rows(store, "tablea").items()}
+    assert counted == {
+        ("nightly", "2027-01-15"): 1,
+        ("nightly", "2027-01-16"): 1,
+        ("nightly", "2027-01-17"): 1,
+        ("fresh", "2027-01-17"): 1,
+    }

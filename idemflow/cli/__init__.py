@@ -16,6 +16,10 @@
     idemflow dead-letters list|redrive --queue URL [--id ID ...]
     idemflow worker MODULE:ATTR [MODULE:ATTR...] --store URL --queue URL --concurrency N [--asyncio]
         [--retention SECONDS] [--processes MIN:MAX [--scale-... N] [--scaling MODULE:ATTR] [--stop-grace S]]
+        [--schedules MODULE:ATTR [--schedule-every SECONDS]]
+    idemflow schedules list --store URL --schedules MODULE:ATTR [--json]
+    idemflow schedules pause|resume --store URL NAME
+    idemflow schedules trigger --store URL --queue URL --schedules MODULE:ATTR NAME [--at WHEN]
     idemflow queue stats --queue URL [--json]
     idemflow console --store URL [--queue URL] [--workflows MODULE:ATTR ...] [--host H] --port P
         [--read-only] [--token T | --basic-auth USER:PASS] [--redact MODULE:ATTR]
@@ -28,8 +32,8 @@ as ``python -m`` does, so a project's workflows need not be installed.
 
 This module wires the commands and ends them as above; each group has its module in this
 package, with its options and what it prints (``request_commands``, ``store_commands``,
-``dead_letter_commands``, ``worker_command``, ``console_command``, ``deploy_command``,
-``pool``), and ``loading`` imports the ``MODULE:ATTR`` they name.
+``dead_letter_commands``, ``worker_command``, ``schedule_commands``, ``console_command``,
+``deploy_command``, ``pool``), and ``loading`` imports the ``MODULE:ATTR`` they name.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from idemflow.cli.console_command import add_console_parser, run_console_command
 from idemflow.cli.dead_letter_commands import add_dead_letter_parser, run_dead_letter_command
 from idemflow.cli.deploy_command import add_deploy_parser, run_deploy_command
 from idemflow.cli.request_commands import add_request_parsers, run_request_command
+from idemflow.cli.schedule_commands import add_schedule_parser, run_schedule_command
 from idemflow.cli.store_commands import COMMANDS as STORE_COMMANDS
 from idemflow.cli.store_commands import add_store_parsers, run_store_command
 from idemflow.cli.worker_command import add_worker_parser, run_worker_command
@@ -60,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     add_deploy_parser(commands)
     add_dead_letter_parser(commands)
     add_worker_parser(commands)
+    add_schedule_parser(commands)
     add_console_parser(commands)
     _pool_cli.add_queue_parser(commands)
     return parser
@@ -122,4 +128,6 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
         return run_console_command(args, store)
     if args.command == "check-deploy":
         return run_deploy_command(args, store)
+    if args.command == "schedules":
+        return run_schedule_command(args, store)
     return run_request_command(args, store)

@@ -1,7 +1,8 @@
 """``MODULE:ATTR`` on the command line: the workflows, scaling policy or redaction function a
 command names, imported from the project in the current directory.
 
-Every command that runs a project's code (``worker``, ``runs show``, ``abort``, ``console``) names
+Every command that runs a project's code (``worker``, ``runs show``, ``abort``, ``console``,
+``schedules``) names
 it the same way and must refuse a bad name with one line, not a traceback, so the loading is
 written once here.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 from idemflow.errors import InvalidInputError
 from idemflow.running.workflows import Workflow
+from idemflow.scheduling.definition import Schedule, check_schedules
 
 
 def load_callable(spec: str) -> Any:
@@ -46,6 +48,21 @@ def load_workflows(spec: str) -> list[Any]:
     if strangers:
         raise InvalidInputError(f"{spec} holds {strangers[0]!r}, not a @workflow")
     return found
+
+
+def load_schedules(spec: str) -> list[Schedule]:
+    """``--schedules``: one schedule or a list of them (checked: no two of one name)."""
+    target = load_object(spec, "one Schedule or a list of them")
+    found = [target] if isinstance(target, Schedule) else None
+    if found is None:
+        try:
+            found = list(target)
+        except TypeError:
+            found = [target]
+    strangers = [item for item in found if not isinstance(item, Schedule)]
+    if strangers:
+        raise InvalidInputError(f"{spec} holds {strangers[0]!r}, not a Schedule")
+    return list(check_schedules(found))
 
 
 def load_object(spec: str, what: str) -> Any:

@@ -16,11 +16,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from idemflow.cli import pool as _pool_cli
-from idemflow.cli.loading import load_object, load_workflows
+from idemflow.cli.loading import load_object, load_schedules, load_workflows
 from idemflow.core.policy import RetryPolicy
 from idemflow.core.step_retry import StepRetry
 from idemflow.keys import check_duration
 from idemflow.running.workflows import Workflow
+from idemflow.scheduling.definition import Schedule, check_schedules
+from idemflow.scheduling.scheduler import AsyncScheduler, Scheduler
 from idemflow.stores import Store
 from idemflow.stores._opening import open_async_store
 from idemflow.worker import AsyncWorker, Worker, open_async_queue, open_queue
@@ -85,6 +87,20 @@ def add_worker_parser(commands: Any) -> None:
         help="how long rows are kept for requests that carry no retention of their own (children, "
         "requests submitted before 1.0); others keep the one submit stored (default: 7 days)",
     )
+    worker.add_argument(
+        "--schedules",
+        action="append",
+        metavar="MODULE:ATTR",
+        help="also fire these schedules' ticks (one Schedule or a list; repeatable): every worker may, "
+        "each tick is one request",
+    )
+    worker.add_argument(
+        "--schedule-every",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between scheduler passes",
+    )
     _pool_cli.add_pool_options(worker)
 
 
@@ -121,14 +137,23 @@ def run_worker_command(
             flush=True,
         )
 
+    timed = [schedule for spec in args.schedules or () for schedule in load_schedules(spec)]
+    every = check_duration(args.schedule_every, "--schedule-every")
     if args.asyncio:
-        stats = asyncio.run(_async_worker(args, workflows, options, progress))
+        stats = asyncio.run(
+            _async_worker(args, workflows, options, progress, (check_schedules(timed), every))
+        )
     else:
         queue = open_queue(args.queue)
+        scheduler = Scheduler(timed, store=store, queue=queue, every=every) if timed else None
         try:
+            if scheduler is not None:
+                scheduler.start()
             worker = Worker(workflows, store=store, queue=queue, **options)
             stats = worker.run(idle_timeout=args.idle_timeout, on_progress=progress)
         finally:
+            if scheduler is not None:
+                scheduler.stop()
             queue.close()
     progress(stats)
     return 0
@@ -139,14 +164,22 @@ async def _async_worker(
     workflows: list[Workflow[Any, Any]],
     options: dict[str, Any],
     progress: Callable[[WorkerStats], None],
+    timed: tuple[tuple[Schedule, ...], float],
 ) -> WorkerStats:
-    """``idemflow worker --asyncio``: the store and queue on their asynchronous clients."""
+    """``idemflow worker --asyncio``: the store and queue on their asynchronous clients, and the
+    scheduler's passes (``--schedules``) as a task beside the worker."""
 
     store = open_async_store(args.store)
     queue = open_async_queue(args.queue)
+    schedules, every = timed
+    scheduler = AsyncScheduler(schedules, store=store, queue=queue, every=every) if schedules else None
+    passes = None if scheduler is None else asyncio.create_task(scheduler.run())
     try:
         worker = AsyncWorker(workflows, store=store, queue=queue, **options)
         return await worker.run(idle_timeout=args.idle_timeout, on_progress=progress)
     finally:
+        if scheduler is not None and passes is not None:
+            scheduler.stop()
+            await passes
         await queue.close()
         await store.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __all__ = ["FORMAT"]
 
-FORMAT = 6
+FORMAT = 7
 """The revision of this format: raised whenever a row gains a field or a kind of row appears,
 together with golden rows of the new revision under ``tests/golden`` (a test holds every revision
 to its rows). Readers take every earlier revision: a field a row lacks has its old meaning.
@@ -49,4 +49,10 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    Run records also gain ``pl``, ``sn`` and ``plm`` (:class:`Places`: where the request's atomic
    steps keep their memos), and a submission's checkpoint writes them in a places row beside the
    record (``m<workflow>|<request>|j``); a request with no atomic step writes none of them.
+7. (1.2.0) schedules' state rows appear: one per schedule at ``s<schedule>`` in the ``schedules``
+   partition of ``idemflowruns`` (:class:`~idemflow.core.schedule_state.ScheduleState`: ``a``, the
+   instant after which its ticks are due; ``l``, the last tick a scheduler fired; ``p`` and
+   ``pa``, paused and when), written with no expiry. A tick's request is an ordinary request
+   (its id ``<schedule>@<tick in UTC>``, its input the schedule's with the tick as ``tick``):
+   no other row changed.
 """

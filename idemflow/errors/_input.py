@@ -64,6 +64,20 @@ class MessageRejectedError(InvalidInputError):
         return self.reason
 
 
+class InvalidScheduleError(InvalidInputError):
+    """A schedule that cannot fire: a bad cron expression, timezone, catch-up mode, name, input or
+    workflow, two schedules of one name, or one an operator named that the code does not define.
+    Raised where the schedule is declared or looked up, before any row is written."""
+
+    def __init__(self, schedule: object, problem: str) -> None:
+        super().__init__(schedule, problem)
+        self.schedule = schedule
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"schedule {self.schedule!r}: {self.problem}"
+
+
 class MissingIdempotencyKeyError(InvalidInputError):
     """An HTTP request without an ``Idempotency-Key`` header (answered 400)."""
 

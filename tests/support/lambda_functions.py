@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Generator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from idemflow import Idem, Tx, atomic, checkpoint, workflow
-from idemflow.aws_lambda import HttpRequest, http_handler, schedule_handler, sqs_handler
+from idemflow import Idem, Schedule, Tx, atomic, checkpoint, workflow
+from idemflow.aws_lambda import HttpRequest, http_handler, schedule_handler, schedules_handler, sqs_handler
 from idemflow.errors import BackendError
 from idemflow.running.workflows import Workflow
 from idemflow.stores.base import Row, RowRef, Store
@@ -66,7 +67,18 @@ def gated(space: str, request: str) -> Generator[Idem[Any], Any, Any]:
     return (yield atomic("tableb", space + "effects", lambda tx: _count(tx, request), name="effect"))
 
 
-WORKFLOWS: list[Workflow[Any, Any]] = [survey, gated]
+@workflow("lambda-tick")
+def ticked(space: str, tick: str) -> Generator[Idem[Any], Any, Any]:
+    """A schedule's tick: counted once in ``tableb`` under its instant, after its checkpoint."""
+    yield checkpoint()
+    at = int(datetime.fromisoformat(tick).timestamp())
+    return (yield atomic("tableb", space + "ticks", lambda tx: tx.increment(f"t{at}"), name="tick"))
+
+
+HOURLY = Schedule("hourly", ticked, cron="0 * * * *", input="s-", catchup="all")
+"""The schedule the scheduler functions fire (a test moves its state row back two hours first)."""
+
+WORKFLOWS: list[Workflow[Any, Any]] = [survey, gated, ticked]
 
 STORE_URL = os.environ.get("IDEMFLOW_STORE_URL", "memory:")
 QUEUE_URL = os.environ.get("IDEMFLOW_QUEUE_URL", "memory:")
@@ -102,6 +114,7 @@ orders = http_handler(STORE_URL, **ORDER_OPTIONS)(place_order)
 
 worker = sqs_handler(WORKFLOWS, store=STORE_URL, queue=QUEUE_URL)
 relay = schedule_handler(store=STORE_URL, queue=QUEUE_URL)
+schedules = schedules_handler([HOURLY], store=STORE_URL, queue=QUEUE_URL)
 
 
 class PoisonedReads:
