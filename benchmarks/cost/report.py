@@ -24,6 +24,7 @@ LABELS = {
     "dynamodb-local": "DynamoDB (DynamoDB Local 3.3, AWS's engine)",
     "azurite": "Azure Tables (Azurite)",
     "sqlite": "SQLite (WAL, synchronous=FULL)",
+    "postgres": "PostgreSQL 15 (fsync on, one server)",
 }
 
 
@@ -39,6 +40,11 @@ NOTES = {
     "azurite": (
         "A failed entity group transaction answers HTTP 202 with the failure inside its body, so only",
         "failed single-entity calls show as *answered 409*; every call is counted, failed or not.",
+    ),
+    "postgres": (
+        "*calls*: round trips of the hand-written code (a pipelined transaction is one) and the",
+        "idemflow store's own count of its calls (a commit, a read); the minimal sends each step's",
+        "`BEGIN`, memo insert, data write and `COMMIT` in one pipeline.",
     ),
     "sqlite": (
         "*calls*: transactions (each `BEGIN IMMEDIATE` … `COMMIT`/`ROLLBACK`) of the hand-written code,",

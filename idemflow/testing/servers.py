@@ -1,4 +1,5 @@
-"""Backend servers on loopback, so a suite tests offline: moto server, Azurite, DynamoDB Local.
+"""Backend servers on loopback, so a suite tests offline: moto server, Azurite, DynamoDB Local,
+PostgreSQL.
 
 The test beds of the backend registries (:mod:`idemflow.stores.registry`)
 name these starters; each yields a :class:`BackendServer`, which gives the
@@ -48,6 +49,7 @@ from idemflow.testing._dynamodb_local import (
 )
 from idemflow.testing._loopback import ROOT, free_port, run_process, stop_process
 from idemflow.testing._loopback import wait_for_port as wait_for_port
+from idemflow.testing._postgres import PostgresServer, postgres_bin, postgres_server
 from idemflow.testing._server_protocol import BackendServer, Clock
 
 
@@ -173,6 +175,7 @@ __all__ = [
     "InMemory",
     "Moto",
     "OnDisk",
+    "PostgresServer",
     "ServerPool",
     "azurite_executable",
     "azurite_server",
@@ -182,5 +185,7 @@ __all__ = [
     "in_memory",
     "moto_server",
     "on_disk",
+    "postgres_bin",
+    "postgres_server",
     "stop_process",
 ]
