@@ -42,9 +42,8 @@ NOTES = {
         "failed single-entity calls show as *answered 409*; every call is counted, failed or not.",
     ),
     "postgres": (
-        "*calls*: round trips of the hand-written code (a pipelined transaction is one) and the",
-        "idemflow store's own count of its calls (a commit, a read); the minimal sends each step's",
-        "`BEGIN`, memo insert, data write and `COMMIT` in one pipeline.",
+        "*calls*: round trips of the hand-written code (each step's pipelined transaction is one), the",
+        "idemflow store's own count of its calls (a commit, a read). One server, fsync on.",
     ),
     "sqlite": (
         "*calls*: transactions (each `BEGIN IMMEDIATE` … `COMMIT`/`ROLLBACK`) of the hand-written code,",
