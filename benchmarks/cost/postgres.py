@@ -3,9 +3,10 @@ handler on the same server as idemflow's ``PostgresStore`` (a throwaway server o
 package, fsync on: PostgreSQL's defaults), and the variants wired to them.
 
 **Minimal exactly-once** on PostgreSQL: each step one transaction, memo ``INSERT`` + the step's
-data write, sent in one pipeline (``BEGIN``, the two statements, ``COMMIT``: one round trip, the
-fewest any client can make). A duplicate: step 1's memo insert fails (a unique violation aborts
-the pipeline before ``COMMIT``), then ``ROLLBACK`` and one read of the last memo: two round trips.
+data write, sent as one query of two statements (an implicit transaction, one round trip, the
+fewest any client can make; parameters bound client-side as the store does). A duplicate: step
+1's memo insert fails (the server rolls the query back), then one read of the last memo: two
+round trips.
 The plain handler: two autocommit statements, as code without idempotence does it.
 
 Why apart: a fourth SDK's worth of baseline code, beside :mod:`benchmarks.cost.handwritten`.
@@ -70,6 +71,7 @@ class MinimalPostgres:
 
     def __init__(self, conn: psycopg.Connection[Any], name: str, counts: PostgresCounts, steps: int) -> None:
         self.conn, self.counts, self.steps = conn, counts, steps
+        self.cursor = psycopg.ClientCursor(conn)
         self.memo = f"INSERT INTO {name}.memos VALUES (%s, %s)"
         self.read = f"SELECT v FROM {name}.memos WHERE k = %s"
         self.record = f"INSERT INTO {name}.responses VALUES (%s, %s, 'yes')"
@@ -86,17 +88,9 @@ class MinimalPostgres:
             data = (self.record, (SURVEY, user)) if step == 1 else (self.count, (SURVEY, COUNTERS[step - 2]))
             self.counts.transactions += 1
             self.counts.round_trips += 1
-            try:
-                with conn.pipeline() as pipe:
-                    cursor = conn.cursor()
-                    cursor.execute("BEGIN")
-                    cursor.execute(self.memo, (f"{request}|{step}", answer))
-                    cursor.execute(*data)
-                    cursor.execute("COMMIT")
-                    pipe.sync()
-            except psycopg.errors.UniqueViolation:  # the step was done before
-                self.counts.round_trips += 1
-                conn.execute("ROLLBACK")
+            try:  # one query of two statements: one implicit transaction, one round trip
+                self.cursor.execute(f"{self.memo}; {data[0]}", (f"{request}|{step}", answer, *data[1]))
+            except psycopg.errors.UniqueViolation:  # the step was done before (rolled back)
                 if step == 1:  # a duplicate: a finished request's last memo holds its answer
                     self.counts.round_trips += 1
                     found = conn.execute(self.read, (f"{request}|{self.steps}",)).fetchone()

@@ -1,11 +1,11 @@
-"""What one PostgreSQL commit sends, as batches of statements a driver pipelines: the same plan
+"""What one PostgreSQL commit sends, as batches of statements a driver sends as one query: the same plan
 for the blocking store and the asyncio one (:mod:`idemflow.stores._postgres_driver`).
 
 Why batches: a step's commit (its memo, its data, the run record) needs no answer between its
 statements, so the whole transaction is one batch and one round trip: the statements of one
-pipeline up to its sync run as one implicit transaction (PostgreSQL's extended protocol commits
-at the sync if all succeeded and rolls all back if one failed), so no ``BEGIN`` or ``COMMIT`` is
-sent, and no ``ROLLBACK`` after a refusal. Each statement carries its own condition and raises
+query run as one implicit transaction (PostgreSQL commits at the query's end if all succeeded
+and rolls all back if one failed), so no ``BEGIN`` or ``COMMIT`` is sent, and no ``ROLLBACK``
+after a refusal. Each statement carries its own condition and raises
 when it is not met (:mod:`idemflow.stores._postgres_sql`). Only an increment of a row that is no
 small integer needs an answer first (the row, locked, summed in Python by the number model): then
 the commit is an explicit transaction in several batches, each ending where an answer is needed.
@@ -60,7 +60,7 @@ CACHE_BEGIN: tuple[Statement, ...] = (BEGIN, CACHE_OFF)
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """Statements to pipeline in one round trip; ``fetch``: the index of the one whose rows the
+    """Statements to send as one query, one round trip; ``fetch``: the index of the one whose rows the
     plan needs back (None: none)."""
 
     statements: tuple[Statement, ...]
@@ -91,7 +91,7 @@ def plan(sql: Sql, ops: Sequence[Op], *, cache: bool = False) -> Plan:
     while True:
         if general:
             refusal = yield from _stepwise(sql, ops, order, general, CACHE_BEGIN if cache else (BEGIN,))
-        else:  # one implicit transaction: the statements up to the pipeline's sync
+        else:  # one implicit transaction: the statements of one query
             body = [statement for i in order for statement in _statements(sql, i, ops[i])]
             answer = yield Batch((*((CACHE_OFF,) if cache else ()), *body))
             refusal = answer if isinstance(answer, Refusal) else None

@@ -1,11 +1,16 @@
-"""How a plan's batches reach the server (:mod:`idemflow.stores._postgres_commit`): each batch in
-one pipeline, one round trip, on a connection of the store's pool, blocking or awaited.
+"""How a plan's batches reach the server (:mod:`idemflow.stores._postgres_commit`): each batch as
+one query of several statements, one round trip, on a connection of the store's pool, blocking
+or awaited.
 
-Why pipeline mode: psycopg sends every statement of a batch without waiting for the one before,
-and a statement that raises makes the server skip the rest up to the batch's end and roll back
-the batch's implicit transaction. A refusal of
-the store's own (a condition not met) is handed to the plan as a :class:`Refusal`; anything
-else is raised for the store to classify. A deadlock or a serialization failure (possible only
+Why one query: PostgreSQL runs the statements of one simple-protocol query as one implicit
+transaction (committed at its end if all succeeded, rolled back if one failed), unless the query
+itself opens one with ``BEGIN``; psycopg's client-side binding (``ClientCursor``, which quotes
+each parameter as a literal) makes it one message and one wait. Measured against the same batch
+in pipeline mode (one extended-protocol execute per statement, then a sync), it spends less CPU
+per commit (psycopg waits on the socket once per statement in a pipeline), and it has no cache of
+prepared statements that an aborted pipeline leaves stale (docs/decisions.md). A refusal of the
+store's own (a condition not met) is handed to the plan as a :class:`Refusal`; anything else is
+raised for the store to classify. A deadlock or a serialization failure (possible only
 when rows are locked out of key order, by a commit that checks a row and writes it) starts the
 commit over, a bounded number of times (:data:`ATTEMPTS`).
 
@@ -37,43 +42,43 @@ def _refusal(exc: psycopg.Error) -> Refusal | None:
     return Refusal(str(exc.sqlstate), int(exc.diag.message_detail or "0"))
 
 
-def retried(exc: psycopg.Error) -> bool:
-    """Whether a failed commit is worth starting over inside the store."""
-    return exc.sqlstate in RETRIED
-
-
-def batch(conn: psycopg.Connection[Any], sent: Batch) -> Answer:
-    """Send one batch on ``conn`` (autocommit: the batch's own ``BEGIN`` opens the transaction)."""
-    rows: list[tuple[Any, ...]] = []
-    failed: psycopg.Error | None = None
-    try:
-        with conn.pipeline() as pipe:
-            try:  # the first error is the one that aborted the rest (its end raises "aborted")
-                cursor = conn.cursor()
-                fetched = None
-                for index, (sql, params) in enumerate(sent.statements):
-                    if index == sent.fetch:
-                        fetched = conn.cursor()
-                        fetched.execute(sql, params)
-                    else:
-                        cursor.execute(sql, params)
-                pipe.sync()
-                if fetched is not None:
-                    rows = fetched.fetchall()
-            except psycopg.Error as exc:
-                failed = exc
-    except psycopg.Error as exc:
-        failed = failed or exc
-    if failed is None:
-        return rows
-    return _refused(failed)
-
-
 def _refused(failed: psycopg.Error) -> Refusal:
     refusal = _refusal(failed)
     if refusal is None:
         raise failed
     return refusal
+
+
+def retried(exc: psycopg.Error) -> bool:
+    """Whether a failed commit is worth starting over inside the store."""
+    return exc.sqlstate in RETRIED
+
+
+def _query(sent: Batch) -> tuple[str, list[Any]]:
+    """The batch as one query string and its parameters, in order."""
+    params: list[Any] = []
+    for _, given in sent.statements:
+        params.extend(given)
+    return "; ".join(sql for sql, _ in sent.statements), params
+
+
+def batch(conn: psycopg.Connection[Any], sent: Batch) -> Answer:
+    """Send one batch on ``conn`` (autocommit: a batch without ``BEGIN`` is its own transaction)."""
+    if not sent.statements:
+        return []
+    sql, params = _query(sent)
+    cursor = psycopg.ClientCursor(conn)
+    try:
+        cursor.execute(sql, params)
+        if sent.fetch is None:
+            return []
+        for _ in range(sent.fetch):
+            cursor.nextset()
+        return cursor.fetchall()
+    except psycopg.Error as exc:
+        return _refused(exc)
+    finally:
+        cursor.close()
 
 
 def drive(conn: psycopg.Connection[Any], steps: Plan) -> CommitOutcome:
@@ -104,29 +109,21 @@ def settle(conn: psycopg.Connection[Any]) -> None:
 
 async def abatch(conn: psycopg.AsyncConnection[Any], sent: Batch) -> Answer:
     """:func:`batch` awaited."""
-    rows: list[tuple[Any, ...]] = []
-    failed: psycopg.Error | None = None
+    if not sent.statements:
+        return []
+    sql, params = _query(sent)
+    cursor = psycopg.AsyncClientCursor(conn)
     try:
-        async with conn.pipeline() as pipe:
-            try:
-                cursor = conn.cursor()
-                fetched = None
-                for index, (sql, params) in enumerate(sent.statements):
-                    if index == sent.fetch:
-                        fetched = conn.cursor()
-                        await fetched.execute(sql, params)
-                    else:
-                        await cursor.execute(sql, params)
-                await pipe.sync()
-                if fetched is not None:
-                    rows = await fetched.fetchall()
-            except psycopg.Error as exc:
-                failed = exc
+        await cursor.execute(sql, params)
+        if sent.fetch is None:
+            return []
+        for _ in range(sent.fetch):
+            cursor.nextset()
+        return await cursor.fetchall()
     except psycopg.Error as exc:
-        failed = failed or exc
-    if failed is None:
-        return rows
-    return _refused(failed)
+        return _refused(exc)
+    finally:
+        await cursor.close()
 
 
 async def adrive(conn: psycopg.AsyncConnection[Any], steps: Plan) -> CommitOutcome:

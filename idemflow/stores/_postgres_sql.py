@@ -13,8 +13,8 @@ no floor row is shared by every commit (SQLite's floor would serialise writers h
 
 A condition that fails raises an error from the statement itself (:data:`REFUSED`, SQLSTATE
 ``IF001``, the operation's index in ``DETAIL``) through the function ``idemflow_refuse``: the whole
-commit (``BEGIN``, one statement per operation, ``COMMIT``) then goes to the server in one pipeline,
-one round trip, and a refusal aborts it before ``COMMIT``. An integer increment that is no small
+commit (one statement per operation) then goes to the server as one query, one round trip, and
+a refusal rolls it all back. An integer increment that is no small
 integer raises :data:`GENERAL` instead: the commit is redone with that row locked and summed in
 Python (:mod:`idemflow.stores._postgres_commit`).
 
