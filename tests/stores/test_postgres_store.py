@@ -24,6 +24,7 @@ from idemflow.testing import data_rows
 from idemflow.testing.servers import PostgresServer, ServerPool, postgres_server
 
 pytestmark = pytest.mark.cloud
+WHERE = ("items", "p", "absent")
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +96,9 @@ def test_a_connection_killed_mid_commit_leaves_nothing(store: PostgresStore, ser
         thread = threading.Thread(target=commit)
         thread.start()
         waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        while not (pids := other.execute(waiting).fetchall()):
+        while thread.is_alive() and not (pids := other.execute(waiting).fetchall()):
             thread.join(0.01)
+        assert thread.is_alive(), failed  # the commit waits on the held row
         other.execute("SELECT pg_terminate_backend(%s)", pids[0])
         thread.join()
         other.execute("ROLLBACK")
@@ -180,3 +182,26 @@ def test_the_asyncio_store_shares_the_blocking_one_s_rows(store: PostgresStore) 
     asyncio.run(both())
     row = store.read(ref)
     assert row is not None and row.value == 2
+
+
+def test_a_check_that_a_row_is_absent_holds_the_key_until_its_commit_ends(
+    store: PostgresStore, server: PostgresServer
+) -> None:
+    key = RowRef(*WHERE)
+    sql = store.sql
+    with psycopg.ClientCursor(psycopg.connect(server.conninfo, autocommit=True)) as other:
+        other.execute("BEGIN")  # a commit holding Check(key, ABSENT), stopped before its end
+        other.execute(f"{sql.hold_absent}; {sql.release_absent}", (*WHERE, 0, *WHERE))
+        done: list[object] = []
+        thread = threading.Thread(target=lambda: done.append(store.commit([Insert(key, 1, "1")])))
+        thread.start()
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        while thread.is_alive() and other.execute(waiting).fetchone() == (0,):
+            thread.join(0.01)
+        assert thread.is_alive() and store.read(key) is None  # the insert waits on the held key
+        other.execute("COMMIT")
+        thread.join()
+        other.connection.close()
+    assert done == [COMMITTED]
+    row = store.read(key)
+    assert row is not None and row.value == 1
