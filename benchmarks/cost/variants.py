@@ -48,6 +48,7 @@ DUPLICATED = {
     "dynamodb-local": ("Powertools", "idemflow function", "minimal 2 steps", "idemflow 2 steps"),
     "azurite": ("idemflow function", "minimal 2 steps", "idemflow 2 steps"),
     "sqlite": ("idemflow function", "minimal 2 steps", "idemflow 2 steps", "DBOS"),
+    "postgres": ("minimal 2 steps", "idemflow 2 steps"),
 }
 """The variants whose duplicates are measured, per backend."""
 
@@ -293,6 +294,14 @@ def _sqlite_counts(counts: SqliteCounts, store: Any = None) -> Callable[[], Coun
         return Counted(calls, ops=+ops)
 
     return counted
+
+
+def postgres_variants(backend: Backend) -> Built:
+    """PostgreSQL's variants (:mod:`benchmarks.cost.postgres`), with their duplicates."""
+    from benchmarks.cost.postgres import postgres_variants as made  # psycopg: the postgres extra
+
+    variants, close = made(backend, _workflow_call, _called)
+    return _with_duplicates(backend.kind, variants), close
 
 
 def dbos_installed() -> bool:

@@ -2,13 +2,13 @@
 [--requests N] [--processes 1 2 4] [--store URL --queue URL]`` (writes
 benchmarks/results/drain.md).
 
-N requests are submitted (each answered at its checkpoint), then P ``idemflow worker`` processes
-(4 threads each) are started on the same store and queue, and the time from their start until
-every request is completed is measured; requests per second for each P, the rounds alternating
-between process counts. Without URLs it starts a PostgreSQL server of its own
-(:mod:`idemflow.testing._postgres`) and uses it for both. Drain time includes the workers'
-start-up (about a second, the same for every P), so the figure is what an operator sees when a
-backlog meets a pool.
+N requests are submitted (each answered at its checkpoint), then P ``idemflow worker`` processes (4
+threads each) are started on the same store and queue, and the time from their start until every
+request is completed is measured; requests per second for each P, the rounds alternating between
+process counts. Without URLs it starts a PostgreSQL server of its own
+(:mod:`idemflow.testing._postgres`, its WAL flushed as in production) and uses it for both. Drain
+time includes the workers' start-up (about a second, the same for every P), so the figure is what an
+operator sees when a backlog meets a pool.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from benchmarks.common.stats import environment, write
 from benchmarks.drain.flows import TABLES, drained
 from idemflow import open_store
 from idemflow.client import RunStatus, submit
-from idemflow.testing._postgres import run_postgres
+from idemflow.testing._postgres import postgres_server
 from idemflow.worker import open_queue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def _urls(store: str | None, queue: str | None) -> Iterator[tuple[str, str]]:
     if queue:  # a store URL of its own or none: the queue given, the store by default in a temp file
         yield store or _scratch_store(), queue
         return
-    with run_postgres() as server:
+    with postgres_server(fsync=True) as server:
         yield store or server.url(), server.url()
 
 

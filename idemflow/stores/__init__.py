@@ -38,15 +38,19 @@ if TYPE_CHECKING:
     from idemflow.stores.azure_tables_async import AsyncAzureTableStore
     from idemflow.stores.dynamodb import DynamoDBStore
     from idemflow.stores.dynamodb_async import AsyncDynamoDBStore
+    from idemflow.stores.postgres import PostgresStore
+    from idemflow.stores.postgres_async import AsyncPostgresStore
 
 __all__ = [
     "AsyncAzureTableStore",
     "AsyncDynamoDBStore",
+    "AsyncPostgresStore",
     "AsyncStore",
     "AzureTableStore",
     "Capabilities",
     "DynamoDBStore",
     "MemoryStore",
+    "PostgresStore",
     "Row",
     "RowRef",
     "SqliteStore",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlencode
 
 from idemflow.core.lazy import OptionalClasses, load_optional
 from idemflow.core.urls import Url
@@ -21,6 +22,8 @@ OPTIONAL: OptionalClasses = {
     "AzureTableStore": ("idemflow.stores.azure_tables", "azure"),
     "AsyncDynamoDBStore": ("idemflow.stores.dynamodb_async", "aio"),
     "AsyncAzureTableStore": ("idemflow.stores.azure_tables_async", "aio"),
+    "PostgresStore": ("idemflow.stores.postgres", "postgres"),
+    "AsyncPostgresStore": ("idemflow.stores.postgres_async", "postgres"),
 }
 """The classes ``idemflow.stores`` gives on first use: ``{name: (module, extra)}``."""
 
@@ -81,12 +84,44 @@ def open_async_azure(url: Url, *, create: bool = True) -> AsyncStore:
     return store
 
 
+POSTGRES_OWN = frozenset({"schema", "pool_size"})
+"""The ``postgresql:`` URL parameters that are idemflow's; the others (the libpq parameters the
+registry accepts) go to libpq as they are."""
+
+
+def _postgres_options(url: Url, create: bool) -> tuple[str, dict[str, Any]]:
+    """The libpq conninfo of a store URL (idemflow's own parameters taken out) and the options."""
+    if not url.target.startswith("//"):
+        raise url.error("needs a server: postgresql://HOST[:PORT]/DATABASE?user=U")
+    libpq = [(name, value) for name, value in url.params.items() if name not in POSTGRES_OWN]
+    conninfo = f"{url.scheme}:{url.target}" + ("?" + urlencode(libpq) if libpq else "")
+    size = url.params.get("pool_size", "10")
+    if not size.isdigit() or int(size) < 1:
+        raise url.error("pool_size must be a whole number of connections, at least 1")
+    return conninfo, {"schema": url.params.get("schema", "public"), "pool_size": int(size), "create": create}
+
+
+def open_postgres(url: Url, *, create: bool = True) -> Store:
+    conninfo, options = _postgres_options(url, create)
+    store: Store = _optional("PostgresStore")(conninfo, **options)
+    return store
+
+
+def open_async_postgres(url: Url, *, create: bool = True) -> AsyncStore:
+    conninfo, options = _postgres_options(url, create)
+    store: AsyncStore = _optional("AsyncPostgresStore")(conninfo, **options)
+    return store
+
+
 __all__ = [
     "OPTIONAL",
+    "POSTGRES_OWN",
     "open_async_azure",
     "open_async_dynamodb",
+    "open_async_postgres",
     "open_azure",
     "open_dynamodb",
     "open_memory",
+    "open_postgres",
     "open_sqlite",
 ]

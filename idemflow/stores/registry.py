@@ -17,7 +17,7 @@ servers, the conflict emulator) unless a URL or a test asks for it.
 >>> entry.name, load(entry.opener).__name__
 ('memory', 'open_memory')
 >>> [bed.kind for _, bed in STORES.beds()]
-['memory', 'sqlite', 'dynamodb', 'dynamodb-local', 'azure']
+['memory', 'sqlite', 'dynamodb', 'dynamodb-local', 'azure', 'postgres']
 """
 
 from __future__ import annotations
@@ -211,6 +211,28 @@ class Registry:
 _SERVERS = "idemflow.testing.servers"
 _TOOLS = "idemflow.testing.expiries"
 _CLOUD = frozenset({Feature.SERVER, Feature.SHARED})
+_LIBPQ = (
+    "user",
+    "password",
+    "host",
+    "port",
+    "dbname",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "connect_timeout",
+    "application_name",
+    "options",
+    "target_session_attrs",
+    "passfile",
+    "service",
+    "keepalives",
+    "keepalives_idle",
+)
+"""The libpq parameters a ``postgresql:`` store URL passes on (as ``idemflow.stores._openers`` does)."""
+LIBPQ_PARAMETERS = frozenset(_LIBPQ)
+"""The same, for the PostgreSQL queue's URLs too (one database, one way to reach it)."""
 
 STORES = Registry(
     "store",
@@ -268,6 +290,20 @@ STORES = Registry(
             twin="idemflow.stores.azure_tables_async:AsyncAzureTableStore.twin_of",
             extra="azure",
             test_beds=(TestBed("azure", f"{_SERVERS}:azurite_server", _CLOUD),),
+        ),
+        Backend(
+            name="postgres",
+            schemes=("postgresql", "postgres"),
+            capabilities="idemflow.stores._postgres_setup:POSTGRES_CAPABILITIES",
+            parameters=frozenset({"schema", "pool_size", *_LIBPQ}),
+            usage="postgresql://HOST[:PORT]/DATABASE?user=U&schema=S",
+            opener="idemflow.stores._openers:open_postgres",
+            blocking_class="idemflow.stores.postgres:PostgresStore",
+            row_expiries=f"{_TOOLS}:postgres",
+            async_opener="idemflow.stores._openers:open_async_postgres",
+            twin="idemflow.stores.postgres_async:AsyncPostgresStore.twin_of",
+            extra="postgres",
+            test_beds=(TestBed("postgres", f"{_SERVERS}:postgres_server", _CLOUD),),
         ),
     ],
 )

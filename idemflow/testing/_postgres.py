@@ -1,12 +1,16 @@
-"""A throwaway PostgreSQL server on loopback for the test suites: Debian's package, started in a
-temporary directory by an unprivileged user and removed at the end of the session.
+"""A throwaway PostgreSQL server as a test bed's server: the Debian package's ``initdb`` and
+``pg_ctl`` on a temporary directory, a free loopback port, stopped and removed at the end.
 
-Why a server of our own rather than one already running: the suites must set themselves up from
-nothing, on any machine ``make setup`` prepared, and leave nothing behind. ``initdb`` and
-``pg_ctl`` refuse to run as root, so a root test run starts them as the ``postgres`` user the
-package creates (``runuser``), on a directory that user owns. ``fsync`` stays on: the crash
-suites kill clients, not the server, but a test that restarts the server must find every
-committed row, as production would.
+The server refuses to run as root, so when the tests do (CI's containers), every command runs as
+the ``postgres`` user the package creates, on a directory it owns; otherwise as the current user.
+One server serves a whole test session (one per xdist worker, as every server here); each test's
+store gets a schema of its own (``?schema=`` of its URL), which costs a ``CREATE SCHEMA`` and
+three tables' DDL, not the hundreds of milliseconds of a ``CREATE DATABASE``.
+
+``fsync`` is off: a test restarts the server with a clean or an immediate stop, and the data is
+in the operating system's page cache either way (only a machine's crash would need the flush).
+The PostgreSQL queue's bed names the same server: its queues live in two tables of the same
+database, apart from the stores' schemas, each test's queue under a name of its own.
 """
 
 from __future__ import annotations
@@ -16,102 +20,136 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from idemflow.async_worklist.queues.base import Queue
 from idemflow.testing._loopback import free_port
+from idemflow.testing._server_protocol import Clock
 
-BIN_GLOB = "/usr/lib/postgresql/*/bin"
-"""Where Debian's ``postgresql`` package puts ``initdb`` and ``pg_ctl`` (not on PATH)."""
+DATABASE = "postgres"
+"""The database every test store is in (the one ``initdb`` makes): a schema per test inside it."""
+SETTINGS = ("-c max_connections=300", "-c shared_buffers=32MB")
 
 
 def postgres_bin() -> Path:
-    """The newest installed server's binaries; :class:`RuntimeError` saying how to install one."""
+    """The folder of ``initdb`` and ``pg_ctl`` (``IDEMFLOW_POSTGRES_BIN``, else the newest Debian
+    package's); ``make setup`` installs the package when none is there."""
     named = os.environ.get("IDEMFLOW_POSTGRES_BIN")
-    found = [Path(named)] if named else sorted(Path(p) for p in glob.glob(BIN_GLOB))
-    for folder in reversed(found):
-        if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
-            return folder
-    raise RuntimeError(
-        "no PostgreSQL server found (looked in /usr/lib/postgresql/*/bin, or IDEMFLOW_POSTGRES_BIN): "
-        "run `make setup`, which installs Debian's postgresql package"
-    )
+    found = [named] if named else sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_major, reverse=True)
+    for folder in found:
+        if os.path.exists(os.path.join(folder, "initdb")):
+            return Path(folder)
+    raise RuntimeError("PostgreSQL is not installed: run `make setup` (apt-get install postgresql)")
 
 
-def _as_server_user(command: Sequence[str]) -> list[str]:
-    """``command`` as the ``postgres`` user when running as root (the server refuses root)."""
-    if os.geteuid() != 0:
-        return list(command)
-    return ["runuser", "-u", "postgres", "--", *command]
+def _major(folder: str) -> int:
+    name = Path(folder).parent.name
+    return int(name) if name.isdigit() else 0
 
 
 @dataclass(frozen=True)
 class PostgresServer:
-    """A started server: ``conninfo`` reaches its ``postgres`` database as the ``postgres`` user."""
+    """A running throwaway server: where it listens and how to stop and start it again."""
 
-    host: str
     port: int
     data: Path
+    log: Path
+    bin: Path
+    user: str | None
+    """Who runs the server's commands (``postgres`` when the tests run as root, else None: the caller)."""
+    fsync: bool
+    """Whether the server flushes its WAL (off for tests: see the module docstring)."""
+    host: str = "127.0.0.1"
 
     @property
     def conninfo(self) -> str:
-        return f"postgresql://{self.host}:{self.port}/postgres?user=postgres"
+        """A libpq URI of the session's database, for stores and queues alike."""
+        return f"postgresql://{self.host}:{self.port}/{DATABASE}?user=postgres"
+
+    def store_url(self, prefix: str, folder: Path, *, exact_calls: bool = False) -> str:
+        return f"{self.conninfo}&schema={prefix}"
 
     def url(self, **params: str) -> str:
-        """A ``postgresql://`` store or queue URL of this server with ``params`` added."""
-        extra = "".join(f"&{key}={value}" for key, value in params.items())
-        return self.conninfo + extra
+        """A ``postgresql://`` URL of the session's database with ``params`` added to its query."""
+        return self.conninfo + "".join(f"&{key}={value}" for key, value in params.items())
 
-    def restart(self) -> None:
-        """Stop the server (fast: open connections are cut) and start it again on the same port."""
-        binaries = postgres_bin()
-        subprocess.run(
-            _as_server_user([str(binaries / "pg_ctl"), "-D", str(self.data), "stop", "-m", "fast", "-w"]),
-            check=True,
-            capture_output=True,
+    def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
+        from idemflow.async_worklist.queues.postgres import PostgresQueue  # the [postgres] extra
+
+        if clock is None:
+            return PostgresQueue(self.conninfo, name=name, visibility_timeout=visibility_timeout)
+        return PostgresQueue(
+            self.conninfo,
+            name=name,
+            visibility_timeout=visibility_timeout,
+            clock=clock.time,
+            sleep=clock.sleep,
         )
-        _start(binaries, self.data, self.port)
+
+    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
+        return self.url(name=name, visibility_timeout=str(visibility_timeout))
+
+    def pg_ctl(self, *args: str) -> None:
+        """Run ``pg_ctl -D DATA args`` as the server's user (``start`` and ``stop`` wait)."""
+        _run(self.user, [str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", *args])
+
+    def start(self) -> None:
+        fsync = f"-c fsync={'on' if self.fsync else 'off'}"
+        options = " ".join(
+            [f"-p {self.port}", f"-k {self.data}", "-c listen_addresses=127.0.0.1", fsync, *SETTINGS]
+        )
+        self.pg_ctl("-o", options, "-l", str(self.log), "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server: ``fast`` (clean) or ``immediate`` (as a crash: recovery at the next start)."""
+        self.pg_ctl("stop", "-m", mode)
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
 
 
-def _start(binaries: Path, data: Path, port: int) -> None:
-    options = f"-p {port} -k {data.parent} -c listen_addresses=127.0.0.1 -c max_connections=400"
-    log = str(data.parent / "log")
-    subprocess.run(
-        _as_server_user([str(binaries / "pg_ctl"), "-D", str(data), "-o", options, "-l", log, "-w", "start"]),
-        check=True,
-        capture_output=True,
-    )
+def _run(user: str | None, cmd: list[str]) -> None:
+    full = ["runuser", "-u", user, "--", *cmd] if user else cmd
+    done = subprocess.run(full, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd[:1] + cmd[-1:])} failed: {done.stdout[-1500:]}{done.stderr[-1500:]}"
+        )
 
 
 @contextmanager
-def run_postgres() -> Iterator[PostgresServer]:
-    """A fresh server on a free loopback port for as long as the context lasts."""
-    binaries = postgres_bin()
-    home = Path(tempfile.mkdtemp(prefix="idemflow-pg-"))
-    data = home / "data"
-    if os.geteuid() == 0:
-        shutil.chown(home, "postgres")
+def postgres_server(*, fsync: bool = False) -> Iterator[PostgresServer]:
+    """A PostgreSQL server on a free loopback port until the block ends, its files removed after
+    (``fsync``: flush the WAL, as a server in production does; benchmarks turn it on)."""
+    folder = bin_folder = postgres_bin()
+    user = "postgres" if os.geteuid() == 0 else None
+    root = Path(tempfile.mkdtemp(prefix="idemflow-pg-"))
     try:
-        subprocess.run(
-            _as_server_user([str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
-            check=True,
-            capture_output=True,
+        if user:
+            shutil.chown(root, user)
+        data = root / "data"
+        _run(
+            user,
+            [str(folder / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-N", "-E", "UTF8"],
         )
-        port = free_port()
-        _start(binaries, data, port)
-        server = PostgresServer("127.0.0.1", port, data)
+        for attempt in range(3):
+            server = PostgresServer(free_port(), data, root / "server.log", bin_folder, user, fsync)
+            try:
+                server.start()
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
         try:
             yield server
         finally:
-            subprocess.run(
-                _as_server_user([str(binaries / "pg_ctl"), "-D", str(data), "stop", "-m", "immediate"]),
-                capture_output=True,
-                timeout=60,
-            )
+            server.stop("immediate")
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["BIN_GLOB", "PostgresServer", "postgres_bin", "run_postgres"]
+__all__ = ["DATABASE", "PostgresServer", "postgres_bin", "postgres_server"]

@@ -29,6 +29,13 @@ def sqlite(store: Any) -> dict[Where, float | None]:
     return {(tbl, part, key): expires for tbl, part, key, expires in found}
 
 
+def postgres(store: Any) -> dict[Where, float | None]:
+    """The PostgreSQL schema's rows and their ``expires`` column."""
+    with store._pool.connection() as conn:
+        found = conn.execute(f"SELECT tbl, part, rk, expires FROM {store.sql.schema_table}").fetchall()
+    return {(tbl, part, key): expires for tbl, part, key, expires in found}
+
+
 def dynamodb(store: Any) -> dict[Where, float | None]:
     """Every item of the store's tables (consistent scans) and its ``expires_at``."""
     rows: dict[Where, float | None] = {}

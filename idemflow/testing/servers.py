@@ -1,4 +1,5 @@
-"""Backend servers on loopback, so a suite tests offline: moto server, Azurite, DynamoDB Local.
+"""Backend servers on loopback, so a suite tests offline: moto server, Azurite, DynamoDB Local,
+PostgreSQL.
 
 The test beds of the backend registries (:mod:`idemflow.stores.registry`)
 name these starters; each yields a :class:`BackendServer`, which gives the
@@ -48,7 +49,7 @@ from idemflow.testing._dynamodb_local import (
 )
 from idemflow.testing._loopback import ROOT, free_port, run_process, stop_process
 from idemflow.testing._loopback import wait_for_port as wait_for_port
-from idemflow.testing._postgres import PostgresServer, run_postgres
+from idemflow.testing._postgres import PostgresServer, postgres_bin, postgres_server
 from idemflow.testing._server_protocol import BackendServer, Clock
 
 
@@ -162,39 +163,6 @@ def moto_server() -> Iterator[Moto]:
         yield Moto(endpoint=f"http://127.0.0.1:{port}")
 
 
-@dataclass(frozen=True)
-class Postgres:
-    """A PostgreSQL server of the test session (:mod:`idemflow.testing._postgres`)."""
-
-    server: PostgresServer
-
-    def store_url(self, prefix: str, folder: Path, *, exact_calls: bool = False) -> str:
-        raise NotImplementedError("the PostgreSQL store's bed is not registered in this tree")
-
-    def queue(self, name: str, folder: Path, *, visibility_timeout: float, clock: Clock | None) -> Queue:
-        from idemflow.async_worklist.queues.postgres import PostgresQueue  # the [postgres] extra
-
-        if clock is None:
-            return PostgresQueue(self.server.conninfo, name=name, visibility_timeout=visibility_timeout)
-        return PostgresQueue(
-            self.server.conninfo,
-            name=name,
-            visibility_timeout=visibility_timeout,
-            clock=clock.time,
-            sleep=clock.sleep,
-        )
-
-    def queue_url(self, name: str, folder: Path, *, visibility_timeout: float) -> str:
-        return self.server.url(name=name, visibility_timeout=str(visibility_timeout))
-
-
-@contextmanager
-def postgres_server() -> Iterator[Postgres]:
-    """A PostgreSQL server of Debian's package in a temporary directory, for the session."""
-    with run_postgres() as server:
-        yield Postgres(server)
-
-
 __all__ = [
     "AZURITE_ACCOUNT",
     "AZURITE_KEY",
@@ -207,7 +175,7 @@ __all__ = [
     "InMemory",
     "Moto",
     "OnDisk",
-    "Postgres",
+    "PostgresServer",
     "ServerPool",
     "azurite_executable",
     "azurite_server",
@@ -217,6 +185,7 @@ __all__ = [
     "in_memory",
     "moto_server",
     "on_disk",
+    "postgres_bin",
     "postgres_server",
     "stop_process",
 ]

@@ -15,26 +15,26 @@ from collections.abc import Iterator
 import pytest
 
 from idemflow.async_worklist.queues import open_queue
-from idemflow.async_worklist.queues._openers import LIBPQ_PARAMETERS
 from idemflow.async_worklist.queues.postgres import PostgresQueue
 from idemflow.async_worklist.queues.registry import QUEUES
 from idemflow.errors import ConfigurationError, InvalidNameError, TransientError
-from idemflow.testing._postgres import PostgresServer, run_postgres
-from idemflow.testing.servers import Postgres, ServerPool, free_port
+from idemflow.stores.registry import LIBPQ_PARAMETERS
+from idemflow.testing._postgres import PostgresServer, postgres_server
+from idemflow.testing.servers import ServerPool, free_port
 
 pytestmark = [pytest.mark.cloud]
 
 
 @pytest.fixture
 def server(backend_servers: ServerPool) -> PostgresServer:
-    started: Postgres = backend_servers.get("idemflow.testing.servers:postgres_server")
-    return started.server
+    started: PostgresServer = backend_servers.get("idemflow.testing.servers:postgres_server")
+    return started
 
 
 @pytest.fixture
 def private_server() -> Iterator[PostgresServer]:
     """A server of this test alone, which it may restart."""
-    with run_postgres() as server:
+    with postgres_server() as server:
         yield server
 
 
@@ -76,9 +76,9 @@ def test_bad_urls_and_options_are_refused_before_anything_is_opened(server: Post
         PostgresQueue(server.conninfo, pool_size=0)
 
 
-def test_the_registry_takes_every_libpq_parameter_the_opener_passes_on() -> None:
-    accepted = QUEUES.for_scheme("postgresql").parameters
-    assert accepted >= LIBPQ_PARAMETERS
+def test_a_queue_url_takes_every_libpq_parameter_a_store_url_takes() -> None:
+    """One database serves both: whatever reaches it from a store URL reaches it from a queue's."""
+    assert QUEUES.for_scheme("postgresql").parameters >= LIBPQ_PARAMETERS
 
 
 def test_a_refused_login_and_a_missing_database_are_configuration_errors(server: PostgresServer) -> None:

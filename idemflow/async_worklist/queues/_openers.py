@@ -17,6 +17,7 @@ from idemflow.async_worklist.queues.memory import MemoryQueue
 from idemflow.async_worklist.queues.sqlite import SqliteQueue
 from idemflow.core.lazy import OptionalClasses, load_optional
 from idemflow.core.urls import Url
+from idemflow.stores.registry import LIBPQ_PARAMETERS
 
 OPTIONAL: OptionalClasses = {
     "SqsQueue": ("idemflow.async_worklist.queues.sqs", "aws"),
@@ -101,25 +102,6 @@ def open_async_azure(url: Url, *, create: bool = True) -> AsyncQueue:
     return queue
 
 
-LIBPQ_PARAMETERS = frozenset(
-    {
-        "user",
-        "password",
-        "passfile",
-        "sslmode",
-        "sslrootcert",
-        "sslcert",
-        "sslkey",
-        "connect_timeout",
-        "application_name",
-        "options",
-        "target_session_attrs",
-    }
-)
-"""libpq's connection parameters a ``postgresql://`` URL may carry in its query (credentials go
-there or in libpq's environment, ``PGUSER``/``PGPASSWORD``, never before the ``?``)."""
-
-
 def open_postgres(url: Url, *, create: bool = True) -> Queue:
     """A :class:`~idemflow.async_worklist.queues.postgres.PostgresQueue` from
     ``postgresql://HOST:PORT/DATABASE?name=QUEUE&user=...`` (the tables are made if missing:
@@ -137,7 +119,6 @@ def open_postgres(url: Url, *, create: bool = True) -> Queue:
 
 
 __all__ = [
-    "LIBPQ_PARAMETERS",
     "OPTIONAL",
     "open_async_azure",
     "open_async_sqs",

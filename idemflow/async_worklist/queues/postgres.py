@@ -62,14 +62,8 @@ from idemflow.async_worklist.queues.postgres_sql import (
 )
 from idemflow.core.backlog import QueueStats, oldest_lag
 from idemflow.core.lazy import load_optional
-from idemflow.errors import (
-    BackendError,
-    ConfigurationError,
-    ErrorCode,
-    InvalidNameError,
-    MessageLostError,
-    backend_error,
-)
+from idemflow.errors import BackendError, ConfigurationError, InvalidNameError, MessageLostError
+from idemflow.stores._postgres_errors import postgres_error
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +71,6 @@ LONGEST_PAUSE = 0.1
 """Seconds an idle ``receive(wait=...)`` sleeps at most between two looks."""
 POOL_SIZE = 10
 """Connections a queue keeps at most (one per thread sending or receiving at the same moment)."""
-
-_TRANSIENT_STATES = ("08", "40", "53", "57P")
-"""SQLSTATE classes a retry may get past: connection exceptions, a deadlock or serialization
-failure, insufficient resources, an operator intervention (a server shutting down)."""
 
 
 class PostgresQueue(Queue):
@@ -260,53 +250,9 @@ class PostgresQueue(Queue):
         except BackendError:
             raise
         except Exception as exc:
-            mapped = postgres_queue_error(f"{operation} on {self._where} failed", exc, operation)
-            if mapped is None:
+            if not type(exc).__module__.startswith("psycopg"):
                 raise
-            raise mapped from exc
-
-
-def postgres_queue_error(message: str, exc: BaseException, operation: str) -> BackendError | None:
-    """The typed error a psycopg or pool exception means (None: not one of theirs): a dropped
-    connection, a deadlock or a server going down is transient, a refused login or a missing
-    database the setup's (:class:`~idemflow.errors.ConfigurationError`: retrying will not help)."""
-    module = type(exc).__module__
-    if not module.startswith(("psycopg.", "psycopg_pool")) and module != "psycopg":
-        return None
-    state = str(getattr(exc, "sqlstate", None) or "") or _refusal(str(exc))
-    if state.startswith(("28", "3D")):  # invalid authorization; invalid catalog name (no database)
-        meant = ErrorCode.MISCONFIGURED
-    elif state.startswith(_TRANSIENT_STATES) or (not state and _connection_lost(exc)):
-        meant = ErrorCode.TRANSIENT
-    else:
-        meant = ErrorCode.BACKEND_FAILED
-    said = state or type(exc).__name__
-    return backend_error(
-        f"{message}: {exc}", meant, backend="postgres", operation=operation, service_code=said
-    )
-
-
-_REFUSALS = (
-    ("password authentication failed", "28P01"),
-    ("no pg_hba.conf entry", "28000"),
-    ('role "', "28000"),  # role "x" does not exist
-    ('database "', "3D000"),  # database "x" does not exist
-)
-"""What a server's refusal of a new connection says, and the SQLSTATE it means: libpq gives a
-failed connection no SQLSTATE, only the server's message (in English unless ``lc_messages`` is
-changed, which a server refusing a login has no session for)."""
-
-
-def _refusal(text: str) -> str:
-    if "FATAL" not in text:
-        return ""
-    return next((state for phrase, state in _REFUSALS if phrase in text), "")
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    """Whether a failure with no SQLSTATE is the connection's (lost, refused, or no connection
-    free in the pool in time), not one the client raised about the statement (a NUL in a text)."""
-    return any(kind.__name__ in ("OperationalError", "PoolTimeout") for kind in type(exc).__mro__)
+            raise postgres_error(f"{operation} on {self._where} failed", exc, operation) from exc
 
 
 _POOL = {"ConnectionPool": ("psycopg_pool", "postgres"), "connect": ("psycopg", "postgres")}

@@ -12,7 +12,7 @@ runs on the test's clock.
 
 from __future__ import annotations
 
-from idemflow.stores.registry import Backend, Feature, Registry, TestBed
+from idemflow.stores.registry import LIBPQ_PARAMETERS, Backend, Feature, Registry, TestBed
 
 _OPENERS = "idemflow.async_worklist.queues._openers"
 _SERVERS = "idemflow.testing.servers"
@@ -21,11 +21,6 @@ _CLOUD = frozenset({Feature.SERVER, Feature.SHARED})
 _LOCAL_SERVER = frozenset({Feature.SERVER, Feature.SHARED, Feature.FAKE_CLOCK})
 """A server on loopback whose queue reads the client's clock (PostgreSQL: ``visible_at`` is the
 client's time, as SQLite's), so the test's clock moves it."""
-_LIBPQ = frozenset(
-    {"user", "password", "passfile", "sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout"}
-    | {"application_name", "options", "target_session_attrs"}
-)
-"""libpq's connection parameters (the openers' ``LIBPQ_PARAMETERS``: kept in step by a test)."""
 
 QUEUES = Registry(
     "queue",
@@ -77,7 +72,7 @@ QUEUES = Registry(
         Backend(
             name="postgres",
             schemes=("postgresql", "postgres"),
-            parameters=_EVERY | {"name"} | _LIBPQ,
+            parameters=_EVERY | {"name"} | LIBPQ_PARAMETERS,
             usage="postgresql://HOST[:PORT]/DATABASE?name=QUEUE",
             opener=f"{_OPENERS}:open_postgres",
             blocking_class="idemflow.async_worklist.queues.postgres:PostgresQueue",
