@@ -117,14 +117,17 @@ exactly at its end (``--only NAME`` runs those whose names start with NAME):
    clients submit 2-3 copies of every job. Meanwhile a reader per job follows
    its events with ``get_event`` and reads its stream from offset 0 with
    ``read_stream`` (half with the asyncio twins), the client nudges half the
-   jobs once they wait, and an operator cancels a share with ``cancel(...,
-   children=True)`` (half with ``acancel``): mid-stream, while their quotes
-   are in flight, while they wait, at any moment. Checked while it runs and at
+   jobs (before they wait, while they wait, or after their sleep ended), and
+   an operator cancels a share with ``cancel(..., children=True)`` (half with
+   ``acancel``): mid-stream, while their quotes are in flight, while they
+   wait, at any moment. Checked while it runs and at
    the end: no event seen going back, every completed job's event at its last
    value and its stream read complete, in order, each value once (a cancelled
    job's, a prefix); each quote made once per ``(request, branch)`` at the
    provider, every completed job's three made and answered as recorded; the
-   nudge won where it was sent before the sleep ended, else the sleep;
+   nudge won where it was sent before the sleep ended, else the sleep (the
+   run found a nudge sent after the sleep's end winning when a worker took the
+   request late; fixed);
    cancelled jobs and their kids ``cancelled``, ``result()`` raising
    ``RequestCancelledError``; every other job and kid completed; nothing
    dead-lettered. A third table gives the readers' and the provider's side.

@@ -15,8 +15,9 @@ Meanwhile, in the driver, outside the workers (:mod:`samples.chaos.reading_reade
 - a **reader** per job follows its event with ``get_event`` (the first read waits for the event
   to be set; half the readers use ``aget_event``) and its kid's, and reads its stream from offset
   0 with ``read_stream`` (half with ``aread_stream``), reading on from the offset a timeout names;
-- the **client nudges** half the jobs (``send_message``, twice under one key) once their reader
-  sees them waiting in their ``any_of``;
+- the **client nudges** half the jobs (``send_message``, twice under one key): as soon as their
+  reader sees them started, once it sees them waiting in their ``any_of``, or half a second
+  after their sleep ended (the sleep must win then, however late a worker takes the request);
 - the **operator cancels** a share of the jobs with ``cancel(..., children=True)`` (half with
   ``acancel``): mid-stream, while their quotes are at the provider, while they wait in their
   ``any_of``, and at any moment after they were accepted; a kid a cascade did not reach (its

@@ -28,11 +28,13 @@ store are held against the plan:
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from idemflow import IdemflowError, RequestCancelledError
+from idemflow.admin import show
 from idemflow.client import Pending, RunStatus, get_event, read_stream, status
 from idemflow.errors import StreamTimeoutError
 from idemflow.stores import Store
@@ -191,7 +193,8 @@ def check_round(store: Store, jobs: list[flows.JobRequest], seen: Seen, books: B
             problems.append(f"{rid}: completed, though cancel answered {seen.cancelled[rid]}")
         result = found.result if isinstance(found.result, dict) else {}
         problems += _quotes(rid, result.get("quotes"), books)
-        problems += _decided(req, result, (seen.tried.get(rid), seen.nudged.get(rid)), won)
+        sent = (seen.tried.get(rid), seen.nudged.get(rid))
+        problems += decided(req, result, sleep_due(store, rid), sent, won)
         problems += _kid_done(store, req, result.get("kid"))
     return Verdict(problems, ends, won[0], won[1], kids, went_on, won[2])
 
@@ -250,18 +253,36 @@ def _quotes(rid: str, quotes: object, books: Books) -> list[str]:
     return problems
 
 
-def _decided(
+def sleep_due(store: Store, rid: str) -> float | None:
+    """The due time the job's ``any_of`` memoized for its sleep (listed without the code), or None
+    if it has none: the nudge was there when the block first ran, before the sleep began."""
+    steps = show(store, None, flows.JOB, rid).steps
+    dues = [step.value for step in steps if step.kind == "sleep" and isinstance(step.value, int | float)]
+    return float(dues[0]) if dues else None
+
+
+def decided(
     req: flows.JobRequest,
     result: Mapping[str, object],
+    due: float | None,
     sent: tuple[float | None, float | None],
     won: list[int],
 ) -> list[str]:
-    """The nudge won if it was sent before the sleep ended (``from`` + patience); else the sleep.
-    ``sent``: when the client began to send it and when it was accepted (None: never)."""
+    """The nudge won if it was sent before the sleep ended, else the sleep. ``due``: the sleep's
+    memoized due time (None: none was memoized, the nudge won as the block began; the sleep's
+    time counts from when its step is first reached, so a job whose worker died between ``now()``
+    and the sleep's step sleeps from its replay); ``sent``: when the client began to send the nudge
+    and when it was accepted (None: never); ``won`` counts nudges, sleeps and late nudges.
+
+    >>> req = flows.job_request("j", values=1, mark=1, kid=False, nudged=True, quick=True)
+    >>> decided(req, {"took": 0, "message": "nudge j"}, 10.0, (11.0, 11.1), [0, 0, 0])
+    ['j: the nudge won, though it was sent 1.00 s after the sleep ended']
+    >>> decided(req, {"took": 1}, 10.0, (9.0, 9.5), [0, 0, 0])
+    ['j: the sleep won, though the nudge was sent 0.50 s before it ended']
+    """
     rid, took = req["id"], result.get("took")
     tried, accepted = sent
-    waited_from = result.get("from")
-    ends = (waited_from if isinstance(waited_from, (int, float)) else 0.0) + req["patience"]
+    ends = math.inf if due is None else due
     if took == 0:
         won[0] += 1
         if result.get("message") != flows.nudge_of(rid):
@@ -274,6 +295,8 @@ def _decided(
     won[1] += took == 1
     if took != 1:
         return [f"{rid}: any_of answered {took!r}"]
+    if took == 1 and due is None:
+        return [f"{rid}: the sleep won, but no due time of it was memoized"]
     if accepted is not None and accepted < ends:
         return [f"{rid}: the sleep won, though the nudge was sent {ends - accepted:.2f} s before it ended"]
     won[2] += req["nudged"]
