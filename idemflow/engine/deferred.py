@@ -133,6 +133,10 @@ class DeferredCommit:
                 if isinstance(outcome, Committed) or _applied_before(outcome, ops, pending.memo_ref):
                     outcome = COMMITTED
                     break
+                swapped = self._memos.replaced(outcome, ops)
+                if swapped is not None:  # over an earlier incarnation's memo
+                    ops = swapped
+                    continue
                 claims = run_at is not None
                 if not (
                     yield from self._memos.earlier_memo_dropped(outcome, ops, pending.memo_ref, claims=claims)

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from idemflow.core.plan import Cancelled, Checkpointed, Finished, JournalEntry, OtherVersion, Suspended
+from idemflow.core.memos import incarnation_number
+from idemflow.core.plan import (
+    Cancelled,
+    Checkpointed,
+    Finished,
+    JournalEntry,
+    OtherVersion,
+    Renewed,
+    Suspended,
+)
 from idemflow.core.requests import Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
@@ -195,6 +204,8 @@ class RunRecorder:
             raise Finished(record)
         if record.status is RunStatus.CANCELLED and plan.abort is None and plan.submission is None:
             raise Cancelled(record)  # ``run`` of a cancelled request id runs nothing of it
+        if incarnation_number(record.incarnation) > incarnation_number(plan.incarnation):
+            raise Renewed(record, duplicate=True)  # it continued as new: its latest incarnation runs
         if plan.submission is not None and record.input is None:
             yield from self._adopt(existing, record)
             return

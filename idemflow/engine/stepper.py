@@ -240,7 +240,9 @@ class Stepper:
         while True:  # loops when the commit revealed an existing run record, or after a wait
             if cursor.replaying:
                 row = yield from calls.read(memo_ref)
-                if row is not None and memos.of_earlier_run(row):
+                if row is not None and memos.of_earlier_incarnation(row):
+                    row = None  # this step's commit replaces it
+                elif row is not None and memos.of_earlier_run(row):
                     row = yield from memos.this_runs(memo_ref, row)
                 if row is not None:
                     return memos.answer(row, identity)
@@ -303,7 +305,9 @@ class Stepper:
                     else:
                         yield from memos.this_runs(memo_ref, row)
                     continue
-                if row is not None and memos.of_earlier_run(row):
+                if row is not None and memos.of_earlier_incarnation(row):
+                    row = None
+                elif row is not None and memos.of_earlier_run(row):
                     row = yield from memos.this_runs(memo_ref, row)
                 if row is not None:
                     return memos.answer(row, identity)
@@ -350,6 +354,10 @@ class Stepper:
                         raise calls.named(refused, memo_ref) from None
                 if isinstance(outcome, Committed):
                     break
+                swapped = memos.replaced(outcome, ops)
+                if swapped is not None:  # over an earlier incarnation's memo
+                    ops = swapped
+                    continue
                 if not (
                     yield from memos.earlier_memo_dropped(
                         outcome, ops, memo_ref, claims=run_included, also=decided_at
@@ -368,6 +376,8 @@ class Stepper:
             if run_included and RUN_AT in by_index:
                 yield from recorder.meet(by_index[RUN_AT].existing)
             existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
+            if existing_memo is not None and memos.of_earlier_incarnation(existing_memo):
+                return RETRY  # data moved on too: the body again, then its memo replaced
             if existing_memo is not None and memos.of_earlier_run(existing_memo):
                 if run_included and RUN_AT not in by_index:  # this claim did not fail: is it the run?
                     met = yield from calls.read(given.run_ref)

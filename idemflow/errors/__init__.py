@@ -40,6 +40,7 @@ from idemflow.errors._backend import (
 from idemflow.errors._codes import ErrorCode, IdemflowError
 from idemflow.errors._input import (
     ConflictError,
+    ContinueAsNewError,
     IdempotencyKeyReuseError,
     InvalidInputError,
     InvalidNameError,
@@ -118,6 +119,7 @@ __all__ = [
     "ConflictError",
     "ConsoleExposedError",
     "ConsoleRefusedError",
+    "ContinueAsNewError",
     "DeliveryRetryError",
     "EffectTimeoutError",
     "ErrorCode",

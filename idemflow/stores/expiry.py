@@ -48,6 +48,7 @@ import enum
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
+from idemflow.core.memos import incarnation_number, of_earlier_incarnation
 from idemflow.core.requests import Commit, ReadMany, Steps
 from idemflow.core.trampoline import atrampoline, trampoline
 from idemflow.keys import (
@@ -113,6 +114,22 @@ def owner(ref: RowRef) -> RowRef | None:
     return None if published is None else run_ref(published[0], published[1])
 
 
+def left_behind(ref: RowRef, row: Row, incarnation: str | None) -> bool:
+    """Whether ``row`` (at ``ref``) is one an earlier incarnation of its request left, which the
+    request, at ``incarnation`` now, never reads again: a memo of an earlier incarnation, or, once
+    the request continued as new at least once, a message already taken.
+
+    >>> left_behind(RowRef("t", "p", "mwf|r|s1"), Row({"id": "now", "v": 1, "i": "a1g2"}, 1), "b2g3")
+    True
+    """
+    if incarnation_number(incarnation) == 1:
+        return False
+    if parse_memo_key(ref.key) is not None:
+        return of_earlier_incarnation(row, incarnation)
+    value = row.value
+    return parse_inbox_key(ref.key) is not None and isinstance(value, dict) and value.get("taken") is True
+
+
 def _parsed(record: Row) -> RunRecord | None:
     """The run record in ``record``, or None for one this version cannot read (kept, as an
     unfinished request's)."""
@@ -131,6 +148,10 @@ def fate(item: Expired, record: Row | None, now: float) -> Fate:
         return Fate.LEAVE
     parsed = None if record is None else _parsed(record)
     if record is not None and (parsed is None or not parsed.status.final):
+        if parsed is not None and left_behind(
+            item.ref, Row(decode(item.text), item.version), parsed.incarnation
+        ):
+            return Fate.DELETE  # an earlier incarnation's: the request never reads it again
         return Fate.RECHECK
     older = mine == item.ref and parsed is not None and parsed.incarnation is None
     if older and parsed is not None and now < item.expires_at + _grace(item, parsed):
