@@ -11,8 +11,9 @@ delayed and prioritised requests waiting, with their messages' lanes and visible
 (``make_scheduled_golden.py``), ``tagged/`` requests started with tags in every state a record
 keeps them (``make_tagged_golden.py``), ``together/`` ``all_of`` and ``any_of`` blocks caught half
 done, decided and waiting (``make_together_golden.py``), ``places/`` requests naming where their
-atomic steps keep their memos (``make_places_golden.py``); every request of every release is
-listed without its code.
+atomic steps keep their memos (``make_places_golden.py``), ``renewed/`` requests that continued
+as new, finished and caught asleep in a later incarnation (``make_renewed_golden.py``); every
+request of every release is listed without its code.
 Loaded into each store, this version must answer the finished ones from their records, finish the
 others exactly once, and read the old messages.
 """
@@ -463,6 +464,36 @@ def test_requests_naming_their_places_are_listed_without_code_and_finish_once(
     assert counted == {(who, what): 1 for who in ("dora", "quill", "nora") for what in ("paid", "done")}
 
 
+RENEWED = sorted(Path(__file__).with_name("golden").joinpath("renewed").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", RENEWED, ids=lambda path: path.stem)
+def test_requests_that_continued_as_new_answer_and_finish_each_period_once(store: Store, path: Path) -> None:
+    """A request run to its third incarnation, and one submitted and caught asleep in its second
+    (``make_renewed_golden.py``): the first answers from its record (a duplicate of its first input
+    pays nothing), the second's timer finishes it on this version, each period paid once."""
+    from tests.golden import make_renewed_golden as g
+
+    messages = load(store, path)
+    done = status(store, "g-renew", "done-rita")
+    assert (done.status, done.result, done.incarnation) == (RunStatus.COMPLETED, "renewed rita 3", 3)
+    assert run(g.renewing("rita", 1, 3), request_id="done-rita", store=store) == "renewed rita 3"
+    assert status(store, "g-renew", "nap-nina").incarnation == 2
+    clock = Clock()
+    clock.now = g.NOW + 3 * g.NAP
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    deliver_all(Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None), queue, clock)
+    finished = status(store, "g-renew", "nap-nina")
+    assert (finished.result, finished.incarnation) == ("renewed nina 3", 3)
+    assert {partition: value for (partition, _), value in rows(store, "tablea").items()} == {
+        "rita": 3,
+        "nina": 3,
+    }
+
+
 EVENTS = sorted(Path(__file__).with_name("golden").joinpath("events").glob("*.json"))
 EVERY_RELEASE = [
     *GOLDEN,
@@ -474,6 +505,7 @@ EVERY_RELEASE = [
     *EVENTS,
     *TOGETHER,
     *PLACES,
+    *RENEWED,
 ]
 
 
@@ -561,7 +593,7 @@ def test_events_and_streams_of_every_release_are_read_and_go_on_at_their_next_of
     assert len(written) == 3  # two values and the end: nothing written twice
 
 
-RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5, "1.1.0": 6}
+RELEASE_FORMAT = {"0.1.0": 1, "0.2.0": 2, "0.3.0": 3, "0.4.0": 4, "1.0.0": 5, "1.1.0": 6, "1.2.0": 7}
 """The format revision (:data:`idemflow.records.FORMAT`) each release's golden rows were written in."""
 
 

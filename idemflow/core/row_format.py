@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __all__ = ["FORMAT"]
 
-FORMAT = 6
+FORMAT = 7
 """The revision of this format: raised whenever a row gains a field or a kind of row appears,
 together with golden rows of the new revision under ``tests/golden`` (a test holds every revision
 to its rows). Readers take every earlier revision: a field a row lacks has its old meaning.
@@ -49,4 +49,16 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    Run records also gain ``pl``, ``sn`` and ``plm`` (:class:`Places`: where the request's atomic
    steps keep their memos), and a submission's checkpoint writes them in a places row beside the
    record (``m<workflow>|<request>|j``); a request with no atomic step writes none of them.
+7. (1.2.0) A request that continued as new (``continue_as_new``) keeps its one run record: the
+   switch rewrites it with the next incarnation, whose ``i`` ends in ``g`` and its number (``g2``
+   after the first switch: :func:`~idemflow.core.memos.renewed_incarnation`; no suffix is the
+   first), and the memos that incarnation writes carry the same ``i``, so a memo tells which
+   incarnation wrote it without a read. ``fp`` stays the first incarnation's input's; ``in``
+   holds the current incarnation's input (``args``, ``kwargs``, with the first's ``rn`` and
+   ``ln``), a request ``run`` started too; ``st`` is when the current incarnation began, and
+   ``pl``/``sn``, ``wait``, ``rt`` and ``ct`` start again empty. Memos of an earlier incarnation
+   stay at their step numbers until the next one replaces them (or they expire). No field was
+   added: a release before 1.2.0 reads the record, but cannot run a later incarnation (the
+   stored input does not match ``fp``), so every worker must run 1.2.0 before a request first
+   continues as new.
 """

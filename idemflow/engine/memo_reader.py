@@ -123,8 +123,8 @@ class MemoReader:
         here = self.here()
         row = yield from self._calls.read(here)
         if row is not None and self.of_earlier_incarnation(row):
-            row = None  # replaced by this step's commit (see replaced)
-        elif row is not None and of_earlier_run(row, self._recorder.incarnation):
+            return False, None  # still replaying: the step's commit reads it again and writes over it
+        if row is not None and of_earlier_run(row, self._recorder.incarnation):
             row = yield from self.this_runs(here, row)
         if row is None:
             self._cursor.fresh()  # memos are sequential: none after a missing one

@@ -40,7 +40,7 @@ from idemflow.errors import ContinueAsNewError, LimitExceededError
 from idemflow.keys import RUNS_TABLE, step_tag
 from idemflow.records import Memo, RunRecord, RunStatus, memo_row, memo_run, memo_text
 from idemflow.serialization import JSON, encode
-from idemflow.stores.base import Committed, Delete, Insert, Op, Put, Row, RowRef
+from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef, Version
 
 if TYPE_CHECKING:
     from idemflow.engine.monad import Call
@@ -153,8 +153,9 @@ def switch(
     of this incarnation switched first): a read and one conditional write."""
     if not cursor.run_known:  # continue_as_new before any step committed: the request is claimed first
         yield from recorder.claim()
-    passed: set[int] = set()
-    """Steps after a timer whose place a memo of this incarnation took already."""
+    passed: dict[int, Version | None] = {}
+    """What the switch met after a timer: the version of an earlier incarnation's memo to write
+    over, or None where a memo of this incarnation took the place already."""
     while True:
         row = yield from calls.read(given.run_ref)
         if row is None:  # gone meanwhile (an operator's gc of a stuck request): claimed again
@@ -189,43 +190,51 @@ def switch(
         steps = {op.ref: step for step, op in waits.items()}
         for failure in outcome.failures:  # else the record moved: read again
             ref = ops[failure.index].ref
-            if failure.index > 0 and (
-                yield from _wait_met(calls, ref, failure.existing, recorder, steps[ref])
-            ):
-                passed.add(steps[ref])
+            if failure.index > 0:
+                step = steps[ref]
+                passed.pop(step, None)
+                found, over = yield from _wait_met(calls, ref, failure.existing, recorder)
+                if found:
+                    passed[step] = over
 
 
 def _after_waits(
-    given: Given, cursor: Cursor, incarnation: str | None, expires: float, passed: set[int]
-) -> dict[int, Insert]:
+    given: Given, cursor: Cursor, incarnation: str | None, expires: float, passed: dict[int, Version | None]
+) -> dict[int, Op]:
     """The memos the switch writes in the places of the steps after the timers this execution
-    passed whose place no step took (but those in ``passed``): as a completion does, so that an
-    operator's abort meeting the timer and the switch cannot both stand (whichever inserts
-    first, the other meets it)."""
+    passed whose place no step took: as a completion does, so that an operator's abort meeting
+    the timer and the switch cannot both stand (whichever writes first, the other meets it).
+    ``passed`` holds what the switch met there before: the version of a memo an earlier
+    incarnation left (written over), or None (a memo of this incarnation's: the place is left)."""
     at = int(given.clock() * 1000)
-    ops: dict[int, Insert] = {}
+    ops: dict[int, Op] = {}
     for step in cursor.after_waits or ():
-        if step not in passed:
-            ref = RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(step))
-            value = memo_row(WAIT_ENDED, None, at=at, run=incarnation)
-            ops[step] = Insert(ref, value, memo_text(WAIT_ENDED, None, at=at, run=incarnation), expires)
+        if step in passed and passed[step] is None:
+            continue
+        ref = RowRef(RUNS_TABLE, given.request_id, given.memo_prefix + step_tag(step))
+        value = memo_row(WAIT_ENDED, None, at=at, run=incarnation)
+        text = memo_text(WAIT_ENDED, None, at=at, run=incarnation)
+        over = passed.get(step)
+        ops[step] = (
+            Insert(ref, value, text, expires) if over is None else Put(ref, value, text, over, expires)
+        )
     return ops
 
 
 def _wait_met(
-    calls: StoreCalls, ref: RowRef, existing: Row | None, recorder: RunRecorder, step: int
-) -> Steps[bool]:
+    calls: StoreCalls, ref: RowRef, existing: Row | None, recorder: RunRecorder
+) -> Steps[tuple[bool, Version | None]]:
     """What a memo after a timer the switch met says: an operator's abort there aborts this
     incarnation (its steps are undone, as at any step after the wait); one an earlier incarnation
-    or run left is deleted (the place taken again); one of this incarnation's stands (True: the
-    switch leaves that place, and the record, read again, says what came of the request)."""
+    or run left is written over (its version, for the next attempt); one of this incarnation's
+    stands (None: the switch leaves that place, and the record, read again, says what came of the
+    request). ``(False, None)``: the place was found empty, and is taken again by an insert."""
     existing = existing if existing is not None else (yield from calls.read(ref))
     if existing is None:
-        return False
+        return False, None
     memo = Memo.from_json(existing.value)
     if memo is not None and memo.aborted and memo.identity == WAIT_ABORTED:
         raise AbortWorkflow(memo.value)
     if memo_run(existing) != recorder.incarnation:
-        yield from calls.commit([Delete(ref, expect=existing.version)], ref)
-        return False
-    return True
+        return True, existing.version
+    return True, None
