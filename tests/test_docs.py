@@ -21,6 +21,7 @@ DOCS = [
     ROOT / "docs" / "errors.md",
     ROOT / "docs" / "serverless.md",
     ROOT / "docs" / "scheduling.md",
+    ROOT / "docs" / "continue-as-new.md",
     ROOT / "docs" / "flow-control.md",
     ROOT / "docs" / "scaling.md",
     *sorted((ROOT / "samples").glob("*/README.md")),

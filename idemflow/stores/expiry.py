@@ -19,7 +19,9 @@ per row by the run record of the request the row belongs to:
 - a row of a request that is not finished (running, failed, waiting) is never
   deleted: it is written back unchanged with ``expires_at`` :data:`RECHECK`
   seconds later, so a stuck request keeps every row it needs to resume and the
-  sweep does not meet the row again at once;
+  sweep does not meet the row again at once; except a row an earlier incarnation
+  of a request that continued as new left (:func:`left_behind`: a memo no later
+  incarnation wrote over, a message already taken), which it never reads again;
 - a row that reads as absent (an Azure tombstone) is deleted; data rows are
   never touched.
 
