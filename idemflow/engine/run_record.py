@@ -204,8 +204,6 @@ class RunRecorder:
             raise Finished(record)
         if record.status is RunStatus.CANCELLED and plan.abort is None and plan.submission is None:
             raise Cancelled(record)  # ``run`` of a cancelled request id runs nothing of it
-        if incarnation_number(record.incarnation) > incarnation_number(plan.incarnation):
-            raise Renewed(record, duplicate=True)  # it continued as new: its latest incarnation runs
         if plan.submission is not None and record.input is None:
             yield from self._adopt(existing, record)
             return
@@ -225,6 +223,8 @@ class RunRecorder:
                 raise Checkpointed((), duplicate=True, claimed_at=record.started_at, version=record.version)
             if record.not_before is not None:  # a delayed request runs nothing in a submitter
                 raise Checkpointed((), duplicate=True, claimed_at=record.started_at)
+        if incarnation_number(record.incarnation) > incarnation_number(plan.incarnation):
+            raise Renewed(record, duplicate=True)  # it continued as new: its latest incarnation runs
         if record.version != plan.version:
             raise OtherVersion(record)
         self._cursor.met()

@@ -29,6 +29,7 @@ from idemflow import (
     sleep,
     workflow,
 )
+from idemflow.admin import show
 from idemflow.client import RunStatus, send_message
 from idemflow.core.memos import incarnation_number
 from idemflow.keys import RUNS_TABLE
@@ -144,6 +145,9 @@ def test_a_subscription_renews_for_many_periods_under_run_keeping_one_periods_ro
     status = api.status(store, "subscription", space)
     assert (status.status, status.result, status.incarnation) == (RunStatus.COMPLETED, PERIODS, PERIODS)
     assert api.get_event(store, "subscription", space, "period") == PERIODS
+    view = show(store, [], "subscription", space)  # without the code: the last incarnation's steps
+    assert view.incarnation == PERIODS and f"incarnation {PERIODS}" in view.lines()[0]
+    assert [step.name for step in view.steps][:3] == ["charge", "bill", "period"], view.lines()
 
 
 def deliver(worker: Any, queue: MemoryQueue, clock: Clock, store: Store, *, rounds: int = 2000) -> None:
@@ -185,6 +189,9 @@ def test_a_subscription_renews_under_workers_each_incarnation_a_continuation(sto
         if received:
             worker.handle(received[0])
             seen.append(api.status(store, "subscription", space).incarnation)
+            if len(seen) == 5:  # a duplicate of the first submit, incarnations later: no new start
+                again = subscription(space, 1, periods)
+                api.submit(again, request_id=space, store=store, queue=queue, clock=clock, policy=POLICY)
             continue
         if queue.approximate_size() == 0:
             break
