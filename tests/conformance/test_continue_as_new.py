@@ -165,13 +165,20 @@ def deliver(worker: Any, queue: MemoryQueue, clock: Clock, store: Store, *, roun
     raise AssertionError(f"{queue.approximate_size()} message(s) still queued")
 
 
-def test_a_subscription_renews_under_workers_each_incarnation_a_continuation(store: Store, api: Api) -> None:
+@pytest.mark.parametrize("kept", [RETENTION, PERIOD / 2], ids=["week", "half-a-period"])
+def test_a_subscription_renews_under_workers_each_incarnation_a_continuation(
+    store: Store, api: Api, kept: float
+) -> None:
+    """Under workers, with a retention of a week, or of half a period (each timer then outlasts
+    the rows, which are kept for it: extended where they expire by date), every period runs once
+    and the request holds one period's rows, with a duplicate submit of the first input halfway."""
+    policy = RetryPolicy(retention=kept)
     space, single, clock = new_space(), new_space(), Clock()
     queue = MemoryQueue(clock=clock)
     periods = 6
-    worker = api.worker([subscription], store=store, queue=queue, clock=clock, policy=POLICY)
+    worker = api.worker([subscription], store=store, queue=queue, clock=clock, policy=policy)
     api.submit(
-        subscription(single, 1, 1), request_id=single, store=store, queue=queue, clock=clock, policy=POLICY
+        subscription(single, 1, 1), request_id=single, store=store, queue=queue, clock=clock, policy=policy
     )
     deliver(worker, queue, clock, store)
     one_period = len(request_rows(store, single))
@@ -181,7 +188,7 @@ def test_a_subscription_renews_under_workers_each_incarnation_a_continuation(sto
         store=store,
         queue=queue,
         clock=clock,
-        policy=POLICY,
+        policy=policy,
     )
     seen: list[int] = []
     for _ in range(4000):
@@ -191,7 +198,7 @@ def test_a_subscription_renews_under_workers_each_incarnation_a_continuation(sto
             seen.append(api.status(store, "subscription", space).incarnation)
             if len(seen) == 5:  # a duplicate of the first submit, incarnations later: no new start
                 again = subscription(space, 1, periods)
-                api.submit(again, request_id=space, store=store, queue=queue, clock=clock, policy=POLICY)
+                api.submit(again, request_id=space, store=store, queue=queue, clock=clock, policy=policy)
             continue
         if queue.approximate_size() == 0:
             break
