@@ -51,6 +51,7 @@ from idemflow.errors import (
     CompensationError,
     ConfigurationError,
     ConflictError,
+    ContinueAsNewError,
     EffectTimeoutError,
     ErrorCode,
     IdemflowError,
@@ -82,6 +83,7 @@ from idemflow.running.answer_cache import AnswerCache
 from idemflow.running.coordination import Child, receive, send, sleep, sleep_until, start, wait
 from idemflow.running.handlers import idempotent, idempotent_function
 from idemflow.running.publishing import close_stream, set_event, write_stream
+from idemflow.running.renewal import continue_as_new
 from idemflow.running.runner import run, run_result
 from idemflow.running.runner_asyncio import arun, arun_result
 from idemflow.running.together import all_of, any_of
@@ -99,6 +101,7 @@ __all__ = [
     "Concurrency",
     "ConfigurationError",
     "ConflictError",
+    "ContinueAsNewError",
     "EffectTimeoutError",
     "ErrorCode",
     "Idem",
@@ -142,6 +145,7 @@ __all__ = [
     "bind",
     "checkpoint",
     "close_stream",
+    "continue_as_new",
     "effect",
     "idempotent",
     "idempotent_function",

@@ -267,3 +267,12 @@ def test_quick_pool_measures_a_grow_and_a_shrink(tmp_path: Path) -> None:
     record = json.loads((out / "pool.json").read_text())
     assert record["headlines"]["pool.sqlite.seconds.to_MAX_started"]["value"] > 0
     assert record["headlines"]["pool.sqlite.seconds.to_MIN_running"]["value"] > 0
+
+
+def test_quick_renewal_writes_its_results(tmp_path: Path) -> None:
+    """The continue_as_new benchmark at tiny sizes on SQLite: the rows a renewing request holds."""
+    out = tmp_path / "results"
+    bench(["benchmarks.renewal", "--quick", "--stores", "sqlite", "--out", str(out)], timeout=120)
+    record = json.loads((out / "renewal.json").read_text())
+    held = record["results"]["sqlite"]["rows held"]
+    assert held and len(set(held.values())) == 1, held  # the same rows after every period measured

@@ -22,6 +22,7 @@ DOCS = [
     ROOT / "docs" / "serverless.md",
     ROOT / "docs" / "scheduling.md",
     ROOT / "docs" / "schedules.md",
+    ROOT / "docs" / "continue-as-new.md",
     ROOT / "docs" / "flow-control.md",
     ROOT / "docs" / "scaling.md",
     *sorted((ROOT / "samples").glob("*/README.md")),

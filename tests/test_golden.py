@@ -12,8 +12,9 @@ delayed and prioritised requests waiting, with their messages' lanes and visible
 keeps them (``make_tagged_golden.py``), ``together/`` ``all_of`` and ``any_of`` blocks caught half
 done, decided and waiting (``make_together_golden.py``), ``places/`` requests naming where their
 atomic steps keep their memos (``make_places_golden.py``), ``schedules/`` schedules' state rows
-and a tick's request (``make_schedules_golden.py``); every request of every release is
-listed without its code.
+and a tick's request (``make_schedules_golden.py``), ``renewed/`` requests that continued as
+new, finished and caught asleep in a later incarnation (``make_renewed_golden.py``); every
+request of every release is listed without its code.
 Loaded into each store, this version must answer the finished ones from their records, finish the
 others exactly once, and read the old messages.
 """
@@ -464,6 +465,36 @@ def test_requests_naming_their_places_are_listed_without_code_and_finish_once(
     assert counted == {(who, what): 1 for who in ("dora", "quill", "nora") for what in ("paid", "done")}
 
 
+RENEWED = sorted(Path(__file__).with_name("golden").joinpath("renewed").glob("*.json"))
+
+
+@pytest.mark.exact_calls
+@pytest.mark.parametrize("path", RENEWED, ids=lambda path: path.stem)
+def test_requests_that_continued_as_new_answer_and_finish_each_period_once(store: Store, path: Path) -> None:
+    """A request run to its third incarnation, and one submitted and caught asleep in its second
+    (``make_renewed_golden.py``): the first answers from its record (a duplicate of its first input
+    pays nothing), the second's timer finishes it on this version, each period paid once."""
+    from tests.golden import make_renewed_golden as g
+
+    messages = load(store, path)
+    done = status(store, "g-renew", "done-rita")
+    assert (done.status, done.result, done.incarnation) == (RunStatus.COMPLETED, "renewed rita 3", 3)
+    assert run(g.renewing("rita", 1, 3), request_id="done-rita", store=store) == "renewed rita 3"
+    assert status(store, "g-renew", "nap-nina").incarnation == 2
+    clock = Clock()
+    clock.now = g.NOW + 3 * g.NAP
+    queue = MemoryQueue(clock=clock)
+    for body in messages:
+        queue.send(body)
+    deliver_all(Worker(g.WORKFLOWS, store=store, queue=queue, clock=clock, relay_every=None), queue, clock)
+    finished = status(store, "g-renew", "nap-nina")
+    assert (finished.result, finished.incarnation) == ("renewed nina 3", 3)
+    assert {partition: value for (partition, _), value in rows(store, "tablea").items()} == {
+        "rita": 3,
+        "nina": 3,
+    }
+
+
 EVENTS = sorted(Path(__file__).with_name("golden").joinpath("events").glob("*.json"))
 SCHEDULES = sorted(Path(__file__).with_name("golden").joinpath("schedules").glob("*.json"))
 EVERY_RELEASE = [
@@ -477,6 +508,7 @@ EVERY_RELEASE = [
     *TOGETHER,
     *PLACES,
     *SCHEDULES,
+    *RENEWED,
 ]
 
 

@@ -212,6 +212,14 @@ def test_a_handle_used_with_the_other_api_is_a_type_error(tmp_path: Path) -> Non
     assert 'misuse.py:6: error: "Coroutine[Any, Any, RunStatus]" has no attribute "value"' in report
 
 
+def test_continue_as_new_is_a_step_written_from_the_root() -> None:
+    """The step and its error are what a workflow is written with; the status says the incarnation."""
+    import idemflow.client
+
+    assert {"continue_as_new", "ContinueAsNewError"} <= set(idemflow.__all__)
+    assert idemflow.client.RequestStatus(idemflow.client.RunStatus.RUNNING).incarnation == 1
+
+
 def test_events_and_streams_are_written_from_the_root_and_read_from_the_client() -> None:
     """What a workflow publishes is written with steps beside ``send`` and read from outside."""
     import idemflow.client

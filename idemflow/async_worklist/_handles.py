@@ -16,6 +16,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, Retrying, retry_if_result, wait_fixed
 
+from idemflow.core.memos import incarnation_number
 from idemflow.errors import RequestCancelledError, RequestFailedError, WorkflowAborted
 from idemflow.records import Failure, RunRecord, RunStatus
 from idemflow.running.runner import run_status
@@ -32,7 +33,8 @@ class RequestStatus:
     ``reason`` an abort's reason, or an operator's for a cancel;
     ``version`` the workflow version it runs on; ``failure`` why it failed;
     ``waiting`` why no worker could run it yet (e.g. no worker holds its version) or what it
-    waits for (``sleeping until ...``, a child, a message).
+    waits for (``sleeping until ...``, a child, a message); ``incarnation`` which incarnation of
+    the request the record is (1, then one more at each ``continue_as_new``).
     """
 
     status: RunStatus
@@ -41,11 +43,15 @@ class RequestStatus:
     version: int = 1
     failure: Failure | None = None
     waiting: str | None = None
+    incarnation: int = 1
 
     @classmethod
     def of(cls, record: RunRecord) -> RequestStatus:
         reason = record.cancel_reason if record.status is RunStatus.CANCELLED else record.reason
-        return cls(record.status, record.result, reason, record.version, record.failure, record.waiting)
+        number = incarnation_number(record.incarnation)
+        return cls(
+            record.status, record.result, reason, record.version, record.failure, record.waiting, number
+        )
 
 
 def status(store: Store, workflow: str, request_id: str) -> RequestStatus:

@@ -25,9 +25,10 @@ from idemflow.async_worklist._outcomes import Outcomes
 from idemflow.async_worklist._scheduling import hop
 from idemflow.async_worklist.messages import Pointer, announcer, decode_pointer, encode_pointer
 from idemflow.core.limit_spec import limit_whys
+from idemflow.core.memos import incarnation_number
 from idemflow.core.policy import RetryPolicy, kept_for
 from idemflow.core.requests import Send, Settle, Steps
-from idemflow.engine.execution import Cancelled, Plan, Suspended
+from idemflow.engine.execution import Cancelled, Plan, Renewed, Suspended
 from idemflow.errors import (
     InvalidInputError,
     LimitReachedError,
@@ -114,7 +115,10 @@ class Handling(Outcomes):
         args, kwargs = _input_of(pointer, record)
         m = flow(*args, **kwargs)
         request = describe_request(m)
-        if not request.matches(record.fingerprint):
+        renewed = incarnation_number(record.incarnation) > 1  # its input is a later incarnation's
+        if renewed:  # which the first's fingerprint does not match: the record names the request
+            request = dataclasses.replace(request, fingerprint=record.fingerprint, aliases=())
+        elif not request.matches(record.fingerprint):
             raise MessageRejectedError(f"input does not match the submitted request {pointer.request_id!r}")
         clearing = None if record.waiting is None else _clearing(pointer, record.waiting, policy)
         plan = Plan(
@@ -122,7 +126,7 @@ class Handling(Outcomes):
             resume=True,
             durable_outcome=True,
             step_errors=True,
-            expected=pointer.steps,
+            expected=() if renewed else pointer.steps,  # a journal is the first incarnation's
             suspend=True,
             retry_in_place=False,
             announce=announcer(self.key),
@@ -162,6 +166,12 @@ class Handling(Outcomes):
             raise Wait(
                 f"the code of version {record.version} differs from what the request ran: {exc}"
             ) from exc
+        except Renewed as renewal:  # continued as new: the next incarnation is a continuation of its own
+            if renewal.duplicate:  # another delivery switched: it sends (or its message comes back)
+                return "duplicate"
+            again = Pointer(pointer.workflow, record.version, pointer.request_id)
+            yield Send(encode_pointer(again, self.key), 0.0, holder.lane)
+            return "renewed"
         except Suspended as suspended:  # a timer, a child or a message: no worker waits for it
             suspended = suspended.capped(record.deadline)
             now = self.clock()

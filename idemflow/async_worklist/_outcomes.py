@@ -106,7 +106,7 @@ class Outcomes:
                 self.stats.duplicates += 1
             elif outcome == "cancelled":
                 self.stats.cancelled += 1
-            elif outcome == "suspended":
+            elif outcome in ("suspended", "renewed"):  # renewed: its next incarnation is queued
                 self.stats.suspended += 1
             elif outcome == RunStatus.ABORTED.value:
                 self.stats.aborted += 1

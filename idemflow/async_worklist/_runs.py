@@ -109,7 +109,9 @@ def _rewrite(
     ends = time.time() if keep is None else max(time.time(), keep.now, keep.until)
     expires = ends + retention
     if keep is not None and extension_due(updated, retention, ends):
-        yield from extend(keep.known, ref, workflow, request_id, expires, keep.capabilities)
+        yield from extend(
+            keep.known, ref, workflow, request_id, expires, keep.capabilities, updated.incarnation
+        )
         updated = dataclasses.replace(updated, kept_until=expires)
     if updated.kept_until is not None and updated.kept_until > expires:
         expires = updated.kept_until

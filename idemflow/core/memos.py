@@ -117,6 +117,46 @@ def new_incarnation() -> str:
     return secrets.token_hex(6)
 
 
+RENEWED = "g"
+"""What separates an incarnation's random part from its number when the request continued as new
+(``continue_as_new``, format 7): the random part is hex, which never holds it."""
+
+
+def renewed_incarnation(number: int) -> str:
+    """The incarnation of a request's ``number``-th incarnation (2 after its first
+    ``continue_as_new``): random as :func:`new_incarnation`'s, with the number after
+    :data:`RENEWED`, so a memo tells how far along the request its writer was without a read.
+
+    >>> renewed_incarnation(3)[-2:], incarnation_number(renewed_incarnation(3))
+    ('g3', 3)
+    """
+    return f"{new_incarnation()}{RENEWED}{number}"
+
+
+def incarnation_number(incarnation: str | None) -> int:
+    """Which incarnation of its request ``incarnation`` is: 1 for every run that never continued
+    as new (and for a record or memo written before incarnations or before format 7).
+
+    >>> incarnation_number(None), incarnation_number("a1b2c3d4e5f6"), incarnation_number("a1b2g12")
+    (1, 1, 12)
+    """
+    if incarnation is None:
+        return 1
+    _, sep, number = incarnation.rpartition(RENEWED)
+    return int(number) if sep and number.isdigit() and number[0] != "0" else 1
+
+
+def of_earlier_incarnation(memo: Row, incarnation: str | None) -> bool:
+    """Whether ``memo`` was written by an earlier incarnation of this very request (one the
+    request left by ``continue_as_new``): it may be replaced in place by this incarnation's memo
+    at the same step, whereas a memo of the same number or a later one is judged by the run record
+    (a later incarnation's means this execution is behind the request)."""
+    if incarnation is None:
+        return False
+    theirs = memo_run(memo)
+    return theirs is not None and incarnation_number(theirs) < incarnation_number(incarnation)
+
+
 def of_earlier_run(memo: Row, incarnation: str | None) -> bool:
     """Whether ``memo`` belongs to an earlier run of its request id than ``incarnation``'s.
 

@@ -213,3 +213,14 @@ class Suspended(Checkpointed):
             return self
         due = deadline if self.due is None else min(self.due, deadline)
         return Suspended(self.journal, due, self.why, duplicate=self.duplicate, claimed_at=self.claimed_at)
+
+
+class Renewed(Checkpointed):
+    """The request continued as new (``continue_as_new``): ``record`` is its run record with the
+    next incarnation's input and number. This execution ran (or, ``duplicate``, met) the switch;
+    the caller runs the next incarnation from the record (``run``), or hands it to a worker as a
+    continuation with no steps to check (``submit`` takes it as its checkpoint; a worker sends it)."""
+
+    def __init__(self, record: RunRecord, *, duplicate: bool = False) -> None:
+        super().__init__((), duplicate=duplicate, claimed_at=record.started_at)
+        self.record = record

@@ -55,4 +55,15 @@ to its rows). Readers take every earlier revision: a field a row lacks has its o
    ``pa``, paused and when), written with no expiry. A tick's request is an ordinary request
    (its id ``<schedule>@<tick in UTC>``, its input the schedule's with the tick as ``tick``):
    no other row changed.
+   Also in 1.2.0, a request that continued as new (``continue_as_new``) keeps its one run record:
+   the switch rewrites it with the next incarnation, whose ``i`` ends in ``g`` and its number
+   (``g2`` after the first switch: :func:`~idemflow.core.memos.renewed_incarnation`; no suffix is
+   the first), and the memos that incarnation writes carry the same ``i``, so a memo tells which
+   incarnation wrote it without a read. ``fp`` stays the first incarnation's input's; ``in`` holds
+   the current incarnation's input (``args``, ``kwargs``, with the first's ``rn`` and ``ln``), a
+   request ``run`` started too; ``st`` is when the current incarnation began, and ``pl``/``sn``,
+   ``wait``, ``rt`` and ``ct`` start again empty. Memos of an earlier incarnation stay at their step
+   numbers until the next one replaces them (or they expire). No field was added: a release before
+   1.2.0 reads the record, but cannot run a later incarnation (the stored input does not match
+   ``fp``), so every worker must run 1.2.0 before a request first continues as new.
 """

@@ -26,7 +26,7 @@ from idemflow.engine.store_calls import StoreCalls
 from idemflow.errors import LimitExceededError, TransientError
 from idemflow.keys import RUNS_TABLE
 from idemflow.records import MEMO_AT, RUN_AT
-from idemflow.stores.base import COMMITTED, CommitOutcome, Committed, Insert, Op, Row, RowRef
+from idemflow.stores.base import COMMITTED, CommitOutcome, Committed, Insert, Op, Put, Row, RowRef
 
 
 def _applied_before(outcome: CommitOutcome, ops: Sequence[Op], memo_ref: RowRef) -> bool:
@@ -35,7 +35,7 @@ def _applied_before(outcome: CommitOutcome, ops: Sequence[Op], memo_ref: RowRef)
     its answer was lost). A commit is atomic, so everything in it applied with that memo, and
     the workflow's next move stands on what is committed."""
     memo = ops[MEMO_AT] if ops else None
-    if not isinstance(memo, Insert) or memo.ref != memo_ref or isinstance(outcome, Committed):
+    if not isinstance(memo, Insert | Put) or memo.ref != memo_ref or isinstance(outcome, Committed):
         return False
     for failure in outcome.failures:
         if failure.index == MEMO_AT:
@@ -133,6 +133,10 @@ class DeferredCommit:
                 if isinstance(outcome, Committed) or _applied_before(outcome, ops, pending.memo_ref):
                     outcome = COMMITTED
                     break
+                swapped = self._memos.replaced(outcome, ops)
+                if swapped is not None:  # over an earlier incarnation's memo
+                    ops = swapped
+                    continue
                 claims = run_at is not None
                 if not (
                     yield from self._memos.earlier_memo_dropped(outcome, ops, pending.memo_ref, claims=claims)

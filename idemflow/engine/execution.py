@@ -52,6 +52,7 @@ from idemflow.core.plan import (
     Finished,
     OtherVersion,
     Plan,
+    Renewed,
     Submission,
     Suspended,
 )
@@ -69,6 +70,7 @@ from idemflow.engine.memo_reader import AbortWorkflow, MemoReader
 from idemflow.engine.monad import Call, Node, Start
 from idemflow.engine.outcome import OutcomeWriter
 from idemflow.engine.publisher import Publisher
+from idemflow.engine.renewal import Renewal, next_call, next_plan, switch
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.store_calls import StoreCalls
@@ -97,6 +99,7 @@ __all__ = [
     "Finished",
     "OtherVersion",
     "Plan",
+    "Renewed",
     "RetryPolicy",
     "Submission",
     "Suspended",
@@ -115,6 +118,7 @@ class Execution:
     """
 
     __slots__ = (
+        "_calls",
         "_compensator",
         "_cursor",
         "_deferred",
@@ -156,7 +160,7 @@ class Execution:
         )
         self._given = given
         self._cursor = cursor = Cursor(plan.resume)
-        calls = StoreCalls(given, cursor)
+        self._calls = calls = StoreCalls(given, cursor)
         self._recorder = recorder = RunRecorder(given, cursor, calls)
         memos = MemoReader(given, cursor, calls, recorder)
         self._deferred = deferred = DeferredCommit(given, cursor, calls, memos)
@@ -301,8 +305,13 @@ class Execution:
         if submission is not None and submission.held is not None:
             yield from self._interpreter.checkpoint()  # a delayed submission: claimed, nothing run
         try:
-            value = yield from self._interpreter.evaluate(node)
-            # An operator's abort met at a timer right before the end aborts here too.
+            try:
+                value = yield from self._interpreter.evaluate(node)
+            except Renewal as renewal:  # continue_as_new: the next incarnation is the caller's to run
+                return (
+                    yield from switch(self._given, self._cursor, self._calls, self._recorder, renewal.node)
+                )
+            # An operator's abort met at a timer right before the end aborts here too (or the switch).
             return (yield from self._outcome.finish(RunStatus.COMPLETED, result=value))
         except AbortWorkflow as abort:
             reached = self._cursor.step
@@ -376,14 +385,20 @@ def _run_child(given: Given, call: Call, request_id: str, record: RunRecord) -> 
         tags=record.tags,
         stop_if_cancelled=True,  # a child is cancelled as a worker's request is: before an outside call
     )
-    inner = Execution(
-        given.capabilities,
-        call.name,
-        request_id,
-        record.fingerprint,
-        given.policy,
-        given.clock,
-        plan,
-        given.reader,
-    )
-    yield from inner.run(call)
+    while True:
+        inner = Execution(
+            given.capabilities,
+            call.name,
+            request_id,
+            record.fingerprint,
+            given.policy,
+            given.clock,
+            plan,
+            given.reader,
+        )
+        try:
+            yield from inner.run(call)
+            return
+        except Renewed as renewed:  # the child continued as new: its next incarnation runs here too
+            record = renewed.record
+            call, plan = next_call(call, record), next_plan(plan, record)

@@ -55,6 +55,7 @@ from idemflow.engine.monad import (
     WriteStream,
 )
 from idemflow.engine.publisher import Publisher
+from idemflow.engine.renewal import ContinueAsNew, renewing
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.together import Together
@@ -63,6 +64,7 @@ from idemflow.errors import (
     ChildAborted,
     ChildCancelledError,
     CompensationError,
+    ContinueAsNewError,
     InvalidInputError,
     NonDeterminismError,
 )
@@ -169,6 +171,8 @@ class Interpreter:
                     value = yield from self._together.all_of(node, self._branch_effect, self._undone)
                 case AnyOf():
                     value = yield from self._together.any_of(node, self._branch_effect, self._undone)
+                case ContinueAsNew():  # the execution writes the switch (or the abort met there)
+                    raise renewing(node, self._cursor.cleaning, self._workflow_call, self._given.plan.abort)
                 case _:
                     raise InvalidInputError(
                         f"workflow {self._given.workflow!r} met {node!r}, not an Idem description"
@@ -374,7 +378,7 @@ class Interpreter:
                 yield from self.evaluate(produced.node)
             elif isinstance(produced, Generator | Coroutine):
                 yield from self._drive(call.name + " on_abort", produced)
-        except (NonDeterminismError, *INFRASTRUCTURE):
+        except (NonDeterminismError, ContinueAsNewError, *INFRASTRUCTURE):
             raise
         except (Exception, AbortWorkflow) as exc:
             cause = repr(exc) if isinstance(exc, Exception) else f"aborted again: {exc.reason!r}"

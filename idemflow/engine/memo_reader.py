@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from idemflow import telemetry
+from idemflow.core.memos import incarnation_number, of_earlier_incarnation
+from idemflow.core.plan import Finished, Renewed
 from idemflow.core.requests import Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
@@ -24,9 +26,9 @@ from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.store_calls import StoreCalls
 from idemflow.errors import NonDeterminismError
 from idemflow.keys import RUNS_TABLE, step_tag
-from idemflow.records import MEMO_AT, Memo, of_earlier_run
+from idemflow.records import MEMO_AT, Memo, RunRecord, of_earlier_run
 from idemflow.serialization import JSON
-from idemflow.stores.base import CommitOutcome, Committed, Delete, Op, Row, RowRef
+from idemflow.stores.base import CommitOutcome, Committed, Delete, Insert, Op, Put, Row, RowRef
 
 WAIT_ABORTED = "abort at a wait"
 """The identity of the memo an abort writes in the place of the step after a wait it met
@@ -71,6 +73,43 @@ class MemoReader:
         """Whether ``memo`` belongs to an earlier run of the request id than this execution's."""
         return of_earlier_run(memo, self._recorder.incarnation)
 
+    def of_earlier_incarnation(self, memo: Row) -> bool:
+        """Whether ``memo`` is one an earlier incarnation of this request left (it continued as
+        new since): replaced in place by this incarnation's, never deleted first
+        (:mod:`idemflow.engine.renewal`)."""
+        return of_earlier_incarnation(memo, self._recorder.incarnation)
+
+    def replaced(self, outcome: CommitOutcome, ops: list[Op]) -> list[Op] | None:
+        """``ops`` again with their memo insert made a write over the memo an earlier incarnation
+        left there, conditional on the version the failed commit met, if that memo alone refused
+        them; else None. One write replaces it: an execution still on the earlier incarnation
+        reads its own memo or this one, never an empty place."""
+        assert not isinstance(outcome, Committed)
+        failures = outcome.failures
+        insert = ops[MEMO_AT] if ops else None
+        if len(failures) != 1 or failures[0].index != MEMO_AT or not isinstance(insert, Insert):
+            return None
+        existing = failures[0].existing
+        if existing is None or not self.of_earlier_incarnation(existing):
+            return None
+        put = Put(
+            insert.ref, insert.value, insert.text, expect=existing.version, expires_at=insert.expires_at
+        )
+        return [put, *ops[MEMO_AT + 1 :]]
+
+    def behind(self) -> Steps[None]:
+        """Raise :class:`~idemflow.core.plan.Renewed` (or ``Finished``) if the run record says the
+        request went on to a later incarnation than this execution's: a memo of another
+        incarnation than its own is then no leftover to delete, but the request's present."""
+        row = yield from self._calls.read(self._given.run_ref)
+        if row is None:
+            return
+        record = RunRecord.from_json(row.value)
+        if incarnation_number(record.incarnation) > incarnation_number(self._recorder.incarnation):
+            if record.status.final:
+                raise Finished(record)
+            raise Renewed(record, duplicate=True)
+
     def here(self) -> RowRef:
         """Where the current table-less step's memo lives."""
         given = self._given
@@ -83,6 +122,8 @@ class MemoReader:
             return False, None
         here = self.here()
         row = yield from self._calls.read(here)
+        if row is not None and self.of_earlier_incarnation(row):
+            return False, None  # still replaying: the step's commit reads it again and writes over it
         if row is not None and of_earlier_run(row, self._recorder.incarnation):
             row = yield from self.this_runs(here, row)
         if row is None:
@@ -135,6 +176,8 @@ class MemoReader:
         the request meanwhile, and only its record says whose memo that is)."""
         assert row is not None
         calls = self._calls
+        if not self.of_earlier_incarnation(row):
+            yield from self.behind()
         yield from calls.commit([Delete(memo_ref, expect=row.version)], memo_ref)
         return (yield from calls.read(memo_ref))
 
@@ -168,6 +211,8 @@ class MemoReader:
         existing = failures[0].existing
         if existing is None or not of_earlier_run(existing, self._recorder.incarnation):
             return False
+        if self.of_earlier_incarnation(existing):
+            return False  # replaced, not dropped (see replaced)
         if claims and (yield from self._calls.read(self._given.run_ref)) is not None:
             return False
         yield from self.this_runs(memo_ref, existing)

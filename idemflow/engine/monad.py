@@ -33,6 +33,7 @@ from returns.primitives.container import BaseContainer
 from returns.primitives.hkt import Kind1, SupportsKind1, dekind
 
 from idemflow.core.step_retry import StepRetry
+from idemflow.engine.renewal import ContinueAsNew
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_partition, check_table
 from idemflow.serialization import JSON, encode
@@ -283,6 +284,7 @@ Node = (
     | Publishing
     | AllOf
     | AnyOf
+    | ContinueAsNew
 )
 
 

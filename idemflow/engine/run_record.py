@@ -13,7 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from idemflow.core.plan import Cancelled, Checkpointed, Finished, JournalEntry, OtherVersion, Suspended
+from idemflow.core.memos import incarnation_number
+from idemflow.core.plan import (
+    Cancelled,
+    Checkpointed,
+    Finished,
+    JournalEntry,
+    OtherVersion,
+    Renewed,
+    Suspended,
+)
 from idemflow.core.requests import Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
@@ -214,6 +223,8 @@ class RunRecorder:
                 raise Checkpointed((), duplicate=True, claimed_at=record.started_at, version=record.version)
             if record.not_before is not None:  # a delayed request runs nothing in a submitter
                 raise Checkpointed((), duplicate=True, claimed_at=record.started_at)
+        if incarnation_number(record.incarnation) > incarnation_number(plan.incarnation):
+            raise Renewed(record, duplicate=True)  # it continued as new: its latest incarnation runs
         if record.version != plan.version:
             raise OtherVersion(record)
         self._cursor.met()

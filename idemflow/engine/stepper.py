@@ -43,7 +43,7 @@ from idemflow.errors import (
 )
 from idemflow.keys import RUNS_TABLE, step_tag
 from idemflow.records import MEMO_AT, RUN_AT, memo_row, memo_run, memo_text
-from idemflow.stores.base import Committed, Delete, Insert, Op, RowRef
+from idemflow.stores.base import Committed, Delete, Insert, Op, Put, RowRef, Version
 
 
 class Stepper:
@@ -237,14 +237,18 @@ class Stepper:
         )
         since = time.monotonic()  # when an effect first asked for its limit group's room
         made: Any = NOT_CALLED  # the call's answer, kept if its commit only met another's claim
+        replacing: Version | None = None  # an earlier incarnation's memo here: written over
         while True:  # loops when the commit revealed an existing run record, or after a wait
             if cursor.replaying:
                 row = yield from calls.read(memo_ref)
-                if row is not None and memos.of_earlier_run(row):
+                if row is not None and memos.of_earlier_incarnation(row):
+                    replacing, row = row.version, None  # still replaying: the next has one too
+                elif row is not None and memos.of_earlier_run(row):
                     row = yield from memos.this_runs(memo_ref, row)
                 if row is not None:
                     return memos.answer(row, identity)
-                cursor.fresh()
+                if replacing is None:
+                    cursor.fresh()
             if given.plan.stop_if_cancelled:  # before an outside call: a cancel stops the request here
                 yield from recorder.look(reading=call_out is not None)
             peek = None
@@ -303,7 +307,9 @@ class Stepper:
                     else:
                         yield from memos.this_runs(memo_ref, row)
                     continue
-                if row is not None and memos.of_earlier_run(row):
+                if row is not None and memos.of_earlier_incarnation(row):
+                    row = None
+                elif row is not None and memos.of_earlier_run(row):
                     row = yield from memos.this_runs(memo_ref, row)
                 if row is not None:
                     return memos.answer(row, identity)
@@ -324,7 +330,12 @@ class Stepper:
             except InvalidValueError as bad:  # the place is named only when needed: it costs a format
                 where = f"result of step {cursor.step} ({identity}) of workflow {given.workflow!r}"
                 raise InvalidValueError(where, bad.problem) from None
-            ops: list[Op] = [Insert(memo_ref, memo_value, text, expires), *claim]
+            memo_op = (
+                Insert(memo_ref, memo_value, text, expires)
+                if replacing is None
+                else Put(memo_ref, memo_value, text, replacing, expires)
+            )
+            ops: list[Op] = [memo_op, *claim]
             ops.extend(data_ops)
             if extra is not None and not aborted:
                 ops.extend((yield from extra()))
@@ -350,6 +361,10 @@ class Stepper:
                         raise calls.named(refused, memo_ref) from None
                 if isinstance(outcome, Committed):
                     break
+                swapped = memos.replaced(outcome, ops)
+                if swapped is not None:  # over an earlier incarnation's memo
+                    ops = swapped
+                    continue
                 if not (
                     yield from memos.earlier_memo_dropped(
                         outcome, ops, memo_ref, claims=run_included, also=decided_at
@@ -368,6 +383,8 @@ class Stepper:
             if run_included and RUN_AT in by_index:
                 yield from recorder.meet(by_index[RUN_AT].existing)
             existing_memo = by_index[MEMO_AT].existing if MEMO_AT in by_index else None
+            if existing_memo is not None and memos.of_earlier_incarnation(existing_memo):
+                return RETRY  # data moved on too: the body again, then its memo replaced
             if existing_memo is not None and memos.of_earlier_run(existing_memo):
                 if run_included and RUN_AT not in by_index:  # this claim did not fail: is it the run?
                     met = yield from calls.read(given.run_ref)

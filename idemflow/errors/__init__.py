@@ -40,6 +40,7 @@ from idemflow.errors._backend import (
 from idemflow.errors._codes import ErrorCode, IdemflowError
 from idemflow.errors._input import (
     ConflictError,
+    ContinueAsNewError,
     ForkStepError,
     IdempotencyKeyReuseError,
     InvalidInputError,
@@ -121,6 +122,7 @@ __all__ = [
     "ConflictError",
     "ConsoleExposedError",
     "ConsoleRefusedError",
+    "ContinueAsNewError",
     "DeliveryRetryError",
     "EffectTimeoutError",
     "ErrorCode",

@@ -78,6 +78,18 @@ class InvalidScheduleError(InvalidInputError):
         return f"schedule {self.schedule!r}: {self.problem}"
 
 
+class ContinueAsNewError(InvalidInputError):
+    """``continue_as_new`` where it cannot mean anything: beside other steps (``all_of``,
+    ``any_of``), in ``on_abort`` steps, outside a ``@workflow``; raised before the switch writes."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+    def __str__(self) -> str:
+        return f"continue_as_new {self.where}"
+
+
 class MissingIdempotencyKeyError(InvalidInputError):
     """An HTTP request without an ``Idempotency-Key`` header (answered 400)."""
 

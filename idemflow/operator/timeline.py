@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from idemflow.core.memos import incarnation_number
 from idemflow.core.requests import Steps
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
@@ -74,6 +75,12 @@ class RequestView:
         """What the request is about, as its run record keeps it (``submit(tags=)``; ``{}``: none)."""
         return dict(self.record.tags or {})
 
+    @property
+    def incarnation(self) -> int:
+        """Which incarnation of the request the record is (1, then one more per ``continue_as_new``):
+        its steps are that incarnation's."""
+        return incarnation_number(self.record.incarnation)
+
     def to_json(self) -> dict[str, JSON]:
         record = self.record
         attempts = record.attempts
@@ -83,6 +90,7 @@ class RequestView:
             "request_id": self.request_id,
             "status": record.status.value,
             "version": record.version,
+            "incarnation": self.incarnation if self.incarnation > 1 else None,
             "started_at": record.started_at,
             "finished_at": record.finished_at,
             "deadline": record.deadline,
@@ -105,6 +113,8 @@ class RequestView:
         table/partition, outcome, when, value), then where it is and the notes."""
         record = self.record
         shown = [f"{self.workflow} v{record.version} {self.request_id}: {record.status.value}"]
+        if self.incarnation > 1:  # it continued as new: the steps below are this incarnation's
+            shown[0] += f", incarnation {self.incarnation}"
         if self.tags:
             shown.append("  tags: " + " ".join(f"{key}={value}" for key, value in self.tags.items()))
         for step in self.steps:

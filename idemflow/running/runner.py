@@ -38,8 +38,9 @@ from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.core.requests import Read, Steps
 from idemflow.core.tags import check_tags
 from idemflow.engine.drive import drive
-from idemflow.engine.execution import Execution, OtherVersion, Plan
-from idemflow.engine.monad import Idem
+from idemflow.engine.execution import Execution, OtherVersion, Plan, Renewed
+from idemflow.engine.monad import Idem, Node
+from idemflow.engine.renewal import next_call, next_plan
 from idemflow.engine.tx import Reader
 from idemflow.errors import (
     IdempotencyKeyReuseError,
@@ -184,7 +185,7 @@ def _versioned(
     ``versions`` holds it."""
     base = execution.plan
     try:
-        return (yield from execution.run(m.node))
+        return (yield from _incarnations(execution, m.node, request, store, policy, clock, reader))
     except OtherVersion as other:
         started = other.record.version
         held = {flow.version: flow for flow in versions if flow.name == request.workflow}
@@ -201,9 +202,43 @@ def _versioned(
             tags=base.tags,
             stop_if_cancelled=base.stop_if_cancelled,
         )
-        return (
-            yield from _execution(request, request_id, store, policy, clock, plan, reader).run(again.node)
-        )
+        other_version = _execution(request, request_id, store, policy, clock, plan, reader)
+        return (yield from _incarnations(other_version, again.node, request, store, policy, clock, reader))
+
+
+def _incarnations(
+    execution: Execution,
+    node: Node,
+    request: Request,
+    store: Store | AsyncStore,
+    policy: RetryPolicy | None,
+    clock: Callable[[], float],
+    reader: Reader | None,
+) -> Steps[records.RunRecord]:
+    """``execution`` run, then, each time the request continues as new, its next incarnation from
+    the run record the switch wrote (or met), until one ends: ``run`` loops here, in the caller.
+    Under ``submit`` and workers (``Plan.suspend``) the next incarnation is a continuation instead,
+    and :class:`~idemflow.core.plan.Renewed` goes to the caller."""
+    call = request.call
+    while True:
+        try:
+            return (yield from execution.run(node))
+        except Renewed as renewed:
+            if execution.plan.suspend or call is None:
+                raise
+            record = renewed.record
+            call = next_call(call, record)
+            node = call
+            execution = Execution(
+                execution.capabilities,
+                execution.workflow,
+                execution.request_id,
+                record.fingerprint,
+                policy or DEFAULT_POLICY,
+                clock,
+                next_plan(execution.plan, record),
+                reader,
+            )
 
 
 def _execution(

@@ -41,7 +41,8 @@ from idemflow.engine.monad import (
     Timer,
     WaitFor,
 )
-from idemflow.errors import InvalidInputError
+from idemflow.engine.renewal import ContinueAsNew
+from idemflow.errors import ContinueAsNewError, InvalidInputError
 from idemflow.running.coordination import SLEEP_LABEL, TIMEOUT_LABEL
 
 __all__ = ["all_of", "any_of"]
@@ -113,6 +114,10 @@ def _branch(what: str, position: int, step: object, kinds: str, timers: bool) ->
                     "sleep before or after it, or use any_of(..., sleep(seconds)) as a timeout"
                 )
             return Timer(deadline)
+    if isinstance(node, ContinueAsNew):
+        raise ContinueAsNewError(
+            f"beside other steps in {what}() (argument {position}): it ends the incarnation"
+        )
     shown = _SHOWN.get(type(node).__name__, type(node).__name__.lower())
     hint = " (start the child first, then wait for it in a branch)" if shown == "start" else ""
     raise InvalidInputError(

@@ -19,7 +19,9 @@ per row by the run record of the request the row belongs to:
 - a row of a request that is not finished (running, failed, waiting) is never
   deleted: it is written back unchanged with ``expires_at`` :data:`RECHECK`
   seconds later, so a stuck request keeps every row it needs to resume and the
-  sweep does not meet the row again at once;
+  sweep does not meet the row again at once; except a row an earlier incarnation
+  of a request that continued as new left (:func:`left_behind`: a memo no later
+  incarnation wrote over, a message already taken), which it never reads again;
 - a row that reads as absent (an Azure tombstone) is deleted; data rows are
   never touched.
 
@@ -48,6 +50,7 @@ import enum
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
+from idemflow.core.memos import incarnation_number, of_earlier_incarnation
 from idemflow.core.requests import Commit, ReadMany, Steps
 from idemflow.core.trampoline import atrampoline, trampoline
 from idemflow.keys import (
@@ -113,6 +116,22 @@ def owner(ref: RowRef) -> RowRef | None:
     return None if published is None else run_ref(published[0], published[1])
 
 
+def left_behind(ref: RowRef, row: Row, incarnation: str | None) -> bool:
+    """Whether ``row`` (at ``ref``) is one an earlier incarnation of its request left, which the
+    request, at ``incarnation`` now, never reads again: a memo of an earlier incarnation, or, once
+    the request continued as new at least once, a message already taken.
+
+    >>> left_behind(RowRef("t", "p", "mwf|r|s1"), Row({"id": "now", "v": 1, "i": "a1g2"}, 1), "b2g3")
+    True
+    """
+    if incarnation_number(incarnation) == 1:
+        return False
+    if parse_memo_key(ref.key) is not None:
+        return of_earlier_incarnation(row, incarnation)
+    value = row.value
+    return parse_inbox_key(ref.key) is not None and isinstance(value, dict) and value.get("taken") is True
+
+
 def _parsed(record: Row) -> RunRecord | None:
     """The run record in ``record``, or None for one this version cannot read (kept, as an
     unfinished request's)."""
@@ -131,6 +150,10 @@ def fate(item: Expired, record: Row | None, now: float) -> Fate:
         return Fate.LEAVE
     parsed = None if record is None else _parsed(record)
     if record is not None and (parsed is None or not parsed.status.final):
+        if parsed is not None and left_behind(
+            item.ref, Row(decode(item.text), item.version), parsed.incarnation
+        ):
+            return Fate.DELETE  # an earlier incarnation's: the request never reads it again
         return Fate.RECHECK
     older = mine == item.ref and parsed is not None and parsed.incarnation is None
     if older and parsed is not None and now < item.expires_at + _grace(item, parsed):

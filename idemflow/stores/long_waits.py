@@ -22,7 +22,7 @@ from idemflow.keys import RUNS_TABLE, parse_memo_key
 from idemflow.records import RunRecord, outbox_ref
 from idemflow.serialization import encode
 from idemflow.stores.base import Capabilities, Committed, Op, Put, Row, RowRef
-from idemflow.stores.expiry import BATCH, commit_each, owner
+from idemflow.stores.expiry import BATCH, commit_each, left_behind, owner
 
 __all__ = [
     "KEEP_ALIVE",
@@ -124,9 +124,16 @@ def extend(
     request_id: str,
     until: float,
     capabilities: Capabilities,
+    incarnation: str | None = None,
 ) -> Generator[Any, Any, int]:
     """Give every row of the request in ``known`` (and its messages, table-less memos and outbox
     entry, found here) ``expires_at = until`` where it expires earlier; how many were written.
+
+    Not the rows an earlier incarnation of the request left (``incarnation`` is the record's: it
+    continued as new since), which no step will read again: a memo no later incarnation replaced,
+    and a message a receive took before the switch. They expire by their own date (DynamoDB's
+    TTL) or a sweep deletes them (:func:`~idemflow.stores.expiry.fate`), so a request that lives
+    for years keeps no more rows than one incarnation's.
 
     Each goes back unchanged, conditional on the version just read: a writer that came between
     wins (it wrote the row anew, with an expiry of its own). Called only before a run record
@@ -143,7 +150,7 @@ def extend(
         chunk = wanted[start : start + BATCH]
         rows: list[Row | None] = yield ReadMany(chunk)
         for ref, row in zip(chunk, rows, strict=True):
-            if row is not None:
+            if row is not None and not left_behind(ref, row, incarnation):
                 text = encode(row.value, "kept row", envelope=3)
                 ops.append(Put(ref, row.value, text, expect=row.version, expires_at=until))
     applied = yield from commit_each(ops, capabilities)
@@ -178,7 +185,7 @@ def left_over(
         expires = now + retention
         updated = dataclasses.replace(record, waiting=why[:500], places=join(record.places, seen))
         if extension_due(record, retention, now):
-            yield from extend(known, run, workflow, request_id, expires, capabilities)
+            yield from extend(known, run, workflow, request_id, expires, capabilities, record.incarnation)
             updated = dataclasses.replace(updated, kept_until=expires)
         if updated.kept_until is not None and updated.kept_until > expires:
             expires = updated.kept_until
