@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -181,6 +181,28 @@ class Queue(Protocol):
     def close(self) -> None:
         """Release connections; the queue's messages stay where they are."""
         ...
+
+
+def polled(
+    claim: Callable[[], list[Message]],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    wait: float,
+    *,
+    longest: float = 0.1,
+) -> list[Message]:
+    """``claim()``'s messages once it has some, or none after ``wait`` seconds of ``clock``:
+    the receive of a queue no notification reaches (a file, a database), which looks again after
+    5 ms, then twice as long each time up to ``longest`` seconds."""
+    deadline = clock() + wait
+    pause = 0.005
+    while True:
+        claimed = claim()
+        remaining = deadline - clock()
+        if claimed or remaining <= 0:
+            return claimed
+        sleep(min(pause, remaining))
+        pause = min(pause * 2, longest)
 
 
 def check_body(body: object, max_bytes: int, where: str) -> str:
@@ -357,6 +379,7 @@ __all__ = [
     "check_wire_body",
     "decode_wire",
     "encode_wire",
+    "polled",
 ]
 
 

@@ -45,6 +45,7 @@ from idemflow.async_worklist.queues.base import (
     check_max_messages,
     check_reason,
     check_seconds,
+    polled,
 )
 from idemflow.async_worklist.queues.postgres_sql import (
     ACK,
@@ -136,15 +137,9 @@ class PostgresQueue(Queue):
     ) -> list[Message]:
         check_max_messages(max_messages)
         hide = self._timeout(visibility_timeout)
-        deadline = self._clock() + check_seconds(wait, "wait")
-        pause = 0.005
-        while True:
-            claimed = self._claim(max_messages, hide)
-            remaining = deadline - self._clock()
-            if claimed or remaining <= 0:
-                return claimed
-            self._sleep(min(pause, remaining))
-            pause = min(pause * 2, LONGEST_PAUSE)
+        wait = check_seconds(wait, "wait")
+        claim = lambda: self._claim(max_messages, hide)  # noqa: E731 - the look polled repeats
+        return polled(claim, self._clock, self._sleep, wait, longest=LONGEST_PAUSE)
 
     def ack(self, message: Message) -> None:
         if not self._execute("ack", ACK, (self.name, message.id, message.receipt)):

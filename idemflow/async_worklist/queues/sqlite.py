@@ -46,6 +46,7 @@ from idemflow.async_worklist.queues.base import (
     check_max_messages,
     check_reason,
     check_seconds,
+    polled,
 )
 from idemflow.core.backlog import QueueStats, oldest_lag
 from idemflow.errors import ConfigurationError, InvalidNameError, MessageLostError
@@ -152,15 +153,8 @@ class SqliteQueue(Queue):
     ) -> list[Message]:
         check_max_messages(max_messages)
         hide = self._timeout(visibility_timeout)
-        deadline = self._clock() + check_seconds(wait, "wait")
-        pause = 0.005
-        while True:
-            claimed = self._claim(max_messages, hide)
-            remaining = deadline - self._clock()
-            if claimed or remaining <= 0:
-                return claimed
-            self._sleep(min(pause, remaining))
-            pause = min(pause * 2, 0.1)
+        wait = check_seconds(wait, "wait")
+        return polled(lambda: self._claim(max_messages, hide), self._clock, self._sleep, wait)
 
     def ack(self, message: Message) -> None:
         with self._errors("ack"):
