@@ -95,4 +95,5 @@ def test_the_version_is_stated_once_and_is_the_newest_golden_release() -> None:
     releases = {path.stem for path in (ROOT / "tests" / "golden").rglob("*.json")}
     newest = max(releases, key=lambda release: tuple(int(part) for part in release.split(".")))
     assert version == newest
-    assert f"({version})" in (PACKAGE / "core" / "row_format.py").read_text(), "the row format names the release"
+    history = (PACKAGE / "core" / "row_format.py").read_text()
+    assert f"({version})" in history, "the row format names the release"
