@@ -48,8 +48,8 @@ def continue_as_new(*args: Any, **kwargs: Any) -> Idem[NoReturn]:
     written. Where it cannot mean anything (beside other steps in ``all_of`` or ``any_of``, in
     ``on_abort``, outside a ``@workflow``) it raises :class:`~idemflow.errors.ContinueAsNewError`.
 
-    >>> continue_as_new({"period": 2})
-    <Idem ContinueAsNew(args=({'period': 2},), kwargs={}, input={'args': [{'period': 2}], 'kwargs': {}})>
+    >>> continue_as_new({"period": 2}).node.input  # as the run record stores it
+    {'args': [{'period': 2}], 'kwargs': {}}
     """
     given = {"args": list(args), "kwargs": kwargs}
     stored = decode(encode(given, "input of continue_as_new", envelope=2))

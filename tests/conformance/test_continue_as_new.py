@@ -7,11 +7,12 @@ status follow the latest incarnation; bad input is refused before anything is wr
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import pytest
 
+import idemflow
 from idemflow import (
     ContinueAsNewError,
     InvalidValueError,
@@ -32,10 +33,11 @@ from idemflow import (
 from idemflow.admin import show
 from idemflow.client import RunStatus, send_message
 from idemflow.core.memos import incarnation_number
-from idemflow.keys import RUNS_TABLE
+from idemflow.keys import RUNS_TABLE, parse_memo_key
 from idemflow.records import RunRecord, run_ref
 from idemflow.stores import Store
-from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
+from idemflow.stores.base import CommitOutcome, Op, Put
+from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, StoreWrapper
 from idemflow.worker import MemoryQueue
 from tests.conformance.test_continuations import Clock
 from tests.conformance.test_workflow_contract import new_space
@@ -412,3 +414,50 @@ def test_a_later_period_costs_a_read_per_step_more_and_the_switch_a_read_and_a_w
     renewals = store.round_trips - before - single
     per = 4 if store.capabilities.cross_partition_commit else 5  # Azure Tables: one more, measured
     assert renewals <= per * 4, renewals
+
+
+class Meanwhile(StoreWrapper):
+    """A store that runs ``then`` once, just before the first commit ``when`` picks."""
+
+    def __init__(
+        self, inner: Store, when: Callable[[Sequence[Op]], bool], then: Callable[[], object]
+    ) -> None:
+        super().__init__(inner)
+        self._when: Callable[[Sequence[Op]], bool] | None = when
+        self._then = then
+        self.ran = False
+
+    def commit(self, ops: Sequence[Op]) -> CommitOutcome:
+        if self._when is not None and self._when(ops):
+            self._when = None
+            self._then()
+            self.ran = True
+        return super().commit(ops)
+
+
+def writing_over_in(number: int) -> Callable[[Sequence[Op]], bool]:
+    """A commit that writes incarnation ``number``'s memo over an earlier incarnation's."""
+
+    def when(ops: Sequence[Op]) -> bool:
+        first = ops[0] if ops else None
+        if not isinstance(first, Put) or parse_memo_key(first.ref.key) is None:
+            return False
+        run = first.value.get("i") if isinstance(first.value, dict) else None
+        return isinstance(run, str) and incarnation_number(run) == number
+
+    return when
+
+
+def test_an_execution_behind_the_request_follows_it_and_runs_no_step_again(store: Store, api: Api) -> None:
+    """While one execution is about to write its second incarnation's first memo, a duplicate runs
+    the request to its end (its third incarnation writing that place over): the first then meets
+    a later incarnation's memo, and answers the request's outcome instead of billing again."""
+    space = new_space()
+
+    def duplicate() -> None:
+        assert idemflow.run(quick(space, 1, 3), request_id=space, store=store) == 3
+
+    behind = Meanwhile(store, writing_over_in(2), duplicate)
+    assert api.run(quick(space, 1, 3), request_id=space, store=behind) == 3
+    assert behind.ran
+    assert billed(store, space) == 3
