@@ -179,7 +179,8 @@ class Compensator:
         def call_undo(key: str) -> Any:
             return undo(key, result)
 
-        key = idempotency_key(given.workflow, given.request_id, step)  # the call's: undo finds it by it
+        # the call's key, this incarnation's: the undo finds the call by it
+        key = idempotency_key(given.workflow, given.request_id, step, incarnation=given.incarnation)
         call = CallOut(call_undo, key, node.lease, node.timeout, "compensate " + node.label, done.group)
         retry = node.retry if node.retry is not None else workflow_retry
         cursor.revisit(step)

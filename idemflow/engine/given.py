@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from idemflow.core.memos import incarnation_number
 from idemflow.core.plan import Plan
 from idemflow.core.policy import RetryPolicy
 from idemflow.engine.tx import Reader
@@ -49,6 +50,12 @@ class Given(NamedTuple):
     """OpenTelemetry is on: spans and counters (decided once per execution)."""
     logged: bool
     """The engine logger is at DEBUG: one structured line per run and per step."""
+
+    @property
+    def incarnation(self) -> int:
+        """Which incarnation of its request this execution runs (1 unless the request continued as
+        new): what its effects' keys and derived values are derived from, beside the step."""
+        return incarnation_number(self.plan.incarnation)
 
     def expiry(self) -> float:
         """When rows written now may expire: a retention from now, by the later of wall time and

@@ -276,7 +276,7 @@ class Interpreter:
         given, cursor, stepper = self._given, self._cursor, self._stepper
         label, compensate = node.label, node.compensate
         step = cursor.advance()
-        key = idempotency_key(given.workflow, given.request_id, step)
+        key = idempotency_key(given.workflow, given.request_id, step, incarnation=given.incarnation)
         group = self._call_group(node)
         call = CallOut(node.function, key, node.lease, node.timeout, label, group)
         identity = "effect " + label
@@ -330,7 +330,7 @@ class Interpreter:
                 step = self._cursor.advance()
                 if self._journal.noting:
                     self._journal.note("", "", type(node).__name__.lower())
-                derived = digest(given.workflow, given.request_id, step)
+                derived = digest(given.workflow, given.request_id, step, incarnation=given.incarnation)
                 if isinstance(node, Uuid4):
                     return str(uuid.UUID(bytes=derived[:16], version=4))
                 return int.from_bytes(derived[:7], "big") / float(1 << 56)

@@ -32,6 +32,7 @@ from idemflow import (
 )
 from idemflow.admin import show
 from idemflow.client import RunStatus, send_message
+from idemflow.core.effect_keys import idempotency_key
 from idemflow.core.memos import incarnation_number
 from idemflow.keys import RUNS_TABLE, parse_memo_key
 from idemflow.records import RunRecord, run_ref
@@ -461,3 +462,29 @@ def test_an_execution_behind_the_request_follows_it_and_runs_no_step_again(store
     assert api.run(quick(space, 1, 3), request_id=space, store=behind) == 3
     assert behind.ran
     assert billed(store, space) == 3
+
+
+@workflow("keyed")
+def keyed(space: str, last: int, seen: list[list[str]]) -> Generator[Any, Any, list[list[str]]]:
+    key = yield effect(lambda idempotency_key: idempotency_key, name="charge")
+    token = yield idemflow.uuid4()
+    seen = [*seen, [key, str(token)]]
+    if len(seen) < last:
+        yield continue_as_new(space, last, seen)
+    return seen
+
+
+def test_each_incarnation_gives_its_outside_calls_and_derived_values_keys_of_its_own(
+    store: Store, api: Api
+) -> None:
+    """Steps are numbered from 1 again in every incarnation, but period 2's charge is not period
+    1's: a provider deduplicating by key would otherwise answer it as a duplicate and charge
+    nothing. The first incarnation keeps the key every request had before incarnations were
+    numbered (requests in flight across the upgrade call with the key they called with)."""
+    space = new_space()
+    seen = api.run(keyed(space, 4, []), request_id=space, store=store)
+    keys, tokens = [pair[0] for pair in seen], [pair[1] for pair in seen]
+    assert len(set(keys)) == len(set(tokens)) == 4, seen
+    assert keys[0] == idempotency_key("keyed", space, 1)
+    assert keys[1] == idempotency_key("keyed", space, 1, incarnation=2)
+    assert api.run(keyed(space, 4, []), request_id=space, store=store) == seen  # a duplicate: the same
