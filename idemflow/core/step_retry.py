@@ -115,6 +115,14 @@ class StepRetry:
         return wait
 
 
+def check_retry(retry: object) -> StepRetry | None:
+    """A step's or workflow's ``retry=``: a :class:`~idemflow.StepRetry` or None."""
+
+    if retry is not None and not isinstance(retry, StepRetry):
+        raise InvalidInputError(f"retry= takes a StepRetry or None, not {type(retry).__name__}")
+    return retry
+
+
 DEFAULT_STEP_RETRY = StepRetry()
 """What workers use for a step whose call and workflow name no policy: a transient outside
 failure is retried for a day, at most every five minutes."""

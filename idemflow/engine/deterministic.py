@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from idemflow.core.limit_spec import LimitGroup, effect_group
-from idemflow.core.step_retry import StepRetry
-from idemflow.engine.monad import Effect, Idem, Now, Random, Uuid4, check_retry
+from idemflow.core.step_retry import StepRetry, check_retry
+from idemflow.engine.monad import Effect, Idem, Now, Random, Uuid4
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_duration
 

@@ -1,36 +1,33 @@
 """The step engine: replay-or-execute-then-commit, one code path for every variant.
 
-An :class:`Execution` interprets an :class:`~idemflow.engine.monad.Idem` for one
-request. Each step gets the next number ``n``; its memo lives at
-``memo_key(workflow, request, "s<n>")`` in the step's own table and partition
-and is inserted *in the same atomic commit* as the step's data. So:
+An :class:`Execution` interprets an :class:`~idemflow.engine.monad.Idem` for one request. Each step
+gets the next number ``n``; its memo lives at ``memo_key(workflow, request, "s<n>")`` in the step's
+own table and partition and is inserted *in the same atomic commit* as the step's data. So:
 
-- a first execution pays no extra round trip: it runs the body and commits
-  ``[memo insert, (run record insert), data writes and checks]`` at once;
-- a duplicate or crashed-and-retried execution meets the run record (the
-  commit reports it), switches to replay, and from then on reads each memo
-  first, so finished steps cost one read and never run again;
-- two live executions race harmlessly: one memo insert wins, the other
-  commit fails as a whole and returns the winner's memo;
+- a first execution pays no extra round trip: it runs the body and commits ``[memo insert, (run
+  record insert), data writes and checks]`` at once;
+- a duplicate or crashed-and-retried execution meets the run record (the commit reports it),
+  switches to replay, and from then on reads each memo first, so finished steps cost one read and
+  never run again;
+- two live executions race harmlessly: one memo insert wins, the other commit fails as a whole and
+  returns the winner's memo;
 - a commit whose answer was lost is retried as is and meets its own memo.
 
-Every variant (``run``, ``submit``, a worker's resume, an operator's abort)
-is one :class:`Plan` given at construction: the execution alone changes its
-state. Data conflicts rerun the body with jittered exponential backoff
-(tenacity), bounded, then :class:`ConflictError`.
+Every variant (``run``, ``submit``, a worker's resume, an operator's abort) is one :class:`Plan`
+given at construction: the execution alone changes its state. Data conflicts rerun the body with
+jittered exponential backoff (tenacity), bounded, then :class:`ConflictError`.
 
 The execution never calls a store: it is a generator that yields requests
 (:mod:`idemflow.core.requests`) and is sent their answers. :func:`idemflow.engine.drive.drive`
-carries them out on a blocking store (``run``), :func:`idemflow.engine.drive_asyncio.adrive`
-on an asynchronous one (``arun``): one algorithm for both APIs.
+carries them out on a blocking store (``run``), :func:`idemflow.engine.drive_asyncio.adrive` on an
+asynchronous one (``arun``): one algorithm for both APIs.
 
-:class:`Execution` builds and owns the engine's parts, each with one job and
-its own state (``docs/architecture.md``): the cursor (step number, what is
-known of the request), the store calls under a step's deadline, the run
-record, the deferred commit, the memos, the stepper (one step), the
-coordinator (timers, children, messages), the publisher (events, streams), the
-compensator, the outcome's writer and, on top, the interpreter. It runs the request to its outcome:
-restarts, compensation after an abort, a step's error as the caller wants it.
+:class:`Execution` builds and owns the engine's parts, each with one job and its own state
+(``docs/architecture.md``): the cursor (step number, what is known of the request), the store calls
+under a step's deadline, the run record, the deferred commit, the memos, the stepper (one step), the
+coordinator (timers, children, messages), the publisher (events, streams), the compensator, the
+outcome's writer and, on top, the interpreter. It runs the request to its outcome: restarts,
+compensation after an abort, a step's error as the caller wants it.
 """
 
 from __future__ import annotations
@@ -226,8 +223,6 @@ class Execution:
     def plan(self) -> Plan:
         """What this execution was asked to do (read-only: only the engine's parts change its state)."""
         return self._given.plan
-
-    # -- the whole request ------------------------------------------------
 
     def run(self, node: Node) -> Steps[RunRecord]:
         """Run to the end (completed, or aborted and compensated) and return the outcome.

@@ -37,6 +37,7 @@ from idemflow.engine.monad import (
     Call,
     Checkpoint,
     CloseStream,
+    ContinueAsNew,
     Deadline,
     Effect,
     Idem,
@@ -55,7 +56,7 @@ from idemflow.engine.monad import (
     WriteStream,
 )
 from idemflow.engine.publisher import Publisher
-from idemflow.engine.renewal import ContinueAsNew, renewing
+from idemflow.engine.renewal import renewing
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.stepper import Stepper
 from idemflow.engine.together import Together

@@ -32,8 +32,7 @@ from returns.interfaces.mappable import Mappable1
 from returns.primitives.container import BaseContainer
 from returns.primitives.hkt import Kind1, SupportsKind1, dekind
 
-from idemflow.core.step_retry import StepRetry
-from idemflow.engine.renewal import ContinueAsNew
+from idemflow.core.step_retry import StepRetry, check_retry
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_partition, check_table
 from idemflow.serialization import JSON, encode
@@ -266,6 +265,16 @@ TableLess = Now | Uuid4 | Random | Effect | Abort | Checkpoint
 Coordination = Deadline | Until | Start | WaitFor | Post | Receive
 """Steps that wait for time, for another request, or reach one (:mod:`idemflow.running.coordination`)."""
 
+
+class ContinueAsNew(NamedTuple):
+    """``continue_as_new(*args, **kwargs)``: the next incarnation's input, checked when built."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    input: JSON
+    """``{"args": [...], "kwargs": {...}}`` as the run record stores it (already encoded once)."""
+
+
 Publishing = SetEvent | WriteStream | CloseStream
 """Steps that publish what a request's readers see while it runs (:mod:`idemflow.running.publishing`)."""
 
@@ -380,14 +389,6 @@ def atomic(
     if retry is not None:
         check_retry(retry)
     return Idem(Atomic(table, partition, body, compensate, step_name, retry))
-
-
-def check_retry(retry: object) -> StepRetry | None:
-    """A step's or workflow's ``retry=``: a :class:`~idemflow.StepRetry` or None."""
-
-    if retry is not None and not isinstance(retry, StepRetry):
-        raise InvalidInputError(f"retry= takes a StepRetry or None, not {type(retry).__name__}")
-    return retry
 
 
 def abort(reason: JSON = None) -> Idem[None]:

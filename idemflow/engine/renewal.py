@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import NoReturn
 
 from idemflow.core.memos import incarnation_number, renewed_incarnation
 from idemflow.core.plan import Aborting, Cancelled, Finished, Plan, Renewed
@@ -34,6 +34,7 @@ from idemflow.core.requests import Steps
 from idemflow.engine.cursor import Cursor
 from idemflow.engine.given import Given
 from idemflow.engine.memo_reader import WAIT_ABORTED, WAIT_ENDED, AbortWorkflow
+from idemflow.engine.monad import Call, ContinueAsNew
 from idemflow.engine.run_record import RunRecorder
 from idemflow.engine.store_calls import StoreCalls
 from idemflow.errors import ContinueAsNewError, LimitExceededError
@@ -42,21 +43,9 @@ from idemflow.records import Memo, RunRecord, RunStatus, memo_row, memo_run, mem
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef, Version
 
-if TYPE_CHECKING:
-    from idemflow.engine.monad import Call
-
 KEPT_FIELDS = ("rn", "ln")
 """What the next incarnation's stored input keeps of the earlier one's: the request's retention and
 its queue lane (not a delayed start, which was the first incarnation's)."""
-
-
-class ContinueAsNew(NamedTuple):
-    """``continue_as_new(*args, **kwargs)``: the next incarnation's input, checked when built."""
-
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    input: JSON
-    """``{"args": [...], "kwargs": {...}}`` as the run record stores it (already encoded once)."""
 
 
 class Renewal(BaseException):

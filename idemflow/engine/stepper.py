@@ -1,16 +1,14 @@
 """One step: replay it from its memo, or execute its body and commit it exactly once.
 
-A step's memo is inserted in the same commit as its data; a commit that
-loses to another execution's memo returns that memo, one that meets the run
-record switches the execution to replay, and a data conflict reruns the body
-under the policy's tenacity retryer. A step the workflow goes on from may
+A step's memo is inserted in the same commit as its data; a commit that loses to another execution's
+memo returns that memo, one that meets the run record switches the execution to replay, and a data
+conflict reruns the body under the policy's tenacity retryer. A step the workflow goes on from may
 leave its commit :class:`Pending` for the workflow's next move.
 
-The stepper owns what lives for one step (its attempts, an effect's answer);
-what the step is, where it goes and whether
-its commit may wait is passed in, never left on an object for a later method
-to pick up. A commit that waits is handed to :mod:`idemflow.engine.deferred`; the guard
-around an effect's call (its lease, its limit group) is :mod:`idemflow.engine.effect_call`.
+The stepper owns what lives for one step (its attempts, an effect's answer); what the step is, where
+it goes and whether its commit may wait is passed in, never left on an object for a later method to
+pick up. A commit that waits is handed to :mod:`idemflow.engine.deferred`; the guard around an
+effect's call (its lease, its limit group) is :mod:`idemflow.engine.effect_call`.
 """
 
 from __future__ import annotations
@@ -98,8 +96,6 @@ class Stepper:
     def back(self, kept: tuple[Any, int]) -> None:
         self.called, self._attempts = kept
 
-    # -- steps --------------------------------------------------------------
-
     def memoized(
         self, identity: str, body: Callable[[Tx], Any], call_out: CallOut | None = None
     ) -> Steps[Any]:
@@ -152,10 +148,10 @@ class Stepper:
         extra: Extra | None = None,
         defer: bool = False,
     ) -> Steps[Any]:
-        """The computation that replays the step from its memo, or executes and commits it
-        exactly once (a plain function: no generator frame of its own). A step whose
-        body calls out (an effect) resends its commit on a transient error instead of rerunning:
-        a rerun would call the outside service again."""
+        """The computation that replays the step from its memo, or executes and commits it exactly once
+        (a plain function: no generator frame of its own). A step whose body calls out (an effect)
+        resends its commit on a transient error instead of rerunning: a rerun would call the outside
+        service again."""
         given = self._given
         memo_ref = RowRef(table, partition, given.memo_prefix + tag)
         self._calls.renew()
@@ -192,13 +188,9 @@ class Stepper:
             return (yield from retried(retrying, lambda: self._retry(again)))
         except DataConflict:
             attempts = retrying.statistics.get("attempt_number", 0) + 1
+            where = (memo_ref.table, memo_ref.partition)
             raise ConflictError(
-                given.workflow,
-                given.request_id,
-                self._cursor.step,
-                memo_ref.table,
-                memo_ref.partition,
-                attempts,
+                given.workflow, given.request_id, self._cursor.step, *where, attempts
             ) from None
 
     def _retry(self, step: StepArgs) -> Steps[Any]:
@@ -400,8 +392,6 @@ class Stepper:
             if decided_at in by_index:  # another branch of its any_of ended first
                 raise Preempted(by_index[decided_at].existing)
             return RETRY
-
-    # -- replay, leases, limits, stale reads -----------------------------------
 
     def undone_at(self, step: int) -> Steps[tuple[float | None, bool]]:
         """See :meth:`~idemflow.engine.effect_call.EffectCall.undone_at` (the compensator asks)."""

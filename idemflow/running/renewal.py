@@ -30,8 +30,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from idemflow.engine.monad import Idem
-from idemflow.engine.renewal import ContinueAsNew
+from idemflow.engine.monad import ContinueAsNew, Idem
 from idemflow.serialization import decode, encode
 
 __all__ = ["continue_as_new"]

@@ -33,6 +33,7 @@ from idemflow.engine.monad import (
     AnyOf,
     Bind,
     Branch,
+    ContinueAsNew,
     Deadline,
     Effect,
     Idem,
@@ -41,7 +42,6 @@ from idemflow.engine.monad import (
     Timer,
     WaitFor,
 )
-from idemflow.engine.renewal import ContinueAsNew
 from idemflow.errors import ContinueAsNewError, InvalidInputError
 from idemflow.running.coordination import SLEEP_LABEL, TIMEOUT_LABEL
 

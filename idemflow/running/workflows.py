@@ -20,8 +20,8 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from idemflow.core.limit_spec import Concurrency, LimitGroup, Rate, workflow_limits
-from idemflow.core.step_retry import StepRetry
-from idemflow.engine.monad import AsWritten, Basis, Call, Idem, check_retry
+from idemflow.core.step_retry import StepRetry, check_retry
+from idemflow.engine.monad import AsWritten, Basis, Call, Idem
 from idemflow.errors import InvalidInputError
 from idemflow.keys import check_duration, check_workflow_name
 
