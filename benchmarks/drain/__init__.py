@@ -35,18 +35,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @contextlib.contextmanager
 def _urls(store: str | None, queue: str | None) -> Iterator[tuple[str, str]]:
+    """The store and queue URLs given; a PostgreSQL of its own for what is not (a queue without a
+    store is refused by :func:`main`)."""
     if store and queue:
         yield store, queue
         return
-    if queue:  # a store URL of its own or none: the queue given, the store by default in a temp file
-        yield store or _scratch_store(), queue
-        return
     with postgres_server(fsync=True) as server:
         yield store or server.url(), server.url()
-
-
-def _scratch_store() -> str:
-    raise SystemExit("give --store with --queue (or neither: a PostgreSQL of its own serves both)")
 
 
 def drain_seconds(store_url: str, queue_url: str, requests: int, processes: int) -> float:
@@ -54,14 +49,14 @@ def drain_seconds(store_url: str, queue_url: str, requests: int, processes: int)
     store = open_store(store_url)
     store.create_tables(*TABLES)
     name = f"drain{uuid.uuid4().hex[:8]}"
-    queue = open_queue(f"{queue_url}&name={name}" if "?" in queue_url else f"{queue_url}?name={name}")
+    named = f"{queue_url}&name={name}" if "?" in queue_url else f"{queue_url}?name={name}"
+    queue = open_queue(named)
     pending = [
         submit(drained({"id": f"{name}-{i}", "n": i}), request_id=f"{name}-{i}", store=store, queue=queue)
         for i in range(requests)
     ]
-    worker_queue = f"{queue_url}&name={name}" if "?" in queue_url else f"{queue_url}?name={name}"
     command = [sys.executable, "-m", "idemflow", "worker", "benchmarks.drain.flows:WORKFLOWS"]
-    command += ["--store", store_url, "--queue", worker_queue, "--concurrency", "4", "--relay-every", "60"]
+    command += ["--store", store_url, "--queue", named, "--concurrency", "4", "--relay-every", "60"]
     began = time.perf_counter()
     workers = [subprocess.Popen(command, cwd=ROOT, stderr=subprocess.DEVNULL) for _ in range(processes)]
     try:
@@ -90,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queue", default=None, help="queue URL (default: the same PostgreSQL)")
     parser.add_argument("--out", type=Path, default=None, help="folder for the page")
     args = parser.parse_args(argv)
+    if args.queue and not args.store:
+        parser.error("give --store with --queue (or neither: a PostgreSQL of its own serves both)")
     seconds: dict[int, list[float]] = {count: [] for count in args.processes}
     with _urls(args.store, args.queue) as (store_url, queue_url):
         for number in range(args.rounds):
