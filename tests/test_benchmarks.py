@@ -177,13 +177,17 @@ def test_each_counted_shape_runs_its_requests_to_their_end(shape: str, tmp_path:
 
 
 def test_drain_finishes_every_request_on_a_postgres_queue(tmp_path: Path) -> None:
-    """A PostgreSQL of its own for the queue, the store a SQLite file: every request completes
-    (the benchmark raises otherwise) and the page gives a figure per process count."""
-    store = f"sqlite:{tmp_path / 'drain.sqlite3'}"
+    """A PostgreSQL of its own serving store and queue: every request completes with its effects
+    applied once (the benchmark raises otherwise) and the page and record give a figure per
+    process count."""
     sizes = ["--requests", "6", "--rounds", "1", "--processes", "1", "2"]
-    bench(["benchmarks.drain", *sizes, "--store", store, "--out", str(tmp_path)], timeout=240)
+    bench(["benchmarks.drain", *sizes, "--out", str(tmp_path)], timeout=240)
     page = (tmp_path / "drain.md").read_text()
     assert "| 1 |" in page and "| 2 |" in page
+    record = json.loads((tmp_path / "drain.json").read_text())
+    assert record["exactly_once"] is True
+    assert set(record["drain_seconds"]) == {"1", "2"}
+    assert record["headlines"]["drain.requests_per_s.2_processes"]["value"] > 0
 
 
 def test_quick_booking_writes_its_results(tmp_path: Path) -> None:
