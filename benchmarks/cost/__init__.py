@@ -2,7 +2,7 @@
 backend calls (on the caller's path and in all), DynamoDB request units and dollars, Azure
 billable transactions — for the hand-written code, the minimal exactly-once protocol, idemflow,
 and the peers (AWS Lambda Powertools' ``idempotent_function`` on DynamoDB, DBOS Transact on
-SQLite).
+SQLite and on PostgreSQL).
 
 Why: users pay per call, per request unit and per millisecond of CPU. The other benchmarks time
 idemflow; this one prices it, every variant in one interleaved run on the same servers, so that
@@ -17,9 +17,12 @@ the one :mod:`benchmarks.peers.powertools` protects), Powertools around it, idem
 (:mod:`benchmarks.cost.handwritten`) and idemflow workflows (:mod:`benchmarks.cost.flows`) of
 1, 2 and 5 steps, the 2-step workflow on ``arun``; on Azurite the plain handler, minimal and
 workflows of 1, 2, 5 steps (each also on ``arun``), the function; on SQLite the same and DBOS's
-2-step workflow; the duplicates of the protected 2-step variants. How they are run and measured:
-:mod:`benchmarks.cost.rounds`; how calls are counted and priced: :mod:`benchmarks.cost.meter`,
-:mod:`benchmarks.cost.units`.
+2-step workflow; on PostgreSQL the plain handler, minimal and workflows of 1, 2, 5 steps and DBOS's
+2-step workflow (its system database and datasource on the same server); the duplicates of the
+protected 2-step variants (DBOS's: the same workflow id run again). The ratios to the minimal
+protocol and to DBOS are printed beside issue 45's targets (:mod:`benchmarks.cost.targets`). How
+they are run and measured: :mod:`benchmarks.cost.rounds`; how calls are counted and priced:
+:mod:`benchmarks.cost.meter`, :mod:`benchmarks.cost.units`.
 
 Sources of the billing rules (read 2026-11; prices change, the constants are in ``_cost_units``):
 
@@ -114,7 +117,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
     add("--duplicate-warmup", type=int, default=1 if quick else 10, help="untimed duplicates per variant")
     add("--meter", type=int, default=2 if quick else 10, help="metered requests per variant")
     add("--seed", type=int, default=2013, help="the rounds' shuffles")
-    add("--no-dbos", action="store_true", help="leave DBOS out (SQLite)")
+    add("--no-dbos", action="store_true", help="leave DBOS out (SQLite, PostgreSQL)")
     add("--library", default=None, help="put PATH first on sys.path before importing idemflow")
     add("--tag", default=None, help="write cost-TAG.md/.json/.png")
     add("--out", type=Path, default=out, help="results folder")
@@ -161,7 +164,7 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
                 made, meter_azure, close = azure_variants(backend, loop)
                 meters.append(meter_azure)
             elif kind == "postgres":
-                made, close = postgres_variants(backend)
+                made, close = postgres_variants(backend, dbos=not args.no_dbos)
             else:
                 made, close = sqlite_variants(backend, dbos=not args.no_dbos)
             stack.callback(close)

@@ -6,7 +6,9 @@
   writes are waited for (``settle``: a store's ``flush``) *inside* the round's CPU window, so
   their CPU and calls are the variant's. Per request: latency; per round: the median latency,
   client CPU (``getrusage(RUSAGE_SELF)`` user + system over the round, every thread included,
-  divided by its requests) and the calls counted at the SDK.
+  divided by its requests) and the calls counted at the SDK. A variant served by a process of its
+  own (DBOS: one instance per process) reports that process's CPU and each request's latency as
+  measured there (``Variant.cpu``, ``Variant.own_time``).
 - **Duplicates** call their first-call variant with a key it already finished (and flushed):
   each key is repeated once (if the pool ran dry a key would be repeated again; counted).
 - **Metering pass**: afterwards, every variant runs ``meter`` more requests, each settled before
@@ -36,6 +38,12 @@ from benchmarks.cost.meter import REQUEST_TASK, Check, Counted, Meter
 T = TypeVar("T")
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process so far: user + system, every thread."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _nothing() -> None:
     """No background work to wait for."""
 
@@ -58,6 +66,12 @@ class Variant:
     """``plain``, ``minimal``, ``workflow``, ``asyncio``, ``function`` or ``peer``."""
     steps: int = 0
     meter: Meter | None = None
+    cpu: Callable[[], float] = cpu_seconds
+    """CPU seconds so far of the process serving this variant (a peer in a process of its own
+    reports its own)."""
+    own_time: bool = False
+    """``call`` returns the seconds the request took where it ran (a peer in a process of its
+    own: the pipe to it is no part of its latency)."""
 
     @property
     def key(self) -> str:
@@ -76,11 +90,6 @@ class Result:
     metered_requests: int = 0
     checks: list[Check] = field(default_factory=list)
     repeats: int = 0
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def idle_cpu(seconds: float = 1.0) -> float:
@@ -139,8 +148,9 @@ class Rounds:
                 number, again = self.keys.duplicate(base)
                 result.repeats += again
             start = time.perf_counter()
-            variant.call(number)
-            times.append(time.perf_counter() - start)
+            answer = variant.call(number)
+            took = time.perf_counter() - start
+            times.append(answer if variant.own_time and isinstance(answer, float) else took)
             if each_settled:
                 variant.settle()
         variant.settle()
@@ -161,9 +171,9 @@ class Rounds:
             shuffle.shuffle(order)
             for variant in order:
                 result = self.results[variant.key]
-                cpu, counted = cpu_seconds(), variant.counted()
+                cpu, counted = variant.cpu(), variant.counted()
                 times = self._batch(variant, per_round, timed=True)
-                result.round_cpu.append((cpu_seconds() - cpu) / per_round)
+                result.round_cpu.append((variant.cpu() - cpu) / per_round)
                 result.timed = result.timed + (variant.counted() - counted)
                 result.latencies.extend(times)
                 result.round_p50.append(statistics.median(times))

@@ -9,16 +9,23 @@
   around the plain handler; duplicates.
 - SQLite: the plain handler (two transactions), minimal and workflows of 1, 2, 5 steps, the
   function, DBOS Transact's 2-step workflow (:mod:`benchmarks.peers.dbos`); duplicates.
+- PostgreSQL (:mod:`benchmarks.cost.postgres`): the plain handler, minimal and workflows of 1, 2,
+  5 steps, DBOS's 2-step workflow with its system database and datasource on the same server;
+  duplicates.
+
+DBOS runs in a process of its own per backend (:mod:`benchmarks.cost.dbos_process`: DBOS is one
+instance per process); its duplicate is the same workflow id run again, which DBOS answers from
+its record of the finished workflow.
 
 Every client of a server backend reports to one meter per backend (:mod:`benchmarks.cost.meter`);
-SQLite variants count their own transactions, idemflow's SQLite stores their own calls.
+SQLite and PostgreSQL variants count their own transactions, idemflow's stores their own calls,
+DBOS's process its SQLAlchemy transactions and statements.
 
 Why apart: setting up clients, tables and counters is a job of its own; ``cost`` times and reports.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +33,7 @@ from typing import Any
 
 from benchmarks.common.backends import Backend, boto_config, create_dynamodb_table
 from benchmarks.common.counting import backend_calls
+from benchmarks.cost.dbos_process import DbosProcess
 from benchmarks.cost.flows import COUNTERS, STEPS, SURVEY, TABLES, WORKFLOWS, event
 from benchmarks.cost.handwritten import (
     SQLITE_SCHEMA,
@@ -38,6 +46,7 @@ from benchmarks.cost.handwritten import (
 )
 from benchmarks.cost.meter import AzureMeter, Counted, DynamoMeter
 from benchmarks.cost.rounds import Loop, Variant
+from benchmarks.peers.dbos import DbosSetup, postgres_setup, sqlite_setup
 from benchmarks.peers.powertools import create_idempotency_table, powertools_protect, put_and_add
 from idemflow import arun, idempotent_function, run
 from idemflow.stores import Store
@@ -48,7 +57,7 @@ DUPLICATED = {
     "dynamodb-local": ("Powertools", "idemflow function", "minimal 2 steps", "idemflow 2 steps"),
     "azurite": ("idemflow function", "minimal 2 steps", "idemflow 2 steps"),
     "sqlite": ("idemflow function", "minimal 2 steps", "idemflow 2 steps", "DBOS"),
-    "postgres": ("minimal 2 steps", "idemflow 2 steps"),
+    "postgres": ("minimal 2 steps", "idemflow 2 steps", "DBOS"),
 }
 """The variants whose duplicates are measured, per backend."""
 
@@ -60,7 +69,7 @@ def steps_name(what: str, steps: int) -> str:
 def _with_duplicates(kind: str, variants: list[Variant]) -> list[Variant]:
     by_name = {v.name: v for v in variants}
     copies = [
-        Variant(kind, f"{name}, duplicate", v.call, v.counted, v.settle, name, v.family, v.steps, v.meter)
+        replace(v, name=f"{name}, duplicate", base=name)
         for name in DUPLICATED[kind]
         if (v := by_name.get(name)) is not None
     ]
@@ -254,37 +263,6 @@ def azure_variants(backend: Backend, loop: Loop) -> tuple[list[Variant], AzureMe
 # -- SQLite ---------------------------------------------------------------------------------------
 
 
-class DbosCounts:
-    """Transactions and statements of every SQLAlchemy engine (DBOS's system and application
-    databases are its only ones here), on the caller's thread or off it."""
-
-    def __init__(self) -> None:
-        from sqlalchemy import event as sa_event
-        from sqlalchemy.engine import Engine
-
-        self.counted = Counted()
-        self._lock = threading.Lock()
-        sa_event.listen(Engine, "commit", self._transaction)
-        sa_event.listen(Engine, "rollback", self._transaction)
-        sa_event.listen(Engine, "before_cursor_execute", self._statement)
-
-    def _transaction(self, *_: Any) -> None:
-        with self._lock:
-            if threading.current_thread() is threading.main_thread():
-                self.counted.path += 1
-            else:
-                self.counted.off += 1
-            self.counted.ops["transactions"] += 1
-
-    def _statement(self, *_: Any) -> None:
-        with self._lock:
-            self.counted.ops["statements"] += 1
-
-    def snapshot(self) -> Counted:
-        with self._lock:
-            return Counted(self.counted.path, self.counted.off, ops=Counter(self.counted.ops))
-
-
 def _sqlite_counts(counts: SqliteCounts, store: Any = None) -> Callable[[], Counted]:
     def counted() -> Counted:
         calls = counts.transactions + (backend_calls(store) if store is not None else 0)
@@ -296,12 +274,34 @@ def _sqlite_counts(counts: SqliteCounts, store: Any = None) -> Callable[[], Coun
     return counted
 
 
-def postgres_variants(backend: Backend) -> Built:
-    """PostgreSQL's variants (:mod:`benchmarks.cost.postgres`), with their duplicates."""
+def postgres_variants(backend: Backend, dbos: bool) -> Built:
+    """PostgreSQL's variants (:mod:`benchmarks.cost.postgres`) and DBOS on the same server, with
+    their duplicates."""
     from benchmarks.cost.postgres import postgres_variants as made  # psycopg: the postgres extra
 
     variants, close = made(backend, _workflow_call, _called)
-    return _with_duplicates(backend.kind, variants), close
+    closers = [close]
+    if dbos and dbos_installed():
+        assert backend.conninfo is not None
+        peer, stop = dbos_variant(backend.kind, postgres_setup(backend.conninfo, backend.tag("ld")))
+        variants.append(peer)
+        closers.insert(0, stop)
+
+    def close_all() -> None:
+        for closer in closers:
+            closer()
+
+    return _with_duplicates(backend.kind, variants), close_all
+
+
+def dbos_variant(kind: str, setup: DbosSetup) -> tuple[Variant, Callable[[], None]]:
+    """DBOS's 2-step workflow on ``setup``'s databases, served by a process of its own, and what
+    stops it. Its latency and CPU are the process's own, its calls SQLAlchemy's transactions."""
+    peer = DbosProcess(setup)
+    variant = Variant(
+        kind, "DBOS", peer.call, peer.counted, family="peer", steps=2, cpu=peer.cpu, own_time=True
+    )
+    return variant, peer.close
 
 
 def dbos_installed() -> bool:
@@ -352,14 +352,11 @@ def sqlite_variants(backend: Backend, dbos: bool) -> tuple[list[Variant], Callab
         counted = _sqlite_counts(SqliteCounts(), store)
         variants.append(Variant(kind, name, call, counted, store.flush, family="workflow", steps=steps))
     if dbos and dbos_installed():
-        from benchmarks.peers.dbos import dbos_variants
-
         folder = backend.folder / "dbos"
         folder.mkdir()
-        counts_dbos = DbosCounts()
-        made, cleanup = dbos_variants(folder)
-        closers.append(cleanup)
-        variants.append(Variant(kind, "DBOS", made["DBOS"], counts_dbos.snapshot, family="peer", steps=2))
+        peer, stop = dbos_variant(kind, sqlite_setup(folder))
+        variants.append(peer)
+        closers.append(stop)
 
     def close() -> None:
         for closer in closers:
