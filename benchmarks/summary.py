@@ -30,6 +30,26 @@ TARGETS: list[tuple[str, str, float, str]] = [
     (r"calls\.\w+\.\w+\.async_over_sync_latency", "<", 1.0, "async answers the client faster than sync"),
     (r"calls\.\w+\.\w+\.duplicate_calls", "<=", 1.0, "a duplicate of a finished request costs one read"),
     (r"peers\.idemflow_over_dbos", "<", 1.0, "beat DBOS on SQLite outright"),
+    (
+        r"cost[\w-]*\.(sqlite|postgres)\.idemflow_over_minimal\.\d_steps?",
+        "<=",
+        1.2,
+        "idemflow / minimal p50 ≤ 1.2 on the SQL stores (issue 45)",
+    ),
+    (
+        r"cost[\w-]*\.(sqlite|postgres)\.idemflow_over_minimal_cpu\.\d_steps?",
+        "<=",
+        1.5,
+        "idemflow / minimal CPU ≤ 1.5 on the SQL stores (issue 45)",
+    ),
+    (
+        r"cost[\w-]*\.(sqlite|postgres)\.idemflow_over_minimal\.2_steps_duplicate",
+        "<=",
+        2.0,
+        "a duplicate ≤ 2× the minimal's on the SQL stores (issue 45)",
+    ),
+    (r"cost[\w-]*\.sqlite\.idemflow_over_dbos", "<=", 0.1, "10× faster than DBOS on SQLite (issue 45)"),
+    (r"cost[\w-]*\.postgres\.idemflow_over_dbos", "<=", 0.2, "5× faster than DBOS on PostgreSQL (issue 45)"),
     (r"overhead\.fresh\.\d+", "<=", 15.0, "library overhead ≤ 15 µs/step on MemoryStore"),
     (
         r"contention\.[\w-]+\.hot\.\d+\.idemflow_over_minimal_throughput",
@@ -72,7 +92,10 @@ SECTIONS = [
     ("asyncio API: arun against run in a threadpool", r"^asyncio_api\."),
     ("Durable timers: lateness; calls of sleep, start + wait, send + receive", r"^timers\."),
     ("Booking saga: worker executions per request; confirm → completed latency", r"^booking\."),
-    ("Cost per request: calls, request units, CPU (DynamoDB Local, Azurite, SQLite)", r"^cost[\w-]*\."),
+    (
+        "Cost per request: calls, request units, CPU (DynamoDB Local, Azurite, SQLite, PostgreSQL)",
+        r"^cost[\w-]*\.",
+    ),
 ]
 
 

@@ -245,6 +245,40 @@ def test_quick_cost_counts_every_sqlite_variant(tmp_path: Path) -> None:
     assert rows["plain handler"]["calls_all"] == 2
 
 
+def test_quick_cost_on_postgres_counts_minimal_idemflow_and_dbos(tmp_path: Path) -> None:
+    """The cost benchmark at tiny sizes on PostgreSQL alone (a server of its own): the minimal
+    protocol, idemflow of 1, 2 and 5 steps, DBOS on the same server (in a process of its own),
+    their duplicates, the ratios to DBOS and issue 45's targets beside them."""
+    pytest.importorskip("matplotlib", reason="the plots need the 'bench' extra: pip install -e '.[bench]'")
+    pytest.importorskip("psycopg", reason="the PostgreSQL variants need the 'postgres' extra")
+    out = tmp_path / "results"
+    bench(["benchmarks.cost", "--quick", "--stores", "postgres", "--out", str(out)], timeout=90)
+    record = json.loads((out / "cost.json").read_text())
+    rows = {row["name"]: row for row in record["rows"]}
+    firsts = ["plain handler"] + [
+        f"{what} {n}" for what in ("minimal", "idemflow") for n in ("1 step", "2 steps", "5 steps")
+    ]
+    duplicated = ["minimal 2 steps", "idemflow 2 steps"]
+    dbos = importlib.util.find_spec("dbos") is not None
+    if dbos:
+        firsts.append("DBOS")
+        duplicated.append("DBOS")
+    assert set(rows) == {*firsts, *(f"{name}, duplicate" for name in duplicated)}
+    for name, row in rows.items():
+        for number in ("p50_ms", "p99_ms", "cpu_ms", "calls_path", "calls_all"):
+            assert row[number] > 0, (name, number)
+    assert rows["minimal 2 steps"]["ops"] == {"round trips": 2, "transactions": 2}
+    assert rows["minimal 2 steps, duplicate"]["ops"] == {"round trips": 2, "transactions": 1}
+    assert rows["idemflow 2 steps"]["ops"] == {"idemflow store calls": 2}
+    targets = {(t["backend"], t["ratio"], t["measure"]) for t in record["targets"]}
+    assert ("postgres", "idemflow / minimal, 2 steps", "CPU") in targets
+    assert ("postgres", "idemflow / minimal, 2 steps, duplicate", "p50") in targets
+    if dbos:
+        assert rows["DBOS"]["ops"]["transactions"] >= 2 and rows["DBOS, duplicate"]["ops"]["statements"] > 0
+        assert ("postgres", "idemflow 2 steps / DBOS", "p50") in targets
+        assert "| postgres | idemflow 2 steps / DBOS, duplicate |" in (out / "cost.md").read_text()
+
+
 def test_quick_soak_samples_expired_rows_file_and_latency(tmp_path: Path) -> None:
     """The soak at seconds, not minutes: its page, plot and record, a sample every 2 s with the
     expired rows by kind, the file, RSS and both latencies; the store's own backlog once a pass

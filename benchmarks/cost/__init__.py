@@ -181,5 +181,6 @@ def main(argv: Sequence[str] | None = None, *, out: Path = RESULTS, quick: bool 
         rounds.meter(args.meter, meters)
     path = _cost_report.write(report, variants, rounds.results, calibration, idle)
     print("\n".join(_cost_report.summary_of(_cost_report.rows(variants, rounds.results))), flush=True)
+    print("\n".join(_cost_report.target_lines(variants, rounds.results)), flush=True)
     print(f"  cost: {path}", flush=True)
     return report

@@ -4,18 +4,23 @@ numbers, booleans, lists, maps), an item replaced by a smaller one, reads of eve
 transactions of one and of several items, and writes to a table with a sparse global secondary
 index like idemflow's runs table.
 
+The page's section comparing both (:func:`capacity_section`) is written here too.
+
 Why apart: these are not requests of any variant; they run once, on tables of their own, so that
 the page can say where the formula and the emulator agree, and where (and why) they do not.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common.backends import Backend, boto_config, create_dynamodb_table
+from benchmarks.common.report import Report
 from benchmarks.cost.meter import Check, DynamoMeter
+from benchmarks.cost.rounds import Result, Variant
 from benchmarks.cost.units import item_size
 
 
@@ -154,3 +159,64 @@ def calibrate(backend: Backend) -> list[Case]:
         calls.close()
         peek.close()
     return cases
+
+
+def _checks(variants: list[Variant], results: dict[str, Result]) -> list[list[str]]:
+    """Per variant and operation: calls cross-checked, agreeing, and explained by Local's rule."""
+    table = []
+    for variant in variants:
+        grouped: dict[str, list[Check]] = {}
+        for check in results[variant.key].checks:
+            grouped.setdefault(check.operation, []).append(check)
+        for operation, checks in grouped.items():
+            agree = sum(abs(c.computed - c.answered) < 1e-9 for c in checks)
+            explained = sum(abs(c.local_rule - c.answered) < 1e-9 for c in checks)
+            computed = Counter(f"{c.computed:g}→{c.answered:g}" for c in checks)
+            table.append(
+                [
+                    f"{variant.backend}: {variant.name}",
+                    operation,
+                    str(len(checks)),
+                    str(agree),
+                    str(explained),
+                    ", ".join(f"{pair} ×{n}" for pair, n in sorted(computed.items())),
+                ]
+            )
+    return table
+
+
+def capacity_section(
+    report: Report, variants: list[Variant], results: dict[str, Result], calibration: list[Case]
+) -> None:
+    """The page's section on request units against DynamoDB Local's ``ConsumedCapacity``: each
+    variant's calls cross-checked in the metering pass, and the calibration calls."""
+    checks = _checks(variants, results)
+    if checks or calibration:
+        report.add(
+            "## Request units against DynamoDB Local's ConsumedCapacity",
+            "",
+            "The hand-written variants' calls asked for `ReturnConsumedCapacity='TOTAL'` in the metering",
+            "pass (idemflow's and Powertools' calls were left as they are). *agree*: the documented rules",
+            "give Local's number; *Local's rule*: Local's number is what it observably computes for a",
+            "transaction (per table, twice the sum of the *distinct* per-item KB counts: two 1 KB items",
+            "count 2, not 4; index writes twice), which the documented rules (2 per KB per item) do not.",
+            "",
+        )
+        if checks:
+            header = ["variant", "operation", "calls", "agree", "explained by Local's rule", "computed→Local"]
+            report.table(header, checks)
+        if calibration:
+            report.add("Calibration calls (tables of their own):", "")
+            report.table(
+                ["call", "computed", "DynamoDB Local", "agree", "Local's rule"],
+                [
+                    [
+                        c.what,
+                        f"{c.check.computed:g}",
+                        f"{c.check.answered:g}",
+                        "yes" if abs(c.check.computed - c.check.answered) < 1e-9 else "**no**",
+                        f"{c.check.local_rule:g}",
+                    ]
+                    for c in calibration
+                ],
+            )

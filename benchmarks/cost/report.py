@@ -1,7 +1,9 @@
 """The ``cost`` page: per backend a table of every variant (latency, client CPU, calls on the
-caller's path and in all, request units and dollars on DynamoDB, billable transactions on Azure),
-the ratios measured in the same run, the cross-check of the request-unit rules against DynamoDB
-Local's ``ConsumedCapacity``, the JSON record and the figure.
+caller's path and in all, request units and dollars on DynamoDB, billable transactions on Azure,
+transactions and statements or round trips on the SQL stores), the ratios measured in the same
+run (on the SQL stores beside issue 45's targets: :mod:`benchmarks.cost.targets`), the cross-check
+of the request-unit rules against DynamoDB Local's ``ConsumedCapacity``, the JSON record and the
+figure.
 
 Why apart: measuring and presenting change for different reasons; this module only reads results.
 """
@@ -9,14 +11,14 @@ Why apart: measuring and presenting change for different reasons; this module on
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.common.report import Report, fmt_ratio
 from benchmarks.common.stats import Summary, paired_ratio, percentile
-from benchmarks.cost.calibrate import Case
-from benchmarks.cost.meter import Check
+from benchmarks.cost import targets
+from benchmarks.cost.calibrate import Case, capacity_section
+from benchmarks.cost.figure import figure
 from benchmarks.cost.rounds import Result, Variant
 from benchmarks.cost.units import USD_PER_MILLION_RRU, USD_PER_MILLION_WRU, Units
 
@@ -42,13 +44,19 @@ NOTES = {
         "failed single-entity calls show as *answered 409*; every call is counted, failed or not.",
     ),
     "postgres": (
-        "*calls*: round trips of the hand-written code (each step's pipelined transaction is one), the",
-        "idemflow store's own count of its calls (a commit, a read). One server, fsync on.",
+        "*calls*: round trips of the hand-written code (each step's two statements one query: one",
+        "implicit transaction), the idemflow store's own count of its calls (a commit, a read: each one",
+        "query in autocommit, so one round trip and one transaction), DBOS's SQLAlchemy transactions",
+        "(commits and rollbacks) across its system database and datasource, both on this server; its",
+        "statements are SQLAlchemy's cursor executions (a transaction's `BEGIN` and `COMMIT` not among",
+        "them). DBOS runs in a process of its own (one DBOS per process): its latency and CPU are that",
+        "process's, measured there. One server, fsync on.",
     ),
     "sqlite": (
         "*calls*: transactions (each `BEGIN IMMEDIATE` … `COMMIT`/`ROLLBACK`) of the hand-written code,",
         "the idemflow store's own count of its calls (a commit, a read), DBOS's SQLAlchemy transactions",
-        "(commits and rollbacks) across its system and application databases.",
+        "(commits and rollbacks) across its system and application databases. DBOS runs in a process",
+        "of its own (one DBOS per process): its latency and CPU are that process's, measured there.",
     ),
 }
 
@@ -57,6 +65,8 @@ HEADLINES = {
     "idemflow / minimal, 1 step": "idemflow_over_minimal.1_step",
     "idemflow / minimal, 2 steps": "idemflow_over_minimal.2_steps",
     "idemflow / minimal, 5 steps": "idemflow_over_minimal.5_steps",
+    "idemflow / minimal, 2 steps, duplicate": "idemflow_over_minimal.2_steps_duplicate",
+    "idemflow 2 steps / DBOS": "idemflow_over_dbos",
     "idemflow function / Powertools": "function_over_powertools",
 }
 """The ratios ``summary.md`` shows (the page has them all)."""
@@ -119,12 +129,33 @@ def _ops(row: Row) -> str:
     return "; ".join(f"{op} {count:g}" for op, count in row.ops.items())
 
 
+SQL_COLUMN = {"sqlite": "statements", "postgres": "round trips (DBOS: statements)"}
+"""The SQL stores' second count per request, beside their transactions."""
+
+
+def _sql_cells(kind: str, row: Row) -> list[str]:
+    """Transactions and statements (SQLite) or round trips (PostgreSQL) per metered request. An
+    idemflow store counts its calls: on PostgreSQL each is one query in autocommit (one round
+    trip, one implicit transaction); on SQLite each one transaction (a commit or a read), its
+    statements uncounted (–)."""
+    store = row.ops.get("idemflow store calls", 0.0)
+    transactions = row.ops.get("transactions", 0.0) + store
+    if kind == "postgres":
+        second = row.ops.get("round trips", row.ops.get("statements", 0.0)) + store
+        return [f"{transactions:g}", f"{second:g}"]
+    statements = row.ops.get("statements")
+    shown = "–" if statements is None else f"{statements:g}" + (f" + {store:g} store calls" if store else "")
+    return [f"{transactions:g}", shown]
+
+
 def _backend_table(report: Report, kind: str, found: list[Row]) -> None:
     header = ["variant", "p50 ms", "p99 ms", "CPU ms", "calls on path", "calls in all"]
     if kind == "dynamodb-local":
         header += ["WRU", "of which index", "RRU", "$ per million requests"]
     elif kind == "azurite":
         header += ["billable transactions"]
+    elif kind in SQL_COLUMN:
+        header += ["transactions", SQL_COLUMN[kind]]
     header += ["calls by operation (metered requests)"]
     table = []
     for row in found:
@@ -140,6 +171,8 @@ def _backend_table(report: Report, kind: str, found: list[Row]) -> None:
             cells += [f"{row.wru:g}", f"{row.index_wru:g}", f"{row.rru:g}", f"{row.usd_per_million:.3f}"]
         elif kind == "azurite":
             cells += [f"{row.calls_all:.2f}"]
+        elif kind in SQL_COLUMN:
+            cells += _sql_cells(kind, row)
         table.append([*cells, _ops(row)])
     report.table(header, table)
 
@@ -206,7 +239,19 @@ def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]
             (kind, "idemflow 2 steps: asyncio / blocking", "idemflow 2 steps, asyncio", "idemflow 2 steps")
             for kind in ("dynamodb-local", "azurite")
         ),
-        ("sqlite", "idemflow 2 steps / DBOS", "idemflow 2 steps", "DBOS"),
+        *(
+            pair
+            for kind in targets.SQL
+            for pair in (
+                (kind, "idemflow 2 steps / DBOS", "idemflow 2 steps", "DBOS"),
+                (
+                    kind,
+                    "idemflow 2 steps / DBOS, duplicate",
+                    "idemflow 2 steps, duplicate",
+                    "DBOS, duplicate",
+                ),
+            )
+        ),
         (
             "dynamodb-local",
             "idemflow / minimal, 2 steps, open-runs index",
@@ -220,31 +265,8 @@ def ratios(variants: list[Variant], results: dict[str, Result], found: list[Row]
         top, bottom = by_name.get((kind, num)), by_name.get((kind, den))
         if top is not None and bottom is not None:
             made.append(_ratio(kind, what, top, bottom, results, by))
-    return made
-
-
-def _checks(variants: list[Variant], results: dict[str, Result]) -> list[list[str]]:
-    """Per variant and operation: calls cross-checked, agreeing, and explained by Local's rule."""
-    table = []
-    for variant in variants:
-        grouped: dict[str, list[Check]] = {}
-        for check in results[variant.key].checks:
-            grouped.setdefault(check.operation, []).append(check)
-        for operation, checks in grouped.items():
-            agree = sum(abs(c.computed - c.answered) < 1e-9 for c in checks)
-            explained = sum(abs(c.local_rule - c.answered) < 1e-9 for c in checks)
-            computed = Counter(f"{c.computed:g}→{c.answered:g}" for c in checks)
-            table.append(
-                [
-                    f"{variant.backend}: {variant.name}",
-                    operation,
-                    str(len(checks)),
-                    str(agree),
-                    str(explained),
-                    ", ".join(f"{pair} ×{n}" for pair, n in sorted(computed.items())),
-                ]
-            )
-    return table
+    order = list(LABELS)
+    return sorted(made, key=lambda r: order.index(r.backend))  # stable: each backend's together
 
 
 def write(
@@ -304,37 +326,18 @@ def write(
             for r in measured
         ],
     )
-    checks = _checks(variants, results)
-    if checks or calibration:
+    verdicts = targets.verdicts(measured)
+    if verdicts:
         report.add(
-            "## Request units against DynamoDB Local's ConsumedCapacity",
+            "## Issue 45's targets on the SQL stores",
             "",
-            "The hand-written variants' calls asked for `ReturnConsumedCapacity='TOTAL'` in the metering",
-            "pass (idemflow's and Powertools' calls were left as they are). *agree*: the documented rules",
-            "give Local's number; *Local's rule*: Local's number is what it observably computes for a",
-            "transaction (per table, twice the sum of the *distinct* per-item KB counts: two 1 KB items",
-            "count 2, not 4; index writes twice), which the documented rules (2 per KB per item) do not.",
+            "Each target beside the ratio measured for it (median of per-round ratios; see",
+            "`benchmarks/cost/targets.py`).",
             "",
         )
-        if checks:
-            header = ["variant", "operation", "calls", "agree", "explained by Local's rule", "computed→Local"]
-            report.table(header, checks)
-        if calibration:
-            report.add("Calibration calls (tables of their own):", "")
-            report.table(
-                ["call", "computed", "DynamoDB Local", "agree", "Local's rule"],
-                [
-                    [
-                        c.what,
-                        f"{c.check.computed:g}",
-                        f"{c.check.answered:g}",
-                        "yes" if abs(c.check.computed - c.check.answered) < 1e-9 else "**no**",
-                        f"{c.check.local_rule:g}",
-                    ]
-                    for c in calibration
-                ],
-            )
-    plot = _figure(report.out / f"{report.name}.png", found, kinds)
+        report.table(["backend", "ratio", "measure", "target", "measured", ""], targets.rows(verdicts))
+    capacity_section(report, variants, results, calibration)
+    plot = figure(report.out / f"{report.name}.png", found, kinds, LABELS)
     report.add(f"![per-variant p50 and what it is billed]({plot.name})", "")
     for r in measured:
         headline = HEADLINES.get(r.what)
@@ -342,6 +345,9 @@ def write(
             money = "" if r.money is None else f", money ×{r.money:.2f}"
             note = f"p50, median of per-round ratios; calls ×{r.calls:.2f}{money}"
             report.headline(f"{report.name}.{r.backend}.{headline}", r.p50, note=note)
+            if r.backend in targets.SQL and headline.startswith("idemflow_over_minimal"):
+                cpu = headline.replace("idemflow_over_minimal", "idemflow_over_minimal_cpu")
+                report.headline(f"{report.name}.{r.backend}.{cpu}", r.cpu, note="client CPU, per round")
     report.data = {
         "rows": [asdict(row) for row in found],
         "ratios": [{**asdict(r), "p50": asdict(r.p50), "cpu": asdict(r.cpu)} for r in measured],
@@ -349,6 +355,7 @@ def write(
             v.key: [asdict(c) for c in results[v.key].checks] for v in variants if results[v.key].checks
         },
         "calibration": [{"what": c.what, **asdict(c.check)} for c in calibration],
+        "targets": [{**asdict(v.target), "measured": asdict(v.measured), "met": v.met} for v in verdicts],
         "latencies_ms": {v.key: [t * 1e3 for t in results[v.key].latencies] for v in variants},
         "round_cpu_ms": {v.key: [t * 1e3 for t in results[v.key].round_cpu] for v in variants},
         "idle_cpu_ms_per_s": idle * 1e3,
@@ -356,38 +363,10 @@ def write(
     return report.write()
 
 
-def _figure(path: Path, found: list[Row], kinds: list[str]) -> Path:
-    from benchmarks.common.plot import _pyplot, _save
-
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(kinds), 2, figsize=(13, 4.2 * len(kinds)), squeeze=False)
-    for (latency, billed), kind in zip(axes, kinds, strict=True):
-        mine = [row for row in found if row.backend == kind]
-        names = [row.name for row in mine]
-        latency.barh(names, [row.p50_ms for row in mine], color="tab:blue")
-        latency.set_xlabel("p50 latency (ms)")
-        if kind == "dynamodb-local":
-            billed.barh(names, [row.wru for row in mine], color="tab:red", label="write request units")
-            billed.barh(
-                names,
-                [row.rru for row in mine],
-                left=[row.wru for row in mine],
-                color="tab:orange",
-                label="read request units",
-            )
-            billed.set_xlabel("request units per request")
-            billed.legend(fontsize="small")
-        else:
-            billed.barh(names, [row.calls_all for row in mine], color="tab:green")
-            billed.set_xlabel(
-                "billable transactions per request" if kind == "azurite" else "calls per request"
-            )
-        for ax in (latency, billed):
-            ax.set_title(LABELS[kind], fontsize="medium")
-            ax.invert_yaxis()
-            ax.grid(True, axis="x", alpha=0.3)
-            ax.tick_params(axis="y", labelsize="small")
-    return _save(plt, fig, path, "cost per request: latency, and what it is billed")
+def target_lines(variants: list[Variant], results: dict[str, Result]) -> list[str]:
+    """Issue 45's targets beside the measured ratios, for the console."""
+    found = rows(variants, results)
+    return targets.console(targets.verdicts(ratios(variants, results, found)))
 
 
 def summary_of(found: list[Row]) -> list[str]:
