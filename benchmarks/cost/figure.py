@@ -6,14 +6,29 @@ Why apart: matplotlib's layout is no part of the numbers; the report only names 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from benchmarks.cost.report import Row
+from typing import Protocol
 
 
-def figure(path: Path, found: list[Row], kinds: list[str], labels: dict[str, str]) -> Path:
+class Row(Protocol):
+    """What the figure reads of a row of the page (the report's rows have it)."""
+
+    @property
+    def backend(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def p50_ms(self) -> float: ...
+    @property
+    def wru(self) -> float: ...
+    @property
+    def rru(self) -> float: ...
+    @property
+    def calls_all(self) -> float: ...
+
+
+def figure(path: Path, found: Sequence[Row], kinds: list[str], labels: dict[str, str]) -> Path:
     from benchmarks.common.plot import _pyplot, _save  # matplotlib: the bench extra
 
     plt = _pyplot()
