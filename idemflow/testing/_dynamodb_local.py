@@ -73,6 +73,9 @@ def dynamodb_local_server() -> Iterator[DynamoDBLocal]:
             java,
             "-Xmx512m",
             "-XX:+UseSerialGC",
+            # C1 only: a test session's few thousand calls never repay C2's compiles (measured:
+            # half the server's CPU to start and over the first 4,000 transactions).
+            "-XX:TieredStopAtLevel=1",
             f"-Djava.library.path={folder / 'DynamoDBLocal_lib'}",
             "-jar",
             str(folder / "DynamoDBLocal.jar"),

@@ -23,6 +23,8 @@ session and gives a store URL on them).
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from idemflow.engine.monad import Idem
 from idemflow.stores.base import Store
 from idemflow.stores.memory import MemoryStore
 from idemflow.stores.sqlite import SqliteStore
+from idemflow.testing._shared_servers import WORKER_INPUT, ServerBroker, SharedServerPool
 from idemflow.testing.check import check_workflow
 from idemflow.testing.report import CheckReport
 from idemflow.testing.servers import ServerPool
@@ -91,17 +94,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+_BROKER = pytest.StashKey[ServerBroker]()
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, on the controller: absent without it
+def pytest_configure_node(node: Any) -> None:
+    """Under ``pytest -n N`` the controller starts the servers every worker shares
+    (:mod:`idemflow.testing._shared_servers`); each worker learns where to ask for them."""
+    config: pytest.Config = node.config
+    if _BROKER not in config.stash:
+        config.stash[_BROKER] = ServerBroker(Path(tempfile.mkdtemp(prefix="idemflow-servers-")))
+    node.workerinput[WORKER_INPUT] = str(config.stash[_BROKER].folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller stops the shared servers once every worker has ended."""
+    broker = config.stash.get(_BROKER, None)
+    if broker is not None:
+        broker.close()
+        shutil.rmtree(broker.folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def idemflow_servers() -> Iterator[ServerPool]:
-    """The backend servers of the registries' test beds (moto, Azurite, DynamoDB Local), each
-    started on first use and stopped at the end of the session::
+def idemflow_servers(request: pytest.FixtureRequest) -> Iterator[ServerPool]:
+    """The backend servers of the registries' test beds (moto, Azurite, DynamoDB Local,
+    PostgreSQL), each started on first use and stopped at the end of the session; under
+    pytest-xdist, DynamoDB Local, Azurite and PostgreSQL are started once for all workers::
 
         def test_on_azurite(idemflow_servers, tmp_path):
             _, bed = STORES.bed("azure")
             url = idemflow_servers.get(bed.server).store_url("t1", tmp_path)
             store = open_store(url)
     """
-    with ServerPool() as pool:
+    folder = getattr(request.config, "workerinput", {}).get(WORKER_INPUT)
+    with SharedServerPool(Path(folder)) if folder else ServerPool() as pool:
         yield pool
 
 
@@ -113,4 +139,12 @@ def idemflow_check(request: pytest.FixtureRequest, tmp_path: Path) -> IdemflowCh
     return IdemflowCheck(factory)
 
 
-__all__ = ["IdemflowCheck", "idemflow_check", "idemflow_servers", "pytest_addoption", "sqlite_factory"]
+__all__ = [
+    "IdemflowCheck",
+    "idemflow_check",
+    "idemflow_servers",
+    "pytest_addoption",
+    "pytest_configure_node",
+    "pytest_unconfigure",
+    "sqlite_factory",
+]

@@ -34,6 +34,7 @@ from tests.conformance import conftest as api_dimension
 from tests.conformance import test_queue_contract as queue_contract
 from tests.conformance.test_queue_contract import QueueFactory
 from tests.support.apis import LOOP, Api
+from tests.support.selection import kinds
 
 api = api_dimension.api  # both APIs, as in the conformance suite
 pytest_generate_tests = api_dimension.pytest_generate_tests
@@ -216,7 +217,7 @@ def test_a_priority_on_a_queue_without_lanes_is_refused_before_anything_is_writt
     Worker([prioritised], store=store, queue=queue)  # a worker needs nothing to know of lanes
 
 
-@pytest.mark.parametrize("kind", [bed.kind for _, bed in QUEUES.beds(Feature.SHARED)])
+@pytest.mark.parametrize("kind", kinds(*[bed.kind for _, bed in QUEUES.beds(Feature.SHARED)]))
 def test_both_openers_give_lanes_from_the_url(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

@@ -48,6 +48,7 @@ from tests.conformance.test_workflow_contract import new_space
 from tests.conftest import make_factory
 from tests.support.apis import Api
 from tests.support.expiries import expire_as_the_service_does, expiries
+from tests.support.selection import kinds
 
 RETENTION = 60.0
 FAILED_ONCE: set[str] = set()
@@ -359,7 +360,7 @@ def test_a_request_left_unfinished_by_run_keeps_its_rows_from_its_last_attempt(
 
 
 @pytest.mark.parametrize("wait", ["sleep", "receive-timeout"])
-@pytest.mark.parametrize("kind", ["dynamodb", "dynamodb-local"])
+@pytest.mark.parametrize("kind", kinds("dynamodb", "dynamodb-local"))
 def test_run_refuses_a_wait_in_place_its_rows_would_not_outlive(
     kind: str, wait: str, request: pytest.FixtureRequest, tmp_path: Any
 ) -> None:

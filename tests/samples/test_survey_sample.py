@@ -36,6 +36,7 @@ from samples.survey.workflows import (
 )
 from tests.conftest import dynamodb_url, make_factory
 from tests.support.samples_http import running
+from tests.support.selection import kinds
 
 LUNCH: NewSurvey = {
     "id": "lunch",
@@ -359,7 +360,7 @@ def test_demo_with_sigkilled_servers_and_workers_on_sqlite(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["dynamodb", "dynamodb-local"])
+@pytest.mark.parametrize("kind", kinds("dynamodb", "dynamodb-local"))
 def test_demo_with_sigkilled_servers_and_workers_on_dynamodb(
     kind: str, moto: Moto, request: pytest.FixtureRequest
 ) -> None:
