@@ -104,7 +104,7 @@ def _survey(opts: Options, rng: random.Random, round_no: int, totals: Totals, on
     from samples.survey import cli, workflows
 
     files = RoundFiles.fresh("survey", opts, rng, round_no)
-    load = cli.LoadSettings(responses=80 if opts.quick else 300, seed=files.seed)
+    load = cli.LoadSettings(responses=40 if opts.quick else 300, seed=files.seed)
     processes, watched = _store(files, opts, on_dynamodb)
     settings = cli.DemoSettings(**processes, load=load)
     with watching(watched, lambda store: list(workflows.check(store, settled=False).problems)) as monitor:
@@ -118,7 +118,7 @@ def _auction(opts: Options, rng: random.Random, round_no: int, totals: Totals, o
 
     files = RoundFiles.fresh("auction", opts, rng, round_no)
     if opts.quick:
-        load = cli.LoadSettings(bids=60, items=3, window=2.0, seed=files.seed)
+        load = cli.LoadSettings(bids=40, items=3, window=2.0, seed=files.seed)
     else:
         load = cli.LoadSettings(bids=200, window=3.0, seed=files.seed)
     processes, watched = _store(files, opts, on_dynamodb)

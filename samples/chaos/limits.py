@@ -50,7 +50,7 @@ def limits_killed(opts: Options, rng: random.Random, round_no: int, totals: Tota
     flows.create(str(counter))
     store_url, queue_url = f"sqlite:{path}", f"sqlite:{queue_path}?visibility_timeout=2"
     store, queue, key = SqliteStore(path), open_queue(queue_url), secrets.token_hex(16)
-    requests = 12 if opts.quick else 30  # of each of the three workflows
+    requests = 8 if opts.quick else 30  # of each of the three workflows
     sent = 0
     for n in range(requests):
         for flow, rid in ((flows.guarded, f"g{n}"), (flows.supplied, f"s{n}"), (flows.resupplied, f"r{n}")):
