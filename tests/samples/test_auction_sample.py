@@ -746,7 +746,11 @@ def test_demo_with_sigkilled_servers_and_workers_on_sqlite(
 ) -> None:
     """Four kills (their tolerance of late closes grows with the workers killed: fewer would make
     it tighter on a loaded machine), on 60 bids."""
-    assert cli.main(["demo", "--data", str(tmp_path), "--bids", "60", "--kills", "4", "--seed", "5"]) == 0
+    slack = ["--slack", str(closing.LOADED_SLACK)]
+    assert (
+        cli.main(["demo", "--data", str(tmp_path), "--bids", "60", "--kills", "4", "--seed", "5", *slack])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "PASS" in out and "FAIL" not in out and "4 SIGKILLs (2 API servers, 2 workers)" in out
     assert "seed 5" in out
@@ -764,6 +768,7 @@ def test_demo_with_sigkilled_servers_and_workers_on_azurite(
         store=f"azure:?prefix={prefix}",
         queue=f"azure-queue:{prefix}?visibility_timeout=2",
         kills=3,
+        slack=closing.LOADED_SLACK,
         load=cli.LoadSettings(bids=40, items=3, bidders=6, users=4, window=5.0, seed=13),
     )
     report = cli.run_demo(settings)
@@ -782,6 +787,7 @@ def test_demo_on_dynamodb_local_under_the_services_conflicts(
         store=dynamodb_url("dynamodb-local", request, prefix),
         queue=f"sqs:{prefix}?endpoint={moto.endpoint}&region={moto.region}&visibility_timeout=2",
         kills=2,
+        slack=closing.LOADED_SLACK,
         load=cli.LoadSettings(bids=40, items=3, bidders=6, users=8, window=5.0, seed=17),
     )
     report = cli.run_demo(settings)
