@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from idemflow.core.places import from_rows, join
 from idemflow.core.requests import Commit, CommitCache, Read, ReadMany, Scan, Steps
+from idemflow.errors import TransientError
 from idemflow.keys import RUNS_TABLE, parse_memo_key
 from idemflow.records import RunRecord, outbox_ref
 from idemflow.serialization import encode
@@ -47,7 +48,7 @@ KEEP_ALIVE = 0.25
 (a receive with no timeout, a child) to extend its rows and wait again."""
 NOTE_ATTEMPTS = 3
 """Rounds :func:`left_over` tries its note in before it leaves the record as it was (a racing
-writer, or the store's own transient conflict, may win one)."""
+writer, or the store's own transient conflict, may win one: the round is then tried again)."""
 
 
 def sweeps(store: object) -> bool:
@@ -174,23 +175,42 @@ def left_over(
     (:mod:`idemflow.core.places`). Only on that failure path; False if there was no unfinished
     record to note (nothing committed yet, or it finished meanwhile)."""
     known = tuple(known)
-    seen = from_rows(known, workflow, request_id)
     for _ in range(NOTE_ATTEMPTS):  # a racing writer (or the store's own conflict) wins a round
-        row = yield Read(run)
-        if row is None:
-            return False
-        record = RunRecord.from_json(row.value)
-        if record.status.final:
-            return False
-        expires = now + retention
-        updated = dataclasses.replace(record, waiting=why[:500], places=join(record.places, seen))
-        if extension_due(record, retention, now):
-            yield from extend(known, run, workflow, request_id, expires, capabilities, record.incarnation)
-            updated = dataclasses.replace(updated, kept_until=expires)
-        if updated.kept_until is not None and updated.kept_until > expires:
-            expires = updated.kept_until
-        value = updated.to_json()
-        put = Put(run, value, encode(value, "run record", envelope=3), expect=row.version, expires_at=expires)
-        if isinstance((yield Commit([put])), Committed):
-            return True
+        try:
+            noted = yield from _note(run, workflow, request_id, why, retention, now, known, capabilities)
+        except TransientError:  # the store's conflict (DynamoDB's TransactionConflict): a lost round
+            continue
+        if noted is not None:
+            return noted
     return False
+
+
+def _note(
+    run: RowRef,
+    workflow: str,
+    request_id: str,
+    why: str,
+    retention: float,
+    now: float,
+    known: tuple[RowRef, ...],
+    capabilities: Capabilities,
+) -> Generator[Any, Any, bool | None]:
+    """One round of :func:`left_over`: its answer, or None if a writer came between (a transient
+    error of the store's is raised)."""
+    row = yield Read(run)
+    if row is None:
+        return False
+    record = RunRecord.from_json(row.value)
+    if record.status.final:
+        return False
+    expires = now + retention
+    seen = from_rows(known, workflow, request_id)
+    updated = dataclasses.replace(record, waiting=why[:500], places=join(record.places, seen))
+    if extension_due(record, retention, now):
+        yield from extend(known, run, workflow, request_id, expires, capabilities, record.incarnation)
+        updated = dataclasses.replace(updated, kept_until=expires)
+    if updated.kept_until is not None and updated.kept_until > expires:
+        expires = updated.kept_until
+    value = updated.to_json()
+    put = Put(run, value, encode(value, "run record", envelope=3), expect=row.version, expires_at=expires)
+    return True if isinstance((yield Commit([put])), Committed) else None

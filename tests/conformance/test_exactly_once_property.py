@@ -168,13 +168,13 @@ def check_scenario(api: Api, store: Store, data: dict[str, Any]) -> None:
 
 
 @given(data=scenario)
-@settings(max_examples=60)
+@settings(max_examples=30)
 def test_exactly_once_on_local_stores(local_store: Store, data: dict[str, Any], api: Api) -> None:
     check_scenario(api, local_store, data)
 
 
 @given(data=scenario)
-@settings(max_examples=25)
+@settings(max_examples=10)
 def test_exactly_once_on_cloud_stores(cloud_store: Store, data: dict[str, Any], api: Api) -> None:
     check_scenario(api, cloud_store, data)
 

@@ -391,25 +391,43 @@ def test_a_running_request_is_forked_from_the_steps_it_committed_and_goes_on(
     assert data_rows(store, "tablea")[("tablea", space + "e", "n")] == 1  # the fork counted nothing again
 
 
-@pytest.mark.slow  # six forks per fault, each after a failed request of its own
-@pytest.mark.parametrize("fault", [Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER])
-def test_a_fork_that_dies_at_any_write_is_finished_by_the_same_fork(store: Store, fault: Fault) -> None:
+@pytest.mark.slow  # a fork per commit and fault, each run to its end by a worker
+def test_a_fork_that_dies_at_any_write_is_finished_by_the_same_fork(store: Store) -> None:
     """At each of the fork's commits in turn (the claim, a partition's copies, the hand-over) the
     process dies before or after the store applied it, or the answer is lost: calling the same
-    fork again (and the outbox's relay) finishes it, and nothing is applied or called twice."""
-    for n in range(1, 7):
-        space, clock = new_space(), Clock()
-        queue = MemoryQueue(clock=clock)
-        old = failed_order(store, space, clock, queue)
-        dying = FaultyStore(store, lambda point, n=n: fault if point.index == n else None)
-        options: dict[str, Any] = {"from_step": 4, "new_request_id": space + "new", "queue": queue}
-        try:
-            fork(dying, FLOWS, "fork-order", old, clock=clock, **options)  # type: ignore[arg-type]
-        except SimulatedCrash:
-            with contextlib.suppress(RequestExistsError):  # it died once the request was handed over
-                fork(store, FLOWS, "fork-order", old, clock=clock, **options)
+    fork again (and the outbox's relay) finishes it, and nothing is applied or called twice.
+
+    Every fork is of one failed request, each to a new id of its own: each runs the step forked
+    from (``ship``) once and nothing else, so the counts grow by one shipment per fork."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    old = failed_order(store, space, clock, queue)
+    forks = 0
+
+    def finished(new_request_id: str, why: object) -> None:
+        nonlocal forks
+        forks += 1
         clock.now += 3600
         relay(store, queue, clock=clock)  # an outbox entry whose pointer was never sent
         deliver_all(Worker(FLOWS, store=store, queue=queue, clock=clock), queue, clock)
-        assert status(store, "fork-order", space + "new").status is RunStatus.COMPLETED, (fault, n)
-        assert counts(store, space) == {"held": 1, "shipped": 1, "owed": 10, "calls": 1}, (fault, n)
+        assert status(store, "fork-order", new_request_id).status is RunStatus.COMPLETED, why
+        assert counts(store, space) == {"held": 1, "shipped": forks, "owed": 10, "calls": 1}, why
+
+    commits: list[int] = []
+    watched = FaultyStore(store, lambda point: commits.append(point.index) or None)
+    clean: dict[str, Any] = {"from_step": 4, "new_request_id": space + "n", "queue": queue}
+    fork(watched, FLOWS, "fork-order", old, clock=clock, **clean)  # type: ignore[arg-type]
+    finished(space + "n", "no fault")
+    assert len(commits) >= 5, commits  # the claim, three steps' copies, the hand-over
+    for fault in (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER):
+        for n in commits:
+            new_id = f"{space}n{fault.name}{n}"
+            dying = FaultyStore(store, lambda point, n=n, fault=fault: fault if point.index == n else None)
+            options: dict[str, Any] = {"from_step": 4, "new_request_id": new_id, "queue": queue}
+            try:
+                fork(dying, FLOWS, "fork-order", old, clock=clock, **options)  # type: ignore[arg-type]
+            except SimulatedCrash:
+                with contextlib.suppress(RequestExistsError):  # it died once the request was handed over
+                    fork(store, FLOWS, "fork-order", old, clock=clock, **options)
+            assert dying.injected, (fault, n)
+            finished(new_id, (fault, n))
