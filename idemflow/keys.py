@@ -313,6 +313,8 @@ def _check_text(what: str, value: object, max_chars: int) -> str:
         raise InvalidNameError(what, value, "must not be empty")
     if len(value) > max_chars:
         raise InvalidNameError(what, value[:40] + "…", f"longer than {max_chars} characters")
+    if value.isascii():  # every ASCII text encodes: no bytes built for the usual name
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:

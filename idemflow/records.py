@@ -203,7 +203,8 @@ class RunRecord:
     None: no atomic step, none written since the claim, or an earlier release's record."""
 
     def to_json(self) -> dict[str, JSON]:
-        record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status.value}
+        # ``_value_``: what ``.value`` reads through the enum's descriptor, every record written
+        record: dict[str, JSON] = {"fp": self.fingerprint, "status": self.status._value_}
         if self.incarnation is not None:
             record["i"] = self.incarnation
         if self.version != 1:

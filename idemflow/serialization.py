@@ -24,6 +24,7 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Callable, Sequence
 from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from typing import Any, Union
 
@@ -45,7 +46,26 @@ _encoder = json.JSONEncoder(
 refused there as too deep."""
 
 
-_dumps = _encoder.encode
+_make_c_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_chunks: Callable[[object, int], Sequence[str]] = (
+    _make_c_encoder(
+        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+    if _make_c_encoder is not None
+    else lambda value, _level: (_encoder.encode(value),)  # no C accelerator (not CPython)
+)
+"""The C encoder ``_encoder.encode`` builds anew on every call (``JSONEncoder.iterencode``), built
+once: the same settings in the same order, so the same text and the same errors, without two Python
+frames and an encoder object per value (a request encodes several)."""
+
+
+def _dumps(value: object) -> str:
+    """``_encoder.encode(value)``, by the encoder built once."""
+    return "".join(_chunks(value, 0))
+
+
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+"""The C scanner ``json.loads`` reaches through two Python frames and two whitespace matches."""
 _SPELLED = re.compile(r'\d\.0(?![0-9])|\de\+|"\$\$decimal"')
 """Where a number may be spelled other than by value: a whole float (``10.0``, ``1e+16``) or a
 tagged decimal. A match in a string only costs the walk that finds nothing to change."""
@@ -86,7 +106,7 @@ def _text(value: object, where: str, envelope: int) -> tuple[Any, str]:
     if problem is not None:
         raise InvalidValueError(where, problem)
     try:  # the hot path: _dumped inlined
-        text = _dumps(value)
+        text = "".join(_chunks(value, 0))
     except ValueError:  # an int past the digit limit
         raise InvalidValueError(where, _unstorable(value) or "cannot be written as JSON text") from None
     if not text.isascii():
@@ -170,8 +190,16 @@ def sorted_keys(value: JSON) -> JSON:
 
 def decode(text: str) -> JSON:
     """Parse stored JSON text; tagged values come back as what was stored (:mod:`idemflow.codecs`)."""
-    value: JSON = json.loads(text, object_hook=codecs.revive) if _MARK in text else json.loads(text)
-    return value
+    if _MARK in text:
+        tagged: JSON = json.loads(text, object_hook=codecs.revive)
+        return tagged
+    try:  # what we write: one value, no white space around it, read by the scanner alone
+        value, end = _scan(text, 0)
+    except StopIteration:
+        end = -1
+    if end != len(text):  # anything else, and its error, as json.loads reads it
+        value = json.loads(text)
+    return value  # type: ignore[no-any-return]
 
 
 def fingerprint(value: object, where: str = "workflow input", *, envelope: int = 0) -> str:

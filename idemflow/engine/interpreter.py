@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Coroutine, Generator
+from types import GeneratorType
 from typing import Any, assert_never
 
 from idemflow.compensation.compensator import Compensator, Done
@@ -194,6 +195,8 @@ class Interpreter:
             self._workflow_call = node
             self.workflow_retry = node.retry
         produced = node.function(*node.args, **node.kwargs)
+        if type(produced) is GeneratorType:  # the usual workflow: no ABC asked whether it is an Idem
+            return self._drive(node.name, produced)
         if isinstance(produced, Idem):
             return self.evaluate(produced.node)
         if not isinstance(produced, Generator | Coroutine):

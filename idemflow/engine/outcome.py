@@ -136,15 +136,19 @@ class OutcomeWriter:
         """The completion record, its value and its text: what the claim or the record met said
         of the run (when it was claimed, its incarnation, its tags), and the outcome."""
         given, recorder = self._given, self._recorder
-        record = RunRecord(
+        started_at, places = recorder.claimed_at(), self._journal.places()
+        record = RunRecord(  # what RunRecord(..., RUNNING, ...).finished(...) is, built once
             given.fingerprint,
-            RunStatus.RUNNING,
+            status,
+            result=result,
+            reason=reason,
+            finished_at=given.clock(),
             version=given.plan.version,
-            started_at=recorder.claimed_at(),
+            started_at=started_at,
             incarnation=incarnation,
             tags=recorder.tags,
-            places=self._journal.places(),
-        ).finished(status, given.clock(), result=result, reason=reason)
+            places=places,
+        )
         value: JSON = record.to_json()
         try:
             text = encode(value, "", envelope=1)

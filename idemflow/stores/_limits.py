@@ -18,28 +18,32 @@ from idemflow.stores.base import Capabilities, Op
 
 def check_commit(ops: Sequence[Op], caps: Capabilities, where: Callable[[], str] | None = None) -> None:
     """Raise :class:`LimitExceededError` if ``ops`` break a limit of ``caps``; ``where()`` names the
-    place (by default the commit's first table and partition)."""
-    if where is None:
-        where = lambda: f"commit to {ops[0].ref.table}/{ops[0].ref.partition}"  # noqa: E731
+    place (by default the commit's first table and partition, named only when one is broken: every
+    commit passes here)."""
     if len(ops) > caps.max_ops_per_commit:
-        _limit(where, f"{len(ops)} operations in one commit; the backend allows {caps.max_ops_per_commit}")
+        _limit(
+            where, ops, f"{len(ops)} operations in one commit; the backend allows {caps.max_ops_per_commit}"
+        )
     total = 0
+    max_value, max_key = caps.max_value_bytes, caps.max_key_bytes
     for op in ops:
         text: str | None = getattr(op, "text", None)
         if text is not None:
             size = len(text) if text.isascii() else len(text.encode("utf-8"))
-            if size > caps.max_value_bytes:
-                _limit(where, f"a value of {size} bytes; the backend allows {caps.max_value_bytes} per row")
+            if size > max_value:
+                _limit(where, ops, f"a value of {size} bytes; the backend allows {max_value} per row")
             total += size
         ref = op.ref
-        total += len(ref.key) + len(ref.partition)
-        if len(ref.key) * 4 > caps.max_key_bytes or len(ref.partition) * 4 > caps.max_key_bytes:
+        key, partition = len(ref.key), len(ref.partition)
+        total += key + partition
+        if key * 4 > max_key or partition * 4 > max_key:
             for part in (ref.key, ref.partition):
-                if len(part.encode("utf-8")) > caps.max_key_bytes:
-                    _limit(where, f"a key or partition over {caps.max_key_bytes} bytes")
+                if len(part.encode("utf-8")) > max_key:
+                    _limit(where, ops, f"a key or partition over {max_key} bytes")
     if total > caps.max_commit_bytes:
-        _limit(where, f"{total} bytes in one commit; the backend allows {caps.max_commit_bytes}")
+        _limit(where, ops, f"{total} bytes in one commit; the backend allows {caps.max_commit_bytes}")
 
 
-def _limit(where: Callable[[], str], problem: str) -> NoReturn:
-    raise LimitExceededError(where(), problem)
+def _limit(where: Callable[[], str] | None, ops: Sequence[Op], problem: str) -> NoReturn:
+    place = f"commit to {ops[0].ref.table}/{ops[0].ref.partition}" if where is None else where()
+    raise LimitExceededError(place, problem)

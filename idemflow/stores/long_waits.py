@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from idemflow.core.places import from_rows, join
 from idemflow.core.requests import Commit, CommitCache, Read, ReadMany, Scan, Steps
 from idemflow.errors import TransientError
-from idemflow.keys import RUNS_TABLE, parse_memo_key
+from idemflow.keys import MEMO, RUN, RUNS_TABLE, memo_prefix, parse_memo_key
 from idemflow.records import RunRecord, outbox_ref
 from idemflow.serialization import encode
 from idemflow.stores.base import Capabilities, Committed, Op, Put, Row, RowRef
@@ -87,6 +87,7 @@ def watched(steps: Steps[T], run: RowRef, known: set[RowRef]) -> Steps[T]:
     """``steps`` unchanged, noting in ``known`` every row of the request ``run`` names that it
     reads, scans or writes: what an extension writes back if the execution ends in a long wait.
     Only a set's insert per row met: nothing is sent to the store."""
+    prefix = memo_prefix(run.key[len(RUN) :], run.partition) if run.key.startswith(RUN) else None
     answer: Any = None
     error: BaseException | None = None
     while True:
@@ -95,15 +96,12 @@ def watched(steps: Steps[T], run: RowRef, known: set[RowRef]) -> Steps[T]:
         except StopIteration as stop:
             done: T = stop.value
             return done
-        if isinstance(request, Read):
-            refs: Iterable[RowRef] = (request.ref,)
-        elif isinstance(request, ReadMany):
-            refs = request.refs
-        elif isinstance(request, Commit | CommitCache):
-            refs = [op.ref for op in request.ops]
-        else:
-            refs = ()
-        known.update(ref for ref in refs if mine(ref, run))
+        if type(request) is Commit or type(request) is CommitCache:  # exact types, as the drivers answer
+            _note(known, [op.ref for op in request.ops], run, prefix)
+        elif type(request) is Read:
+            _note(known, (request.ref,), run, prefix)
+        elif type(request) is ReadMany:
+            _note(known, request.refs, run, prefix)
         try:
             answer, error = (yield request), None
         except GeneratorExit:
@@ -116,6 +114,24 @@ def watched(steps: Steps[T], run: RowRef, known: set[RowRef]) -> Steps[T]:
             known.update(
                 ref for partition, key, _ in answer if mine(ref := RowRef(request.table, partition, key), run)
             )
+
+
+def _note(known: set[RowRef], refs: Iterable[RowRef], run: RowRef, prefix: str | None) -> None:
+    """Add to ``known`` the refs :func:`mine` takes. Every commit passes here, so the usual rows
+    are told apart without parsing their keys: a memo of the request (its key has the request's
+    prefix, then a tag without ``|``: what :func:`~idemflow.keys.parse_memo_key` would find) is
+    one unless it is a lease, and a row of a table of the user's that is no memo (a data row)
+    belongs to no request; any other row asks :func:`mine`."""
+    cut = 0 if prefix is None else len(prefix)
+    for ref in refs:
+        key = ref.key
+        if prefix is not None and key.startswith(prefix) and "|" not in key[cut:]:
+            if not key.startswith("l", cut):  # not a lease (its tag: l<step>)
+                known.add(ref)
+        elif ref.table != RUNS_TABLE and not key.startswith(MEMO):
+            continue
+        elif mine(ref, run):
+            known.add(ref)
 
 
 def extend(
