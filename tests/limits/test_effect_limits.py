@@ -46,19 +46,26 @@ from idemflow.stores.base import Store
 from idemflow.testing import data_rows
 from idemflow.worker import MemoryQueue, Worker
 from tests.conftest import StoreFactory
-from tests.limits.test_limits import Clock, hold
+from tests.limits.test_limits import Clock, drained, hold
 from tests.support.apis import AsyncioApi, BlockingApi
+
+COMPANY_WAIT = 10.0
+"""Seconds at most a call waits for company (:class:`Provider`): well inside the tests' 30 s leases."""
 
 
 class Provider:
     """An outside service that counts the calls inside it at once (and can be held busy)."""
 
-    def __init__(self, crowd: int = 1, patience: float = 0.0) -> None:
+    def __init__(self, crowd: int = 1, patience: float = 0.0, company: int = 0) -> None:
         self.lock = threading.Lock()
         self.met = threading.Condition(self.lock)
         self.crowd = crowd
         self.patience = patience
         """A call stays ``patience`` seconds, or until ``crowd`` calls are inside."""
+        self.company = company
+        """Then it stays (for at most :data:`COMPANY_WAIT` s) until ``company`` calls were inside at
+        once: a test that demands the limit be reached forces it rather than hoping that a loaded
+        machine overlaps two calls. Once the peak was reached nobody waits."""
         self.inside = 0
         self.peak = 0
         self.keys: list[str] = []
@@ -76,6 +83,7 @@ class Provider:
         self.gate.wait(30)
         with self.met:  # stays while callers pile up (a crowd of them lets it go at once)
             self.met.wait_for(lambda: self.inside >= self.crowd, timeout=self.patience)
+            self.met.wait_for(lambda: self.peak >= self.company, timeout=COMPANY_WAIT)
             self.inside -= 1
         return "ch_" + key[:6]
 
@@ -117,7 +125,7 @@ def test_a_bad_group_or_a_call_that_outlasts_the_lease_is_refused_before_anythin
 
 
 def test_racing_runs_call_the_provider_at_most_n_at_once_and_each_once(store_factory: StoreFactory) -> None:
-    store, provider = store_factory(), Provider(crowd=3, patience=0.3)
+    store, provider = store_factory(), Provider(crowd=3, patience=0.3, company=2)
     group = LimitGroup("provider", concurrency=Concurrency(2, lease=30))
 
     @workflow("booked")
@@ -132,18 +140,18 @@ def test_racing_runs_call_the_provider_at_most_n_at_once_and_each_once(store_fac
     def one(n: int) -> None:
         answers[n] = run(booked(n), request_id=f"b-{n}", store=store)
 
-    threads = [threading.Thread(target=one, args=(n % 6,)) for n in range(12)]  # each request twice
+    threads = [threading.Thread(target=one, args=(n % 4,)) for n in range(8)]  # each request twice
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(answers) == list(range(6))
+    assert sorted(answers) == list(range(4))
     assert provider.peak == 2, f"{provider.peak} calls were inside a group of 2"
-    assert len(set(provider.keys)) == 6  # a racing duplicate may call too (no lease), with the same key
+    assert len(set(provider.keys)) == 4  # a racing duplicate may call too (no lease), with the same key
     assert slot_holders(store, group) == {}  # every slot given back
     store.flush()
     assert {k: v for k, v in _by_partition(store).items() if k.endswith(".held")} == {
-        f"b{n}.held": 1 for n in range(6)
+        f"b{n}.held": 1 for n in range(4)
     }
 
 
@@ -293,7 +301,7 @@ def test_a_worker_waits_for_the_group_as_a_continuation_never_an_attempt(store_f
     done = threading.Event()
 
     def watch() -> None:  # the first call stays inside until another request waits for it
-        while not done.wait(0.01):
+        while not done.wait(0.03):
             seen.update(status(store, "partnered", f"p-{n}").waiting for n in range(4))
             if len(seen) > 1 or time.monotonic() > give_up:
                 provider.gate.set()
@@ -303,11 +311,11 @@ def test_a_worker_waits_for_the_group_as_a_continuation_never_an_attempt(store_f
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    stats = Worker([partnered], store=store, queue=queue, concurrency=4, max_deliveries=1).run(
-        idle_timeout=1.5
-    )
-    done.set()
-    watcher.join()
+    try:
+        stats = drained(Worker([partnered], store=store, queue=queue, concurrency=4, max_deliveries=1), 4)
+    finally:
+        done.set()
+        watcher.join()
     results = [p.result(timeout=5) for p in pending]
     assert provider.peak == 1 and len(provider.keys) == 4
     assert stats.failed == 0 and stats.completed == 4 and stats.suspended >= 1
@@ -319,8 +327,10 @@ def test_a_worker_waits_for_the_group_as_a_continuation_never_an_attempt(store_f
 
 
 def test_submit_hands_a_request_whose_group_is_full_to_the_workers(store_factory: StoreFactory) -> None:
+    """Another caller holds the group, and gives its slot back once submit handed the request over
+    (a slot's lease ending under workers: ``test_a_worker_retries_after_a_kept_slot_as_a_continuation``)."""
     store, queue, clock = store_factory(), MemoryQueue(), Clock(time.time())
-    group = LimitGroup("inline", concurrency=Concurrency(1, lease=2))
+    group = LimitGroup("inline", concurrency=Concurrency(1, lease=30))
     calls: list[str] = []
 
     @workflow("inline")
@@ -329,11 +339,12 @@ def test_submit_hands_a_request_whose_group_is_full_to_the_workers(store_factory
         yield effect(calls.append, group=group)
         return n
 
-    hold(store, group.limit, clock)  # a holder that died: its lease ends in 2 s
+    hold(store, group.limit, clock)  # another caller, holding the group (token "a-dead-holder")
     handle = submit(inline(1), request_id="i-1", store=store, queue=queue)
     assert calls == []  # not made in the submitter, and submit did not wait
     assert status(store, "inline", "i-1").waiting == "concurrency slot of group inline (1 at once)"
-    Worker([inline], store=store, queue=queue).run(idle_timeout=1.0)
+    drive(release([group.limit], "a-dead-holder", clock), store)
+    drained(Worker([inline], store=store, queue=queue), 1)
     assert handle.result(timeout=5) == 1 and len(calls) == 1
     assert _by_partition(store) == {"i1.held": 1}
 
@@ -437,7 +448,7 @@ def test_the_next_attempt_after_a_kept_slot_waits_for_its_lease_then_calls(
 ) -> None:
     """A kept slot deadlocks nothing: the retry waits for it as for any full group."""
     store, api = store_factory(), AsyncioApi() if api_name == "asyncio" else BlockingApi()
-    group = LimitGroup("retried", concurrency=Concurrency(1, lease=1.0))
+    group = LimitGroup("retried", concurrency=Concurrency(1, lease=0.5))
     failures = [ConnectionResetError(104, "connection reset by peer")]
     calls: list[str] = []
 
@@ -461,7 +472,7 @@ def test_the_next_attempt_after_a_kept_slot_waits_for_its_lease_then_calls(
 
 def test_a_worker_retries_after_a_kept_slot_as_a_continuation(store_factory: StoreFactory) -> None:
     store, queue = store_factory(), MemoryQueue()
-    group = LimitGroup("worked", concurrency=Concurrency(1, lease=1.0))
+    group = LimitGroup("worked", concurrency=Concurrency(1, lease=0.5))
     failures = [TimeoutError("read timed out")]
     calls: list[str] = []
 
@@ -478,7 +489,7 @@ def test_a_worker_retries_after_a_kept_slot_as_a_continuation(store_factory: Sto
         return answer
 
     pending = submit(worked(1), request_id="w-1", store=store, queue=queue)
-    stats = Worker([worked], store=store, queue=queue).run(idle_timeout=2.5)
+    stats = drained(Worker([worked], store=store, queue=queue), 1)
     assert pending.result(timeout=5) == "ok"
     assert len(calls) == 2 and stats.completed == 1 and stats.failed == 0
 
@@ -547,7 +558,8 @@ def test_workers_wait_for_the_group_in_a_mass_abort_as_a_continuation(store_fact
     pending = [
         submit(aborting(n), request_id=f"w-{n}", store=store, queue=queue) for n in range(requests_at_once)
     ]
-    stats = Worker([aborting], store=store, queue=queue, concurrency=requests_at_once).run(idle_timeout=1.5)
+    worker = Worker([aborting], store=store, queue=queue, concurrency=requests_at_once)
+    stats = drained(worker, requests_at_once)
     for handle in pending:
         with pytest.raises(WorkflowAborted):
             handle.result(timeout=5)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
@@ -32,12 +32,12 @@ from idemflow.client import RunStatus, status, submit
 from idemflow.core.limit_spec import Limit
 from idemflow.engine.drive import drive
 from idemflow.errors import ErrorCode
-from idemflow.limits.slots import acquire, bucket_ref, holders, slots_ref
+from idemflow.limits.slots import acquire, bucket_ref, holders, release, slots_ref
 from idemflow.running.runner import run_status
 from idemflow.stores import MemoryStore
 from idemflow.stores.base import Store
 from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash, data_rows
-from idemflow.worker import AsyncWorker, MemoryQueue, Worker
+from idemflow.worker import AsyncWorker, MemoryQueue, Worker, WorkerStats
 from tests.conftest import StoreFactory
 from tests.support.apis import AsyncioApi, BlockingApi
 
@@ -59,6 +59,32 @@ def hold(store: Store, limit: Limit, clock: Clock, token: str = "a-dead-holder")
 
 def tally(name: str) -> Any:
     return atomic("accounts", name, lambda tx: tx.increment("ran"))
+
+
+FALLBACK_IDLE = 30.0
+"""Seconds without progress after which a drained worker stops anyway (a test that went wrong)."""
+
+
+def _stopper(worker: Worker | AsyncWorker, finished: int) -> Callable[[WorkerStats], None]:
+    def enough(stats: WorkerStats) -> None:
+        if stats.finished >= finished:
+            worker.stop()
+
+    return enough
+
+
+def drained(worker: Worker, finished: int) -> WorkerStats:
+    """Run ``worker`` until ``finished`` requests finished (completed, aborted or answered), then
+    stop it: no idle spell is waited out. One that never gets there stops after
+    :data:`FALLBACK_IDLE` seconds without progress, and the test's assertions say what is missing."""
+    return worker.run(idle_timeout=FALLBACK_IDLE, on_progress=_stopper(worker, finished), progress_every=0.02)
+
+
+async def adrained(worker: AsyncWorker, finished: int) -> WorkerStats:
+    """:func:`drained` for an :class:`AsyncWorker`."""
+    return await worker.run(
+        idle_timeout=FALLBACK_IDLE, on_progress=_stopper(worker, finished), progress_every=0.02
+    )
 
 
 # --- declared and checked at decoration time ------------------------------------------------------
@@ -304,14 +330,18 @@ def test_a_group_limit_spans_every_workflow_that_names_it(store_factory: StoreFa
 def test_a_worker_requeues_a_request_over_its_limit_and_waiting_is_not_an_attempt(
     store_factory: StoreFactory,
 ) -> None:
-    store, queue = store_factory(), MemoryQueue()
+    """A dead holder keeps the only slot until the watcher saw a request wait for it, then gives it
+    back (a lease ending frees a slot the same way: ``test_a_full_concurrency_limit_refuses_run_…``
+    here, SIGKILLed holders in ``test_limits_processes.py``): the wait is seen however slow the
+    store is, and nobody waits out a lease."""
+    store, queue, clock = store_factory(), MemoryQueue(), Clock(time.time())
 
-    @workflow("queued", concurrency=Concurrency(1, lease=1.0), retry=StepRetry(maximum_attempts=1))
+    @workflow("queued", concurrency=Concurrency(1, lease=30.0), retry=StepRetry(maximum_attempts=1))
     def queued(n: int) -> Generator[Any, Any, int]:
         yield tally(f"q{n}")
         return n
 
-    hold(store, queued.limits[0], Clock(__import__("time").time()))  # a holder that died just now
+    hold(store, queued.limits[0], clock)  # a holder that died just now
     pending = [submit(queued(n), request_id=f"w-{n}", store=store, queue=queue) for n in range(3)]
     assert data_rows(store, "accounts") == {}  # submit ran nothing of a limited workflow
     # max_deliveries=1: had a wait counted as an attempt, the second delivery would fail it
@@ -319,19 +349,25 @@ def test_a_worker_requeues_a_request_over_its_limit_and_waiting_is_not_an_attemp
     seen: set[str | None] = set()
     done = threading.Event()
 
-    def watch() -> None:
-        while not done.wait(0.01):
-            seen.add(status(store, "queued", "w-0").waiting)
+    def watch() -> None:  # the dead holder's slot comes back once a request was seen waiting
+        give_up, released = time.monotonic() + 20, False
+        while not done.wait(0.03):
+            seen.update(status(store, "queued", f"w-{n}").waiting for n in range(3))
+            if not released and (len(seen) > 1 or time.monotonic() > give_up):
+                drive(release([queued.limits[0]], "a-dead-holder", clock), store)
+                released = True
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    stats = worker.run(idle_timeout=1.5)
-    done.set()
-    watcher.join()
+    try:
+        stats = drained(worker, 3)
+    finally:
+        done.set()
+        watcher.join()
     assert [p.result(timeout=5) for p in pending] == [0, 1, 2]
     assert stats.failed == 0 and stats.completed == 3 and stats.waiting >= 1
     assert "concurrency slot of workflow queued (1 at once)" in seen
-    assert status(store, "queued", "w-0").waiting is None
+    assert all(status(store, "queued", f"w-{n}").waiting is None for n in range(3))
     for n in range(3):  # no attempt was counted against the one the policy allows
         record = run_status(store, "queued", f"w-{n}")
         assert record is not None and record.attempts is None
@@ -350,7 +386,7 @@ def test_under_a_limit_submit_queues_the_request_and_runs_nothing_in_the_caller(
     assert data_rows(store, "accounts") == {}
     again = submit(deferred(1), request_id="s-1", store=store, queue=queue)  # a copy enqueues nothing
     assert again.status() is RunStatus.RUNNING and queue.approximate_size() == 1
-    Worker([deferred], store=store, queue=queue, relay_every=None).run(idle_timeout=0.3)
+    drained(Worker([deferred], store=store, queue=queue, relay_every=None), 1)
     assert pending.result(timeout=5) == 1
 
 
@@ -380,10 +416,10 @@ def test_an_asyncio_worker_holds_the_limit_with_its_tasks(store_factory: StoreFa
     async def enter(key: str) -> None:
         inside[0] += 1
         peak[0] = max(peak[0], inside[0])
-        deadline = asyncio.get_running_loop().time() + 2.0
-        while inside[0] < 2 and asyncio.get_running_loop().time() < deadline:  # wait for a partner:
+        await asyncio.sleep(0.02)  # long enough for a third one to pile in, were the limit broken
+        deadline = asyncio.get_running_loop().time() + 5.0  # well inside the 10 s lease
+        while peak[0] < 2 and asyncio.get_running_loop().time() < deadline:  # until two met once:
             await asyncio.sleep(0.01)  # on a slow store two holders meet all the same
-        await asyncio.sleep(0.02)
         inside[0] -= 1
 
     @workflow("tasks", concurrency=Concurrency(2, lease=10))
@@ -393,7 +429,7 @@ def test_an_asyncio_worker_holds_the_limit_with_its_tasks(store_factory: StoreFa
 
     pending = [submit(tasks(n), request_id=f"t-{n}", store=store, queue=queue) for n in range(8)]
     worker = AsyncWorker([tasks], store=store, queue=queue, concurrency=6, wait=0.02, relay_every=None)
-    stats = asyncio.run(worker.run(idle_timeout=1.0))
+    stats = asyncio.run(adrained(worker, 8))
     assert sorted(p.result(timeout=5) for p in pending) == list(range(8))
     assert stats.completed == 8 and peak[0] == 2
 
