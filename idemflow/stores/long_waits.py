@@ -97,11 +97,11 @@ def watched(steps: Steps[T], run: RowRef, known: set[RowRef]) -> Steps[T]:
             done: T = stop.value
             return done
         if type(request) is Commit or type(request) is CommitCache:  # exact types, as the drivers answer
-            _note(known, [op.ref for op in request.ops], run, prefix)
+            _add_mine(known, [op.ref for op in request.ops], run, prefix)
         elif type(request) is Read:
-            _note(known, (request.ref,), run, prefix)
+            _add_mine(known, (request.ref,), run, prefix)
         elif type(request) is ReadMany:
-            _note(known, request.refs, run, prefix)
+            _add_mine(known, request.refs, run, prefix)
         try:
             answer, error = (yield request), None
         except GeneratorExit:
@@ -116,7 +116,7 @@ def watched(steps: Steps[T], run: RowRef, known: set[RowRef]) -> Steps[T]:
             )
 
 
-def _note(known: set[RowRef], refs: Iterable[RowRef], run: RowRef, prefix: str | None) -> None:
+def _add_mine(known: set[RowRef], refs: Iterable[RowRef], run: RowRef, prefix: str | None) -> None:
     """Add to ``known`` the refs :func:`mine` takes. Every commit passes here, so the usual rows
     are told apart without parsing their keys: a memo of the request (its key has the request's
     prefix, then a tag without ``|``: what :func:`~idemflow.keys.parse_memo_key` would find) is
@@ -193,7 +193,9 @@ def left_over(
     known = tuple(known)
     for _ in range(NOTE_ATTEMPTS):  # a racing writer (or the store's own conflict) wins a round
         try:
-            noted = yield from _note(run, workflow, request_id, why, retention, now, known, capabilities)
+            noted = yield from _note_round(
+                run, workflow, request_id, why, retention, now, known, capabilities
+            )
         except TransientError:  # the store's conflict (DynamoDB's TransactionConflict): a lost round
             continue
         if noted is not None:
@@ -201,7 +203,7 @@ def left_over(
     return False
 
 
-def _note(
+def _note_round(
     run: RowRef,
     workflow: str,
     request_id: str,
