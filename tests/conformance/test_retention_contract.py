@@ -33,6 +33,7 @@ from idemflow import (
 )
 from idemflow.admin import RunRecord, cancel, retry
 from idemflow.admin import abort_request as abort
+from idemflow.async_worklist._scheduling import MAX_HOP
 from idemflow.client import RunStatus, send_message
 from idemflow.core.policy import resend
 from idemflow.errors import InvalidInputError, LimitExceededError
@@ -224,8 +225,9 @@ def test_submit_refuses_a_retention_that_is_not_a_duration(store: Store, bad: fl
 
 # -- waits longer than the retention: no row of the request expires while it waits ------------
 
-LONG = 3600.0
-"""A short retention, so a wait four times as long takes a few hops of a worker's queue."""
+LONG = 2 * MAX_HOP
+"""A short retention (two of a worker's longest queue delays), so a wait four times as long takes
+eight hops of a worker's queue: the clock moves a hop at a time (:func:`wait_out`)."""
 CALLS: dict[str, int] = {}
 """Calls of each request's outside charge (an effect: called again whenever its memo is gone)."""
 
@@ -257,7 +259,13 @@ def wait_out(
     worker: Any, queue: MemoryQueue, clock: Clock, store: Store, until: float, *, drain: bool = True
 ) -> None:
     """Deliver every message as it comes due while the clock moves on to ``until`` (and past it
-    while messages are left, if ``drain``), applying expiry as the backend's service does."""
+    while messages are left, if ``drain``), applying expiry as the backend's service does.
+
+    The clock moves a hop (:data:`MAX_HOP`, half the retention) while nothing is visible: each
+    move makes the next hop of a timer visible, and expiry is applied at the new time before any
+    message is handled, so a row due to expire meanwhile is gone when the request next reads it.
+    A keep-alive (due every quarter retention) is handled up to a quarter retention late, with its
+    rows still kept for half of it."""
     for _ in range(100):
         received = queue.receive()
         if received:
@@ -265,7 +273,7 @@ def wait_out(
             continue
         if clock.now >= until and (not drain or queue.approximate_size() == 0):
             return
-        clock.now += LONG / 4
+        clock.now += MAX_HOP
         expire_as_the_service_does(store, clock.now)
     raise AssertionError(
         f"the request never settled: {queue.approximate_size()} queued at {clock.now - clock.began}"
