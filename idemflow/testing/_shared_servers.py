@@ -101,14 +101,12 @@ class SharedServerPool(ServerPool):
     def __init__(self, folder: Path) -> None:
         super().__init__()
         self._folder = folder
-        self._shared: dict[str, Any] = {}
 
     def get(self, starter: str) -> Any:
-        if starter not in SHAREABLE:
-            return super().get(starter)
-        if starter not in self._shared:
-            self._shared[starter] = self._ask(starter)
-        return self._shared[starter]
+        if starter in SHAREABLE and starter not in self._started:
+            # Held beside this pool's own servers but never entered: the controller stops it.
+            self._started[starter] = self._ask(starter)
+        return super().get(starter)
 
     def _ask(self, starter: str) -> Any:
         key = _key(starter)
