@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from idemflow.core.places import Places, join
-from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, kept_for, resent
+from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, each_resent, kept_for, resent
 from idemflow.core.requests import Commit, Read, Steps
 from idemflow.engine.drive import drive
 from idemflow.keys import RUNS_TABLE, check_request_id, check_workflow_name, outbox_partition, wake_key
@@ -109,9 +109,11 @@ def _rewrite(
     ends = time.time() if keep is None else max(time.time(), keep.now, keep.until)
     expires = ends + retention
     if keep is not None and extension_due(updated, retention, ends):
-        yield from extend(
-            keep.known, ref, workflow, request_id, expires, keep.capabilities, updated.incarnation
-        )
+        # Each read and write-back resent in place on a transient error (DynamoDB's transaction
+        # conflict): a keep-alive bounced to the queue instead comes back later, nearer the bound.
+        incarnation = updated.incarnation
+        extending = extend(keep.known, ref, workflow, request_id, expires, keep.capabilities, incarnation)
+        yield from each_resent(extending, policy)
         updated = dataclasses.replace(updated, kept_until=expires)
     if updated.kept_until is not None and updated.kept_until > expires:
         expires = updated.kept_until

@@ -48,7 +48,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from idemflow.core.requests import Request, Sleep, Steps
+from idemflow.core.requests import Backoff, Request, Sleep, Steps
 from idemflow.errors import TransientError
 
 P = ParamSpec("P")
@@ -177,7 +177,7 @@ def resend(call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
 
 
 def retried(retrying: Retrying, attempt: Callable[[], Generator[Y, Any, T]]) -> Generator[Y | Sleep, Any, T]:
-    """Run the computation ``attempt()`` under ``retrying``, yielding its sleeps as :class:`Sleep`.
+    """Run the computation ``attempt()`` under ``retrying``, yielding its sleeps as :class:`Backoff`.
 
     The engine's computations and the stores' SDK calls alike: one retry loop for both.
 
@@ -204,7 +204,7 @@ def retried(retrying: Retrying, attempt: Callable[[], Generator[Y, Any, T]]) -> 
                 state.set_result(result)
         elif isinstance(do, DoSleep):
             state.prepare_for_next_attempt()
-            yield Sleep(float(do), retrying.sleep)
+            yield Backoff(float(do), retrying.sleep)
         else:
             answer: T = do
             return answer
@@ -289,3 +289,28 @@ def _once(request: Request) -> Steps[Any]:
 def resent(retrying: Retrying, request: Request) -> Steps[Any]:
     """Send ``request`` until it gets an answer or ``retrying`` gives up."""
     return (yield from retried(retrying, lambda: _once(request)))
+
+
+def resent_until_deadline(request: Request, policy: RetryPolicy = DEFAULT_POLICY) -> Steps[Any]:
+    """``request`` resent on transient errors until ``policy``'s deadline from now: the library's
+    bookkeeping outside a step, each request safe to resend (a read, or a write whose condition
+    makes a second application a no-op or a conflict its caller reads)."""
+    return resent(policy.resending(policy.until()), request)
+
+
+def each_resent(steps: Steps[T], policy: RetryPolicy = DEFAULT_POLICY) -> Steps[T]:
+    """``steps`` with each of its requests resent on transient errors
+    (:func:`resent_until_deadline`); an error that stays, or any other, is thrown back into
+    ``steps``, which decides."""
+    answer: Any = None
+    failure: BaseException | None = None
+    while True:
+        try:
+            request = steps.send(answer) if failure is None else steps.throw(failure)
+        except StopIteration as done:
+            value: T = done.value
+            return value
+        try:
+            answer, failure = (yield from resent_until_deadline(request, policy)), None
+        except Exception as exc:  # noqa: BLE001 - handed to the computation, which decides
+            answer, failure = None, exc

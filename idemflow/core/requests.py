@@ -54,10 +54,17 @@ class CommitCache:
 
 @dataclass(frozen=True, slots=True)
 class Sleep:
-    """Wait ``seconds`` between retries; ``sleep`` is the retryer's own (tests inject one)."""
+    """Wait ``seconds`` (a timer, a poll, a retry); ``sleep`` is the waiter's own (tests inject one)."""
 
     seconds: float
     sleep: Callable[[float], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff(Sleep):
+    """The wait between two tries of a store call or a step's body (a transient error, a data
+    conflict): part of the store's answer, so a branch of ``all_of``/``any_of`` waits it out in
+    line, as it sends its store requests, instead of letting another branch go first."""
 
 
 @runtime_checkable

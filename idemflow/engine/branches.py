@@ -7,8 +7,10 @@ resumes a branch until it asks for its outside call or a wait it sits out (a
 that request (:class:`~idemflow.core.requests.Launch`: the driver starts it and answers at once)
 and goes on with the next branch; once every branch is in the air it collects the first to land
 and resumes its branch with the answer. Store requests pass through to the driver one at a time,
-as any step's do, so the branches' reads and commits never overlap: only what waits on the
-outside world does.
+as any step's do, and so do the backoffs between their tries
+(:class:`~idemflow.core.requests.Backoff`), so the branches' reads and commits never overlap and a
+store's hiccup in one branch never lets another end first: only what waits on the outside world
+does.
 
 The branches share the execution's parts, and a step's parts hold what the step they are at has
 seen (the cursor's step number, identity and retry policy; the stepper's answer of the call;
@@ -80,10 +82,15 @@ class Branches:
         self._calls = calls
 
     def run(
-        self, computations: Sequence[tuple[Steps[Any], Position]], *, first: bool
+        self,
+        computations: Sequence[tuple[Steps[Any], Position]],
+        *,
+        first: bool,
+        last: frozenset[int] = frozenset(),
     ) -> Steps[tuple[list[Branch], Branch | None]]:
         """Run ``computations`` side by side, each from its position: the branches as they ended
-        and the one whose end stopped them, if any.
+        and the one whose end stopped them, if any. The branches in ``last`` (an ``any_of``'s
+        timers) take their first turn after every other's.
 
         Without ``first`` (``all_of``) every branch runs to its end; once one failed, aborted or
         found the request cancelled,
@@ -100,7 +107,7 @@ class Branches:
         ]
         flying: dict[Any, tuple[Branch, CallOut | Sleep]] = {}
         pending: deque[tuple[Branch, Any, BaseException | None]] = deque(
-            (branch, None, None) for branch in branches
+            (branch, None, None) for branch in sorted(branches, key=lambda branch: branch.index in last)
         )
         stopper: Branch | None = None
         try:

@@ -190,7 +190,10 @@ class Together:
                     zip(members, layout.firsts, layout.lasts, strict=True)
                 )
             ]
-            ended, stopper = yield from self._branches.run(computations, first=True)
+            # A timer that is due ends at once; the other branches look first, so a message
+            # sent before its due time (a receive takes no later one) wins, whatever the order.
+            timers = frozenset(i for i, member in enumerate(members) if isinstance(member, Timer))
+            ended, stopper = yield from self._branches.run(computations, first=True, last=timers)
             if stopper is None:  # every branch waits (a worker's): for the first time or wake-up
                 cursor.stand(Position(at, ANY_OF, None, replaying, None))
                 raise _merged([b.error for b in ended if isinstance(b.error, Suspended)])

@@ -21,11 +21,10 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from idemflow.core.limit_spec import Limit
-from idemflow.core.policy import DEFAULT_POLICY, resent
-from idemflow.core.requests import Commit, ReadMany, Request, Sleep, Steps
+from idemflow.core.policy import resent_until_deadline
+from idemflow.core.requests import Commit, ReadMany, Sleep, Steps
 from idemflow.keys import LIMITS_PARTITION, RUNS_TABLE, limit_key
 from idemflow.serialization import JSON, encode
 from idemflow.stores.base import Committed, Insert, Op, Put, Row, RowRef
@@ -48,13 +47,6 @@ class Full:
 
     why: str
     retry_after: float
-
-
-def _resent(request: Request) -> Steps[Any]:
-    """A read or commit resent on transient errors. A commit is safe to resend: one that applied
-    meets its own version as a conflict, and the next look finds the slot already held (a lost
-    answer to a bucket's commit spends a second token, at worst)."""
-    return resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), request)
 
 
 def slots_ref(limit: Limit) -> RowRef:
@@ -115,7 +107,7 @@ def acquire(limits: Sequence[Limit], token: str, clock: Callable[[], float]) -> 
     parts = _parts(limits)
     refs = [ref for _, ref, _ in parts]
     for _ in range(CONFLICT_TRIES):
-        rows: list[Row | None] = yield from _resent(ReadMany(refs))
+        rows: list[Row | None] = yield from resent_until_deadline(ReadMany(refs))
         now = clock()
         ops: list[Op] = []
         full: list[Full] = []
@@ -138,7 +130,9 @@ def acquire(limits: Sequence[Limit], token: str, clock: Callable[[], float]) -> 
                 ops.append(_write(ref, row, {"tokens": max(left - 1.0, 0.0), "at": now}))
         if full:
             return Full(full[0].why, max(max(f.retry_after for f in full), 0.01))
-        if isinstance((yield from _resent(Commit(ops))), Committed):
+        # Safe to resend: one that applied meets its own version as a conflict, and the next look
+        # finds the slot already held (a lost answer to a bucket's commit spends a second token).
+        if isinstance((yield from resent_until_deadline(Commit(ops))), Committed):
             return None
         yield Sleep(random.uniform(0.0, 0.02), time.sleep)  # asyncio.sleep on the event loop
     return Full(_parts_why(parts), random.uniform(*SLOT_POLL))
@@ -166,7 +160,7 @@ def _rewrite(limits: Sequence[Limit], token: str, clock: Callable[[], float], *,
         return True
     refs = [ref for _, ref in parts]
     for _ in range(CONFLICT_TRIES):
-        rows: list[Row | None] = yield from _resent(ReadMany(refs))
+        rows: list[Row | None] = yield from resent_until_deadline(ReadMany(refs))
         now = clock()
         ops: list[Op] = []
         kept = True
@@ -185,7 +179,7 @@ def _rewrite(limits: Sequence[Limit], token: str, clock: Callable[[], float], *,
                 log.warning("a slot of %s %s was renewed after its lease ended", limit.kind, limit.name)
             held[token] = now + limit.concurrency.lease
             ops.append(_write(ref, row, {"holders": dict(held)}))
-        if not ops or isinstance((yield from _resent(Commit(ops))), Committed):
+        if not ops or isinstance((yield from resent_until_deadline(Commit(ops))), Committed):
             return kept
         yield Sleep(random.uniform(0.0, 0.02), time.sleep)
     return False

@@ -30,10 +30,10 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
-from idemflow.core.policy import DEFAULT_POLICY, resent
-from idemflow.core.requests import Request, Scan, Steps
+from idemflow.core.policy import each_resent, resent_until_deadline
+from idemflow.core.requests import Scan, Steps
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.errors import InvalidInputError
@@ -109,7 +109,7 @@ async def acollect(
 def collect_steps(tables: Sequence[str], cutoff: float, capabilities: Capabilities) -> Steps[GcReport]:
     """:func:`collect` as the engine's computation, for both APIs: memos first, records last."""
     finished: dict[RowRef, Row] = {}
-    for partition, key, row in (yield from _resent(Scan(RUNS_TABLE, None))):
+    for partition, key, row in (yield from resent_until_deadline(Scan(RUNS_TABLE, None))):
         ref = RowRef(RUNS_TABLE, partition, key)
         if owner(ref) != ref:  # a table-less step's memo or an outbox entry
             continue
@@ -122,36 +122,17 @@ def collect_steps(tables: Sequence[str], cutoff: float, capabilities: Capabiliti
     memos: list[Op] = []
     published: list[Op] = []
     for table in tables:
-        for partition, key, row in (yield from _resent(Scan(table, None))):
+        for partition, key, row in (yield from resent_until_deadline(Scan(table, None))):
             ref = RowRef(table, partition, key)
             if parse_memo_key(key) is not None and owner(ref) in finished:
                 memos.append(Delete(ref, expect=row.version))
             elif table == RUNS_TABLE and parse_published_key(key) is not None and owner(ref) in finished:
                 published.append(Delete(ref, expect=row.version))
     records: list[Op] = [Delete(ref, expect=row.version) for ref, row in finished.items()]
-    memo_rows = len((yield from _each_resent(commit_each(memos, capabilities))))
-    published_rows = len((yield from _each_resent(commit_each(published, capabilities))))
-    run_records = len((yield from _each_resent(commit_each(records, capabilities))))
+    memo_rows = len((yield from each_resent(commit_each(memos, capabilities))))
+    published_rows = len((yield from each_resent(commit_each(published, capabilities))))
+    run_records = len((yield from each_resent(commit_each(records, capabilities))))
     return GcReport(len(finished), memo_rows, run_records, published_rows=published_rows)
-
-
-def _resent(request: Request) -> Steps[Any]:
-    return resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), request)
-
-
-def _each_resent(steps: Steps[T]) -> Steps[T]:
-    """``steps`` with each of its requests resent on transient errors."""
-    answer: Any = None
-    failure: BaseException | None = None
-    while True:
-        try:
-            request = steps.send(answer) if failure is None else steps.throw(failure)
-        except StopIteration as done:
-            return cast(T, done.value)
-        try:
-            answer, failure = (yield from _resent(request)), None
-        except Exception as exc:  # noqa: BLE001 - handed to the computation, which decides
-            answer, failure = None, exc
 
 
 KINDS = ("memos", "run records", "outbox/inbox", "events/streams", "other")

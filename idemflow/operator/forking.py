@@ -50,7 +50,7 @@ from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
 from idemflow.core.places import Places
-from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, resent
+from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, resent_until_deadline
 from idemflow.core.requests import Commit, CommitCache, Read, ReadMany, Send, Steps
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
@@ -233,13 +233,13 @@ def fork_steps(
         raise RequestExistsError(workflow, new_id)
     note = fork_note(request_id, from_step)
     new_ref = run_ref(workflow, new_id)
-    found = yield from _sent(Read(new_ref))
+    found = yield from resent_until_deadline(Read(new_ref))
     if found is not None and not _ours(found, record, note):
         raise RequestExistsError(workflow, new_id)
     known: dict[RowRef, Row | None] = {RowRef(RUNS_TABLE, part, key): row for part, key, row in scanned}
     ahead = at_places(workflow, request_id, record)  # the atomic steps' memos, in one batched read
     if ahead:
-        known.update(zip(ahead, (yield from _sent(ReadMany(ahead))), strict=True))
+        known.update(zip(ahead, (yield from resent_until_deadline(ReadMany(ahead))), strict=True))
     replaying = replay(store, reader, flow, record, request_id, arguments)
     replayed = yield from answered(replaying, known, (RUNS_TABLE, request_id))
     kept = fork_bounds(workflow, request_id, replayed, from_step)
@@ -273,7 +273,9 @@ def fork_steps(
     )
     if found is None:
         claim: JSON = claimed.to_json()
-        outcome = yield from _sent(Commit([Insert(new_ref, claim, encode(claim, envelope=3), expires)]))
+        outcome = yield from resent_until_deadline(
+            Commit([Insert(new_ref, claim, encode(claim, envelope=3), expires)])
+        )
         if not isinstance(outcome, Committed):  # another fork came first: the same one, or refused
             found = outcome.failures[0].existing
             if found is None or not _ours(found, record, note):
@@ -324,7 +326,7 @@ def _copy(
         )
     for ops in by_place.values():
         for start in range(0, len(ops), per_commit):
-            yield from _sent(Commit(ops[start : start + per_commit]))
+            yield from resent_until_deadline(Commit(ops[start : start + per_commit]))
 
 
 def _hand_over(
@@ -339,7 +341,7 @@ def _hand_over(
 ) -> Steps[None]:
     """Clear the fork's note with an outbox entry, then send the pointer, as ``submit`` does."""
     new_ref = run_ref(workflow, new_id)
-    row = yield from _sent(Read(new_ref))
+    row = yield from resent_until_deadline(Read(new_ref))
     current = None if row is None else RunRecord.from_json(row.value)
     if row is not None and current is not None and current.waiting == note:
         ready: JSON = dataclasses.replace(current, waiting=None).to_json()
@@ -347,19 +349,13 @@ def _hand_over(
         outbox = Put(outbox_ref(workflow, new_id), entry, encode(entry), expires_at=expires)
         rewrite = Put(new_ref, ready, encode(ready, envelope=3), row.version, expires)
         if capabilities.cross_partition_commit:
-            yield from _sent(Commit([rewrite, outbox]))
+            yield from resent_until_deadline(Commit([rewrite, outbox]))
         else:  # the entry first: every memo is copied, so a relay sending it runs the request
-            yield from _sent(Commit([outbox]))
-            yield from _sent(Commit([rewrite]))
+            yield from resent_until_deadline(Commit([outbox]))
+            yield from resent_until_deadline(Commit([rewrite]))
     body = encode_pointer(Pointer(workflow, claimed.version, new_id), key)
     try:
         yield Send(body, 0.0, None)
     except BackendError:  # QueueError, TransientError: the outbox entry's relay sends it
         return
-    yield from _sent(CommitCache([Delete(outbox_ref(workflow, new_id))]))
-
-
-def _sent(request: Read | ReadMany | Commit | CommitCache) -> Steps[Any]:
-    """``request`` sent again on a transient error (a lost answer included: every write here is
-    one a repeat leaves as it is, or refuses by its condition, which the caller reads)."""
-    return (yield from resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), request))
+    yield from resent_until_deadline(CommitCache([Delete(outbox_ref(workflow, new_id))]))

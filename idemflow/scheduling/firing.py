@@ -42,8 +42,8 @@ from idemflow.async_worklist._submission import submission_steps
 from idemflow.async_worklist.outbox import DEFAULT_GRACE
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue, to_async_queue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, resent
-from idemflow.core.requests import Commit, ReadMany, Request, Steps
+from idemflow.core.policy import RetryPolicy, resent_until_deadline
+from idemflow.core.requests import Commit, ReadMany, Steps
 from idemflow.core.schedule_state import ScheduleState, schedule_ref
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
@@ -119,10 +119,6 @@ class Submitting:
         )
 
 
-def _resent(request: Request) -> Steps[Any]:
-    return resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), request)
-
-
 def chosen_ticks(schedule: Schedule, due: tuple[float, ...], now: float) -> tuple[float, ...]:
     """Which of the ``due`` ticks (oldest first) a pass at ``now`` fires: those within the
     schedule's ``grace`` always; of the missed ones, all, the most recent, or none.
@@ -149,7 +145,7 @@ def schedule_steps(schedule: Schedule, row: Row | None, submitting: Submitting, 
     if row is None:  # first seen: its ticks start after now (a trigger fires earlier ones)
         state = ScheduleState(after=float(math.floor(now)))
         value = state.to_json()
-        yield from _resent(Commit([Insert(ref, value, encode(value))]))
+        yield from resent_until_deadline(Commit([Insert(ref, value, encode(value))]))
         return Fired(schedule.name)
     try:
         state = ScheduleState.from_json(row.value)
@@ -170,7 +166,7 @@ def schedule_steps(schedule: Schedule, row: Row | None, submitting: Submitting, 
     moved = ScheduleState(after=due[-1], last=ticks[-1] if ticks else state.last)
     value = moved.to_json()
     # Over the version read: a pause, a resume or a faster scheduler's move since then wins.
-    outcome = yield from _resent(Commit([Put(ref, value, encode(value), expect=row.version)]))
+    outcome = yield from resent_until_deadline(Commit([Put(ref, value, encode(value), expect=row.version)]))
     if not isinstance(outcome, Committed):
         telemetry.log_event(log, logging.DEBUG, "schedule-moved-by-another", schedule=schedule.name)
     return Fired(
@@ -187,7 +183,9 @@ def pass_steps(schedules: tuple[Schedule, ...], submitting: Submitting) -> Steps
     now = submitting.clock()
     fired: list[Fired] = []
     try:  # every schedule's row in one batched read: an idle pass costs one call
-        rows: list[Row | None] = yield from _resent(ReadMany([schedule_ref(s.name) for s in schedules]))
+        rows: list[Row | None] = yield from resent_until_deadline(
+            ReadMany([schedule_ref(s.name) for s in schedules])
+        )
     except IdemflowError as exc:
         telemetry.log_event(log, logging.WARNING, "schedule-pass-failed", error=str(exc))
         return PassReport(now, tuple(Fired(s.name, error=f"{type(exc).__name__}: {exc}") for s in schedules))

@@ -30,14 +30,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from idemflow.async_worklist._handles import AsyncPending, Pending
 from idemflow.async_worklist._submission import asubmit, submit
 from idemflow.async_worklist.queues.async_adapters import AsyncQueue
 from idemflow.async_worklist.queues.base import Queue
-from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, resent
-from idemflow.core.requests import Commit, Read, ReadMany, Request, Steps
+from idemflow.core.policy import RetryPolicy, resent_until_deadline
+from idemflow.core.requests import Commit, Read, ReadMany, Steps
 from idemflow.core.schedule_state import ScheduleState, schedule_ref
 from idemflow.engine.drive import drive
 from idemflow.engine.drive_asyncio import adrive
@@ -71,10 +70,6 @@ class ScheduleView:
     """Whether a scheduler (or an operator) has written its state row yet."""
 
 
-def _resent(request: Request) -> Steps[Any]:
-    return resent(DEFAULT_POLICY.resending(DEFAULT_POLICY.until()), request)
-
-
 def _view(schedule: Schedule, row: Row | None, now: float) -> ScheduleView:
     state = None if row is None else ScheduleState.from_json(row.value)
     after = now if state is None else state.after
@@ -94,7 +89,9 @@ def _view(schedule: Schedule, row: Row | None, now: float) -> ScheduleView:
 
 def views_steps(checked: tuple[Schedule, ...], now: float) -> Steps[list[ScheduleView]]:
     """Every schedule's state in one batched read."""
-    rows: list[Row | None] = yield from _resent(ReadMany([schedule_ref(s.name) for s in checked]))
+    rows: list[Row | None] = yield from resent_until_deadline(
+        ReadMany([schedule_ref(s.name) for s in checked])
+    )
     return [_view(schedule, row, now) for schedule, row in zip(checked, rows, strict=True)]
 
 
@@ -120,7 +117,7 @@ def switch_steps(name: str, paused: bool, now: float) -> Steps[ScheduleState]:
     ref = schedule_ref(name)
     second = float(math.floor(now))
     for _ in range(ROUNDS):
-        row: Row | None = yield from _resent(Read(ref))
+        row: Row | None = yield from resent_until_deadline(Read(ref))
         state = None if row is None else ScheduleState.from_json(row.value)
         if paused:
             after = second if state is None else state.after
@@ -137,7 +134,7 @@ def switch_steps(name: str, paused: bool, now: float) -> Steps[ScheduleState]:
             if row is None
             else Put(ref, value, encode(value), expect=row.version)
         )
-        if isinstance((yield from _resent(Commit([write]))), Committed):
+        if isinstance((yield from resent_until_deadline(Commit([write]))), Committed):
             return wanted
     raise ConflictError("(schedule)", name, 0, RUNS_TABLE, SCHEDULES_PARTITION, ROUNDS)
 

@@ -40,7 +40,7 @@ from idemflow.worker import MemoryQueue
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.support.apis import Api
-from tests.support.together import Service, crash_after
+from tests.support.together import Service, crash_after, kept_memos
 
 FAST = StepRetry(initial=0.001, maximum_interval=0.002, maximum_attempts=4)
 
@@ -95,9 +95,13 @@ def test_a_crash_after_a_branch_memo_replays_it_without_its_call(store: Store, a
         api.run(quotes(space), request_id=space, store=FaultyStore(store, crash_after("effect", memos)))
     before = sum(service.calls.values())
     assert before == 3  # every call was made at once, before any memo
+    # The memos-th landed; an earlier branch's commit may have been still resending after a
+    # transaction conflict when the process died, its memo lost with it.
+    kept = kept_memos(store, space, "effect")
+    assert 1 <= kept <= memos, kept
     service.barrier = None  # the replay makes fewer calls: none waits for the others
     assert api.run(quotes(space), request_id=space, store=store)["cheapest"] == 20
-    assert sum(service.calls.values()) - before == 3 - memos
+    assert sum(service.calls.values()) - before == 3 - kept
     assert max(service.keys.values()) <= 2 and len(service.keys) == 3  # a repeat has the same key
 
 

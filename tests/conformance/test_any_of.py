@@ -30,12 +30,12 @@ from idemflow import (
 )
 from idemflow.client import RunStatus
 from idemflow.stores import Store
-from idemflow.testing import FaultyStore, SimulatedCrash
+from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from idemflow.worker import MemoryQueue
 from tests.conformance.test_continuations import Clock, deliver_all
 from tests.conformance.test_workflow_contract import new_space
 from tests.support.apis import Api
-from tests.support.together import Service, crash_after
+from tests.support.together import Service, crash_after, is_memo_of
 
 
 def first_quote(service: Service, **options: Any) -> Any:
@@ -189,26 +189,69 @@ def test_the_timeout_wins_when_no_message_comes_and_a_late_one_is_kept(store: St
     assert api.status(store, "approval", space).result == [1, None, "late"]  # kept for the next receive
 
 
+@workflow("approval-timer-first")
+def timer_first(space: str, seconds: float) -> Generator[Any, Any, Any]:
+    """:func:`approval` with its branches the other way round (the timer's index is 0)."""
+    yield checkpoint()
+    index, message = yield any_of(sleep(seconds), receive("approved"))
+    later = None if index == 1 else (yield receive("approved", timeout=seconds))
+    return [1 - index, message, later]
+
+
 @pytest.mark.parametrize(
-    ("sent", "taken", "expected"), [(300, 700, [0, "yes", None]), (700, 800, [1, None, "yes"])]
+    ("sent", "taken", "expected", "flow"),
+    [
+        (300, 700, [0, "yes", None], approval),
+        (300, 700, [0, "yes", None], timer_first),  # a due timer ends at once: the receive looks first
+        (700, 800, [1, None, "yes"], approval),
+    ],
 )
 def test_a_message_taken_late_wins_only_if_it_was_sent_before_the_timeout(
-    store: Store, api: Api, sent: float, taken: float, expected: Any
+    store: Store, api: Api, sent: float, taken: float, expected: Any, flow: Any
 ) -> None:
     """The workers are down past the timeout (600 s), so the request runs again only after it: a
-    message sent before the timeout ended wins; one sent after it loses to the timeout (its time
-    came first) and is kept for the next receive, as if a worker had been there on time."""
+    message sent before the timeout ended wins, whichever branch comes first; one sent after it
+    loses to the timeout (its time came first) and is kept for the next receive, as if a worker
+    had been there on time."""
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
-    api.submit(approval(space, 600), request_id=space, store=store, queue=queue, clock=clock)
-    worker = api.worker([approval], store=store, queue=queue, clock=clock)
+    api.submit(flow(space, 600), request_id=space, store=store, queue=queue, clock=clock)
+    worker = api.worker([flow], store=store, queue=queue, clock=clock)
     worker.handle(queue.receive()[0])  # it now waits for either
     start = clock.now
     clock.now = start + sent
-    api.run(send("approval", space, "approved", "yes"), request_id=space + "send", store=store, clock=clock)
+    api.run(send(flow.name, space, "approved", "yes"), request_id=space + "send", store=store, clock=clock)
     clock.now = start + taken  # the first worker back takes the wake-up (or the timer) only now
     deliver_all(worker, queue, clock, step=60)
-    assert api.status(store, "approval", space).result == expected
+    assert api.status(store, flow.name, space).result == expected
+
+
+def test_a_store_error_on_the_message_s_take_does_not_let_the_timeout_win(store: Store, api: Api) -> None:
+    """The request runs again after its timeout with a message sent before it, and the store
+    refuses the receive's commit twice (DynamoDB transaction conflicts): the commit is tried again
+    in line, after a backoff the second time, and the message still wins (the timer does not end
+    first while the receive waits out its backoff)."""
+    space, clock = new_space(), Clock()
+    queue = MemoryQueue(clock=clock)
+    refusing = {"left": 0}
+
+    def plan(point: FaultPoint) -> Fault | None:
+        if refusing["left"] and any(is_memo_of(op, "receive") for op in point.ops):
+            refusing["left"] -= 1
+            return Fault.TRANSIENT
+        return None
+
+    faulty = FaultyStore(store, plan)
+    api.submit(approval(space, 600), request_id=space, store=faulty, queue=queue, clock=clock)
+    worker = api.worker([approval], store=faulty, queue=queue, clock=clock)
+    worker.handle(queue.receive()[0])  # it now waits for either
+    start = clock.now
+    clock.now = start + 300
+    api.run(send("approval", space, "approved", "yes"), request_id=space + "send", store=store, clock=clock)
+    clock.now, refusing["left"] = start + 700, 2
+    deliver_all(worker, queue, clock, step=60)
+    assert [fault for _, fault in faulty.injected] == [Fault.TRANSIENT] * 2
+    assert api.status(store, "approval", space).result == [0, "yes", None]
 
 
 def test_under_run_a_message_or_a_timeout_ends_the_wait(store: Store, api: Api) -> None:

@@ -26,13 +26,15 @@ from idemflow import (
 )
 from idemflow.admin import afork, fork, relay, show
 from idemflow.client import RunStatus, get_event, status, submit
-from idemflow.core.requests import Commit
+from idemflow.core.policy import pause
+from idemflow.core.requests import Sleep
 from idemflow.engine.drive import store_answer
 from idemflow.errors import ForkStepError, NonDeterminismError, RequestExistsError, RequestNotFoundError
 from idemflow.operator.forking import fork_steps
 from idemflow.records import RunRecord, run_ref
 from idemflow.stores import SqliteStore, Store
-from idemflow.testing import Fault, FaultyStore, SimulatedCrash
+from idemflow.stores.base import Committed
+from idemflow.testing import Fault, FaultPoint, FaultyStore, SimulatedCrash
 from idemflow.worker import MemoryQueue, Worker, open_queue
 from tests.cli.test_cli import idemflow
 from tests.conformance.test_continuations import Clock, deliver_all
@@ -189,6 +191,17 @@ def test_a_fork_after_the_atomic_steps_on_two_tables_keeps_both(store: Store, fl
     assert CALLS[space][0] != CALLS[space][1]
 
 
+def _driver_answer(store: Store, request: object) -> Any:
+    """What :func:`~idemflow.engine.drive.drive` gives back for ``request``: the store's answer, a
+    retry's pause, or the store's error to throw in (so the fork's own retry meets it)."""
+    if isinstance(request, Sleep):
+        return pause(request)
+    try:
+        return store_answer(store, request)
+    except Exception as exc:  # noqa: BLE001 - thrown into the computation, as the driver does
+        return exc
+
+
 def test_two_forks_to_one_new_id_make_one_request(store: Store) -> None:
     space, clock = new_space(), Clock()
     queue = MemoryQueue(clock=clock)
@@ -196,9 +209,11 @@ def test_two_forks_to_one_new_id_make_one_request(store: Store) -> None:
     args = (store, None, FLOWS, "fork-order", old, 4, space + "new", None, None, None, clock)
     first = fork_steps(*args)
     request = next(first)
-    while not isinstance(request, Commit):  # up to the first one's claim
-        request = first.send(store_answer(store, request))
-    request = first.send(store_answer(store, request))  # claimed: it dies here, its memos uncopied
+    while True:  # up to the first one's claim, answered as the driver answers (a store's transient
+        answer = _driver_answer(store, request)  # error thrown in, a retry's sleep slept)
+        request = first.throw(answer) if isinstance(answer, BaseException) else first.send(answer)
+        if isinstance(answer, Committed):  # claimed: it dies here, its memos uncopied
+            break
     first.close()
     assert status(store, "fork-order", space + "new").waiting is not None  # forking: no worker runs it
     # another fork to the same id from another step is refused; the same fork finishes the first
@@ -393,6 +408,24 @@ def test_a_running_request_is_forked_from_the_steps_it_committed_and_goes_on(
     assert data_rows(store, "tablea")[("tablea", space + "e", "n")] == 1  # the fork counted nothing again
 
 
+class NthCommit:
+    """A fault plan that strikes the ``n``-th distinct commit once (None: counts them only). A
+    commit the store refused transiently (a DynamoDB transaction conflict under load) and the fork
+    sent again is the same commit, not the next, so the sweep's points do not shift with load."""
+
+    def __init__(self, n: int | None, fault: Fault | None) -> None:
+        self.n, self.fault, self.seen, self.struck = n, fault, 0, False
+        self._last: tuple[object, ...] | None = None
+
+    def __call__(self, point: FaultPoint) -> Fault | None:
+        if point.ops != self._last:
+            self.seen, self._last = self.seen + 1, point.ops
+        if self.seen - 1 != self.n or self.struck:
+            return None
+        self.struck = True
+        return self.fault
+
+
 @pytest.mark.slow  # a fork per commit and fault, each run to its end by a worker
 def test_a_fork_that_dies_at_any_write_is_finished_by_the_same_fork(store: Store) -> None:
     """At each of the fork's commits in turn (the claim, a partition's copies, the hand-over) the
@@ -415,16 +448,15 @@ def test_a_fork_that_dies_at_any_write_is_finished_by_the_same_fork(store: Store
         assert status(store, "fork-order", new_request_id).status is RunStatus.COMPLETED, why
         assert counts(store, space) == {"held": 1, "shipped": forks, "owed": 10, "calls": 1}, why
 
-    commits: list[int] = []
-    watched = FaultyStore(store, lambda point: commits.append(point.index) or None)
+    watched = FaultyStore(store, (counted := NthCommit(None, None)))
     clean: dict[str, Any] = {"from_step": 4, "new_request_id": space + "n", "queue": queue}
     fork(watched, FLOWS, "fork-order", old, clock=clock, **clean)  # type: ignore[arg-type]
     finished(space + "n", "no fault")
-    assert len(commits) >= 5, commits  # the claim, three steps' copies, the hand-over
+    assert counted.seen >= 5, counted.seen  # the claim, three steps' copies, the hand-over
     for fault in (Fault.CRASH_BEFORE, Fault.CRASH_AFTER, Fault.LOST_ANSWER):
-        for n in commits:
+        for n in range(counted.seen):
             new_id = f"{space}n{fault.name}{n}"
-            dying = FaultyStore(store, lambda point, n=n, fault=fault: fault if point.index == n else None)
+            dying = FaultyStore(store, NthCommit(n, fault))
             options: dict[str, Any] = {"from_step": 4, "new_request_id": new_id, "queue": queue}
             try:
                 fork(dying, FLOWS, "fork-order", old, clock=clock, **options)  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """A scheduler process for the kill tests: ``python -m tests.support.schedule_racer STORE_URL TICKS``
 walks the same simulated hours every racer walks (a pass at each tick of a ten-minute schedule,
-five seconds after it), then prints ``done``. Its workflow has no checkpoint, so each pass runs a
-tick to its end and the tick's count in ``tablea`` (partition ``racers``) shows how often it ran."""
+five seconds after it), printing ``tick K`` after each, then prints ``done``. Its workflow has no
+checkpoint, so each pass runs a tick to its end and the tick's count in ``tablea`` (partition
+``racers``) shows how often it ran."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def main(url: str, ticks: int) -> None:
     for k in range(ticks):
         at = T0 + 600 * k + 5
         fire_schedules([EVERY10], store=store, queue=queue, clock=lambda at=at: at)
+        print("tick", k, flush=True)  # the test kills a racer after some of these
     store.flush()
     print("done", flush=True)
 

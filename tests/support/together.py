@@ -9,7 +9,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from idemflow.stores.base import Insert
+from idemflow.keys import RUNS_TABLE
+from idemflow.stores.base import Insert, Store
 from idemflow.testing import Fault, FaultPoint
 
 TIMEOUT = 30.0
@@ -116,3 +117,13 @@ def crash_after(
             return fault if len(seen) == nth else None
 
     return plan
+
+
+def kept_memos(store: Store, request_id: str, kind: str) -> int:
+    """How many memos of ``kind`` steps the request's partition holds (a branch memo sits beside
+    the run record): after a crash, those whose commit landed before it."""
+    return sum(
+        1
+        for _, _, row in store.scan(RUNS_TABLE, request_id)
+        if isinstance(row.value, dict) and str(row.value.get("id", "")).split(" ")[0] == kind
+    )
