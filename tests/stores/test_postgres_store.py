@@ -82,7 +82,10 @@ def test_bad_urls_are_refused_before_connecting(url: str, words: str) -> None:
 def test_a_connection_killed_mid_commit_leaves_nothing(store: PostgresStore, server: PostgresServer) -> None:
     held, wanted = RowRef("items", "p", "held"), RowRef("items", "p", "new")
     store.commit([Put(held, 1, "1")])
-    with psycopg.connect(server.conninfo, autocommit=True) as other:
+    with (
+        psycopg.connect(server.conninfo, autocommit=True) as other,
+        psycopg.connect(server.conninfo, autocommit=True) as watcher,  # sees pg_stat_activity live
+    ):
         other.execute("BEGIN")
         other.execute(f"SELECT 1 FROM {store.sql.schema_table} WHERE rk = 'held' FOR UPDATE")
         failed: list[BaseException] = []
@@ -95,11 +98,13 @@ def test_a_connection_killed_mid_commit_leaves_nothing(store: PostgresStore, ser
 
         thread = threading.Thread(target=commit)
         thread.start()
-        waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        while thread.is_alive() and not (pids := other.execute(waiting).fetchall()):
+        # Only the backend our lock blocks: the server is shared with other workers' cases.
+        waiting = "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+        holder = other.info.backend_pid
+        while thread.is_alive() and not (pids := watcher.execute(waiting, (holder,)).fetchall()):
             thread.join(0.01)
         assert thread.is_alive(), failed  # the commit waits on the held row
-        other.execute("SELECT pg_terminate_backend(%s)", pids[0])
+        watcher.execute("SELECT pg_terminate_backend(%s)", pids[0])
         thread.join()
         other.execute("ROLLBACK")
     assert len(failed) == 1 and isinstance(failed[0], TransientError), failed
@@ -189,14 +194,21 @@ def test_a_check_that_a_row_is_absent_holds_the_key_until_its_commit_ends(
 ) -> None:
     key = RowRef(*WHERE)
     sql = store.sql
-    with psycopg.ClientCursor(psycopg.connect(server.conninfo, autocommit=True)) as other:
+    # The watcher is a connection of its own, outside any transaction: a transaction sees
+    # pg_stat_activity as it was at its first look. It counts only the backends our held
+    # transaction blocks (the server is shared with other workers' cases).
+    with (
+        psycopg.ClientCursor(psycopg.connect(server.conninfo, autocommit=True)) as other,
+        psycopg.connect(server.conninfo, autocommit=True) as watcher,
+    ):
         other.execute("BEGIN")  # a commit holding Check(key, ABSENT), stopped before its end
         other.execute(f"{sql.hold_absent}; {sql.release_absent}", (*WHERE, 0, *WHERE))
         done: list[object] = []
         thread = threading.Thread(target=lambda: done.append(store.commit([Insert(key, 1, "1")])))
         thread.start()
-        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        while thread.is_alive() and other.execute(waiting).fetchone() == (0,):
+        holder = other.connection.info.backend_pid
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+        while thread.is_alive() and watcher.execute(waiting, (holder,)).fetchone() == (0,):
             thread.join(0.01)
         assert thread.is_alive() and store.read(key) is None  # the insert waits on the held key
         other.execute("COMMIT")
