@@ -48,11 +48,6 @@ from idemflow.core.backlog import aqueue_stats, queue_name, queue_stats
 if TYPE_CHECKING:
     from idemflow.core.backlog import QueueStats
 
-try:
-    from opentelemetry import metrics, trace
-except ImportError:  # the extra is not installed: every call below is a no-op
-    metrics = trace = None  # type: ignore[assignment]
-
 STEPS_COMMITTED = "idemflow.steps.committed"
 CONFLICTS_RETRIED = "idemflow.conflicts.retried"
 DUPLICATES_ANSWERED = "idemflow.duplicates.answered"
@@ -73,7 +68,8 @@ class _Instruments:
     """The OpenTelemetry handles, made once a provider is set (they follow the global providers)."""
 
     def __init__(self) -> None:
-        assert trace is not None and metrics is not None
+        from opentelemetry import metrics, trace  # the [otel] extra: loaded when turned on
+
         self.tracer = trace.get_tracer("idemflow")
         meter = metrics.get_meter("idemflow")
         self.counters = {
@@ -171,10 +167,13 @@ def instrument() -> None:
 
     Raises :class:`ImportError` naming the extra if OpenTelemetry is not installed.
     """
-    if trace is None:
-        raise ImportError("idemflow.telemetry needs OpenTelemetry: pip install 'idemflow[otel]'")
     if not _made:
-        _made.append(_Instruments())
+        try:
+            _made.append(_Instruments())
+        except ImportError as missing:
+            raise ImportError(
+                "idemflow.telemetry needs OpenTelemetry: pip install 'idemflow[otel]'"
+            ) from missing
 
 
 def uninstrument() -> None:

@@ -3,6 +3,8 @@ application's own SDK set-up receives them (the SDK's in-memory exporter and rea
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -231,3 +233,28 @@ def test_a_running_asyncio_worker_watches_its_queue(telemetry: Any, tmp_path: An
     seen, on_loop = asyncio.run(scenario())
     assert telemetry_module.QUEUE_BACKLOG in seen and on_loop == {}
     queue.close()
+
+
+def test_turning_telemetry_on_without_opentelemetry_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenTelemetry is loaded when telemetry is turned on, not when idemflow is imported: without
+    it, instrument() says which extra to install and leaves telemetry off."""
+    telemetry_module.uninstrument()
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"idemflow\[otel\]"):
+        telemetry_module.instrument()
+    assert not telemetry_module.enabled()
+
+
+def test_importing_idemflow_does_not_load_opentelemetry() -> None:
+    """Every process (a worker, a CLI command) pays for what it imports."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, idemflow.cli, idemflow.worker; print('opentelemetry' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "False"
