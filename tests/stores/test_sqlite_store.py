@@ -76,41 +76,38 @@ def test_completion_records_are_there_for_another_connection(tmp_path: Path) -> 
     other.close()
 
 
-def _open_and_count(path: str, ready: Any, start: Any, answers: Any) -> None:
-    ready.put(os.getpid())
-    start.wait()
-    try:
-        store = SqliteStore(path)
-        run(count(os.getpid()), request_id=f"p{os.getpid()}", store=store)
-        store.close()
-        answers.put("ok")
-    except Exception as exc:  # noqa: BLE001 - reported to the test
-        answers.put(repr(exc))
+def _open_and_count(paths: list[str], barrier: Any, answers: Any) -> None:
+    """Open each new file in turn, all the processes at once (the barrier), and count in it."""
+    for path in paths:
+        barrier.wait(timeout=120)
+        try:
+            store = SqliteStore(path)
+            run(count(os.getpid()), request_id=f"p{os.getpid()}", store=store)
+            store.close()
+            answers.put((path, "ok"))
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            answers.put((path, repr(exc)))
 
 
 @pytest.mark.slow
 def test_processes_racing_to_create_one_file_all_open_it(tmp_path: Path) -> None:
     """Processes that open a new store file at the same instant race to create it and switch it
     to WAL mode; SQLite answers some of them "database is locked" at once, without waiting in its
-    busy handler. Every one of them must open the store all the same."""
+    busy handler. Every one of them must open the store all the same: six processes, eight new
+    files, each opened by all six at once (one barrier a file: the processes are started once)."""
     ctx = multiprocessing.get_context("spawn")
-    failures: list[str] = []
-    for trial in range(8):
-        path = str(tmp_path / f"race{trial}.sqlite3")
-        ready, start, answers = ctx.Queue(), ctx.Event(), ctx.Queue()
-        args = (path, ready, start, answers)
-        processes = [ctx.Process(target=_open_and_count, args=args) for _ in range(6)]
-        for process in processes:
-            process.start()
-        for _ in processes:
-            ready.get(timeout=60)  # all imported and waiting: then they open the file at once
-        start.set()
-        failures += [got for got in (answers.get(timeout=60) for _ in processes) if got != "ok"]
-        for process in processes:
-            process.join(timeout=60)
+    paths = [str(tmp_path / f"race{trial}.sqlite3") for trial in range(8)]
+    barrier, answers = ctx.Barrier(6), ctx.Queue()
+    processes = [ctx.Process(target=_open_and_count, args=(paths, barrier, answers)) for _ in range(6)]
+    for process in processes:
+        process.start()
+    got = [answers.get(timeout=120) for _ in range(len(paths) * len(processes))]
+    for process in processes:
+        process.join(timeout=60)
+    assert [answer for answer in got if answer[1] != "ok"] == []
+    for path in paths:
         total = SqliteStore(path).read(RowRef("tableb", "all", "dn"))
-        assert total is not None and total.value == 6
-    assert failures == []
+        assert total is not None and total.value == 6, path
 
 
 # -- retention: the store's own expiry --------------------------------------------------------
