@@ -131,9 +131,13 @@ def test_a_file_from_before_expiry_needs_no_migration(tmp_path: Path) -> None:
         old.commit()
     store = SqliteStore(path, expire_every=None)
     with contextlib.closing(sqlite3.connect(path)) as look:
-        query = "EXPLAIN QUERY PLAN " + _sqlite_sweep._WINDOW
-        plan = look.execute(query, (1e9, "", "", "", 100)).fetchall()
-    assert any("PRIMARY KEY" in str(step[-1]) for step in plan), plan  # a range, not a scan
+        for query, params in (
+            (_sqlite_sweep._WINDOW_END, ("", "", "", 1999)),
+            (_sqlite_sweep._EXPIRED_IN, ("", "", "", "z", "z", "z", 1e9, 100)),
+            (_sqlite_sweep._EXPIRED_AFTER, ("", "", "", 1e9, 100)),
+        ):
+            plan = look.execute("EXPLAIN QUERY PLAN " + query, params).fetchall()
+            assert any("PRIMARY KEY" in str(step[-1]) for step in plan), plan  # a range, not a scan
     report = store.expire(now=1e9)
     assert (report.found, report.deleted) == (1, 1)  # an orphan memo (no run record): deleted
     assert [key for _, key, _ in store.scan("items")] == ["dk"]
