@@ -35,7 +35,7 @@ _EXPIRED_AFTER = (
 _COUNT_IN = f"SELECT count(*) FROM idemflow_rows WHERE {_KEY_AFTER} AND (tbl, part, rk) <= (?, ?, ?)"
 _COUNT_AFTER = f"SELECT count(*) FROM idemflow_rows WHERE {_KEY_AFTER}"
 WINDOW_ROWS = 2000
-"""Rows one sweep reads (about 2 ms): the unit the pace is counted in."""
+"""Rows one sweep reads (about 0.5 ms): the unit the pace is counted in."""
 READ_PER_WRITE = 8
 """Rows the sweeps read per row committed: a pass over a file of N rows written at W rows a
 second takes at most N / (8 W) seconds, so the expired rows waiting stay a bounded share of
