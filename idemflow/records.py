@@ -244,28 +244,30 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, value: Any) -> RunRecord:
-        failure, parent, attempts, continuation = (value.get(f) for f in ("fail", "par", "rt", "ct"))
+        get = value.get  # read with every duplicate's answer: no generator, one lookup
+        failure, parent, attempts, continuation = get("fail"), get("par"), get("rt"), get("ct")
+        tags = get("tg")
         return cls(
             fingerprint=str(value["fp"]),
             status=RunStatus(value["status"]),
-            result=value.get("result"),
-            reason=value.get("reason"),
-            finished_at=value.get("at"),
-            version=int(value.get("wv", 1)),
-            input=value.get("in"),
+            result=get("result"),
+            reason=get("reason"),
+            finished_at=get("at"),
+            version=int(get("wv", 1)),
+            input=get("in"),
             failure=None if failure is None else Failure.from_json(failure),
-            waiting=value.get("wait"),
-            started_at=value.get("st"),
+            waiting=get("wait"),
+            started_at=get("st"),
             parent=None
             if parent is None
             else OutboxEntry(str(parent[0]), int(parent[1]), str(parent[2]), 0.0),
             attempts=None if attempts is None else Attempts.from_json(attempts),
-            deadline=value.get("dl"),
+            deadline=get("dl"),
             continuation=None if continuation is None else Continuation.from_json(continuation),
-            incarnation=_text_or_none(value.get("i")),
-            kept_until=_number_or_none(value.get("ku")),
-            tags=stored_tags(value.get("tg")),
-            places=Places.from_fields(value),
+            incarnation=_text_or_none(get("i")),
+            kept_until=_number_or_none(get("ku")),
+            tags=None if tags is None else stored_tags(tags),
+            places=None if "pl" not in value else Places.from_fields(value),
         )
 
     @property

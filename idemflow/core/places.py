@@ -97,11 +97,12 @@ class Places:
         raw = value.get("pl")
         if not isinstance(raw, list):
             return None
-        at = [
-            (str(pair[0]), str(pair[1]))
-            for pair in raw
-            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
-        ]
+        at = []
+        for pair in raw:  # a loop, not all() over a generator: read with every run record
+            if isinstance(pair, list) and len(pair) == 2:
+                table, partition = pair
+                if isinstance(table, str) and isinstance(partition, str):
+                    at.append((str(table), str(partition)))
         steps = value.get("sn")
         return cls.of(at, steps if type(steps) is int else 0, value.get("plm") is not True)
 

@@ -27,18 +27,20 @@ is :mod:`idemflow.running.handlers`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from returns.result import Failure, Result, Success
 
-from idemflow import records
+from idemflow import records, telemetry
 from idemflow.core.policy import DEFAULT_POLICY, RetryPolicy, resent
 from idemflow.core.requests import Read, Steps
 from idemflow.core.tags import check_tags
 from idemflow.engine.drive import drive
 from idemflow.engine.execution import Execution, OtherVersion, Plan, Renewed
+from idemflow.engine.given import log
 from idemflow.engine.monad import Idem, Node
 from idemflow.engine.renewal import next_call, next_plan
 from idemflow.engine.tx import Reader
@@ -46,6 +48,7 @@ from idemflow.errors import (
     IdempotencyKeyReuseError,
     LimitReachedError,
     RequestCancelledError,
+    TransientError,
     VersionNotHeldError,
     WorkflowAborted,
 )
@@ -54,7 +57,7 @@ from idemflow.limits.gate import gated
 from idemflow.running.request_spec import Request, describe, describe_request
 from idemflow.running.workflows import Workflow
 from idemflow.stores import long_waits
-from idemflow.stores.base import AsyncStore, RowRef, Store
+from idemflow.stores.base import AsyncStore, Row, RowRef, Store
 
 R = TypeVar("R")
 
@@ -81,12 +84,42 @@ def execute(
     check_request_id(request_id)
     request = request or describe_request(m)
     stored = check_tags(tags)
+    if plan is None and reads_first(store, request):
+        try:
+            found = answered(request, request_id, store.read(records.run_ref(request.workflow, request_id)))
+        except TransientError:
+            found = None  # the engine's path resends
+        if found is not None:
+            return found
     steps = execution_steps(
         m, request, request_id, store, policy, clock, plan, versions, reader=store, tags=stored
     )
     if plan is None and request.call is not None and request.call.limits:  # run(): under its limits
         steps = under_limits(steps, request, request_id, policy, clock)
     return drive(steps, store)
+
+
+def reads_first(store: Store | AsyncStore, request: Request) -> bool:
+    """Whether ``run`` reads the run record before anything else: where a read is local (an
+    embedded store), so that a duplicate of a finished request costs one read, not an execution
+    built to find its first commit refused. Not under limits (a duplicate is gated as there), nor
+    traced or logged (a duplicate's span and log line come from the execution, as elsewhere)."""
+    return (
+        store.capabilities.local_reads
+        and (request.call is None or not request.call.limits)
+        and not telemetry.enabled()
+        and not log.isEnabledFor(logging.DEBUG)
+    )
+
+
+def answered(request: Request, request_id: str, row: Row | None) -> records.RunRecord | None:
+    """The run record ``row`` if it is this request's and finished: the duplicate's answer. None
+    sends the request down the engine's path, which meets whatever is there (a running request,
+    another input's record) as its first commit would."""
+    if row is None:
+        return None
+    record = records.RunRecord.from_json(row.value)
+    return record if record.status.final and request.matches(record.fingerprint) else None
 
 
 def under_limits(

@@ -33,10 +33,17 @@ from idemflow.core.tags import check_tags
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.engine.execution import Plan
 from idemflow.engine.monad import Idem
-from idemflow.errors import WorkflowAborted
+from idemflow.errors import TransientError, WorkflowAborted
 from idemflow.keys import check_request_id
 from idemflow.running.request_spec import Request, describe_request
-from idemflow.running.runner import execution_steps, result_of, status_steps, under_limits
+from idemflow.running.runner import (
+    answered,
+    execution_steps,
+    reads_first,
+    result_of,
+    status_steps,
+    under_limits,
+)
 from idemflow.running.workflows import Workflow
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store
@@ -61,6 +68,14 @@ async def aexecute(
     request = request or describe_request(m)
     stored = check_tags(tags)
     target = to_async(store)
+    if plan is None and reads_first(target, request):
+        try:
+            row = await target.read(records.run_ref(request.workflow, request_id))
+        except TransientError:
+            row = None  # the engine's path resends
+        found = answered(request, request_id, row)
+        if found is not None:
+            return found
     steps = execution_steps(
         m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target), tags=stored
     )

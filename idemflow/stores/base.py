@@ -65,6 +65,12 @@ class Capabilities:
     transaction_surcharge: bool = False
     """A commit of several rows costs more than writing each alone (DynamoDB bills every item of
     a transaction twice): writes that need no atomicity, such as two cache rows, go apart."""
+    local_reads: bool = False
+    """A point read is a call into this process (an embedded file, memory), not a round trip:
+    ``run`` reads a request's run record before it builds anything, so a duplicate of a finished
+    request costs that one read, and a new request a few microseconds more. Where a read is a
+    round trip, a duplicate learns it from its first commit instead, which a new request needs
+    anyway."""
 
 
 @runtime_checkable

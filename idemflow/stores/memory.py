@@ -43,6 +43,7 @@ MEMORY_CAPABILITIES = Capabilities(
     max_value_bytes=_UNLIMITED,
     max_commit_bytes=_UNLIMITED,
     max_key_bytes=_UNLIMITED,
+    local_reads=True,
 )
 
 

@@ -60,6 +60,7 @@ SQLITE_CAPABILITIES = Capabilities(
     max_value_bytes=16 * 1024 * 1024,
     max_commit_bytes=256 * 1024 * 1024,
     max_key_bytes=64 * 1024,
+    local_reads=True,
 )
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]

@@ -375,6 +375,11 @@ def test_duplicate_of_finished_request_costs_one_round_trip(store: Store, api: A
     assert store.round_trips - before <= limit
 
 
+def _read_first(store: Store) -> int:
+    """The read of the run record ``run`` makes first where reads are local (a duplicate's answer)."""
+    return 1 if store.capabilities.local_reads else 0
+
+
 @pytest.mark.exact_calls
 @pytest.mark.blocking_api
 def test_first_run_costs_one_commit_per_step(store: Store, api: Api) -> None:
@@ -386,7 +391,7 @@ def test_first_run_costs_one_commit_per_step(store: Store, api: Api) -> None:
     store.flush()
     # The outcome rides in the last step's commit; Azure: the claim and the outcome alone.
     extra = 0 if store.capabilities.cross_partition_commit else 2
-    assert store.round_trips - before == 4 + extra
+    assert store.round_trips - before == 4 + extra + _read_first(store)
 
 
 @pytest.mark.exact_calls
@@ -412,7 +417,7 @@ def test_a_workflow_costs_one_call_per_step_with_its_outcome_in_the_last(
     record = run_status(store, "per-step", space)
     assert record is not None and record.status is RunStatus.COMPLETED
     extra = 0 if store.capabilities.cross_partition_commit else 2  # Azure: the claim, the outcome
-    assert made == n + extra
+    assert made == n + extra + _read_first(store)
 
 
 @pytest.mark.blocking_api
