@@ -2,13 +2,16 @@
 for the blocking store and the asyncio one (:mod:`idemflow.stores._postgres_driver`).
 
 Why batches: a step's commit (its memo, its data, the run record) needs no answer between its
-statements, so the whole transaction is one batch and one round trip: the statements of one
-query run as one implicit transaction (PostgreSQL commits at the query's end if all succeeded
-and rolls all back if one failed), so no ``BEGIN`` or ``COMMIT`` is sent, and no ``ROLLBACK``
-after a refusal. Each statement carries its own condition and raises
-when it is not met (:mod:`idemflow.stores._postgres_sql`). Only an increment of a row that is no
+statements, so the whole transaction is one batch and one round trip: one query, run as one
+implicit transaction, so no ``BEGIN`` or ``COMMIT`` is sent. Each statement carries its own
+condition and raises when it is not met (:mod:`idemflow.stores._postgres_sql`); the statements
+are *guarded*: the commit function runs them and catches that error, which rolls them back, and
+answers with the operation refused and the rows then at the commit's inserts. So a duplicate's
+refused claim and what it met are one round trip, and the server logs no error (with its
+statement, values and all) for an outcome that is not one. Only an increment of a row that is no
 small integer needs an answer first (the row, locked, summed in Python by the number model): then
-the commit is an explicit transaction in several batches, each ending where an answer is needed.
+the commit is an explicit transaction in several batches, each ending where an answer is needed,
+and ``COMMIT`` or ``ROLLBACK`` goes alone at the end.
 
 Isolation is READ COMMITTED and every condition holds at commit: an ``UPDATE``/``DELETE ... WHERE
 ver = v`` or a ``SELECT ... FOR SHARE`` takes the row's lock and re-reads it after a concurrent
@@ -60,24 +63,31 @@ CACHE_BEGIN: tuple[Statement, ...] = (BEGIN, CACHE_OFF)
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """Statements to send as one query, one round trip; ``fetch``: the index of the one whose rows the
-    plan needs back (None: none)."""
+    """One query, one round trip: ``plain`` statements (``BEGIN``, a ``SET``, ``COMMIT``), then
+    the ``guarded`` ones, run by the commit function (a refusal of theirs is an answer, with the
+    rows at ``inserts`` as they are then), then ``fetch``, a statement whose rows the plan needs
+    back."""
 
-    statements: tuple[Statement, ...]
-    fetch: int | None = None
+    plain: tuple[Statement, ...] = ()
+    guarded: tuple[Statement, ...] = ()
+    inserts: tuple[tuple[str, str, str], ...] = ()
+    fetch: Statement | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A statement raised one of the store's own errors: ``state`` (SQLSTATE) for operation ``op``."""
+    """A guarded statement raised one of the store's own errors: ``state`` (SQLSTATE) for
+    operation ``op``; ``found``: ``(position in the batch's inserts, text, version)`` of the
+    rows there."""
 
     state: str
     op: int
+    found: tuple[tuple[int, str, int], ...] = ()
 
 
 Answer = list[tuple[Any, ...]] | Refusal
 """What the driver gives back for a batch: the fetched statement's rows, or the refusal that
-aborted the transaction (any other error the driver raises itself)."""
+rolled the guarded statements back (any other error the driver raises itself)."""
 Plan = Generator[Batch, Answer, CommitOutcome]
 
 
@@ -87,18 +97,20 @@ def plan(sql: Sql, ops: Sequence[Op], *, cache: bool = False) -> Plan:
         return Conflict(tuple(OpFailure(i) for i, op in enumerate(ops) if _impossible(op)))
     order = sorted(range(len(ops)), key=lambda i: key_of(ops[i].ref))
     general = {i for i in order if isinstance(op := ops[i], Increment) and not _small(op)}
+    inserts = [i for i, op in enumerate(ops) if isinstance(op, Insert)]
+    keys = tuple(key_of(ops[i].ref) for i in inserts)
     races = 0
     while True:
         if general:
-            refusal = yield from _stepwise(sql, ops, order, general, CACHE_BEGIN if cache else (BEGIN,))
+            refusal = yield from _stepwise(sql, ops, order, general, CACHE_BEGIN if cache else (BEGIN,), keys)
         else:  # one implicit transaction: the statements of one query
-            body = [statement for i in order for statement in _statements(sql, i, ops[i])]
-            answer = yield Batch((*((CACHE_OFF,) if cache else ()), *body))
+            body = tuple(statement for i in order for statement in _statements(sql, i, ops[i]))
+            answer = yield Batch((CACHE_OFF,) if cache else (), body, keys)
             refusal = answer if isinstance(answer, Refusal) else None
         if refusal is None:
             return COMMITTED
         if refusal.state == REFUSED:
-            return (yield from _refused(sql, ops, refusal.op))
+            return _conflict(inserts, refusal)
         if refusal.state == GENERAL:
             general.add(refusal.op)
             continue
@@ -107,33 +119,31 @@ def plan(sql: Sql, ops: Sequence[Op], *, cache: bool = False) -> Plan:
             raise TransientError(f"PostgreSQL increment raced {races} times", backend="postgres")
 
 
-def _refused(sql: Sql, ops: Sequence[Op], failed: int) -> Generator[Batch, Answer, CommitOutcome]:
-    """The conflict of a commit refused at operation ``failed`` (rolled back already).
+def _conflict(inserts: list[int], refusal: Refusal) -> CommitOutcome:
+    """The conflict of a commit refused at operation ``refusal.op`` (rolled back already).
 
     The server stops at the first refusal in key order; the inserts of the commit (a memo, a
-    claim) are read then, so an existing one is reported with its row whatever failed first: a
-    retry whose answer was lost meets its own memo, not only its stale data.
+    claim) are read then, in the same call, so an existing one is reported with its row whatever
+    failed first: a retry whose answer was lost meets its own memo, not only its stale data.
     """
-    inserts = [i for i, op in enumerate(ops) if isinstance(op, Insert)]
-    if not inserts:
-        return Conflict((OpFailure(failed),))
-    columns = tuple(list(column) for column in zip(*(key_of(ops[i].ref) for i in inserts), strict=True))
-    found = yield Batch(((sql.read_many, columns),), fetch=0)
-    existing = (
-        {inserts[at - 1]: Row(decode(text), ver) for at, text, ver in found}
-        if isinstance(found, list)
-        else {}
-    )
-    failures = {i: OpFailure(i, row) for i, row in existing.items()}
-    failures.setdefault(failed, OpFailure(failed))
+    failures = {
+        inserts[at - 1]: OpFailure(inserts[at - 1], Row(decode(text), ver)) for at, text, ver in refusal.found
+    }
+    failures.setdefault(refusal.op, OpFailure(refusal.op))
     return Conflict(tuple(failures[i] for i in sorted(failures)))
 
 
 def _stepwise(
-    sql: Sql, ops: Sequence[Op], order: list[int], general: set[int], begin: tuple[Statement, ...]
+    sql: Sql,
+    ops: Sequence[Op],
+    order: list[int],
+    general: set[int],
+    begin: tuple[Statement, ...],
+    keys: tuple[tuple[str, str, str], ...],
 ) -> Generator[Batch, Answer, Refusal | None]:
-    """The commit in batches, each ending with the read of a row summed in Python."""
-    pending: list[Statement] = list(begin)
+    """The commit in batches of one explicit transaction, each ending with the read of a row
+    summed in Python; ``COMMIT`` goes alone, once the last guarded statements ran."""
+    plain, pending = begin, []
     for i in order:
         op = ops[i]
         if i not in general:
@@ -141,7 +151,8 @@ def _stepwise(
             continue
         assert isinstance(op, Increment)
         key = _key(op)
-        answer = yield Batch((*pending, (sql.lock_row, key)), fetch=len(pending))
+        answer = yield Batch(plain, tuple(pending), keys, (sql.lock_row, key))
+        plain = ()
         if isinstance(answer, Refusal):
             yield Batch((ROLLBACK,))
             return answer
@@ -152,10 +163,11 @@ def _stepwise(
             yield Batch((ROLLBACK,))
             raise
         pending = [(sql.update_blind, (text, *key)) if current else (sql.insert_new, (*key, text, i))]
-    answer = yield Batch((*pending, COMMIT))
+    answer = yield Batch(plain, tuple(pending), keys)
     if isinstance(answer, Refusal):
         yield Batch((ROLLBACK,))  # alone: psycopg forgets its prepared statements on a ROLLBACK
         return answer
+    yield Batch((COMMIT,))
     return None
 
 

@@ -17,7 +17,7 @@ import psycopg
 
 from idemflow.errors import ConfigurationError, ErrorCode
 from idemflow.stores._postgres_errors import postgres_error
-from idemflow.stores._postgres_sql import quoted, ref_of, schema_ddl
+from idemflow.stores._postgres_sql import COMMIT_SIGNATURE, commit_ddl, quoted, ref_of, schema_ddl
 from idemflow.stores.base import Capabilities, Expired
 
 POSTGRES_CAPABILITIES = Capabilities(
@@ -31,7 +31,8 @@ CONNECT_TIMEOUT = 10
 """Seconds a new connection may take (libpq's ``connect_timeout``) unless the conninfo says."""
 POOL_TIMEOUT = 30.0
 """Seconds a call waits for a connection of the pool before it fails (a TransientError)."""
-_EXISTS = "SELECT to_regclass(%s)"
+_FOUND = "SELECT to_regclass(%s), to_regprocedure(%s)"
+"""The store's table and its commit function, each None where missing."""
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 
 
@@ -46,16 +47,25 @@ def _table(schema: str) -> str:
     return f"{quoted(schema)}.idemflow_rows"
 
 
+def _function(schema: str) -> str:
+    return f"{quoted(schema)}.{COMMIT_SIGNATURE}"
+
+
 def prepare(conninfo: str, schema: str, *, create: bool) -> None:
     """Make the store's objects in ``schema`` if missing (``create``), else require them."""
     try:
         with psycopg.connect(conninfo, connect_timeout=CONNECT_TIMEOUT, **connect_options()) as conn:
-            if conn.execute(_EXISTS, (_table(schema),)).fetchone() == (None,):
+            found = conn.execute(_FOUND, (_table(schema), _function(schema))).fetchone()
+            if found is None or found[0] is None:
                 _missing(schema, create)
                 with conn.transaction():
                     conn.execute(_LOCK, (f"idemflow schema {schema}",))
                     for ddl in schema_ddl(schema):
                         conn.execute(ddl)
+            elif found[1] is None:  # a schema made before the commit function: add it
+                with conn.transaction():
+                    conn.execute(_LOCK, (f"idemflow schema {schema}",))
+                    conn.execute(commit_ddl(schema))
     except psycopg.Error as exc:
         raise postgres_error(f"cannot open PostgreSQL store (schema {schema!r})", exc, "connect") from exc
 
@@ -67,13 +77,17 @@ async def aprepare(conninfo: str, schema: str, *, create: bool) -> None:
             conninfo, connect_timeout=CONNECT_TIMEOUT, **connect_options()
         )
         async with conn:
-            found = await (await conn.execute(_EXISTS, (_table(schema),))).fetchone()
-            if found == (None,):
+            found = await (await conn.execute(_FOUND, (_table(schema), _function(schema)))).fetchone()
+            if found is None or found[0] is None:
                 _missing(schema, create)
                 async with conn.transaction():
                     await conn.execute(_LOCK, (f"idemflow schema {schema}",))
                     for ddl in schema_ddl(schema):
                         await conn.execute(ddl)
+            elif found[1] is None:  # a schema made before the commit function: add it
+                async with conn.transaction():
+                    await conn.execute(_LOCK, (f"idemflow schema {schema}",))
+                    await conn.execute(commit_ddl(schema))
     except psycopg.Error as exc:
         raise postgres_error(f"cannot open PostgreSQL store (schema {schema!r})", exc, "connect") from exc
 

@@ -12,11 +12,12 @@ created again can never meet a version it had (``docs/decisions.md``). Nothing i
 no floor row is shared by every commit (SQLite's floor would serialise writers here).
 
 A condition that fails raises an error from the statement itself (:data:`REFUSED`, SQLSTATE
-``IF001``, the operation's index in ``DETAIL``) through the function ``idemflow_refuse``: the whole
-commit (one statement per operation) then goes to the server as one query, one round trip, and
-a refusal rolls it all back. An integer increment that is no small
-integer raises :data:`GENERAL` instead: the commit is redone with that row locked and summed in
-Python (:mod:`idemflow.stores._postgres_commit`).
+``IF001``, the operation's index in ``DETAIL``) through the function ``idemflow_refuse``; the
+function ``idemflow_commit`` runs a commit's statements (one per operation) and catches it, so a
+refusal rolls them all back and comes back as a row (:func:`commit_ddl`), in the one round trip
+of the commit. An integer increment that is no small integer raises :data:`GENERAL` instead:
+the commit is redone with that row locked and summed in Python
+(:mod:`idemflow.stores._postgres_commit`).
 
 Two partial indexes: run records by start time (``started``, set only on run records), for
 ``runs list``, and rows that expire (``expires``), for the sweeps: PostgreSQL has no TTL, and an
@@ -25,6 +26,7 @@ index in expiry order lets a sweep read only rows that are due.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -105,7 +107,63 @@ def schema_ddl(schema: str) -> list[str]:
                 RAISE EXCEPTION 'idemflow: condition of operation % not met', op
                     USING ERRCODE = state, DETAIL = op::text;
             END $$""",
+        commit_ddl(schema),
     ]
+
+
+COMMIT_SIGNATURE = "idemflow_commit(text[], text[], text[], text[])"
+"""The commit function's name and argument types (``to_regprocedure`` finds it by them)."""
+
+
+@functools.lru_cache(maxsize=256)
+def commit_call(prefix: str, statements: int, keys: int) -> str:
+    """The call of the commit function (``prefix``: :attr:`Sql.commit`) with ``statements``
+    statements and ``keys`` insert keys as parameters: each a text literal of its own in an
+    ``ARRAY[...]``, so a statement's text is quoted once, with no array-literal escaping."""
+
+    def array(n: int) -> str:
+        return "ARRAY[" + ", ".join(["%s"] * n) + "]::text[]"
+
+    return f"{prefix}{array(statements)}, {array(keys)}, {array(keys)}, {array(keys)})"
+
+
+def commit_ddl(schema: str) -> str:
+    """The function a commit's statements run in: each statement (bound already) in turn, in one
+    subtransaction. A refusal of the store's own (:data:`REFUSED`, :data:`GENERAL`,
+    :data:`RACED`) is caught, which rolls the statements back, and returned as a row with the
+    operation's index, with the rows found then at the keys given (a commit's inserts: what a
+    duplicate or a lost answer meets). So a condition not met is an answer, not an error: the
+    server logs nothing (an error would log its statement, values and all), and the commit and
+    the read of what it met are one round trip. No row: every statement ran."""
+    s = quoted(schema)
+    return f"""CREATE OR REPLACE FUNCTION {s}.idemflow_commit(
+            statements text[], tbls text[], parts text[], rks text[])
+        RETURNS TABLE(refused integer, state text, at bigint, v text, ver bigint)
+        LANGUAGE plpgsql VOLATILE AS $$
+        #variable_conflict use_column
+        DECLARE
+            statement text;
+            failed text;
+            detail text;
+        BEGIN
+            BEGIN
+                FOREACH statement IN ARRAY statements LOOP
+                    EXECUTE statement;
+                END LOOP;
+                RETURN;
+            EXCEPTION WHEN SQLSTATE '{REFUSED}' OR SQLSTATE '{GENERAL}' OR SQLSTATE '{RACED}' THEN
+                GET STACKED DIAGNOSTICS failed = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL;
+            END;
+            IF failed = '{REFUSED}' AND cardinality(tbls) > 0 THEN
+                RETURN QUERY SELECT detail::integer, failed, r.i, t.v, t.ver
+                    FROM unnest(tbls, parts, rks) WITH ORDINALITY AS r(tbl, part, rk, i)
+                    JOIN {s}.idemflow_rows t ON t.tbl = r.tbl AND t.part = r.part AND t.rk = r.rk;
+                IF FOUND THEN
+                    RETURN;
+                END IF;
+            END IF;
+            RETURN QUERY SELECT detail::integer, failed, NULL::bigint, NULL::text, NULL::bigint;
+        END $$"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +186,7 @@ class Sql:
     release_absent: str
     increment_small: str
     lock_row: str
+    commit: str
     insert_new: str
     expired_after: str
     expired_all: str
@@ -189,6 +248,7 @@ class Sql:
                 GENERAL,
             ),
             lock_row=f"SELECT v FROM {t} WHERE {key} FOR UPDATE",
+            commit=f"SELECT refused, state, at, v, ver FROM {quoted(schema)}.idemflow_commit(",
             insert_new=unless(
                 f"INSERT INTO {columns} VALUES (%s, %s, %s, %s, {ver}, NULL, NULL) ON CONFLICT DO NOTHING",
                 RACED,
@@ -208,11 +268,14 @@ class Sql:
 
 
 __all__ = [
+    "COMMIT_SIGNATURE",
     "GENERAL",
     "PLACEHOLDER",
     "RACED",
     "REFUSED",
     "Sql",
+    "commit_call",
+    "commit_ddl",
     "escaped",
     "key_of",
     "quoted",

@@ -140,7 +140,7 @@ class PostgresStore:
         with self._connection("COMMIT") as conn:
             for attempt in range(ATTEMPTS):
                 try:
-                    return drive(conn, plan(self.sql, ops, cache=cache))
+                    return drive(conn, plan(self.sql, ops, cache=cache), self.sql.commit)
                 except psycopg.Error as exc:
                     if not retried(exc) or attempt == ATTEMPTS - 1:
                         raise

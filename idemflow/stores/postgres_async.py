@@ -153,7 +153,7 @@ class AsyncPostgresStore:
         async with self._connection("COMMIT") as conn:
             for attempt in range(ATTEMPTS):
                 try:
-                    return await adrive(conn, plan(self.sql, ops, cache=cache))
+                    return await adrive(conn, plan(self.sql, ops, cache=cache), self.sql.commit)
                 except psycopg.Error as exc:
                     if not retried(exc) or attempt == ATTEMPTS - 1:
                         raise

@@ -18,7 +18,7 @@ from idemflow import RetryPolicy, atomic, open_async_store, open_store, run
 from idemflow.errors import ConfigurationError, ErrorCode, TransientError
 from idemflow.stores import AsyncPostgresStore, PostgresStore, async_twin
 from idemflow.stores._postgres_sql import escaped, unescaped
-from idemflow.stores.base import COMMITTED, Cond, Conflict, Increment, Insert, Put, RowRef
+from idemflow.stores.base import COMMITTED, Cond, Conflict, Increment, Insert, Op, Put, RowRef
 from idemflow.stores.registry import STORES
 from idemflow.testing import data_rows
 from idemflow.testing.servers import PostgresServer, ServerPool, postgres_server
@@ -217,3 +217,60 @@ def test_a_check_that_a_row_is_absent_holds_the_key_until_its_commit_ends(
     assert done == [COMMITTED]
     row = store.read(key)
     assert row is not None and row.value == 1
+
+
+def test_a_refused_commit_leaves_its_values_out_of_the_server_log(
+    store: PostgresStore, server: PostgresServer
+) -> None:
+    """A condition not met is an answer of the commit function, not an error: PostgreSQL logs an
+    error with its whole statement, which here would carry the rows' values (a customer's data)
+    into the server's log at every duplicate and every conflict."""
+    secret = f"secret-{abs(hash(store.schema))}"
+    memo, counter, text = RowRef("items", "p", "mlog"), RowRef("items", "p", "n"), RowRef("items", "p", "t")
+    assert store.commit([Insert(memo, secret, f'"{secret}"'), Put(text, "x", '"x"')]) is COMMITTED
+    refused: list[list[Op]] = [
+        [Insert(memo, secret, f'"{secret}"'), Put(RowRef("items", "p", "other"), secret, f'"{secret}"')],
+        [Put(RowRef("items", "p", "stale"), secret, f'"{secret}"', expect=12345)],
+        [Increment(text, 1), Insert(memo, secret, f'"{secret}"')],  # summed in Python: stepwise
+    ]
+    for ops in refused:
+        outcome = store.commit(ops)
+        assert isinstance(outcome, Conflict), ops
+    found = store.commit([Increment(counter, 2**60), Insert(memo, secret, f'"{secret}"')])
+    assert isinstance(found, Conflict) and found.failures[-1].existing is not None
+    assert store.read(RowRef("items", "p", "other")) is None and store.read(counter) is None
+    assert secret not in server.log.read_text(errors="replace")
+
+
+def test_a_schema_made_before_the_commit_function_gets_it_when_opened(server: PostgresServer) -> None:
+    schema = f"old{abs(hash(server.log)) % 10**6}"
+    first = PostgresStore(server.conninfo, schema=schema)
+    first.commit([Put(RowRef("items", "p", "k"), 1, "1")])
+    first.close()
+    with psycopg.connect(server.conninfo, autocommit=True) as conn:
+        conn.execute(f'DROP FUNCTION "{schema}".idemflow_commit(text[], text[], text[], text[])')
+    again = PostgresStore(server.conninfo, schema=schema, create=False)
+    assert isinstance(again.commit([Insert(RowRef("items", "p", "k"), 2, "2")]), Conflict)
+    assert again.commit([Increment(RowRef("items", "p", "k"), 2)]) is COMMITTED
+    row = again.read(RowRef("items", "p", "k"))
+    assert row is not None and row.value == 3
+    again.close()
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+def test_values_that_look_like_sql_come_back_as_written(server: PostgresServer, conforming: str) -> None:
+    """A commit's statements are bound client-side: with ``standard_conforming_strings`` on (the
+    default) by the store's own quoting, else by psycopg's, which knows the other escapes."""
+    url = f"{server.conninfo}&options=-c%20standard_conforming_strings%3D{conforming}"
+    store = PostgresStore(url, schema=f"quotes{conforming}")
+    odd = ["it's", "\\'; DROP TABLE x; --", "100%s %% $$ $q$", "\\x00 \\\\", "é ✓ 𝄞", "-1", "''"]
+    for n, value in enumerate(odd):
+        text = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        ref = RowRef("it's", f"p'{n}", f"k\\{value}")
+        assert store.commit([Insert(ref, value, text), Increment(RowRef("items", "p", "n"), -3)]) is COMMITTED
+        row = store.read(ref)
+        assert row is not None and row.value == value
+        assert isinstance(store.commit([Insert(ref, value, text)]), Conflict)
+    total = store.read(RowRef("items", "p", "n"))
+    assert total is not None and total.value == -3 * len(odd)
+    store.close()
