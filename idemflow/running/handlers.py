@@ -35,9 +35,10 @@ from idemflow.records import RunRecord
 from idemflow.running.answer_cache import AnswerCache
 from idemflow.running.pickers import Pick, picker
 from idemflow.running.request_spec import Request, describe_request
-from idemflow.running.runner import execute, result_of
-from idemflow.running.runner_asyncio import aexecute
+from idemflow.running.runner import execute, finished_record, result_of
+from idemflow.running.runner_asyncio import aexecute, afinished_record
 from idemflow.running.workflows import Workflow
+from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Store
 
 P = ParamSpec("P")
@@ -293,6 +294,14 @@ def _handler(
             replayed.append(True)
         return record
 
+    def replay(rid: str, record: RunRecord | None, replayed: list[bool]) -> RunRecord | None:
+        """A finished record read first from a store whose reads are local (a duplicate's
+        answer, :func:`~idemflow.running.runner.finished_record`): replayed, and kept."""
+        if record is None:
+            return None
+        replayed.append(True)
+        return keep(rid, record)
+
     def keep(rid: str, record: RunRecord) -> RunRecord:
         if cache is not None:
             cache.put(rid, record, retention)
@@ -327,7 +336,10 @@ def _handler(
             rid = request_id(*args, **kwargs)
             m, (told, replayed) = flow(*args, **kwargs), plan()
             request = describe_request(m)
-            record = kept(rid, request, replayed) or keep(
+            record = kept(rid, request, replayed) or replay(
+                rid, await afinished_record(to_async(store), request, rid), replayed
+            )
+            record = record or keep(
                 rid, await aexecute(m, request_id=rid, store=store, policy=policy, plan=told, request=request)
             )
             return answer(m, record, rid, replayed)
@@ -345,7 +357,10 @@ def _handler(
         rid = request_id(*args, **kwargs)
         m, (told, replayed) = flow(*args, **kwargs), plan()
         request = describe_request(m)
-        record = kept(rid, request, replayed) or keep(
+        record = kept(rid, request, replayed) or replay(
+            rid, finished_record(blocking, request, rid), replayed
+        )
+        record = record or keep(
             rid, execute(m, request_id=rid, store=blocking, policy=policy, plan=told, request=request)
         )
         return answer(m, record, rid, replayed)

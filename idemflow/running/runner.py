@@ -84,13 +84,9 @@ def execute(
     check_request_id(request_id)
     request = request or describe_request(m)
     stored = check_tags(tags)
-    if plan is None and reads_first(store, request):
-        try:
-            found = answered(request, request_id, store.read(records.run_ref(request.workflow, request_id)))
-        except TransientError:
-            found = None  # the engine's path resends
-        if found is not None:
-            return found
+    found = finished_record(store, request, request_id) if plan is None else None
+    if found is not None:
+        return found
     steps = execution_steps(
         m, request, request_id, store, policy, clock, plan, versions, reader=store, tags=stored
     )
@@ -110,6 +106,18 @@ def reads_first(store: Store | AsyncStore, request: Request) -> bool:
         and not telemetry.enabled()
         and not log.isEnabledFor(logging.DEBUG)
     )
+
+
+def finished_record(store: Store, request: Request, request_id: str) -> records.RunRecord | None:
+    """The answer of a duplicate of a finished request, from one read where the store's reads are
+    local (:func:`reads_first`); None: the engine's path decides."""
+    if not reads_first(store, request):
+        return None
+    try:
+        row = store.read(records.run_ref(request.workflow, request_id))
+    except TransientError:
+        return None  # the engine's path resends
+    return answered(request, request_id, row)
 
 
 def answered(request: Request, request_id: str, row: Row | None) -> records.RunRecord | None:

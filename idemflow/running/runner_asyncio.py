@@ -68,20 +68,26 @@ async def aexecute(
     request = request or describe_request(m)
     stored = check_tags(tags)
     target = to_async(store)
-    if plan is None and reads_first(target, request):
-        try:
-            row = await target.read(records.run_ref(request.workflow, request_id))
-        except TransientError:
-            row = None  # the engine's path resends
-        found = answered(request, request_id, row)
-        if found is not None:
-            return found
+    found = await afinished_record(target, request, request_id) if plan is None else None
+    if found is not None:
+        return found
     steps = execution_steps(
         m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target), tags=stored
     )
     if plan is None and request.call is not None and request.call.limits:  # arun(): under its limits
         steps = under_limits(steps, request, request_id, policy, clock)
     return await adrive(steps, target)
+
+
+async def afinished_record(store: AsyncStore, request: Request, request_id: str) -> records.RunRecord | None:
+    """:func:`~idemflow.running.runner.finished_record` awaited."""
+    if not reads_first(store, request):
+        return None
+    try:
+        row = await store.read(records.run_ref(request.workflow, request_id))
+    except TransientError:
+        return None  # the engine's path resends
+    return answered(request, request_id, row)
 
 
 async def arun(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from idemflow import Idem, Tx, WorkflowAborted, abort, arun, atomic, run, workflow
+from idemflow import Idem, Tx, WorkflowAborted, abort, arun, atomic, idempotent_function, run, workflow
 from idemflow.errors import IdempotencyKeyReuseError
 from idemflow.keys import data_key
 from idemflow.stores import MemoryStore, SqliteStore
@@ -97,3 +97,36 @@ def test_an_unfinished_request_goes_on_where_it_stopped(local: Store) -> None:
     counts = [local.read(RowRef("orders", "o-1", data_key(name))) for name in ("first", "second")]
     assert [None if row is None else row.value for row in counts] == [1, 1]
     assert bodies[-1] == "second"
+
+
+def test_an_idempotent_function_s_duplicate_is_one_read_and_replayed(local: Store) -> None:
+    replays: list[Any] = []
+
+    def replayed(result: Any) -> Any:
+        replays.append(result)
+        return result
+
+    @idempotent_function(local, key=lambda order: order["id"], cache=None, on_replay=replayed)
+    def place(order: dict[str, str]) -> dict[str, str]:
+        bodies.append(order["id"])
+        return {"placed": order["id"]}
+
+    assert place({"id": "o-1"}) == {"placed": "o-1"}
+    local.flush()
+    before = local.round_trips
+    assert place({"id": "o-1"}) == {"placed": "o-1"}
+    assert local.round_trips - before == 1
+    assert bodies == ["o-1"] and replays == [{"placed": "o-1"}]
+
+
+def test_an_async_idempotent_function_s_duplicate_too(local: Store) -> None:
+    @idempotent_function(local, key=lambda order: order["id"], cache=None)
+    async def place(order: dict[str, str]) -> str:
+        bodies.append(order["id"])
+        return "placed"
+
+    async def twice() -> list[str]:
+        return [await place({"id": "o-1"}), await place({"id": "o-1"})]
+
+    assert asyncio.run(twice()) == ["placed", "placed"]
+    assert bodies == ["o-1"]
