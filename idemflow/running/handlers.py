@@ -36,9 +36,8 @@ from idemflow.running.answer_cache import AnswerCache
 from idemflow.running.pickers import Pick, picker
 from idemflow.running.request_spec import Request, describe_request
 from idemflow.running.runner import execute, finished_record, result_of
-from idemflow.running.runner_asyncio import aexecute, afinished_record
+from idemflow.running.runner_asyncio import aexecute
 from idemflow.running.workflows import Workflow
-from idemflow.stores.async_adapters import to_async
 from idemflow.stores.base import AsyncStore, Store
 
 P = ParamSpec("P")
@@ -336,10 +335,7 @@ def _handler(
             rid = request_id(*args, **kwargs)
             m, (told, replayed) = flow(*args, **kwargs), plan()
             request = describe_request(m)
-            record = kept(rid, request, replayed) or replay(
-                rid, await afinished_record(to_async(store), request, rid), replayed
-            )
-            record = record or keep(
+            record = kept(rid, request, replayed) or keep(
                 rid, await aexecute(m, request_id=rid, store=store, policy=policy, plan=told, request=request)
             )
             return answer(m, record, rid, replayed)

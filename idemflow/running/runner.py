@@ -120,6 +120,23 @@ def finished_record(store: Store, request: Request, request_id: str) -> records.
     return answered(request, request_id, row)
 
 
+def read_first(
+    request: Request, request_id: str, steps: Steps[records.RunRecord]
+) -> Steps[records.RunRecord]:
+    """:func:`finished_record` as the first request of a computation, then ``steps`` if it is
+    not the answer: on an event loop the read then runs where the driver runs the rest (a
+    threaded store's pool), costing a new request no thread hop of its own."""
+    try:
+        row = yield Read(records.run_ref(request.workflow, request_id))
+    except TransientError:
+        row = None  # the engine's path resends
+    found = answered(request, request_id, row)
+    if found is not None:
+        steps.close()
+        return found
+    return (yield from steps)
+
+
 def answered(request: Request, request_id: str, row: Row | None) -> records.RunRecord | None:
     """The run record ``row`` if it is this request's and finished: the duplicate's answer. None
     sends the request down the engine's path, which meets whatever is there (a running request,

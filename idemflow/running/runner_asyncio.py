@@ -33,12 +33,12 @@ from idemflow.core.tags import check_tags
 from idemflow.engine.drive_asyncio import adrive
 from idemflow.engine.execution import Plan
 from idemflow.engine.monad import Idem
-from idemflow.errors import TransientError, WorkflowAborted
+from idemflow.errors import WorkflowAborted
 from idemflow.keys import check_request_id
 from idemflow.running.request_spec import Request, describe_request
 from idemflow.running.runner import (
-    answered,
     execution_steps,
+    read_first,
     reads_first,
     result_of,
     status_steps,
@@ -68,26 +68,14 @@ async def aexecute(
     request = request or describe_request(m)
     stored = check_tags(tags)
     target = to_async(store)
-    found = await afinished_record(target, request, request_id) if plan is None else None
-    if found is not None:
-        return found
     steps = execution_steps(
         m, request, request_id, target, policy, clock, plan, versions, reader=sync_reader(target), tags=stored
     )
     if plan is None and request.call is not None and request.call.limits:  # arun(): under its limits
         steps = under_limits(steps, request, request_id, policy, clock)
+    if plan is None and reads_first(target, request):  # inside the computation: no hop of its own
+        steps = read_first(request, request_id, steps)
     return await adrive(steps, target)
-
-
-async def afinished_record(store: AsyncStore, request: Request, request_id: str) -> records.RunRecord | None:
-    """:func:`~idemflow.running.runner.finished_record` awaited."""
-    if not reads_first(store, request):
-        return None
-    try:
-        row = await store.read(records.run_ref(request.workflow, request_id))
-    except TransientError:
-        return None  # the engine's path resends
-    return answered(request, request_id, row)
 
 
 async def arun(
