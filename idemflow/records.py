@@ -246,7 +246,6 @@ class RunRecord:
     def from_json(cls, value: Any) -> RunRecord:
         get = value.get  # read with every duplicate's answer: no generator, one lookup
         failure, parent, attempts, continuation = get("fail"), get("par"), get("rt"), get("ct")
-        tags = get("tg")
         return cls(
             fingerprint=str(value["fp"]),
             status=RunStatus(value["status"]),
@@ -266,7 +265,7 @@ class RunRecord:
             continuation=None if continuation is None else Continuation.from_json(continuation),
             incarnation=_text_or_none(get("i")),
             kept_until=_number_or_none(get("ku")),
-            tags=None if tags is None else stored_tags(tags),
+            tags=stored_tags(get("tg")),
             places=None if "pl" not in value else Places.from_fields(value),
         )
 

@@ -33,9 +33,10 @@ from idemflow.engine.monad import Idem
 from idemflow.errors import InvalidInputError
 from idemflow.records import RunRecord
 from idemflow.running.answer_cache import AnswerCache
+from idemflow.running.first_read import finished_record
 from idemflow.running.pickers import Pick, picker
 from idemflow.running.request_spec import Request, describe_request
-from idemflow.running.runner import execute, finished_record, result_of
+from idemflow.running.runner import execute, result_of
 from idemflow.running.runner_asyncio import aexecute
 from idemflow.running.workflows import Workflow
 from idemflow.stores.base import AsyncStore, Store

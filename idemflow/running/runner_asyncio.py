@@ -35,15 +35,9 @@ from idemflow.engine.execution import Plan
 from idemflow.engine.monad import Idem
 from idemflow.errors import WorkflowAborted
 from idemflow.keys import check_request_id
+from idemflow.running.first_read import read_first, reads_first
 from idemflow.running.request_spec import Request, describe_request
-from idemflow.running.runner import (
-    execution_steps,
-    read_first,
-    reads_first,
-    result_of,
-    status_steps,
-    under_limits,
-)
+from idemflow.running.runner import execution_steps, result_of, status_steps, under_limits
 from idemflow.running.workflows import Workflow
 from idemflow.stores.async_adapters import sync_reader, to_async
 from idemflow.stores.base import AsyncStore, Store

@@ -31,26 +31,12 @@ from psycopg import pq
 
 from idemflow.core.ops import CommitOutcome
 from idemflow.stores._postgres_commit import Answer, Batch, Plan, Refusal
-from idemflow.stores._postgres_sql import GENERAL, RACED, REFUSED, commit_call
+from idemflow.stores._postgres_sql import commit_call
 
 ATTEMPTS = 5
 """Times one commit is started over after a deadlock or serialization failure before it fails."""
 RETRIED = frozenset({"40001", "40P01"})
 """Serialization failure, deadlock detected."""
-_OURS = frozenset({REFUSED, GENERAL, RACED})
-
-
-def _refusal(exc: psycopg.Error) -> Refusal | None:
-    if exc.sqlstate not in _OURS:
-        return None
-    return Refusal(str(exc.sqlstate), int(exc.diag.message_detail or "0"))
-
-
-def _refused(failed: psycopg.Error) -> Refusal:
-    refusal = _refusal(failed)
-    if refusal is None:
-        raise failed
-    return refusal
 
 
 def retried(exc: psycopg.Error) -> bool:
@@ -137,8 +123,6 @@ def batch(conn: psycopg.Connection[Any], sent: Batch, via: str) -> Answer:
         for _ in range(fetch - at):
             cursor.nextset()
         return cursor.fetchall()
-    except psycopg.Error as exc:
-        return _refused(exc)
     finally:
         cursor.close()
 
@@ -188,8 +172,6 @@ async def abatch(conn: psycopg.AsyncConnection[Any], sent: Batch, via: str) -> A
         for _ in range(fetch - at):
             cursor.nextset()
         return await cursor.fetchall()
-    except psycopg.Error as exc:
-        return _refused(exc)
     finally:
         await cursor.close()
 
